@@ -1,0 +1,31 @@
+"""The method, in pure PyTorch (DESIGN.md §2–3). Imports neither verl nor sglang.
+
+Each equation lives in exactly one place:
+  mixture.py    §2.1–2.4  candidates, Gumbel perturbation, mixture weights, soft embedding, spine,
+                          normalised top-K entropy
+  density.py    §2.6      Gumbel log-density of recorded scores (eq. 5)
+  controller.py §2.5,2.7  AdaptSoft and its straight-through replay temperature
+  alignment.py  §2.9–2.10 exact gradient-alignment scores, scaling, centring, surrogate
+  trace.py      §3        the per-step rollout record and its collation
+  config.py               typed settings with the paper's defaults
+"""
+from .alignment import (AlignmentScaler, SparseGrad, alignment_loss, alignment_scores,
+                        all_gather_rows, center_per_rollout, controller_surrogate,
+                        select_reference)
+from .config import (AdaptSoftConfig, AlignmentConfig, DensityConfig, SamplingConfig,
+                     SoftThinkingConfig, from_mapping)
+from .controller import AdaptSoft
+from .density import candidate_logp, gumbel_log_density, soft_step_log_density
+from .mixture import (candidates, gumbel_noise, mixture_weights, normalized_entropy, perturb,
+                      soft_embedding, soft_step, sort_by_score, spine)
+from .trace import SoftTrace, TraceRecorder, collate_traces, uncollate_traces
+
+__all__ = [
+    "AdaptSoft", "AdaptSoftConfig", "AlignmentConfig", "AlignmentScaler", "DensityConfig",
+    "SamplingConfig", "SoftThinkingConfig", "SoftTrace", "SparseGrad", "TraceRecorder",
+    "alignment_loss", "alignment_scores", "all_gather_rows", "candidate_logp", "candidates",
+    "center_per_rollout", "collate_traces", "controller_surrogate", "from_mapping",
+    "gumbel_log_density", "gumbel_noise", "mixture_weights", "normalized_entropy", "perturb",
+    "select_reference", "soft_embedding", "soft_step", "soft_step_log_density", "sort_by_score",
+    "spine", "uncollate_traces",
+]

@@ -1,0 +1,160 @@
+"""AdaptSoft: the per-step mixture-temperature controller (DESIGN.md §2.4, §2.5, §2.7).
+
+    x = [P·LN(h) ‖ Ĥ_s]                       features, [..., d_p + 1]
+    u = MLP(x) + a·Ĥ_s + b                    MLP = Linear(·, width) → GELU → Linear(width, 1)
+    τ = τ₀ + Δ·tanh(u)                        0 < Δ < τ₀, so τ ∈ (τ₀ − Δ, τ₀ + Δ)
+
+P ∈ R^{d_p×D} is a fixed random projection (entries N(0,1)/√D, drawn from ``seed``), stored in the
+state dict and never trained. The output layer, a and b start at zero, so τ = τ₀ exactly at
+initialisation. The features are always recorded in full (``[d_p + 1]``); the ablations
+``use_hidden=False`` / ``use_entropy=False`` only change which columns the MLP reads.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from .mixture import normalized_entropy
+
+__all__ = ["AdaptSoft", "ENTROPY_EPS"]
+
+ENTROPY_EPS = 1e-6  # ε_H in Ĥ_s = (Ĥ − μ_H)/(σ_H + ε_H)
+
+
+class AdaptSoft(nn.Module):
+    """Per-step temperature controller f_φ (fp32; replicated on every rank, outside FSDP).
+
+    Args:
+        hidden_size: D, the policy's final hidden size.
+        proj_dim: d_p, rows of the random projection (8).
+        width: hidden width of the MLP (256).
+        tau0, delta: τ = τ₀ + Δ·tanh(u); 0 < Δ < τ₀ is required.
+        entropy_mean, entropy_std: fixed standardisation of Ĥ (μ_H, σ_H).
+        use_hidden, use_entropy: ablation switches (at least one must be on).
+        seed: seed of the projection P and of the MLP's first layer.
+    """
+
+    def __init__(self, hidden_size: int, proj_dim: int = 8, width: int = 256, tau0: float = 0.5,
+                 delta: float = 0.4, entropy_mean: float = 0.173, entropy_std: float = 0.224,
+                 use_hidden: bool = True, use_entropy: bool = True, seed: int = 0):
+        super().__init__()
+        if not 0.0 < delta < tau0:
+            raise ValueError(f"AdaptSoft needs 0 < delta < tau0 so that tau stays positive; "
+                             f"got tau0={tau0}, delta={delta}")
+        if not (use_hidden or use_entropy):
+            raise ValueError("AdaptSoft needs at least one input: use_hidden or use_entropy")
+        if entropy_std < 0:
+            raise ValueError(f"entropy_std must be >= 0, got {entropy_std}")
+        if hidden_size <= 0 or proj_dim <= 0 or width <= 0:
+            raise ValueError(f"hidden_size, proj_dim and width must be positive; got "
+                             f"{hidden_size}, {proj_dim}, {width}")
+        self.hidden_size, self.proj_dim, self.width = hidden_size, proj_dim, width
+        self.tau0, self.delta = float(tau0), float(delta)
+        self.entropy_mean, self.entropy_std = float(entropy_mean), float(entropy_std)
+        self.use_hidden, self.use_entropy, self.seed = use_hidden, use_entropy, seed
+
+        gen = torch.Generator().manual_seed(seed)
+        self.register_buffer(
+            "projection", torch.randn(proj_dim, hidden_size, generator=gen) / hidden_size ** 0.5)
+        in_dim = (proj_dim if use_hidden else 0) + (1 if use_entropy else 0)
+        self.fc1 = nn.Linear(in_dim, width)
+        self.fc2 = nn.Linear(width, 1)
+        with torch.no_grad():  # deterministic init from the same seed, independent of global RNG
+            bound = 1.0 / in_dim ** 0.5
+            self.fc1.weight.copy_(torch.rand(width, in_dim, generator=gen) * 2 * bound - bound)
+            self.fc1.bias.copy_(torch.rand(width, generator=gen) * 2 * bound - bound)
+            self.fc2.weight.zero_()
+            self.fc2.bias.zero_()
+        self.a = nn.Parameter(torch.zeros(()))
+        self.b = nn.Parameter(torch.zeros(()))
+
+    @property
+    def feature_dim(self) -> int:
+        """Width of the recorded feature vector x: d_p + 1."""
+        return self.proj_dim + 1
+
+    def standardize_entropy(self, entropy: Tensor) -> Tensor:
+        """Ĥ_s = (Ĥ − μ_H)/(σ_H + ε_H)."""
+        return (entropy.to(self.projection.dtype) - self.entropy_mean) / (self.entropy_std + ENTROPY_EPS)
+
+    @torch.no_grad()
+    def features(self, hidden: Tensor, logp: Tensor) -> Tensor:
+        """x = [P·LN(h) ‖ Ĥ_s] from hidden ``[..., D]`` and candidate log-probs ``[..., K]``.
+
+        Computed without gradient (the features are recorded at rollout and replayed as constants).
+        Returns ``[..., d_p + 1]`` fp32.
+        """
+        if hidden.shape[-1] != self.hidden_size:
+            raise ValueError(f"AdaptSoft was built for hidden_size={self.hidden_size}, got hidden "
+                             f"of shape {tuple(hidden.shape)}")
+        h = nn.functional.layer_norm(hidden.to(self.projection.dtype), (self.hidden_size,), eps=1e-5)
+        proj = h @ self.projection.to(h.device).T
+        hs = self.standardize_entropy(normalized_entropy(logp)).to(proj.device)
+        return torch.cat([proj, hs.unsqueeze(-1)], dim=-1)
+
+    def _inputs(self, x: Tensor) -> Tensor:
+        if x.shape[-1] != self.feature_dim:
+            raise ValueError(f"AdaptSoft features must have {self.feature_dim} columns "
+                             f"(proj_dim + 1), got shape {tuple(x.shape)}")
+        if self.use_hidden and self.use_entropy:
+            return x
+        return x[..., : self.proj_dim] if self.use_hidden else x[..., self.proj_dim:]
+
+    def forward(self, x: Tensor) -> Tensor:
+        """u = MLP(x) + a·Ĥ_s + b, shape ``x.shape[:-1]`` (fp32)."""
+        x = x.to(self.fc1.weight.dtype)
+        u = self.fc2(nn.functional.gelu(self.fc1(self._inputs(x)))).squeeze(-1) + self.b
+        if self.use_entropy:
+            u = u + self.a * x[..., -1]
+        return u
+
+    def temperature(self, u: Tensor) -> Tensor:
+        """τ = τ₀ + Δ·tanh(u)."""
+        return self.tau0 + self.delta * torch.tanh(u)
+
+    def replay_temperature(self, x_roll: Tensor, u_roll: Tensor) -> Tensor:
+        """Straight-through τ for the update (§2.7).
+
+        ũ = f_φ(sg(x)), u_upd = sg(u_roll) + ũ − sg(ũ), τ_upd = τ₀ + Δ tanh(u_upd): the value is
+        the rollout's τ exactly and ∂τ_upd/∂φ = Δ(1 − tanh²(u_roll))·∂ũ/∂φ.
+        """
+        u_new = self.forward(x_roll.detach())
+        u_upd = u_roll.detach().to(u_new.dtype) + (u_new - u_new.detach())
+        return self.temperature(u_upd)
+
+    def extra_repr(self) -> str:
+        return (f"hidden_size={self.hidden_size}, proj_dim={self.proj_dim}, width={self.width}, "
+                f"tau0={self.tau0}, delta={self.delta}, use_hidden={self.use_hidden}, "
+                f"use_entropy={self.use_entropy}")
+
+    @classmethod
+    def from_config(cls, cfg, hidden_size: int) -> "AdaptSoft":
+        """Build from an :class:`~soft_spatial.softthink.config.AdaptSoftConfig`."""
+        return cls(hidden_size=hidden_size, proj_dim=cfg.proj_dim, width=cfg.width, tau0=cfg.tau0,
+                   delta=cfg.delta, entropy_mean=cfg.entropy_mean, entropy_std=cfg.entropy_std,
+                   use_hidden=cfg.use_hidden, use_entropy=cfg.use_entropy, seed=cfg.seed)
+
+    def config_dict(self) -> dict:
+        """Constructor arguments, saved beside the state dict so a checkpoint rebuilds itself."""
+        return dict(hidden_size=self.hidden_size, proj_dim=self.proj_dim, width=self.width,
+                    tau0=self.tau0, delta=self.delta, entropy_mean=self.entropy_mean,
+                    entropy_std=self.entropy_std, use_hidden=self.use_hidden,
+                    use_entropy=self.use_entropy, seed=self.seed)
+
+    def save(self, path, extra: Optional[dict] = None) -> None:
+        """Write ``{"config", "state_dict", **extra}`` to ``path`` with torch.save."""
+        torch.save({"config": self.config_dict(), "state_dict": self.state_dict(), **(extra or {})},
+                   path)
+
+    @classmethod
+    def load(cls, path, map_location="cpu") -> "AdaptSoft":
+        """Rebuild a controller written by :meth:`save` (projection included)."""
+        blob = torch.load(path, map_location=map_location, weights_only=True)
+        if not isinstance(blob, dict) or "config" not in blob or "state_dict" not in blob:
+            raise ValueError(f"{path}: not an AdaptSoft checkpoint (expected keys 'config' and "
+                             f"'state_dict')")
+        ctrl = cls(**blob["config"])
+        ctrl.load_state_dict(blob["state_dict"])
+        return ctrl

@@ -1,0 +1,155 @@
+"""Gumbel top-K soft steps: candidates, perturbation, mixture weights, soft embedding, spine.
+
+DESIGN.md §2.1–2.4. Shapes: ``[..., V]`` logits, ``[..., K]`` candidate tensors, ``[..., D]``
+embeddings; any leading batch shape. Everything here is pure PyTorch and computes in fp32 (fp64
+inputs stay fp64, for reference checks), whatever the model's dtype, so a rollout and its replay
+compute the same numbers.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple, Union
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "candidates",
+    "perturb",
+    "gumbel_noise",
+    "mixture_weights",
+    "soft_embedding",
+    "spine",
+    "normalized_entropy",
+    "sort_by_score",
+    "soft_step",
+]
+
+
+def upcast(x: Tensor) -> Tensor:
+    """At least fp32: bf16/fp16/fp32 → fp32, fp64 stays fp64."""
+    return x if x.dtype == torch.float64 else x.float()
+
+
+def candidates(logits: Tensor, k: int, temperature: float = 1.0) -> Tuple[Tensor, Tensor]:
+    """Top-K candidates and their renormalised log-probabilities (§2.1).
+
+    C = the K ids of largest softmax(ℓ/T); log p̃_k = ℓ_k/T − logsumexp_{j∈C} ℓ_j/T.
+    The full-vocabulary normaliser cancels, so ``logp`` depends on the K candidate logits only.
+
+    Args:
+        logits: ``[..., V]`` next-token logits.
+        k: number of candidates K (1 ≤ K ≤ V).
+        temperature: sampling temperature T > 0.
+    Returns:
+        ``ids`` ``[..., K]`` int64 and ``logp`` ``[..., K]`` fp32, sorted by descending probability.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if not 1 <= k <= logits.shape[-1]:
+        raise ValueError(f"top_k must be in [1, vocab={logits.shape[-1]}], got {k}")
+    scaled = upcast(logits) / temperature
+    top, ids = torch.topk(scaled, k, dim=-1, largest=True, sorted=True)
+    return ids, top - torch.logsumexp(top, dim=-1, keepdim=True)
+
+
+def gumbel_noise(shape, *, generator: Optional[torch.Generator] = None,
+                 device=None, clamp: Optional[Tuple[float, float]] = None) -> Tensor:
+    """Standard Gumbel(0, 1) samples γ = −log E, E ~ Exp(1), in fp32 (optionally clamped)."""
+    e = torch.empty(shape, dtype=torch.float32, device=device).exponential_(generator=generator)
+    g = -torch.log(e)
+    if clamp is not None:
+        g = g.clamp(clamp[0], clamp[1])
+    return g
+
+
+def perturb(logp: Tensor, noise_scale: float = 1.0, generator: Optional[torch.Generator] = None,
+            clamp: Optional[Tuple[float, float]] = None) -> Tensor:
+    """Perturbed scores z_k = log p̃_k + c·γ_k with γ_k ~ Gumbel(0, 1) i.i.d. (§2.2).
+
+    ``noise_scale`` = c ≥ 0 (0 gives z = log p̃, deterministic). ``clamp`` clips γ, and exists only
+    as the reference implementation's compatibility switch (off by default).
+    """
+    if noise_scale < 0:
+        raise ValueError(f"noise_scale must be >= 0, got {noise_scale}")
+    logp = upcast(logp)
+    if noise_scale == 0:
+        return logp.clone()
+    g = gumbel_noise(logp.shape, generator=generator, device=logp.device, clamp=clamp)
+    return logp + noise_scale * g.to(logp.dtype)
+
+
+def _tau_tensor(tau: Union[float, Tensor], z: Tensor) -> Tensor:
+    if isinstance(tau, Tensor):
+        t = tau.to(device=z.device, dtype=z.dtype)
+        if t.dim() == z.dim():  # already [..., 1]
+            return t
+        return t.unsqueeze(-1)
+    if not tau > 0:
+        raise ValueError(f"tau must be > 0, got {tau}")
+    return torch.tensor(float(tau), dtype=z.dtype, device=z.device)
+
+
+def mixture_weights(z: Tensor, tau: Union[float, Tensor]) -> Tensor:
+    """Mixture weights w = softmax(z/τ) over the last dim, in fp32 (§2.3).
+
+    ``tau`` is a float or a tensor broadcastable to z's leading shape (``[...]`` or ``[..., 1]``).
+    The same expression is used at rollout and at replay, so the weights match bit for bit.
+    """
+    z = upcast(z)
+    return torch.softmax(z / _tau_tensor(tau, z), dim=-1)
+
+
+def soft_embedding(embedding: Union[nn.Embedding, Tensor], ids: Tensor, weights: Tensor) -> Tensor:
+    """Soft input s = Σ_k w_k E[C_k] (§2.3).
+
+    Args:
+        embedding: an ``nn.Embedding`` or its weight ``[V, D]``.
+        ids: ``[..., K]`` candidate ids. weights: ``[..., K]`` (fp32).
+    Returns:
+        ``[..., D]`` in the embedding's dtype; the weighted sum is accumulated in fp32.
+    """
+    weight = embedding.weight if isinstance(embedding, nn.Embedding) else embedding
+    rows = nn.functional.embedding(ids, weight)  # [..., K, D]
+    w = upcast(weights)
+    mixed = (w.unsqueeze(-1) * rows.to(w.dtype)).sum(dim=-2)
+    return mixed.to(weight.dtype)
+
+
+def spine(ids: Tensor, z: Tensor) -> Tensor:
+    """The discrete spine: the candidate with the largest perturbed score, ``ids[..., argmax z]``."""
+    return ids.gather(-1, z.argmax(dim=-1, keepdim=True)).squeeze(-1)
+
+
+def normalized_entropy(logp: Tensor) -> Tensor:
+    """Ĥ = −Σ_k p̃_k log p̃_k / log K ∈ [0, 1] over the last dim (§2.4). K = 1 gives 0."""
+    k = logp.shape[-1]
+    if k <= 1:
+        return torch.zeros(logp.shape[:-1], dtype=upcast(logp).dtype, device=logp.device)
+    logp = upcast(logp)
+    h = -(logp.exp() * logp).nan_to_num(0.0).sum(-1) / math.log(k)
+    return h.clamp(0.0, 1.0)
+
+
+def sort_by_score(z: Tensor, *tensors: Tensor) -> Tuple[Tensor, ...]:
+    """Reorder the K slots by descending z (record order, DESIGN §3: slot 0 = spine).
+
+    Returns ``(z_sorted, *tensors_sorted)``; every tensor is ``[..., K]``.
+    """
+    order = torch.argsort(z, dim=-1, descending=True, stable=True)
+    return (z.gather(-1, order),) + tuple(t.gather(-1, order) for t in tensors)
+
+
+def soft_step(logits: Tensor, k: int, temperature: float = 1.0, noise_scale: float = 1.0,
+              generator: Optional[torch.Generator] = None,
+              clamp: Optional[Tuple[float, float]] = None) -> Tuple[Tensor, Tensor, Tensor]:
+    """One soft sampling step: candidates → perturbation → slots sorted by z.
+
+    Returns ``(ids, z, logp)`` each ``[..., K]`` with slot 0 the spine. Mixture weights follow from
+    ``mixture_weights(z, tau)`` once τ is known (the controller needs ``logp`` for its entropy
+    feature first).
+    """
+    ids, logp = candidates(logits, k, temperature)
+    z = perturb(logp, noise_scale, generator=generator, clamp=clamp)
+    z, ids, logp = sort_by_score(z, ids, logp)
+    return ids, z, logp

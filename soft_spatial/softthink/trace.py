@@ -1,0 +1,200 @@
+"""SoftTrace: the per-step rollout record (DESIGN.md §3).
+
+One record per generated position, in generation order, same length as the response:
+
+    topk_ids [K] int64   slot order = descending z; slot 0 = spine (the emitted token)
+    scores   [K] fp32    z (perturbed candidate log-probs)
+    tau      fp32        mixture temperature used at this step
+    u        fp32        controller pre-activation (τ = τ₀ + Δ tanh u); 0 without a controller
+    ctrl_x   [F] fp32    controller features x = [P·LN(h) ‖ Ĥ_s] (F = d_p + 1; zeros without one)
+    entropy  fp32        Ĥ, normalised top-K entropy
+    soft     bool        False for discrete steps, recorded as topk_ids=[token,0…], scores=[0…]
+
+Records travel linearly: an engine records one batched step at a time (:class:`TraceRecorder`) and
+sends each step once (:meth:`SoftTrace.to_lists` / :meth:`SoftTrace.from_lists`). For training,
+:func:`collate_traces` right-pads a batch into tensors aligned with verl's response positions, and
+:func:`uncollate_traces` inverts it losslessly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Dict, List, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = ["SoftTrace", "TraceRecorder", "collate_traces", "uncollate_traces", "TRACE_KEYS"]
+
+TRACE_KEYS = ("topk_ids", "scores", "tau", "u", "ctrl_x", "entropy", "soft")
+_DTYPES = {"topk_ids": torch.long, "scores": torch.float32, "tau": torch.float32,
+           "u": torch.float32, "ctrl_x": torch.float32, "entropy": torch.float32,
+           "soft": torch.bool}
+
+
+@dataclass
+class SoftTrace:
+    """Records of one response (L steps). All tensors live on the CPU unless moved."""
+
+    topk_ids: Tensor  # [L, K]
+    scores: Tensor  # [L, K]
+    tau: Tensor  # [L]
+    u: Tensor  # [L]
+    ctrl_x: Tensor  # [L, F]
+    entropy: Tensor  # [L]
+    soft: Tensor  # [L] bool
+
+    def __post_init__(self):
+        n = self.topk_ids.shape[0]
+        for f in fields(self):
+            t = getattr(self, f.name)
+            if not isinstance(t, Tensor):
+                raise TypeError(f"SoftTrace.{f.name} must be a tensor, got {type(t).__name__}")
+            if t.shape[0] != n:
+                raise ValueError(f"SoftTrace.{f.name} has {t.shape[0]} steps, topk_ids has {n}")
+            setattr(self, f.name, t.to(_DTYPES[f.name]))
+        if self.scores.shape != self.topk_ids.shape:
+            raise ValueError(f"SoftTrace.scores {tuple(self.scores.shape)} must match topk_ids "
+                             f"{tuple(self.topk_ids.shape)}")
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def empty(cls, k: int, feature_dim: int) -> "SoftTrace":
+        z = torch.zeros(0)
+        return cls(torch.zeros(0, k, dtype=torch.long), torch.zeros(0, k), z, z,
+                   torch.zeros(0, feature_dim), z, torch.zeros(0, dtype=torch.bool))
+
+    @classmethod
+    def discrete(cls, tokens: Sequence[int], k: int, feature_dim: int) -> "SoftTrace":
+        """Records of discrete steps: topk_ids=[token, 0…], scores=[0…], soft=False."""
+        n = len(tokens)
+        ids = torch.zeros(n, k, dtype=torch.long)
+        ids[:, 0] = torch.as_tensor(list(tokens), dtype=torch.long)
+        z = torch.zeros(n)
+        return cls(ids, torch.zeros(n, k), z, z.clone(), torch.zeros(n, feature_dim), z.clone(),
+                   torch.zeros(n, dtype=torch.bool))
+
+    @classmethod
+    def concat(cls, traces: Sequence["SoftTrace"]) -> "SoftTrace":
+        if not traces:
+            raise ValueError("SoftTrace.concat needs at least one trace")
+        return cls(*(torch.cat([getattr(t, k) for t in traces]) for k in TRACE_KEYS))
+
+    # -- access --------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self.topk_ids.shape[0]
+
+    @property
+    def k(self) -> int:
+        return self.topk_ids.shape[1]
+
+    @property
+    def feature_dim(self) -> int:
+        return self.ctrl_x.shape[1]
+
+    @property
+    def tokens(self) -> Tensor:
+        """The emitted tokens (slot 0 of every record)."""
+        return self.topk_ids[:, 0]
+
+    def __getitem__(self, idx) -> "SoftTrace":
+        if isinstance(idx, int):
+            idx = slice(idx, idx + 1 if idx != -1 else None)
+        return SoftTrace(*(getattr(self, k)[idx] for k in TRACE_KEYS))
+
+    def to(self, device) -> "SoftTrace":
+        return SoftTrace(*(getattr(self, k).to(device) for k in TRACE_KEYS))
+
+    def equal(self, other: "SoftTrace") -> bool:
+        """Exact equality of every field (bitwise for floats)."""
+        return all(torch.equal(getattr(self, k), getattr(other, k)) for k in TRACE_KEYS)
+
+    # -- linear transport (JSON-able, each step sent once) ------------------------------------
+    def to_lists(self) -> Dict[str, list]:
+        """Plain Python lists (per key, one entry per step), e.g. for an engine's meta_info."""
+        return {k: getattr(self, k).tolist() for k in TRACE_KEYS}
+
+    @classmethod
+    def from_lists(cls, data: Dict[str, list], k: Optional[int] = None,
+                   feature_dim: Optional[int] = None) -> "SoftTrace":
+        missing = [key for key in TRACE_KEYS if key not in data]
+        if missing:
+            raise KeyError(f"SoftTrace.from_lists: missing keys {missing}")
+        if len(data["topk_ids"]) == 0:
+            if k is None or feature_dim is None:
+                raise ValueError("SoftTrace.from_lists: an empty trace needs k and feature_dim")
+            return cls.empty(k, feature_dim)
+        return cls(*(torch.tensor(data[key], dtype=_DTYPES[key]) for key in TRACE_KEYS))
+
+
+class TraceRecorder:
+    """Accumulates batched per-step records ``[B, ...]`` during decoding, one call per step.
+
+    :meth:`build` slices row i to its own length and returns one :class:`SoftTrace` per row.
+    Tensors are moved to the CPU once, at the end.
+    """
+
+    def __init__(self):
+        self._steps: Dict[str, List[Tensor]] = {key: [] for key in TRACE_KEYS}
+
+    def __len__(self) -> int:
+        return len(self._steps["topk_ids"])
+
+    def record(self, **step: Tensor) -> None:
+        missing = set(TRACE_KEYS) - set(step)
+        if missing:
+            raise KeyError(f"TraceRecorder.record: missing {sorted(missing)}")
+        for key in TRACE_KEYS:
+            self._steps[key].append(step[key].detach())
+
+    def build(self, lengths: Sequence[int], rows: Optional[Sequence[int]] = None) -> List[SoftTrace]:
+        """One trace per row (``rows`` selects/reorders them), trace i cut to ``lengths[i]``."""
+        if not len(self):
+            raise ValueError("TraceRecorder.build: nothing was recorded")
+        stacked = {key: torch.stack(v, dim=1).cpu() for key, v in self._steps.items()}
+        rows = range(stacked["topk_ids"].shape[0]) if rows is None else rows
+        return [SoftTrace(*(stacked[key][r, : int(n)] for key in TRACE_KEYS))
+                for r, n in zip(rows, lengths)]
+
+
+def collate_traces(traces: Sequence[SoftTrace], length: Optional[int] = None,
+                   device=None) -> Dict[str, Tensor]:
+    """Right-pad traces into ``[B, R, ...]`` tensors aligned with verl's response positions.
+
+    Step t of trace i lands at response position t. Padding is zeros (``soft=False``) and
+    ``trace_mask`` [B, R] marks real steps. ``length`` defaults to the longest trace; a trace
+    longer than ``length`` raises (nothing is silently dropped).
+    Keys: ``trace_<key>`` for every record field, plus ``trace_mask``.
+    """
+    if not traces:
+        raise ValueError("collate_traces needs at least one trace")
+    k, f = traces[0].k, traces[0].feature_dim
+    for i, t in enumerate(traces):
+        if t.k != k or t.feature_dim != f:
+            raise ValueError(f"collate_traces: trace {i} has K={t.k}, F={t.feature_dim}; "
+                             f"trace 0 has K={k}, F={f}")
+    r = max(len(t) for t in traces) if length is None else length
+    too_long = [i for i, t in enumerate(traces) if len(t) > r]
+    if too_long:
+        raise ValueError(f"collate_traces: traces {too_long} are longer than length={r}")
+    b = len(traces)
+    out = {f"trace_{key}": torch.zeros((b, r) + tuple(getattr(traces[0], key).shape[1:]),
+                                       dtype=_DTYPES[key]) for key in TRACE_KEYS}
+    out["trace_mask"] = torch.zeros(b, r, dtype=torch.bool)
+    for i, t in enumerate(traces):
+        n = len(t)
+        for key in TRACE_KEYS:
+            out[f"trace_{key}"][i, :n] = getattr(t, key)
+        out["trace_mask"][i, :n] = True
+    if device is not None:
+        out = {key: v.to(device) for key, v in out.items()}
+    return out
+
+
+def uncollate_traces(batch: Dict[str, Tensor]) -> List[SoftTrace]:
+    """Inverse of :func:`collate_traces` (uses ``trace_mask``; real steps must be a prefix)."""
+    mask = batch["trace_mask"].bool().cpu()
+    lengths = mask.sum(-1)
+    if not torch.equal(mask, torch.arange(mask.shape[1]) < lengths[:, None]):
+        raise ValueError("uncollate_traces: trace_mask is not a right-padded prefix mask")
+    return [SoftTrace(*(batch[f"trace_{key}"][i, : int(n)].cpu() for key in TRACE_KEYS))
+            for i, n in enumerate(lengths)]

@@ -1,0 +1,69 @@
+"""SoftTrace (DESIGN §3): transport and collation round trips."""
+import json
+
+import pytest
+import torch
+
+from soft_spatial.softthink import SoftTrace, TraceRecorder, collate_traces, uncollate_traces
+
+
+def random_trace(n, k=5, f=9, seed=0, soft_until=None):
+    g = torch.Generator().manual_seed(seed)
+    soft_until = n if soft_until is None else soft_until
+    t = SoftTrace(topk_ids=torch.randint(0, 1000, (n, k), generator=g),
+                  scores=torch.randn(n, k, generator=g), tau=torch.rand(n, generator=g),
+                  u=torch.randn(n, generator=g), ctrl_x=torch.randn(n, f, generator=g),
+                  entropy=torch.rand(n, generator=g), soft=torch.arange(n) < soft_until)
+    hard = SoftTrace.discrete(t.tokens[soft_until:].tolist(), k, f)
+    return SoftTrace.concat([t[:soft_until], hard]) if soft_until < n else t
+
+
+def test_collate_uncollate_round_trip_is_lossless():
+    traces = [random_trace(n, seed=n, soft_until=max(0, n - 2)) for n in (7, 1, 12, 3)]
+    batch = collate_traces(traces, length=16)
+    assert batch["trace_topk_ids"].shape == (4, 16, 5)
+    assert batch["trace_ctrl_x"].shape == (4, 16, 9)
+    assert batch["trace_mask"].sum(-1).tolist() == [7, 1, 12, 3]
+    assert (batch["trace_scores"][0, 7:] == 0).all() and not batch["trace_soft"][0, 7:].any()
+    back = uncollate_traces(batch)
+    assert all(a.equal(b) for a, b in zip(traces, back))
+    with pytest.raises(ValueError, match="longer"):
+        collate_traces(traces, length=8)
+
+
+def test_discrete_records_layout():
+    t = SoftTrace.discrete([5, 0, 9], k=4, feature_dim=3)
+    assert t.topk_ids.tolist() == [[5, 0, 0, 0], [0, 0, 0, 0], [9, 0, 0, 0]]
+    assert (t.scores == 0).all() and not t.soft.any() and t.tokens.tolist() == [5, 0, 9]
+
+
+def test_lists_transport_round_trip_through_json():
+    t = random_trace(9, seed=3, soft_until=6)
+    wire = json.loads(json.dumps(t.to_lists()))
+    back = SoftTrace.from_lists(wire)
+    assert back.equal(t)  # fp32 → Python float → fp32 is exact
+    empty = SoftTrace.from_lists({k: [] for k in wire}, k=5, feature_dim=9)
+    assert len(empty) == 0 and empty.k == 5
+    with pytest.raises(KeyError):
+        SoftTrace.from_lists({"topk_ids": []})
+
+
+def test_recorder_builds_per_row_traces():
+    rec = TraceRecorder()
+    steps = [random_trace(3, seed=s) for s in range(4)]  # 4 steps of a batch of 3 rows
+    for st in steps:
+        rec.record(**{k: getattr(st, k) for k in ("topk_ids", "scores", "tau", "u", "ctrl_x",
+                                                    "entropy", "soft")})
+    out = rec.build(lengths=[4, 2, 0], rows=[0, 1, 2])
+    assert [len(t) for t in out] == [4, 2, 0]
+    for step, st in enumerate(steps):
+        assert torch.equal(out[0].topk_ids[step], st.topk_ids[0])
+    assert torch.equal(out[1].scores, torch.stack([st.scores[1] for st in steps[:2]]))
+
+
+def test_validation_errors():
+    with pytest.raises(ValueError, match="steps"):
+        SoftTrace(torch.zeros(3, 5, dtype=torch.long), torch.zeros(3, 5), torch.zeros(2),
+                  torch.zeros(3), torch.zeros(3, 9), torch.zeros(3), torch.zeros(3, dtype=bool))
+    with pytest.raises(ValueError, match="K="):
+        collate_traces([random_trace(2, k=5), random_trace(2, k=4)])
