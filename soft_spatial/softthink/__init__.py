@@ -15,9 +15,11 @@ from .alignment import (AlignmentScaler, SparseGrad, alignment_loss, alignment_s
 from .config import (AdaptSoftConfig, AlignmentConfig, DensityConfig, SamplingConfig,
                      SoftThinkingConfig, from_mapping)
 from .controller import AdaptSoft
-from .density import candidate_logp, gumbel_log_density, soft_step_log_density
-from .mixture import (candidates, gumbel_noise, mixture_weights, normalized_entropy, perturb,
-                      soft_embedding, soft_step, sort_by_score, spine)
+from .density import (candidate_logp, gumbel_log_density, soft_step_log_density,
+                      step_log_likelihood)
+from .mixture import (candidates, gumbel_from_uniform, gumbel_noise, mixture_weights,
+                      normalized_entropy, perturb, record_input_embeddings, soft_embedding,
+                      soft_step, sort_by_score, spine)
 from .trace import SoftTrace, TraceRecorder, collate_traces, uncollate_traces
 
 __all__ = [
@@ -27,5 +29,6 @@ __all__ = [
     "center_per_rollout", "collate_traces", "controller_surrogate", "from_mapping",
     "gumbel_log_density", "gumbel_noise", "mixture_weights", "normalized_entropy", "perturb",
     "select_reference", "soft_embedding", "soft_step", "soft_step_log_density", "sort_by_score",
-    "spine", "uncollate_traces",
+    "spine", "uncollate_traces", "gumbel_from_uniform", "record_input_embeddings",
+    "step_log_likelihood",
 ]

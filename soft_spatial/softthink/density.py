@@ -18,7 +18,8 @@ from torch import Tensor
 
 from .mixture import upcast
 
-__all__ = ["gumbel_log_density", "candidate_logp", "soft_step_log_density", "EXP_CAP"]
+__all__ = ["gumbel_log_density", "candidate_logp", "soft_step_log_density", "step_log_likelihood",
+           "EXP_CAP"]
 
 # Numerical safety (any finite input gives a finite value and gradient):
 # * exp(−γ̃) is continued by its tangent line beyond −γ̃ > EXP_CAP, so it grows linearly there;
@@ -92,3 +93,26 @@ def soft_step_log_density(logits: Tensor, ids: Tensor, z: Tensor, temperature: f
     """Convenience: log P_θ(z) straight from logits ``[..., V]`` and a record (ids, z)."""
     return gumbel_log_density(z, candidate_logp(logits, ids, temperature), **kwargs)
 
+
+
+def step_log_likelihood(logits: Tensor, topk_ids: Tensor, scores: Tensor, soft: Tensor,
+                        temperature: float = 1.0, noise_scale: float = 1.0, reduce: str = "sum",
+                        clamp: Optional[Tuple[float, float]] = None,
+                        min_logp: Optional[float] = None) -> Tensor:
+    """Per-step likelihood used by GRPO (§2.8): log P_θ(z) at soft steps, log p_θ(token) at T for
+    discrete steps (token = ``topk_ids[..., 0]``).
+
+    Args: logits ``[..., V]`` that produced each step; records ``[..., K]``; ``soft`` ``[...]``.
+    Returns ``[...]`` fp32. Only the K candidate logits of a soft step get gradient.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    soft = soft.bool()
+    token_lp = torch.log_softmax(upcast(logits) / temperature, dim=-1).gather(
+        -1, topk_ids[..., :1]).squeeze(-1)
+    if not soft.any():
+        return token_lp
+    dens = gumbel_log_density(scores, candidate_logp(logits, topk_ids, temperature),
+                              noise_scale=noise_scale if noise_scale > 0 else 1.0, reduce=reduce,
+                              clamp=clamp, min_logp=min_logp)
+    return torch.where(soft, dens, token_lp)

@@ -23,6 +23,8 @@ __all__ = [
     "normalized_entropy",
     "sort_by_score",
     "soft_step",
+    "gumbel_from_uniform",
+    "record_input_embeddings",
 ]
 
 
@@ -63,19 +65,37 @@ def gumbel_noise(shape, *, generator: Optional[torch.Generator] = None,
     return g
 
 
+def gumbel_from_uniform(u: Tensor, clamp: Optional[Tuple[float, float]] = None) -> Tensor:
+    """Standard Gumbel samples γ = −log(−log U) from uniforms U ∈ [0, 1) (kept inside (0, 1)).
+
+    Lets an engine draw one block of uniforms per row and step from the row's own generator, so a
+    row's noise does not depend on what else is in the batch.
+    """
+    tiny = torch.finfo(u.dtype).tiny
+    u = u.clamp(min=tiny, max=1.0 - torch.finfo(u.dtype).eps)
+    g = -torch.log(-torch.log(u))
+    return g.clamp(clamp[0], clamp[1]) if clamp is not None else g
+
+
 def perturb(logp: Tensor, noise_scale: float = 1.0, generator: Optional[torch.Generator] = None,
-            clamp: Optional[Tuple[float, float]] = None) -> Tensor:
+            clamp: Optional[Tuple[float, float]] = None, noise: Optional[Tensor] = None) -> Tensor:
     """Perturbed scores z_k = log p̃_k + c·γ_k with γ_k ~ Gumbel(0, 1) i.i.d. (§2.2).
 
     ``noise_scale`` = c ≥ 0 (0 gives z = log p̃, deterministic). ``clamp`` clips γ, and exists only
-    as the reference implementation's compatibility switch (off by default).
+    as the reference implementation's compatibility switch (off by default). ``noise`` supplies
+    pre-drawn standard Gumbel samples of logp's shape instead of drawing from ``generator``.
     """
     if noise_scale < 0:
         raise ValueError(f"noise_scale must be >= 0, got {noise_scale}")
     logp = upcast(logp)
     if noise_scale == 0:
         return logp.clone()
-    g = gumbel_noise(logp.shape, generator=generator, device=logp.device, clamp=clamp)
+    if noise is None:
+        g = gumbel_noise(logp.shape, generator=generator, device=logp.device, clamp=clamp)
+    else:
+        if noise.shape != logp.shape:
+            raise ValueError(f"noise shape {tuple(noise.shape)} != logp shape {tuple(logp.shape)}")
+        g = noise.clamp(clamp[0], clamp[1]) if clamp is not None else noise
     return logp + noise_scale * g.to(logp.dtype)
 
 
@@ -142,7 +162,8 @@ def sort_by_score(z: Tensor, *tensors: Tensor) -> Tuple[Tensor, ...]:
 
 def soft_step(logits: Tensor, k: int, temperature: float = 1.0, noise_scale: float = 1.0,
               generator: Optional[torch.Generator] = None,
-              clamp: Optional[Tuple[float, float]] = None) -> Tuple[Tensor, Tensor, Tensor]:
+              clamp: Optional[Tuple[float, float]] = None,
+              noise: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """One soft sampling step: candidates → perturbation → slots sorted by z.
 
     Returns ``(ids, z, logp)`` each ``[..., K]`` with slot 0 the spine. Mixture weights follow from
@@ -150,6 +171,22 @@ def soft_step(logits: Tensor, k: int, temperature: float = 1.0, noise_scale: flo
     feature first).
     """
     ids, logp = candidates(logits, k, temperature)
-    z = perturb(logp, noise_scale, generator=generator, clamp=clamp)
+    z = perturb(logp, noise_scale, generator=generator, clamp=clamp, noise=noise)
     z, ids, logp = sort_by_score(z, ids, logp)
     return ids, z, logp
+
+
+def record_input_embeddings(embedding: Union[nn.Embedding, Tensor], topk_ids: Tensor,
+                            scores: Tensor, tau: Tensor, soft: Tensor) -> Tensor:
+    """The next-step inputs a sequence of records stands for (§2.3, §3).
+
+    Soft records give Σ_k softmax(z/τ)_k E[ids_k]; discrete records give E[ids_0] exactly (their τ
+    is ignored). Shapes ``[..., K]`` ids/scores, ``[...]`` tau/soft → ``[..., D]``. Used both by the
+    engines (next decode input) and at replay, so both sides compute identical weights.
+    """
+    soft = soft.bool()
+    tau = torch.where(soft, upcast(tau), torch.ones_like(upcast(tau)))
+    w = mixture_weights(scores, tau)
+    one_hot = torch.zeros_like(w)
+    one_hot[..., 0] = 1.0
+    return soft_embedding(embedding, topk_ids, torch.where(soft.unsqueeze(-1), w, one_hot))

@@ -1,0 +1,16 @@
+"""Rollout engines behind one interface: ``generate(prompts, soft, sampling, n, seed)`` returns
+:class:`~soft_spatial.engines.base.Completion` objects with a :class:`SoftTrace` each.
+
+``local`` is the embedded PyTorch engine (CPU default, and the reference the SGLang backend is
+checked against); ``sglang`` is the GPU plugin (imported lazily: it needs the sglang package).
+"""
+from .base import Completion, Prompt
+
+__all__ = ["Completion", "Prompt", "LocalEngine"]
+
+
+def __getattr__(name):
+    if name == "LocalEngine":
+        from .local import LocalEngine
+        return LocalEngine
+    raise AttributeError(name)

@@ -1,0 +1,39 @@
+"""What every rollout engine returns."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from soft_spatial.softthink import SoftTrace
+
+# A prompt is a chat (list of {"role", "content"} messages; content may hold {"type": "image",
+# "image": PIL.Image | path} items) or a list of token ids (text only).
+Prompt = Union[Sequence[Dict[str, Any]], Sequence[int]]
+
+FINISH_STOP = "stop"  # emitted an end-of-sequence token (included in token_ids)
+FINISH_LENGTH = "length"  # reached max_new_tokens
+
+
+@dataclass
+class Completion:
+    """One sampled response.
+
+    ``token_ids`` are the emitted tokens (the spine during soft thinking), ``trace`` has one record
+    per token. ``think_end`` is the index of the ``</think>`` token in ``token_ids`` (None if the
+    spine never emitted it: then every step was soft). ``debug`` holds optional per-step tensors
+    (mixture weights, candidate log-probs) when the engine was asked for them.
+    """
+
+    prompt_index: int
+    sample_index: int
+    prompt_ids: List[int]
+    token_ids: List[int]
+    text: str
+    trace: SoftTrace
+    finish_reason: str
+    think_end: Optional[int] = None
+    debug: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def think_closed(self) -> bool:
+        return self.think_end is not None

@@ -1,0 +1,441 @@
+"""The embedded soft-decoding engine (pure PyTorch + transformers).
+
+Decoding of one batch (DESIGN.md §1, §2.1–2.5, §3):
+
+1. prompts are rendered with the chat template (images through the processor), left-padded and
+   prefilled **once per prompt**; the KV cache is then repeated for the n samples of each prompt;
+2. at every step the final hidden state h and the logits ℓ of the last position are computed;
+   rows still thinking take a soft step (Gumbel top-K, τ fixed or from AdaptSoft, the spine is the
+   emitted token, the next input is the mixture Σ w_k E[ids_k]); rows whose spine has emitted
+   ``</think>`` (that step itself is soft) and every row in ``hard`` mode sample discretely;
+3. each step's record is appended once (:class:`~soft_spatial.softthink.TraceRecorder`); finished
+   rows leave the batch (their KV is dropped).
+
+Positions are explicit (M-RoPE aware, :mod:`soft_spatial.models.rope`), so cached decoding equals an
+uncached forward. Each row draws its noise from its own generator, seeded from its prompt's seed
+(``seeds[i]``, default ``seed + i``) and its sample index, so a row's output does not depend on
+the rest of the batch.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+
+from soft_spatial.models.loading import load_model
+from soft_spatial.models.rope import decode_position_ids, is_mrope, prefill_position_ids
+from soft_spatial.models.tokens import eos_token_ids, single_token_id
+from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig,
+                                    SoftThinkingConfig, TraceRecorder, candidates,
+                                    gumbel_from_uniform, mixture_weights, normalized_entropy,
+                                    record_input_embeddings, sort_by_score)
+from soft_spatial.softthink.trace import TRACE_KEYS
+
+from .base import FINISH_LENGTH, FINISH_STOP, Completion, Prompt
+
+__all__ = ["LocalEngine", "row_seed"]
+
+
+def row_seed(prompt_seed: int, sample_index: int) -> int:
+    """Seed of one row's generator: a function of its prompt's seed and its sample index only,
+    so a row decodes the same alone or in any batch."""
+    return prompt_seed * 10_007 + sample_index
+
+
+@dataclass
+class _Prepared:
+    """One rendered prompt: token ids and its processor tensors (images), unbatched."""
+
+    ids: List[int]
+    mm: Dict[str, Tensor]
+
+
+class _Timer:
+    """Accumulates wall time per phase (for scripts/bench_decode.py); no-op when disabled."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.totals = enabled, defaultdict(float)
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        if not self.enabled:
+            yield
+            return
+        t0 = time.perf_counter()
+        yield
+        self.totals[name] += time.perf_counter() - t0
+
+
+class LocalEngine:
+    """Batched soft/hard decoding with a KV cache, on any device PyTorch runs on.
+
+    Args:
+        model: a transformers model with ``.model`` (the base model returning
+            ``last_hidden_state``) and an output embedding (Qwen3-VL, Qwen2.5-VL, causal LMs).
+        tokenizer, processor: from the same directory (processor None for text-only models).
+        controller: an :class:`AdaptSoft` for ``mode="adaptsoft"`` (or set it later).
+        max_batch_rows: rows (prompts × n) decoded together.
+        max_prompt_length: longest accepted prompt in tokens (default: the model's context
+            length minus ``max_new_tokens``).
+    """
+
+    def __init__(self, model, tokenizer, processor=None, controller: Optional[AdaptSoft] = None,
+                 eos_ids: Optional[Sequence[int]] = None, max_batch_rows: int = 64,
+                 max_prompt_length: Optional[int] = None, name: str = "model"):
+        self.model, self.tokenizer, self.processor = model, tokenizer, processor
+        self.name = name
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.base = model.model
+        self.embed = model.get_input_embeddings()
+        self.lm_head = model.get_output_embeddings()
+        self.mrope = is_mrope(model)
+        cfg = getattr(model.config, "text_config", model.config)
+        self.hidden_size = cfg.hidden_size
+        self.context_length = getattr(cfg, "max_position_embeddings", None)
+        self.eos_ids = list(eos_ids) if eos_ids else list(dict.fromkeys(
+            eos_token_ids(getattr(model, "generation_config", None) or model.config)
+            + eos_token_ids(model.config, tokenizer)))
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.image_token_id = getattr(model.config, "image_token_id", None)
+        self.max_batch_rows, self.max_prompt_length = max_batch_rows, max_prompt_length
+        self.controller: Optional[AdaptSoft] = None
+        if controller is not None:
+            self.set_controller(controller)
+        self.timings = _Timer(False)
+
+    # -- construction and weights -------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, path: Union[str, Path], device="cpu", dtype=torch.float32,
+                        controller=None, **kwargs) -> "LocalEngine":
+        """Load a local model directory (no downloads); ``controller`` as in :meth:`set_controller`."""
+        model, processor, tokenizer = load_model(path, device=device, dtype=dtype)
+        engine = cls(model, tokenizer, processor, name=str(path), **kwargs)
+        if controller is not None:
+            engine.set_controller(controller)
+        return engine
+
+    @torch.no_grad()
+    def update_weights(self, state_dict: Dict[str, Tensor]) -> None:
+        """Copy (a subset of) policy weights in, e.g. after an actor update. Unknown names raise."""
+        own = self.model.state_dict()
+        unknown = sorted(k for k in state_dict if k not in own)
+        if unknown:
+            raise KeyError(f"update_weights: {len(unknown)} names are not parameters of "
+                           f"{self.name}, e.g. {unknown[:3]}")
+        for k, v in state_dict.items():
+            if own[k].shape != v.shape:
+                raise ValueError(f"update_weights: {k} has shape {tuple(v.shape)}, expected "
+                                 f"{tuple(own[k].shape)}")
+            own[k].copy_(v.to(own[k].device, own[k].dtype))
+
+    def set_controller(self, controller: Union[AdaptSoft, dict, str, Path, None]) -> None:
+        """Install AdaptSoft: a module, its state dict, a checkpoint path (:meth:`AdaptSoft.save`),
+        or None to remove it. A state dict is loaded into the current controller (or a new
+        default one when none is installed)."""
+        if controller is None:
+            self.controller = None
+            return
+        if isinstance(controller, (str, Path)):
+            controller = AdaptSoft.load(controller)
+        elif isinstance(controller, dict):
+            state = controller.get("state_dict", controller)
+            ctrl = self.controller
+            if ctrl is None:
+                cfg = controller.get("config") or dict(
+                    AdaptSoftConfig().__dict__, hidden_size=self.hidden_size)
+                ctrl = AdaptSoft(**cfg)
+            ctrl.load_state_dict(state)
+            controller = ctrl
+        if controller.hidden_size != self.hidden_size:
+            raise ValueError(f"AdaptSoft was built for hidden size {controller.hidden_size}, "
+                             f"{self.name} has {self.hidden_size}")
+        self.controller = controller.to(self.device).float().eval()
+
+    @property
+    def feature_dim(self) -> int:
+        return self.controller.feature_dim if self.controller else AdaptSoftConfig().proj_dim + 1
+
+    # -- prompts ------------------------------------------------------------------------------
+    def _prepare(self, i: int, prompt: Prompt, limit: int) -> _Prepared:
+        if len(prompt) and isinstance(prompt[0], dict):
+            p = self._prepare_chat(i, prompt)
+        elif all(isinstance(t, int) for t in prompt):
+            ids = list(prompt)
+            if self.image_token_id is not None and self.image_token_id in ids:
+                raise ValueError(f"prompt {i}: token ids contain image tokens but no image was "
+                                 f"given; pass a chat prompt with its images instead")
+            p = _Prepared(ids, {})
+        else:
+            raise TypeError(f"prompt {i}: expected a list of chat messages or of token ids")
+        if not p.ids:
+            raise ValueError(f"prompt {i} is empty")
+        if len(p.ids) > limit:
+            raise ValueError(f"prompt {i} is too long: {len(p.ids)} tokens > {limit} allowed "
+                             f"(context {self.context_length}, max_prompt_length "
+                             f"{self.max_prompt_length})")
+        return p
+
+    def _prepare_chat(self, i: int, messages) -> _Prepared:
+        images = []
+        for m in messages:
+            content = m.get("content")
+            for item in content if isinstance(content, list) else []:
+                if isinstance(item, dict) and item.get("type") == "image":
+                    img = item.get("image")
+                    if img is None:
+                        raise ValueError(f"prompt {i}: an image item has no 'image' value")
+                    images.append(_load_image(img, i))
+        if self.processor is None:
+            if images:
+                raise ValueError(f"prompt {i} has images but {self.name} is a text-only model")
+            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                     tokenize=True)
+            if hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            return _Prepared(list(ids), {})
+        text = self.processor.apply_chat_template(messages, add_generation_prompt=True,
+                                                  tokenize=False)
+        enc = self.processor(text=[text], images=images or None, return_tensors="pt")
+        ids = enc["input_ids"][0].tolist()
+        n_pad = sum(1 for t in ids if t == self.image_token_id)
+        if images and n_pad == 0:
+            raise ValueError(f"prompt {i}: {len(images)} image(s) given but the rendered prompt "
+                             f"has no image placeholder")
+        if n_pad and not images:
+            raise ValueError(f"prompt {i}: the prompt has image placeholders but no image")
+        mm = {k: v for k, v in enc.items() if k not in ("input_ids", "attention_mask")}
+        return _Prepared(ids, mm)
+
+    def _batch(self, prepared: List[_Prepared]):
+        n = max(len(p.ids) for p in prepared)
+        ids = torch.full((len(prepared), n), self.pad_id, dtype=torch.long)
+        mask = torch.zeros(len(prepared), n, dtype=torch.long)
+        for r, p in enumerate(prepared):
+            ids[r, n - len(p.ids):] = torch.tensor(p.ids)
+            mask[r, n - len(p.ids):] = 1
+        mm: Dict[str, Tensor] = {}
+        if any(p.mm for p in prepared):
+            for key in ("pixel_values", "image_grid_thw"):
+                parts = [p.mm[key] for p in prepared if key in p.mm]
+                if parts:
+                    mm[key] = torch.cat(parts)
+            mm["mm_token_type_ids"] = torch.zeros_like(ids, dtype=torch.int32)
+            for r, p in enumerate(prepared):
+                if "mm_token_type_ids" in p.mm:
+                    mm["mm_token_type_ids"][r, n - len(p.ids):] = p.mm["mm_token_type_ids"][0]
+        dev = self.device
+        mm = {k: (v.to(dev, self.dtype) if v.is_floating_point() else v.to(dev))
+              for k, v in mm.items()}
+        return ids.to(dev), mask.to(dev), mm
+
+    # -- decoding -----------------------------------------------------------------------------
+    def _step_outputs(self, out):
+        h = out.last_hidden_state[:, -1]
+        return h, self.lm_head(h)
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Prompt], soft: Optional[SoftThinkingConfig] = None,
+                 sampling: Optional[SamplingConfig] = None, n: int = 1, seed: int = 0,
+                 seeds: Optional[Sequence[int]] = None, debug: bool = False,
+                 progress: bool = False) -> List[Completion]:
+        """Sample ``n`` responses per prompt. Returns completions ordered prompt-major
+        (prompt i's samples at ``i*n .. i*n+n-1``).
+
+        ``seeds`` gives each prompt its own seed (default ``seed + i``); row (i, j) uses
+        ``row_seed(seeds[i], j)``, so prompt i run alone with ``seeds=[seeds[i]]`` decodes the
+        same. ``debug`` keeps per-step mixture weights and candidate log-probs.
+        """
+        soft = soft or SoftThinkingConfig()
+        sampling = sampling or SamplingConfig()
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        if soft.mode == "adaptsoft" and self.controller is None:
+            raise ValueError("mode 'adaptsoft' needs a controller: pass controller= or call "
+                             "set_controller()")
+        think_end = single_token_id(self.tokenizer, soft.think_end) if soft.soft else None
+        limit = self.max_prompt_length or (
+            self.context_length - sampling.max_new_tokens if self.context_length else 10 ** 9)
+        prepared = [self._prepare(i, p, limit) for i, p in enumerate(prompts)]
+        seeds = list(seeds) if seeds is not None else [seed + i for i in range(len(prompts))]
+        if len(seeds) != len(prompts):
+            raise ValueError(f"got {len(seeds)} seeds for {len(prompts)} prompts")
+        per_chunk = max(1, self.max_batch_rows // n)
+        chunks = [list(range(s, min(s + per_chunk, len(prompts))))
+                  for s in range(0, len(prompts), per_chunk)]
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=len(prompts) * n, desc="generate", unit="sample")
+        outs: List[Completion] = []
+        for chunk in chunks:
+            outs += self._generate_chunk(chunk, [prepared[i] for i in chunk], soft, sampling, n,
+                                         [seeds[i] for i in chunk], think_end, debug)
+            if bar is not None:
+                bar.update(len(chunk) * n)
+        if bar is not None:
+            bar.close()
+        return outs
+
+    def _generate_chunk(self, prompt_idx, prepared, soft, sampling, n, seeds, think_end, debug):
+        tm = self.timings
+        k, fdim, dev = soft.top_k, self.feature_dim, self.device
+        ids, mask, mm = self._batch(prepared)
+        with tm("prefill"):
+            pos, deltas = prefill_position_ids(self.model, ids, mask, **mm)
+            out = self.base(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
+                            **mm)
+            h, logits = self._step_outputs(out)
+        cache = out.past_key_values
+        if n > 1:  # the n samples of a prompt share its prefill
+            cache.batch_repeat_interleave(n)
+            h, logits = h.repeat_interleave(n, 0), logits.repeat_interleave(n, 0)
+            mask, deltas = mask.repeat_interleave(n, 0), deltas.repeat_interleave(n, 0)
+        rows = len(prepared) * n
+        gens = [torch.Generator().manual_seed(row_seed(seeds[r // n], r % n))
+                for r in range(rows)]
+        thinking = torch.full((rows,), soft.soft, dtype=torch.bool, device=dev)
+        active = torch.arange(rows, device=dev)  # original row of each live batch row
+        recorder = TraceRecorder()
+        lengths = [0] * rows
+        finish = [FINISH_LENGTH] * rows
+        think_pos: List[Optional[int]] = [None] * rows
+        dbg = defaultdict(list)
+        temperature = sampling.temperature
+        for step in range(sampling.max_new_tokens):
+            b = active.numel()
+            with tm("sample"):
+                u = torch.stack([torch.rand(k + 1, generator=gens[r]) for r in active.tolist()])
+                u = u.to(dev)
+                rec = self._sample(logits, h, u, thinking[active], soft, sampling, temperature,
+                                   fdim, debug)
+            token = rec["topk_ids"][:, 0]
+            full = {key: torch.zeros((rows,) + tuple(v.shape[1:]), dtype=v.dtype, device=dev)
+                    for key, v in rec.items() if key in TRACE_KEYS}
+            for key in TRACE_KEYS:
+                full[key][active] = rec[key]
+            recorder.record(**full)
+            if debug:
+                for key in ("weights", "logp"):
+                    d = torch.zeros(rows, k, device=dev, dtype=rec[key].dtype)
+                    d[active] = rec[key]
+                    dbg[key].append(d.cpu())
+            # bookkeeping per live row
+            done = torch.zeros(b, dtype=torch.bool, device=dev)
+            tok_list = token.tolist()
+            for j, r in enumerate(active.tolist()):
+                lengths[r] = step + 1
+                if think_end is not None and thinking[r] and tok_list[j] == think_end:
+                    think_pos[r] = step
+                if tok_list[j] in self.eos_ids:
+                    finish[r], done[j] = FINISH_STOP, True
+            if think_end is not None:
+                thinking[active] &= token != think_end  # the </think> step itself was soft
+            if step + 1 == sampling.max_new_tokens:
+                break
+            keep = (~done).nonzero().squeeze(-1)
+            if keep.numel() == 0:
+                break
+            with tm("mixture"):
+                nxt = record_input_embeddings(self.embed.weight, rec["topk_ids"], rec["scores"],
+                                              rec["tau"], rec["soft"])
+            if keep.numel() < b:
+                cache.batch_select_indices(keep)
+                active, nxt = active[keep], nxt[keep]
+                mask, deltas = mask[keep], deltas[keep]
+            mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
+            with tm("forward"):
+                pos = decode_position_ids(mask, deltas, self.mrope)
+                out = self.base(inputs_embeds=nxt[:, None].to(self.dtype), attention_mask=mask,
+                                position_ids=pos, past_key_values=cache, use_cache=True)
+                h, logits = self._step_outputs(out)
+                cache = out.past_key_values
+        traces = recorder.build(lengths)
+        results = []
+        for r in range(rows):
+            toks = traces[r].tokens.tolist()
+            c = Completion(prompt_index=prompt_idx[r // n], sample_index=r % n,
+                           prompt_ids=list(prepared[r // n].ids), token_ids=toks,
+                           text=self.tokenizer.decode(toks, skip_special_tokens=True),
+                           trace=traces[r], finish_reason=finish[r], think_end=think_pos[r])
+            if debug:
+                c.debug = {key: torch.stack(v, 1)[r, : lengths[r]] for key, v in dbg.items()}
+            results.append(c)
+        return results
+
+    def _sample(self, logits, h, u, thinking, soft, sampling, temperature, fdim, debug):
+        """One step for the live rows: records ``[b, ...]`` (and the mixture weights)."""
+        b, k, dev = logits.shape[0], soft.top_k, logits.device
+        # Records are fp32 and the mixture is built from the rounded record itself, so a replay
+        # from the trace reproduces these numbers exactly whatever the model's dtype.
+        ids, logp = candidates(logits.float(), k, temperature)
+        gumbel = gumbel_from_uniform(u[:, :k], soft.noise_clamp)
+        z = logp + soft.noise_scale * gumbel if soft.noise_scale > 0 else logp.clone()
+        z, ids, logp = sort_by_score(z, ids, logp)
+        entropy = normalized_entropy(logp)
+        x = torch.zeros(b, fdim, device=dev)
+        uu = torch.zeros(b, device=dev)
+        if self.controller is not None and soft.soft:
+            x = self.controller.features(h.float(), logp)
+            if soft.mode == "adaptsoft":
+                uu = self.controller(x)
+        tau = self.controller.temperature(uu) if soft.mode == "adaptsoft" else torch.full(
+            (b,), soft.fixed_tau, device=dev)
+        # discrete rows: sample from softmax(ℓ/T) (optionally filtered) with the row's uniform
+        disc = self._discrete(logits, u[:, k], sampling, temperature)
+        is_soft = thinking.clone()
+        dids = torch.zeros_like(ids)
+        dids[:, 0] = disc
+        s = is_soft[:, None]
+        rec = {
+            "topk_ids": torch.where(s, ids, dids),
+            "scores": torch.where(s, z, torch.zeros_like(z)),
+            "tau": torch.where(is_soft, tau, torch.zeros_like(tau)),
+            "u": torch.where(is_soft, uu, torch.zeros_like(uu)),
+            "ctrl_x": torch.where(s, x, torch.zeros_like(x)),
+            "entropy": torch.where(is_soft, entropy, torch.zeros_like(entropy)),
+            "soft": is_soft,
+        }
+        if debug:
+            w = mixture_weights(z, torch.where(is_soft, tau, torch.ones_like(tau)))
+            rec["weights"] = torch.where(s, w, torch.zeros_like(w))
+            rec["logp"] = torch.where(s, logp, torch.zeros_like(logp))
+        return rec
+
+    @staticmethod
+    def _discrete(logits, u, sampling: SamplingConfig, temperature: float) -> Tensor:
+        if sampling.greedy:
+            return logits.argmax(-1)
+        scaled = logits.float() / temperature
+        if sampling.top_k > 0:
+            kth = torch.topk(scaled, min(sampling.top_k, scaled.shape[-1]), -1).values[:, -1:]
+            scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+        probs = torch.softmax(scaled, -1)
+        if sampling.top_p < 1.0:
+            sp, order = probs.sort(-1, descending=True)
+            drop = sp.cumsum(-1) - sp > sampling.top_p
+            sp = sp.masked_fill(drop, 0)
+            probs = torch.zeros_like(probs).scatter_(-1, order, sp)
+            probs = probs / probs.sum(-1, keepdim=True)
+        cdf = probs.cumsum(-1)
+        target = u.float()[:, None] * cdf[:, -1:]
+        return torch.searchsorted(cdf, target, right=True).clamp(max=logits.shape[-1] - 1).squeeze(-1)
+
+
+
+def _load_image(img, i):
+    from PIL import Image
+    if isinstance(img, Image.Image):
+        return img.convert("RGB")
+    if isinstance(img, (str, Path)):
+        p = Path(img)
+        if not p.is_file():
+            raise FileNotFoundError(f"prompt {i}: image file {str(p)!r} does not exist")
+        return Image.open(p).convert("RGB")
+    raise TypeError(f"prompt {i}: unsupported image value of type {type(img).__name__}")

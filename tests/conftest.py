@@ -1,0 +1,55 @@
+"""Shared pytest fixtures (CPU, offline).
+
+Tiny random model directories, built once per test session under pytest's temporary directory with
+`soft_spatial.models.build_tiny_model` (seed 0, fp32 weights). Each fixture returns the directory as
+a `pathlib.Path`; load it with `soft_spatial.models.load_model(path)` or any `from_pretrained`.
+Treat the directories as read-only: they are shared by every test of the session.
+
+* `tiny_qwen3_vl`: Qwen3-VL, the real Qwen vocabulary (151,669 tokens, 151,936 logit rows, ~20M
+  parameters; `<|image_pad|>` = 151655, `</think>` = 151668). Decode steps cost ~7 ms.
+* `tiny_qwen3_vl_small`: Qwen3-VL with the small test vocabulary (512 BPE tokens + the 26 Qwen added
+  tokens at 512..537; 576 logit rows, so rows 538..575 have no token). The fastest VL model.
+* `tiny_qwen2_5_vl`: Qwen2.5-VL, the real Qwen vocabulary.
+* `tiny_qwen3_text_small`: text-only Qwen3ForCausalLM, small vocabulary, no processor.
+
+All have hidden size 64, 2 layers, a Qwen3-VL-Thinking style chat template (the generation prompt
+ends with `<|im_start|>assistant\\n<think>\\n`) and eos ids [`<|im_end|>`, `<|endoftext|>`].
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def _build(tmp_path_factory, name: str, **kwargs):
+    from soft_spatial.models import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp(name), **kwargs)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_vl(tmp_path_factory):
+    """Tiny Qwen3-VL with the real Qwen vocabulary (see module docstring)."""
+    return _build(tmp_path_factory, "tiny_qwen3_vl", family="qwen3_vl", vocab="qwen")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_vl_small(tmp_path_factory):
+    """Tiny Qwen3-VL with the small test vocabulary (see module docstring)."""
+    return _build(tmp_path_factory, "tiny_qwen3_vl_small", family="qwen3_vl", vocab="small")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_5_vl(tmp_path_factory):
+    """Tiny Qwen2.5-VL with the real Qwen vocabulary (see module docstring)."""
+    return _build(tmp_path_factory, "tiny_qwen2_5_vl", family="qwen2_5_vl", vocab="qwen")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_text_small(tmp_path_factory):
+    """Tiny text-only Qwen3 causal LM with the small test vocabulary (see module docstring)."""
+    return _build(tmp_path_factory, "tiny_qwen3_text_small", family="qwen3", vocab="small")

@@ -1,0 +1,310 @@
+"""The embedded engine: replay, cache/batch/padding invariance, greedy limit, think switch.
+
+Tiny random models from tests/conftest.py. To make the random policy close its think block (or
+stop) within a few steps, some tests give the `</think>` / eos logits a fixed bonus through a
+wrapped output head; replay uses the same head, so every invariant still compares like with like.
+"""
+import pytest
+import torch
+from PIL import Image
+
+from soft_spatial.engines import LocalEngine
+from soft_spatial.engines.replay import replay_completion
+from soft_spatial.models import think_end_id
+from soft_spatial.softthink import (AdaptSoft, SamplingConfig, SoftThinkingConfig,
+                                    gumbel_log_density)
+
+
+class BiasedHead(torch.nn.Module):
+    """lm_head plus a constant bonus on some token ids."""
+
+    def __init__(self, head, bonus):
+        super().__init__()
+        self.head, self.bonus = head, bonus
+
+    def forward(self, h):
+        out = self.head(h)
+        for tok, b in self.bonus.items():
+            out[..., tok] += b
+        return out
+
+
+def chat(color=(200, 30, 30), size=(64, 96), text="Which side is red? A. left B. right"):
+    img = Image.new("RGB", size, color)
+    return [{"role": "user", "content": [{"type": "image", "image": img},
+                                         {"type": "text", "text": text}]}]
+
+
+def trained_controller(hidden, seed=0):
+    ctrl = AdaptSoft(hidden_size=hidden, width=32, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in ctrl.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    return ctrl
+
+
+@pytest.fixture
+def engine(tiny_qwen3_vl_small):
+    return LocalEngine.from_pretrained(tiny_qwen3_vl_small)
+
+
+@pytest.fixture
+def engine64(tiny_qwen3_vl_small):
+    return LocalEngine.from_pretrained(tiny_qwen3_vl_small, dtype=torch.float64)
+
+
+def with_think_bonus(engine, bonus=8.0):
+    engine.lm_head = BiasedHead(engine.model.get_output_embeddings(),
+                                {think_end_id(engine.tokenizer): bonus})
+    return engine
+
+
+def check_replay(eng, prompt, outs, atol):
+    for o in outs:
+        r = replay_completion(eng, prompt, o)
+        soft = o.trace.soft
+        assert torch.equal(r["weights"], o.debug["weights"])  # bit for bit
+        # fp32: cached vs uncached attention differ by rounding; 1e-5 absolute or relative
+        torch.testing.assert_close(r["cand_logp"].float(), o.debug["logp"].float(), rtol=atol,
+                                   atol=atol)
+        d_roll = gumbel_log_density(o.trace.scores[soft], o.debug["logp"][soft])
+        d_rep = r["loglik"][soft]
+        assert ((d_rep - d_roll).abs() <= atol * d_roll.abs().clamp(min=1)).all()
+        # discrete steps: the replayed token log-prob is a real log-probability
+        assert (r["loglik"][~soft] <= 0).all()
+
+
+@pytest.mark.parametrize("mode", ["fixed", "adaptsoft"])
+def test_replay_reproduces_every_step_fp32(engine, mode):
+    eng = with_think_bonus(engine)
+    eng.set_controller(trained_controller(eng.hidden_size) if mode == "adaptsoft" else None)
+    prompt = chat()
+    outs = eng.generate([prompt], soft=SoftThinkingConfig(mode=mode),
+                        sampling=SamplingConfig(max_new_tokens=40), n=3, seed=1, debug=True)
+    assert any(o.think_closed for o in outs)  # both soft and discrete steps are covered
+    check_replay(eng, prompt, outs, atol=1e-5)
+    eng.set_controller(None)
+
+
+def test_replay_reproduces_every_step_fp64(engine64):
+    eng = with_think_bonus(engine64)
+    outs = eng.generate([chat()], soft=SoftThinkingConfig(mode="fixed"),
+                        sampling=SamplingConfig(max_new_tokens=30), n=2, debug=True)
+    check_replay(eng, chat(), outs, atol=1e-6)  # records are fp32
+
+
+def test_cached_decoding_equals_uncached_forward_logits(engine64):
+    """Decoding logits at every step (soft inputs through the KV cache) = one uncached forward."""
+    eng = engine64
+    captured = []
+    head = eng.lm_head
+    eng.lm_head = lambda h: captured.append(head(h)) or captured[-1]
+    try:
+        (o,) = eng.generate([chat()], soft=SoftThinkingConfig(mode="fixed"),
+                            sampling=SamplingConfig(max_new_tokens=12))
+    finally:
+        eng.lm_head = head
+    decoded = torch.cat(captured)  # one row per step
+    r = replay_completion(eng, chat(), o)
+    torch.testing.assert_close(decoded, r["logits"], rtol=0, atol=1e-9)
+
+
+BATCH_PROMPTS = [
+    chat(text="Short?"), [5, 9, 13, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50],
+    chat(color=(10, 10, 220), size=(96, 64),
+         text="A much longer question that makes this prompt the longest one here. "
+              "Is the blue square above, below or beside the camera? A. B. C. D.")]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_batch_equals_rows_alone_and_padding_is_invisible(tiny_qwen3_vl_small, dtype):
+    """Rows decode the same alone or batched with longer (left-padded) or shorter prompts.
+
+    In fp64 the whole trajectories agree. In fp32 the padding changes attention rounding
+    (~1e-6), which soft decoding, a chaotic map, amplifies over steps; there the first steps are
+    compared to 1e-5.
+    """
+    engine = LocalEngine.from_pretrained(tiny_qwen3_vl_small, dtype=dtype)
+    steps = 16 if dtype == torch.float64 else 3
+    soft = SoftThinkingConfig(mode="fixed")
+    sampling = SamplingConfig(max_new_tokens=steps)
+    together = engine.generate(BATCH_PROMPTS, soft=soft, sampling=sampling, n=2, seeds=[7, 8, 9])
+    assert [(o.prompt_index, o.sample_index) for o in together] == [
+        (0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
+    for i, p in enumerate(BATCH_PROMPTS):
+        alone = engine.generate([p], soft=soft, sampling=sampling, n=2, seeds=[7 + i])
+        for j in range(2):
+            a, b = together[2 * i + j], alone[j]
+            assert a.token_ids == b.token_ids
+            torch.testing.assert_close(a.trace.scores, b.trace.scores, rtol=1e-5, atol=1e-5)
+            assert torch.equal(a.trace.soft, b.trace.soft)
+
+
+def test_noise_free_tiny_tau_soft_decoding_is_greedy(engine):
+    engine.lm_head = engine.model.get_output_embeddings()
+    greedy = engine.generate([chat()], soft=SoftThinkingConfig(mode="hard"),
+                             sampling=SamplingConfig(max_new_tokens=20, greedy=True))
+    soft = engine.generate([chat()], soft=SoftThinkingConfig(mode="fixed", noise_scale=0.0,
+                                                            fixed_tau=1e-6),
+                           sampling=SamplingConfig(max_new_tokens=20))
+    assert soft[0].token_ids == greedy[0].token_ids
+    assert soft[0].trace.soft.all() and not greedy[0].trace.soft.any()
+    # with a large τ the mixture is no longer one-hot and decoding departs from greedy
+    blurred = engine.generate([chat()], soft=SoftThinkingConfig(mode="fixed", noise_scale=0.0,
+                                                               fixed_tau=50.0),
+                              sampling=SamplingConfig(max_new_tokens=20))
+    assert blurred[0].token_ids != greedy[0].token_ids
+
+
+def test_think_end_step_is_soft_and_later_steps_discrete(engine):
+    eng = with_think_bonus(engine, 8.0)
+    te = think_end_id(eng.tokenizer)
+    outs = eng.generate([chat()], soft=SoftThinkingConfig(mode="fixed"),
+                        sampling=SamplingConfig(max_new_tokens=40), n=4, seed=3)
+    closed = [o for o in outs if o.think_closed]
+    assert closed
+    for o in closed:
+        k = o.think_end
+        assert o.token_ids[k] == te and te not in o.token_ids[:k]
+        assert o.trace.soft[: k + 1].all() and not o.trace.soft[k + 1:].any()
+        tail = o.trace[k + 1:]
+        assert (tail.scores == 0).all() and (tail.topk_ids[:, 1:] == 0).all()
+    eng.lm_head = eng.model.get_output_embeddings()
+    never = eng.generate([chat()], soft=SoftThinkingConfig(mode="fixed"),
+                         sampling=SamplingConfig(max_new_tokens=15), n=2)
+    for o in never:
+        assert not o.think_closed and o.trace.soft.all() and o.finish_reason == "length"
+
+
+def test_eos_stops_and_is_reported(engine):
+    eos = engine.eos_ids[0]
+    engine.lm_head = BiasedHead(engine.model.get_output_embeddings(),
+                                {think_end_id(engine.tokenizer): 8.0, eos: 10.0})
+    outs = engine.generate([chat()], soft=SoftThinkingConfig(mode="fixed"),
+                           sampling=SamplingConfig(max_new_tokens=60), n=3, seed=2)
+    engine.lm_head = engine.model.get_output_embeddings()
+    stopped = [o for o in outs if o.finish_reason == "stop"]
+    assert stopped
+    for o in stopped:
+        assert o.token_ids[-1] in engine.eos_ids and len(o.trace) == len(o.token_ids)
+        assert o.token_ids.count(o.token_ids[-1]) >= 1 and len(o.token_ids) < 60
+
+
+def test_images_change_outputs_and_seeds_reproduce(engine):
+    soft, sampling = SoftThinkingConfig(mode="fixed"), SamplingConfig(max_new_tokens=10)
+    red = engine.generate([chat()], soft=soft, sampling=sampling, seed=5)[0]
+    red2 = engine.generate([chat()], soft=soft, sampling=sampling, seed=5)[0]
+    blue = engine.generate([chat(color=(0, 0, 255))], soft=soft, sampling=sampling, seed=5)[0]
+    other = engine.generate([chat()], soft=soft, sampling=sampling, seed=6)[0]
+    assert red.trace.equal(red2.trace) and red.token_ids == red2.token_ids
+    assert not torch.allclose(red.trace.scores[0], blue.trace.scores[0])
+    assert not red.trace.equal(other.trace)
+
+
+def test_adaptsoft_records_the_controllers_tau(engine):
+    ctrl = trained_controller(engine.hidden_size, seed=3)
+    engine.set_controller(ctrl)
+    outs = engine.generate([chat()], soft=SoftThinkingConfig(mode="adaptsoft"),
+                           sampling=SamplingConfig(max_new_tokens=20), n=2, debug=True)
+    for o in outs:
+        tr = o.trace
+        with torch.no_grad():
+            u = engine.controller(tr.ctrl_x)
+        # u recomputed from the recorded features (batched matmul: float rounding only) ...
+        torch.testing.assert_close(tr.u, u, rtol=1e-6, atol=1e-6)
+        # ... and the recorded τ is exactly the controller's map of the recorded u
+        assert torch.equal(tr.tau, engine.controller.temperature(tr.u))
+        assert tr.tau.std() > 0  # τ really varies per step
+        r = replay_completion(engine, chat(), o)
+        x = engine.controller.features(r["hidden"], o.debug["logp"])
+        torch.testing.assert_close(x, tr.ctrl_x, rtol=1e-4, atol=1e-4)
+    engine.set_controller(None)
+
+
+def test_fixed_mode_records_fixed_tau_and_hard_mode_is_discrete(engine):
+    fixed = engine.generate([chat()], soft=SoftThinkingConfig(mode="fixed", fixed_tau=0.3),
+                            sampling=SamplingConfig(max_new_tokens=8))[0]
+    assert torch.all(fixed.trace.tau == torch.tensor(0.3))
+    hard = engine.generate([chat()], soft=SoftThinkingConfig(mode="hard"),
+                           sampling=SamplingConfig(max_new_tokens=8))[0]
+    assert not hard.trace.soft.any() and (hard.trace.scores == 0).all()
+
+
+def test_prefill_once_per_prompt(engine):
+    calls = []
+    base = engine.base
+    orig = base.forward
+
+    def spy(*args, **kwargs):
+        if kwargs.get("input_ids") is not None:
+            calls.append(kwargs["input_ids"].shape[0])
+        return orig(*args, **kwargs)
+
+    base.forward = spy
+    try:
+        engine.generate([chat(), chat(color=(0, 255, 0))], soft=SoftThinkingConfig(mode="fixed"),
+                        sampling=SamplingConfig(max_new_tokens=3), n=4)
+    finally:
+        del base.forward
+    assert calls == [2]  # one prefill of the 2 prompts, shared by their 4 samples each
+
+
+def test_clear_errors(engine, tiny_qwen3_vl_small):
+    with pytest.raises(ValueError, match="image"):
+        engine.generate([[5, 6, engine.image_token_id, 7]], soft=SoftThinkingConfig(mode="hard"))
+    with pytest.raises(ValueError, match="image"):
+        engine.generate([[{"role": "user", "content": [{"type": "image"},
+                                                        {"type": "text", "text": "hi"}]}]],
+                        soft=SoftThinkingConfig(mode="hard"))
+    with pytest.raises(ValueError, match="too long"):
+        LocalEngine.from_pretrained(tiny_qwen3_vl_small, max_prompt_length=8).generate(
+            [chat()], soft=SoftThinkingConfig(mode="hard"))
+    with pytest.raises(ValueError, match="single token"):
+        engine.generate([chat()], soft=SoftThinkingConfig(mode="fixed", think_end="<nothink>"))
+    with pytest.raises(ValueError, match="controller"):
+        engine.generate([chat()], soft=SoftThinkingConfig(mode="adaptsoft"))
+    with pytest.raises(FileNotFoundError):
+        engine.generate([[{"role": "user", "content": [
+            {"type": "image", "image": "/nonexistent.png"}]}]], soft=SoftThinkingConfig(mode="hard"))
+
+
+def test_update_weights_and_set_controller(engine, tmp_path):
+    soft, sampling = SoftThinkingConfig(mode="fixed"), SamplingConfig(max_new_tokens=5)
+    before = engine.generate([chat()], soft=soft, sampling=sampling)[0]
+    name = "lm_head.weight"
+    old = engine.model.state_dict()[name].clone()
+    engine.update_weights({name: old * 3})
+    after = engine.generate([chat()], soft=soft, sampling=sampling)[0]
+    engine.update_weights({name: old})
+    assert not before.trace.equal(after.trace)
+    assert engine.generate([chat()], soft=soft, sampling=sampling)[0].trace.equal(before.trace)
+    with pytest.raises(KeyError):
+        engine.update_weights({"nope.weight": old})
+    ctrl = trained_controller(engine.hidden_size, seed=4)
+    ctrl.save(tmp_path / "c.pt")
+    engine.set_controller(tmp_path / "c.pt")
+    x = torch.randn(3, ctrl.feature_dim)
+    assert torch.equal(engine.controller(x), ctrl(x))
+    engine.set_controller(None)
+
+
+@pytest.mark.parametrize("fixture", ["tiny_qwen2_5_vl", "tiny_qwen3_text_small", "tiny_qwen3_vl"])
+def test_other_families_generate_and_replay(request, fixture):
+    eng = LocalEngine.from_pretrained(request.getfixturevalue(fixture))
+    prompt = chat() if eng.processor is not None else [
+        {"role": "user", "content": "Which side is red? A. left B. right"}]
+    eng.lm_head = BiasedHead(eng.model.get_output_embeddings(),
+                             {think_end_id(eng.tokenizer): 8.0})
+    outs = eng.generate([prompt], soft=SoftThinkingConfig(mode="fixed"),
+                        sampling=SamplingConfig(max_new_tokens=12), n=2, debug=True)
+    check_replay(eng, prompt, outs, atol=2e-5)
+
+
+def test_bf16_decoding_runs(tiny_qwen3_vl_small):
+    eng = LocalEngine.from_pretrained(tiny_qwen3_vl_small, dtype=torch.bfloat16)
+    (o,) = eng.generate([chat()], soft=SoftThinkingConfig(mode="fixed"),
+                        sampling=SamplingConfig(max_new_tokens=8))
+    assert 1 <= len(o.token_ids) <= 8 and o.trace.scores.dtype == torch.float32
+    assert (o.finish_reason == "length") == (len(o.token_ids) == 8)
+    assert torch.isfinite(o.trace.scores[o.trace.soft]).all()
