@@ -308,3 +308,20 @@ def test_bf16_decoding_runs(tiny_qwen3_vl_small):
     assert 1 <= len(o.token_ids) <= 8 and o.trace.scores.dtype == torch.float32
     assert (o.finish_reason == "length") == (len(o.token_ids) == 8)
     assert torch.isfinite(o.trace.scores[o.trace.soft]).all()
+
+
+def test_prompt_ids_with_images_equal_the_chat_prompt(engine):
+    """verl's agent loop sends rendered ids + images; decoding must equal the chat path."""
+    text = engine.processor.apply_chat_template(chat(), add_generation_prompt=True,
+                                                tokenize=False)
+    img = chat()[0]["content"][0]["image"]
+    ids = engine.processor(text=[text], images=[img], return_tensors="pt")["input_ids"][0].tolist()
+    soft, sampling = SoftThinkingConfig(mode="fixed"), SamplingConfig(max_new_tokens=8)
+    a = engine.generate([chat()], soft=soft, sampling=sampling, seeds=[3])[0]
+    b = engine.generate([{"prompt_ids": ids, "images": [img]}], soft=soft, sampling=sampling,
+                        seeds=[3])[0]
+    assert a.prompt_ids == b.prompt_ids and a.trace.equal(b.trace)
+    short = list(ids)
+    short.remove(engine.image_token_id)  # one placeholder too few for the image
+    with pytest.raises(ValueError, match="placeholder"):
+        engine.generate([{"prompt_ids": short, "images": [img]}], soft=soft)

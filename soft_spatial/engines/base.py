@@ -7,8 +7,10 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from soft_spatial.softthink import SoftTrace
 
 # A prompt is a chat (list of {"role", "content"} messages; content may hold {"type": "image",
-# "image": PIL.Image | path} items) or a list of token ids (text only).
-Prompt = Union[Sequence[Dict[str, Any]], Sequence[int]]
+# "image": PIL.Image | path} items), a list of token ids (text only), or
+# {"prompt_ids": [...], "images": [...]} (ids rendered by a chat template with the image
+# placeholders already expanded, as verl's agent loop sends them).
+Prompt = Union[Sequence[Dict[str, Any]], Sequence[int], Dict[str, Any]]
 
 FINISH_STOP = "stop"  # emitted an end-of-sequence token (included in token_ids)
 FINISH_LENGTH = "length"  # reached max_new_tokens

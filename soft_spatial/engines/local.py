@@ -158,13 +158,21 @@ class LocalEngine:
                              f"{self.name} has {self.hidden_size}")
         self.controller = controller.to(self.device).float().eval()
 
+    def enable_timing(self, enabled: bool = True) -> Dict[str, float]:
+        """Accumulate wall time per decoding phase (prefill, sample, mixture, forward) in the
+        returned dict (used by scripts/bench_decode.py); resets the totals."""
+        self.timings = _Timer(enabled)
+        return self.timings.totals
+
     @property
     def feature_dim(self) -> int:
         return self.controller.feature_dim if self.controller else AdaptSoftConfig().proj_dim + 1
 
     # -- prompts ------------------------------------------------------------------------------
     def _prepare(self, i: int, prompt: Prompt, limit: int) -> _Prepared:
-        if len(prompt) and isinstance(prompt[0], dict):
+        if isinstance(prompt, dict):
+            p = self._prepare_ids_with_images(i, prompt)
+        elif len(prompt) and isinstance(prompt[0], dict):
             p = self._prepare_chat(i, prompt)
         elif all(isinstance(t, int) for t in prompt):
             ids = list(prompt)
@@ -181,6 +189,31 @@ class LocalEngine:
                              f"(context {self.context_length}, max_prompt_length "
                              f"{self.max_prompt_length})")
         return p
+
+    def _prepare_ids_with_images(self, i: int, prompt: dict) -> _Prepared:
+        """``{"prompt_ids": [...], "images": [...]}``: ids already rendered by a chat template
+        with expanded image placeholders (what verl's agent loop sends)."""
+        if "prompt_ids" not in prompt:
+            raise ValueError(f"prompt {i}: a dict prompt needs 'prompt_ids'")
+        ids = [int(t) for t in prompt["prompt_ids"]]
+        images = [_load_image(img, i) for img in prompt.get("images") or []]
+        n_pad = sum(1 for t in ids if t == self.image_token_id)
+        if not images:
+            if n_pad:
+                raise ValueError(f"prompt {i}: {n_pad} image placeholder tokens but no image")
+            return _Prepared(ids, {})
+        if self.processor is None:
+            raise ValueError(f"prompt {i} has images but {self.name} is a text-only model")
+        enc = self.processor.image_processor(images=images, return_tensors="pt")
+        merge = getattr(self.processor.image_processor, "merge_size", 2)
+        expected = int(enc["image_grid_thw"].prod(-1).sum()) // (merge * merge)
+        if expected != n_pad:
+            raise ValueError(f"prompt {i}: {len(images)} image(s) need {expected} placeholder "
+                             f"tokens, the prompt ids have {n_pad}")
+        from soft_spatial.models.rope import mm_token_types
+        types = mm_token_types(torch.tensor([ids]), self.model.config)
+        return _Prepared(ids, {"pixel_values": enc["pixel_values"],
+                               "image_grid_thw": enc["image_grid_thw"], "mm_token_type_ids": types})
 
     def _prepare_chat(self, i: int, messages) -> _Prepared:
         images = []
@@ -370,42 +403,50 @@ class LocalEngine:
         return results
 
     def _sample(self, logits, h, u, thinking, soft, sampling, temperature, fdim, debug):
-        """One step for the live rows: records ``[b, ...]`` (and the mixture weights)."""
+        """One step for the live rows: records ``[b, ...]`` (and, with debug, mixture weights).
+
+        Soft rows take the Gumbel top-K step; the others sample discretely. Each kind of work is
+        done only for the rows that need it.
+        """
         b, k, dev = logits.shape[0], soft.top_k, logits.device
-        # Records are fp32 and the mixture is built from the rounded record itself, so a replay
-        # from the trace reproduces these numbers exactly whatever the model's dtype.
-        ids, logp = candidates(logits.float(), k, temperature)
-        gumbel = gumbel_from_uniform(u[:, :k], soft.noise_clamp)
-        z = logp + soft.noise_scale * gumbel if soft.noise_scale > 0 else logp.clone()
-        z, ids, logp = sort_by_score(z, ids, logp)
-        entropy = normalized_entropy(logp)
-        x = torch.zeros(b, fdim, device=dev)
-        uu = torch.zeros(b, device=dev)
-        if self.controller is not None and soft.soft:
-            x = self.controller.features(h.float(), logp)
-            if soft.mode == "adaptsoft":
-                uu = self.controller(x)
-        tau = self.controller.temperature(uu) if soft.mode == "adaptsoft" else torch.full(
-            (b,), soft.fixed_tau, device=dev)
-        # discrete rows: sample from softmax(ℓ/T) (optionally filtered) with the row's uniform
-        disc = self._discrete(logits, u[:, k], sampling, temperature)
-        is_soft = thinking.clone()
-        dids = torch.zeros_like(ids)
-        dids[:, 0] = disc
-        s = is_soft[:, None]
         rec = {
-            "topk_ids": torch.where(s, ids, dids),
-            "scores": torch.where(s, z, torch.zeros_like(z)),
-            "tau": torch.where(is_soft, tau, torch.zeros_like(tau)),
-            "u": torch.where(is_soft, uu, torch.zeros_like(uu)),
-            "ctrl_x": torch.where(s, x, torch.zeros_like(x)),
-            "entropy": torch.where(is_soft, entropy, torch.zeros_like(entropy)),
-            "soft": is_soft,
+            "topk_ids": torch.zeros(b, k, dtype=torch.long, device=dev),
+            "scores": torch.zeros(b, k, device=dev),
+            "tau": torch.zeros(b, device=dev),
+            "u": torch.zeros(b, device=dev),
+            "ctrl_x": torch.zeros(b, fdim, device=dev),
+            "entropy": torch.zeros(b, device=dev),
+            "soft": thinking.clone(),
         }
         if debug:
-            w = mixture_weights(z, torch.where(is_soft, tau, torch.ones_like(tau)))
-            rec["weights"] = torch.where(s, w, torch.zeros_like(w))
-            rec["logp"] = torch.where(s, logp, torch.zeros_like(logp))
+            rec["weights"] = torch.zeros(b, k, device=dev)
+            rec["logp"] = torch.zeros(b, k, device=dev)
+        s_rows = thinking.nonzero().squeeze(-1)
+        d_rows = (~thinking).nonzero().squeeze(-1)
+        if s_rows.numel():
+            # Records are fp32 and the mixture is built from the rounded record itself, so a
+            # replay from the trace reproduces these numbers exactly whatever the model's dtype.
+            ids, logp = candidates(logits[s_rows].float(), k, temperature)
+            noise = gumbel_from_uniform(u[s_rows, :k], soft.noise_clamp)
+            z = logp + soft.noise_scale * noise if soft.noise_scale > 0 else logp.clone()
+            z, ids, logp = sort_by_score(z, ids, logp)
+            if self.controller is not None:
+                x = self.controller.features(h[s_rows].float(), logp)
+                rec["ctrl_x"][s_rows] = x
+            if soft.mode == "adaptsoft":
+                uu = self.controller(x)
+                tau = self.controller.temperature(uu)
+                rec["u"][s_rows] = uu
+            else:
+                tau = torch.full((s_rows.numel(),), soft.fixed_tau, device=dev)
+            rec["topk_ids"][s_rows], rec["scores"][s_rows] = ids, z
+            rec["tau"][s_rows], rec["entropy"][s_rows] = tau, normalized_entropy(logp)
+            if debug:
+                rec["weights"][s_rows] = mixture_weights(z, tau)
+                rec["logp"][s_rows] = logp
+        if d_rows.numel():
+            rec["topk_ids"][d_rows, 0] = self._discrete(logits[d_rows], u[d_rows, k], sampling,
+                                                        temperature)
         return rec
 
     @staticmethod

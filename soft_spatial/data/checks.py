@@ -1,0 +1,93 @@
+"""Field checks shared by the loaders; each failure raises a `DataFormatError` naming the spot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import DataFormatError
+from .record import LETTERS
+
+
+@dataclass(frozen=True)
+class RecordContext:
+    """Where a record lives: its file, its 0-based position in that file and (once known) its id."""
+
+    file: Path
+    index: int
+    record_id: str | None = None
+
+    def error(self, field: str | None, message: str) -> DataFormatError:
+        """An error for ``field`` of this record."""
+        return DataFormatError(self.file, message, index=self.index, record_id=self.record_id, field=field)
+
+    def with_id(self, record_id: str) -> "RecordContext":
+        return RecordContext(self.file, self.index, record_id)
+
+
+def require(raw: Mapping[str, Any], key: str, ctx: RecordContext) -> Any:
+    """``raw[key]``, or an error naming the missing field."""
+    if not isinstance(raw, Mapping):
+        raise ctx.error(None, f"expected an object, got {type(raw).__name__}")
+    if key not in raw or raw[key] is None:
+        raise ctx.error(key, "missing")
+    return raw[key]
+
+
+def text_field(raw: Mapping[str, Any], key: str, ctx: RecordContext) -> str:
+    """A non-empty string field."""
+    value = require(raw, key, ctx)
+    if not isinstance(value, str) or not value.strip():
+        raise ctx.error(key, f"expected a non-empty string, got {value!r}")
+    return value
+
+
+def option_list(value: Any, field: str, ctx: RecordContext, *, min_n: int = 2, max_n: int = 4) -> list[str]:
+    """A list of ``min_n``..``max_n`` option strings."""
+    if not isinstance(value, (list, tuple)) or not all(_is_scalar_text(o) for o in value):
+        raise ctx.error(field, f"expected a list of strings, got {value!r}")
+    value = [o if isinstance(o, str) else str(o) for o in value]
+    if not min_n <= len(value) <= max_n:
+        raise ctx.error(field, f"expected {min_n}-{max_n} options, got {len(value)}")
+    if any(not o.strip() for o in value):
+        raise ctx.error(field, f"empty option text in {list(value)!r}")
+    return list(value)
+
+
+def _is_scalar_text(value: Any) -> bool:
+    """Strings, and numbers written without quotes (``"options": [2, 3]``)."""
+    return isinstance(value, str) or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def answer_from_index(value: Any, n_options: int, field: str, ctx: RecordContext, *, base: int = 0) -> str:
+    """Letter of an integer answer index (``base`` 0 or 1) that must address one of the options."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        # integral floats come from CSV/pandas columns
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            value = int(value.strip())
+        else:
+            raise ctx.error(field, f"expected an integer option index, got {value!r}")
+    index = value - base
+    if not 0 <= index < n_options:
+        raise ctx.error(field, f"answer index {value} out of range for {n_options} options ({base}-based)")
+    return LETTERS[index]
+
+
+def answer_from_letter(value: Any, n_options: int, field: str, ctx: RecordContext) -> str:
+    """Upper-case letter of a letter answer that must address one of the options."""
+    if not isinstance(value, str) or len(value.strip()) != 1 or not value.strip().isalpha():
+        raise ctx.error(field, f"expected an option letter, got {value!r}")
+    letter = value.strip().upper()
+    if LETTERS.index(letter) >= n_options:
+        raise ctx.error(field, f"answer {letter!r} out of range for {n_options} options")
+    return letter
+
+
+def existing_file(path: Path, field: str, ctx: RecordContext) -> Path:
+    """``path`` if it is a file; otherwise an error naming the missing image."""
+    if not path.is_file():
+        raise ctx.error(field, f"image file not found: {path}")
+    return path

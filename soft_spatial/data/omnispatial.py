@@ -1,0 +1,85 @@
+"""OmniSpatial loader: ``data.json`` plus ``<task_type>/<image_no>.png`` (test and train releases)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .checks import RecordContext, answer_from_index, existing_file, option_list, require, text_field
+from .errors import DataFormatError
+from .record import QuestionRecord
+
+NAME = "omnispatial"
+
+#: task_type -> its sub_task_types, exactly as spelled in ``data.json``.
+TAXONOMY: dict[str, tuple[str, ...]] = {
+    "Dynamic_Reasoning": ("Manipulation", "Motion_Analysis"),
+    "Spatial_Interaction": ("Traffic_Analysis", "Localization", "Geospatial_Strategy"),
+    "Complex_Logic": ("Pattern_Recognition", "Geometric_Reasoning"),
+    "Perspective_Taking": ("Egocentric", "Allocentric", "Hypothetical"),
+}
+
+SPLITS = ("test", "train", "full")
+
+
+def find_release(root: str | Path, split: str = "test") -> Path:
+    """The directory holding ``data.json``.
+
+    ``root`` may be the release directory itself (what ``OmniSpatial-<split>.zip`` unpacks to) or a
+    directory containing ``OmniSpatial-<split>/`` or ``<split>/``.
+    """
+    root = Path(root)
+    candidates = [root, root / f"OmniSpatial-{split}", root / split]
+    for directory in candidates:
+        if (directory / "data.json").is_file():
+            return directory
+    tried = ", ".join(str(d / "data.json") for d in candidates)
+    raise FileNotFoundError(f"OmniSpatial {split!r} split not found; tried {tried}")
+
+
+def load_omnispatial(root: str | Path, split: str = "test", *, check_images: bool = True) -> list[QuestionRecord]:
+    """Load an OmniSpatial release into records (one image each, answers as letters).
+
+    Raises `DataFormatError` for a record with an unknown task or sub-task, 2-4 options violated,
+    an answer index out of range, or a missing image.
+    """
+    release = find_release(root, split)
+    path = release / "data.json"
+    try:
+        raw_records = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataFormatError(path, f"invalid JSON: {exc}") from exc
+    if not isinstance(raw_records, list):
+        raise DataFormatError(path, f"expected a JSON list of records, got {type(raw_records).__name__}")
+    return [_parse(raw, RecordContext(path, i), release, check_images) for i, raw in enumerate(raw_records)]
+
+
+def _parse(raw: dict, ctx: RecordContext, release: Path, check_images: bool) -> QuestionRecord:
+    record_id = require(raw, "id", ctx)
+    if not isinstance(record_id, str) or not record_id.split("_")[0]:
+        raise ctx.error("id", f"expected '<image_no>_<question_no>', got {record_id!r}")
+    ctx = ctx.with_id(record_id)
+    task_type = text_field(raw, "task_type", ctx)
+    if task_type not in TAXONOMY:
+        raise ctx.error("task_type", f"unknown task_type {task_type!r}; expected one of {sorted(TAXONOMY)}")
+    sub_task_type = text_field(raw, "sub_task_type", ctx)
+    if sub_task_type not in TAXONOMY[task_type]:
+        raise ctx.error(
+            "sub_task_type",
+            f"unknown sub_task_type {sub_task_type!r} for {task_type}; expected one of {list(TAXONOMY[task_type])}",
+        )
+    options = option_list(require(raw, "options", ctx), "options", ctx)
+    answer = answer_from_index(require(raw, "answer", ctx), len(options), "answer", ctx)
+    image = release / task_type / f"{record_id.split('_')[0]}.png"
+    if check_images:
+        existing_file(image, "image", ctx)
+    return QuestionRecord(
+        id=record_id,
+        images=[image],
+        question=text_field(raw, "question", ctx),
+        options=options,
+        answer=answer,
+        benchmark=NAME,
+        category=task_type,
+        subcategory=sub_task_type,
+    )

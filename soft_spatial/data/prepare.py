@@ -1,0 +1,210 @@
+"""Build verl training parquet from a benchmark: ``python -m soft_spatial.data.prepare``.
+
+Each row has the columns verl's ``RLHFDataset`` reads (``data.prompt_key=prompt``,
+``data.image_key=images``):
+
+* ``data_source``: benchmark name;
+* ``prompt``: ``[system, user]`` chat messages with our system prompt; the user text starts with
+  one ``<image>`` placeholder per image, in image order, then the question and lettered options;
+* ``images``: ``[{"bytes": <PNG>}, ...]``, resized to the training pixel budget (`budget_size`);
+* ``ability``: ``"spatial_reasoning"``;
+* ``reward_model``: ``{"style": "rule", "ground_truth": <letter>}``;
+* ``extra_info``: ``{index, id, question, options, answer, task_type, sub_task_type, benchmark}``
+  (``task_type``/``sub_task_type`` hold the record's category/subcategory for every benchmark, so
+  parquets of different benchmarks share one schema).
+
+Prompts longer than ``--max-prompt-length`` tokens (chat template applied, image tokens expanded
+by the processor) are dropped and counted. verl filters again with its own
+``filter_overlong_prompts``; counting here makes the drop visible before training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from tqdm import tqdm
+
+from .benchmarks import BENCHMARKS, load_benchmark
+from .images import TRAIN_MAX_PIXELS, fit_budget, open_rgb, png_bytes
+from .prompt import SYSTEM_PROMPT, build_messages, question_text
+from .record import QuestionRecord
+
+ABILITY = "spatial_reasoning"
+IMAGE_PLACEHOLDER = "<image>"
+_ROWS_PER_GROUP = 256
+
+
+@dataclass
+class PrepareStats:
+    """What `write_parquet` did."""
+
+    total: int = 0
+    written: int = 0
+    dropped_overlong: int = 0
+    max_prompt_tokens: int = 0
+    dropped_ids: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (
+            f"{self.written} of {self.total} records written; {self.dropped_overlong} dropped as longer than "
+            f"the prompt limit; longest kept prompt {self.max_prompt_tokens} tokens"
+        )
+
+
+def parquet_schema() -> Any:
+    """The arrow schema of the output (explicit, so every benchmark writes the same columns)."""
+    import pyarrow as pa
+
+    message = pa.struct([("role", pa.string()), ("content", pa.string())])
+    extra = pa.struct(
+        [
+            ("index", pa.int64()),
+            ("id", pa.string()),
+            ("question", pa.string()),
+            ("options", pa.list_(pa.string())),
+            ("answer", pa.string()),
+            ("task_type", pa.string()),
+            ("sub_task_type", pa.string()),
+            ("benchmark", pa.string()),
+        ]
+    )
+    return pa.schema(
+        [
+            ("data_source", pa.string()),
+            ("prompt", pa.list_(message)),
+            ("images", pa.list_(pa.struct([("bytes", pa.binary())]))),
+            ("ability", pa.string()),
+            ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
+            ("extra_info", extra),
+        ]
+    )
+
+
+def verl_prompt(record: QuestionRecord) -> list[dict[str, str]]:
+    """``[system, user]`` messages with one ``<image>`` placeholder per image before the text."""
+    text = question_text(record)
+    if IMAGE_PLACEHOLDER in text:
+        raise ValueError(f"record {record.id!r}: question text contains the placeholder {IMAGE_PLACEHOLDER!r}")
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": IMAGE_PLACEHOLDER * len(record.images) + text},
+    ]
+
+
+def parquet_row(record: QuestionRecord, index: int, images: Sequence[Any]) -> dict[str, Any]:
+    """One output row; ``images`` are the already-resized PIL images of ``record``."""
+    return {
+        "data_source": record.benchmark,
+        "prompt": verl_prompt(record),
+        "images": [{"bytes": png_bytes(image)} for image in images],
+        "ability": ABILITY,
+        "reward_model": {"style": "rule", "ground_truth": record.answer},
+        "extra_info": {
+            "index": index,
+            "id": record.id,
+            "question": record.question,
+            "options": list(record.options),
+            "answer": record.answer,
+            "task_type": record.category,
+            "sub_task_type": record.subcategory or "",
+            "benchmark": record.benchmark,
+        },
+    }
+
+
+def prompt_tokens(processor: Any, record: QuestionRecord, images: Sequence[Any]) -> int:
+    """Prompt length in tokens as the policy sees it: chat template, generation prompt, image tokens."""
+    messages = build_messages(dataclasses.replace(record, images=list(images)))
+    text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    inputs = processor(text=[text], images=list(images) or None)
+    return len(inputs["input_ids"][0])
+
+
+def write_parquet(
+    records: Iterable[QuestionRecord],
+    out: str | Path,
+    processor: Any,
+    *,
+    max_prompt_length: int = 10240,
+    max_pixels: int | None = TRAIN_MAX_PIXELS,
+    limit: int | None = None,
+    progress: bool = True,
+) -> PrepareStats:
+    """Write ``records`` as verl parquet to ``out``; ``max_pixels=None`` keeps native resolution."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    records = list(records)
+    if limit is not None:
+        records = records[:limit]
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stats = PrepareStats(total=len(records))
+    schema = parquet_schema()
+    pending: list[dict[str, Any]] = []
+    with pq.ParquetWriter(out, schema) as writer:
+        for index, record in enumerate(tqdm(records, desc=f"prepare {out.name}", disable=not progress)):
+            images = [fit_budget(open_rgb(image), max_pixels) for image in record.images]
+            length = prompt_tokens(processor, record, images)
+            if length > max_prompt_length:
+                stats.dropped_overlong += 1
+                stats.dropped_ids.append(record.id)
+                continue
+            stats.max_prompt_tokens = max(stats.max_prompt_tokens, length)
+            pending.append(parquet_row(record, index, images))
+            if len(pending) >= _ROWS_PER_GROUP:
+                writer.write_table(pa.Table.from_pylist(pending, schema=schema))
+                stats.written += len(pending)
+                pending = []
+        if pending:
+            writer.write_table(pa.Table.from_pylist(pending, schema=schema))
+            stats.written += len(pending)
+    return stats
+
+
+def load_processor(path: str | Path) -> Any:
+    """A local processor directory (never downloads)."""
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(str(path), local_files_only=True)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m soft_spatial.data.prepare", description=__doc__.splitlines()[0])
+    parser.add_argument("--benchmark", required=True, choices=BENCHMARKS)
+    parser.add_argument("--root", required=True, type=Path, help="unzipped benchmark directory (or table file)")
+    parser.add_argument("--split", default=None, help="benchmark split (default: its evaluation set)")
+    parser.add_argument("--out", required=True, type=Path, help="output .parquet file")
+    parser.add_argument("--processor", required=True, type=Path, help="local model/processor directory")
+    parser.add_argument("--max-prompt-length", type=int, default=10240)
+    parser.add_argument(
+        "--max-pixels", type=int, default=TRAIN_MAX_PIXELS, help="per-image pixel budget; 0 keeps native resolution"
+    )
+    parser.add_argument("--limit", type=int, default=None, help="only the first N records")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> PrepareStats:
+    args = parse_args(argv)
+    records = load_benchmark(args.benchmark, args.root, args.split)
+    stats = write_parquet(
+        records,
+        args.out,
+        load_processor(args.processor),
+        max_prompt_length=args.max_prompt_length,
+        max_pixels=args.max_pixels or None,
+        limit=args.limit,
+    )
+    print(f"{args.out}: {stats.summary()}")
+    if stats.dropped_ids:
+        shown = ", ".join(stats.dropped_ids[:20])
+        print(f"dropped ids: {shown}{' ...' if len(stats.dropped_ids) > 20 else ''}")
+    return stats
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Aggregation of per-sample results into accuracies and paper-style Markdown tables.
+
+Accuracy is micro (every sample of every question counts once), per category and overall; the
+overall of MindCube excludes the `translation` setting, as its official protocol does. With
+mean@k sampling each question contributes k samples, so the sample-weighted average over
+categories equals the overall micro accuracy.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict, defaultdict
+from typing import Dict, Iterable, List, Mapping, Optional
+
+__all__ = ["summarize", "markdown_table", "EXCLUDED_FROM_OVERALL"]
+
+EXCLUDED_FROM_OVERALL = {"mindcube": {"translation"}}
+
+
+def _acc(correct: int, total: int) -> Optional[float]:
+    return 100.0 * correct / total if total else None
+
+
+def summarize(rows: Iterable[Mapping], benchmark: str) -> Dict:
+    """Accuracy per category (and subcategory), overall, no-answer and truncation rates, τ stats.
+
+    ``rows`` are the per-sample JSONL records of one benchmark.
+    """
+    cats: Dict[str, List[int]] = OrderedDict()
+    subs: Dict[str, List[int]] = OrderedDict()
+    n = correct = no_answer = truncated = closed = 0
+    questions = set()
+    tau_means: List[float] = []
+    excluded = EXCLUDED_FROM_OVERALL.get(benchmark, set())
+    for r in rows:
+        c = int(bool(r["correct"]))
+        cats.setdefault(r["category"], [0, 0])
+        cats[r["category"]][0] += c
+        cats[r["category"]][1] += 1
+        if r.get("subcategory"):
+            subs.setdefault(r["subcategory"], [0, 0])
+            subs[r["subcategory"]][0] += c
+            subs[r["subcategory"]][1] += 1
+        if r["category"] in excluded:
+            continue
+        n += 1
+        correct += c
+        no_answer += r["pred"] is None
+        truncated += r["finish_reason"] == "length"
+        closed += bool(r.get("think_closed"))
+        questions.add(r["question_index"])
+        if r.get("tau_mean") is not None:
+            tau_means.append(r["tau_mean"])
+    return {
+        "benchmark": benchmark,
+        "samples": n,
+        "questions": len(questions),
+        "overall": _acc(correct, n),
+        "categories": {k: {"accuracy": _acc(*v), "samples": v[1]} for k, v in cats.items()},
+        "subcategories": {k: {"accuracy": _acc(*v), "samples": v[1]} for k, v in subs.items()},
+        "no_answer_rate": _acc(no_answer, n),
+        "truncation_rate": _acc(truncated, n),
+        "think_closed_rate": _acc(closed, n),
+        "tau_mean": sum(tau_means) / len(tau_means) if tau_means else None,
+        "excluded_from_overall": sorted(excluded),
+    }
+
+
+def _fmt(v: Optional[float]) -> str:
+    return "–" if v is None else f"{v:.2f}"
+
+
+def markdown_table(summary: Mapping, label: str, published: Iterable[Mapping] = (),
+                   samples_per_question: int = 1) -> str:
+    """One benchmark's table: categories as columns, ours and the published rows beside it."""
+    cats = list(summary["categories"])
+    head = ["Model", *cats, "Overall"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    ours = [f"{label} (mean@{samples_per_question})"]
+    ours += [_fmt(summary["categories"][c]["accuracy"]) for c in cats]
+    ours.append(_fmt(summary["overall"]))
+    lines.append("| " + " | ".join(ours) + " |")
+    for row in published:
+        pc = row.get("categories") or {}
+        cells = [f"{row['model']} ({row['source']})"]
+        cells += [_fmt(pc.get(c)) for c in cats]
+        cells.append(_fmt(row.get("overall")))
+        lines.append("| " + " | ".join(cells) + " |")
+    extra = (f"\n\n{summary['questions']} questions, {summary['samples']} samples; no answer "
+             f"{_fmt(summary['no_answer_rate'])}%, truncated {_fmt(summary['truncation_rate'])}%, "
+             f"think closed {_fmt(summary['think_closed_rate'])}%")
+    if summary["excluded_from_overall"]:
+        extra += f"; overall excludes {', '.join(summary['excluded_from_overall'])}"
+    return "\n".join(lines) + extra + "\n"
+
+
+def group_rows(rows: Iterable[Mapping]) -> Dict[str, List[Mapping]]:
+    out: Dict[str, List[Mapping]] = defaultdict(list)
+    for r in rows:
+        out[r["benchmark"]].append(r)
+    return out

@@ -1,0 +1,178 @@
+"""Evaluation loop: benchmarks → prompts → engine → extracted letters → JSONL, JSON, tables.
+
+Results are appended to ``samples.jsonl`` after every batch of questions (flushed and synced), so
+an interrupted run resumes where it stopped: finished (question, sample) pairs are never redone.
+``summary.json`` and one ``<benchmark>.md`` table per benchmark are rebuilt from the JSONL at the
+end of every run.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from soft_spatial.data import build_messages, extract_answer, load_benchmark
+from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
+
+from .report import group_rows, markdown_table, summarize
+
+__all__ = ["EvalConfig", "evaluate", "read_results"]
+
+RESULTS = "samples.jsonl"
+
+
+@dataclass
+class EvalConfig:
+    """Typed evaluation settings (built from configs/eval.yaml)."""
+
+    benchmarks: List[str]
+    data: Dict[str, str]
+    model_path: str
+    soft: SoftThinkingConfig
+    output_dir: str
+    model_name: str = "model"
+    controller: Optional[str] = None
+    engine: str = "local"
+    samples: int = 8
+    temperature: float = 0.6
+    max_new_tokens: int = 3072
+    protocol: str = "ours"
+    limit: Optional[int] = None
+    split: Optional[str] = None
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float32"
+    batch_rows: int = 64
+    published: Dict[str, list] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.protocol not in ("ours", "official"):
+            raise ValueError(f"protocol must be 'ours' or 'official', got {self.protocol!r}")
+        if self.engine not in ("local", "sglang"):
+            raise ValueError(f"engine must be 'local' or 'sglang', got {self.engine!r}")
+        if self.samples < 1:
+            raise ValueError(f"samples must be >= 1, got {self.samples}")
+        missing = [b for b in self.benchmarks if b not in self.data]
+        if missing:
+            raise ValueError(f"no data root configured for {missing} (set data.<name>=DIR)")
+        if self.soft.mode == "adaptsoft" and not self.controller:
+            raise ValueError("mode=adaptsoft needs controller=<AdaptSoft checkpoint>")
+
+
+def read_results(path: Path) -> List[dict]:
+    """Rows of a results JSONL; a torn last line (crash mid-write) is dropped."""
+    rows = []
+    if not path.exists():
+        return rows
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise ValueError(f"{path}: line {i + 1} is not valid JSON")
+    return rows
+
+
+def _make_engine(cfg: EvalConfig):
+    import torch
+    if cfg.engine == "sglang":
+        raise NotImplementedError("engine=sglang needs the SGLang soft-rollout backend, which "
+                                  "is not part of this build yet; use engine=local")
+    from soft_spatial.engines.local import LocalEngine
+    return LocalEngine.from_pretrained(cfg.model_path, device=cfg.device,
+                                       dtype=getattr(torch, cfg.dtype), controller=cfg.controller,
+                                       max_batch_rows=cfg.batch_rows)
+
+
+def _tau_stats(trace) -> dict:
+    tau = trace.tau[trace.soft]
+    if tau.numel() == 0:
+        return {"tau_mean": None, "tau_std": None, "tau_min": None, "tau_max": None}
+    return {"tau_mean": float(tau.mean()), "tau_std": float(tau.std()) if tau.numel() > 1 else 0.0,
+            "tau_min": float(tau.min()), "tau_max": float(tau.max())}
+
+
+def evaluate(cfg: EvalConfig, engine=None, progress: bool = True) -> Dict[str, dict]:
+    """Run (or resume) the evaluation; returns the summary per benchmark."""
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results_path = out / RESULTS
+    rows = read_results(results_path)
+    if results_path.exists():  # drop a torn last line so appended rows start on a fresh line
+        _atomic_write(results_path, "".join(json.dumps(r, ensure_ascii=False) + "\n"
+                                            for r in rows))
+    done = {(r["benchmark"], r["question_index"], r["sample"]) for r in rows}
+    sampling = SamplingConfig(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
+    per_batch = max(1, cfg.batch_rows // cfg.samples)
+    for bench in cfg.benchmarks:
+        records = load_benchmark(bench, cfg.data[bench], cfg.split)
+        if cfg.limit is not None:
+            records = records[: cfg.limit]
+        todo = [i for i in range(len(records))
+                if any((bench, i, j) not in done for j in range(cfg.samples))]
+        if not todo:
+            continue
+        if engine is None:
+            engine = _make_engine(cfg)
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=len(records), initial=len(records) - len(todo), desc=bench,
+                       unit="question")
+        with results_path.open("a", encoding="utf-8") as f:
+            for s in range(0, len(todo), per_batch):
+                idx = todo[s:s + per_batch]
+                prompts = [build_messages(records[i], cfg.protocol) for i in idx]
+                outs = engine.generate(prompts, soft=cfg.soft, sampling=sampling, n=cfg.samples,
+                                       seeds=[cfg.seed + i for i in idx])
+                for o in outs:
+                    i = idx[o.prompt_index]
+                    if (bench, i, o.sample_index) in done:
+                        continue
+                    rec = records[i]
+                    pred = extract_answer(bench, o.text, cfg.protocol, options=rec.options)
+                    row = {"benchmark": bench, "question_index": i, "question_id": rec.id,
+                           "sample": o.sample_index, "category": rec.category,
+                           "subcategory": rec.subcategory, "answer": rec.answer, "pred": pred,
+                           "correct": pred == rec.answer, "finish_reason": o.finish_reason,
+                           "think_closed": o.think_closed, "num_tokens": len(o.token_ids),
+                           "soft_steps": int(o.trace.soft.sum()), "text": o.text,
+                           **_tau_stats(o.trace)}
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+                if bar is not None:
+                    bar.update(len(idx))
+        if bar is not None:
+            bar.close()
+    return write_reports(cfg, read_results(results_path))
+
+
+def write_reports(cfg: EvalConfig, rows: Sequence[dict]) -> Dict[str, dict]:
+    """summary.json and <benchmark>.md from the per-sample rows (atomic writes)."""
+    out = Path(cfg.output_dir)
+    grouped = group_rows(rows)
+    summaries = {b: summarize(grouped.get(b, []), b) for b in cfg.benchmarks}
+    label = f"{cfg.model_name} {cfg.soft.mode}"
+    for b, s in summaries.items():
+        _atomic_write(out / f"{b}.md", f"## {b}\n\n" + markdown_table(
+            s, label, cfg.published.get(b, []), cfg.samples))
+    meta = {"mode": cfg.soft.mode, "protocol": cfg.protocol, "samples": cfg.samples,
+            "temperature": cfg.temperature, "top_k": cfg.soft.top_k,
+            "max_new_tokens": cfg.max_new_tokens, "model": cfg.model_path,
+            "controller": cfg.controller}
+    _atomic_write(out / "summary.json", json.dumps({"config": meta, "benchmarks": summaries},
+                                                   indent=2))
+    return summaries
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

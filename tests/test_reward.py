@@ -1,0 +1,103 @@
+"""Reward golden cases: answer (1.0) after the last </think>, format (0.2), and the pitfalls."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from soft_spatial.reward import compute_score, format_ok, is_correct, options_from_extra_info
+
+OPTS = {"options": ["left", "right", "in front", "behind"]}
+
+
+def score(response: str, gold: str = "B", extra=OPTS) -> tuple[float, float, float]:
+    result = compute_score("omnispatial", response, gold, extra)
+    assert set(result) == {"score", "acc", "format"}
+    assert result["score"] == pytest.approx(result["acc"] + result["format"])
+    return result["score"], result["acc"], result["format"]
+
+
+@pytest.mark.parametrize(
+    "response, expected",
+    [
+        # (score, acc, format)
+        ("<think>left or right?</think>B", (1.2, 1.0, 0.2)),
+        ("reasoning</think>\n\nB\n", (1.2, 1.0, 0.2)),
+        ("reasoning</think>C", (0.2, 0.0, 0.2)),  # well formed, wrong
+        ("reasoning</think>\nAnswer: B", (1.0, 1.0, 0.0)),  # right, but not a bare letter
+        ("reasoning</think> (B)", (1.0, 1.0, 0.0)),
+        ("reasoning</think> B.", (1.0, 1.0, 0.0)),
+        ("reasoning</think> b", (1.0, 1.0, 0.0)),  # lower case: credited, not well formatted
+        ("reasoning</think> right", (1.0, 1.0, 0.0)),  # option text instead of the letter
+        ("reasoning</think> A cat is on the left, so B", (1.0, 1.0, 0.0)),  # article "A" is not option A
+        ("reasoning</think> a", (0.0, 0.0, 0.0)),  # bare lower-case letter: A, wrong here
+        ("B", (0.0, 0.0, 0.0)),  # no </think>: no credit at all
+        ("<think>the answer is B", (0.0, 0.0, 0.0)),  # truncated thinking
+        ("B</think>A", (0.2, 0.0, 0.2)),  # B inside thinking does not count
+        ("x</think>A</think>B", (1.0, 1.0, 0.0)),  # last </think> decides; two of them: no format
+        ("x</think>", (0.0, 0.0, 0.0)),
+        ("x</think>E", (0.0, 0.0, 0.0)),
+        ("x</think>BC", (0.0, 0.0, 0.0)),
+    ],
+)
+def test_golden(response, expected):
+    assert score(response) == pytest.approx(expected)
+
+
+def test_gold_letter_forms():
+    assert score("x</think>B", gold=" b ")[1] == 1.0
+    assert score("x</think>B", gold="right")[1] == 1.0  # gold given as option text
+    assert score("x</think>B", gold="Z")[1] == 0.0
+
+
+def test_duplicate_option_texts():
+    extra = {"options": ["left", "Right", "right.", "behind"]}
+    assert score("x</think>C", gold="B", extra=extra) == pytest.approx((1.2, 1.0, 0.2))
+    assert score("x</think>D", gold="B", extra=extra)[1] == 0.0
+    assert is_correct("C", "B", ["l", "r", "r"]) and not is_correct("C", "B", None)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"options": json.dumps(["left", "right", "in front", "behind"])},
+        {"options": ("left", "right", "in front", "behind")},
+        {"options": np.array(["left", "right", "in front", "behind"], dtype=object)},
+    ],
+)
+def test_options_encodings(extra):
+    assert options_from_extra_info(extra) == ["left", "right", "in front", "behind"]
+    assert score("x</think> right", extra=extra)[1] == 1.0
+
+
+def test_without_options():
+    assert options_from_extra_info(None) is None
+    assert options_from_extra_info({"options": "not json"}) is None
+    assert score("x</think>B", extra=None) == pytest.approx((1.2, 1.0, 0.2))
+    assert score("x</think> right", extra={}) == (0.0, 0.0, 0.0)
+
+
+def test_format_rule():
+    assert format_ok("</think>D")
+    assert format_ok("long\nreasoning</think> \n A \n")
+    assert not format_ok("no end tag B")
+    assert not format_ok("</think>a")
+    assert not format_ok("</think>A.")
+    assert not format_ok("</think>Answer: A")
+    assert not format_ok("x</think>y</think>A")
+
+
+def test_verl_call_convention():
+    # verl passes keyword arguments, sometimes with extras the reward does not use
+    result = compute_score(
+        data_source="omnispatial",
+        solution_str="x</think>B",
+        ground_truth="B",
+        extra_info={**OPTS, "num_turns": 2, "rollout_reward_scores": {}},
+        reward_router_address=None,
+    )
+    assert result == {"score": pytest.approx(1.2), "acc": 1.0, "format": pytest.approx(0.2)}
+    weighted = compute_score("omnispatial", "x</think>B", "B", OPTS, answer_reward=2.0, format_reward=0.5)
+    assert weighted["score"] == pytest.approx(2.5)
