@@ -132,6 +132,7 @@ def test_mindcube_official(response, expected):
         ("Reasoning without a think block.\nAnswer: D", "D"),
         ("<think>x</think> in front", "C"),
         ("<think>x</think> no idea", None),
+        ("<think>x</think> Answer: a cat is left", None),
     ],
 )
 def test_spatialab_stand_in(response, expected):

@@ -73,6 +73,9 @@ def check_replay(eng, prompt, outs, atol):
         assert ((d_rep - d_roll).abs() <= atol * d_roll.abs().clamp(min=1)).all()
         # discrete steps: the replayed token log-prob is a real log-probability
         assert (r["loglik"][~soft] <= 0).all()
+        # the engine's own per-step likelihood (what verl gets as rollout log-probs)
+        roll = torch.tensor(o.logprobs, dtype=r["loglik"].dtype)
+        assert ((r["loglik"] - roll).abs() <= atol * roll.abs().clamp(min=1)).all()
 
 
 @pytest.mark.parametrize("mode", ["fixed", "adaptsoft"])

@@ -3,7 +3,7 @@
 ``ours`` (the reward's parser, used for every benchmark under our protocol):
     only the text after the LAST ``</think>`` counts (no ``</think>``: no answer). In that tail,
     in order: ``<answer>…</answer>`` content; a bare letter with decoration ("C", "(c)", "C.",
-    "**C**"); an explicit cue ("Answer: C", "the answer is (b)", "option D"); the tail being an
+    "**C**"); an explicit cue ("Answer: C", "the answer is (b)", "I choose D"); the tail being an
     option's text; the last stand-alone capital letter that is not the English article "A"
     ("A cat is on the left, so B" -> B). Lower-case letters count only as a bare answer or right
     after a cue, and only when no word follows them ("answer is a cat" is not A).
@@ -17,9 +17,10 @@
     follow the same rule.
     MindCube: the official raw-QA cascade, run on the whole response (no think stripping), no
     case folding; None when nothing matches.
-    SpatiaLab publishes no extractor. Our stand-in: take the text after the last ``</think>``
-    (the whole response if there is none), then the last case-insensitive ``Answer: X``, else the
-    ``ours`` tail parser. It is the project's own protocol, not an official one.
+    SpatiaLab publishes no extractor. Our stand-in: the ``ours`` parser (`parse_choice`, whose
+    "Answer: X" cue rule matches the stand-in prompt's format line) on the text after the last
+    ``</think>``, or on the whole response if there is none. It is the project's own protocol,
+    not an official one.
 """
 
 from __future__ import annotations
@@ -149,8 +150,7 @@ def extract_omnispatial_official(response: str, eval_type: str = "re", *, compat
     if eval_type == "json":
         cleaned = response.strip().removeprefix("```json").removesuffix("```").strip()
         try:
-            value = json.loads(cleaned).get("answer", "A")
-            return str(value).strip().upper()[:1]
+            return json.loads(cleaned).get("answer", "A").strip().upper()[:1]
         except (ValueError, AttributeError, TypeError):
             return fallback
     raise ValueError(f"unsupported OmniSpatial eval_type {eval_type!r}; expected re, direct or json")
@@ -221,17 +221,10 @@ def extract_mindcube_official(response: str) -> str | None:
     return None
 
 
-_SPATIALAB_CUE = re.compile(r"Answer\s*:\s*\(?([A-D])\b", re.IGNORECASE)
-
-
 def extract_spatialab(response: str, options: Sequence[str] | None = None) -> str | None:
     """Our stand-in for SpatiaLab (no official extractor exists; see the module docstring)."""
     tail = answer_tail(response)
-    tail = response if tail is None else tail
-    found = _SPATIALAB_CUE.findall(tail)
-    if found:
-        return found[-1].upper()
-    return parse_choice(tail, options)
+    return parse_choice(response if tail is None else tail, options)
 
 
 def extract_answer(

@@ -97,9 +97,11 @@ SPATIALAB_CATEGORIES = [
     ("3D Geometry", "volume ordering", "Which box holds the most?", ["box 1", "box 2", "box 3", "box 4"], "A"),
     ("Depth & Occlusion", "layer order", "Which object is furthest back?", ["mug", "vase", "book", "lamp"], "B"),
     ("Orientation", "facing", "Which way does the chair face?", ["north", "south", "east", "west"], "C"),
-    ("Relative Positioning", "left/right", "What is left of the bottle?", ["a cup", "a fork", "a plate", "a knife"], "D"),
+    ("Relative Positioning", "left/right", "What is left of the bottle?",
+     ["a cup", "a fork", "a plate", "a knife"], "D"),
     ("Size & Scale", "relative size", "Which ball is larger?", ["red", "blue", "green", "same size"], "A"),
-    ("Spatial Navigation", "path existence", "Can the robot reach the door?", ["yes", "no", "only by the left", "only by the right"], "B"),
+    ("Spatial Navigation", "path existence", "Can the robot reach the door?",
+     ["yes", "no", "only by the left", "only by the right"], "B"),
 ]
 
 # (id, question with inline options, gt letter, number of views, type)
@@ -162,7 +164,8 @@ def _write_mindcube(root: Path, palette: _Palette) -> None:
         setting = record_id.split("_")[0].replace("aroundnew", "around")
         scene = record_id.split("_")[1]
         # names chosen so that sorting them would change the order: order must come from the list
-        views = [f"other_all_image/{setting}/{scene}/{name}.png" for name in ("front", "left", "back", "right")[:n_views]]
+        names = ("front", "left", "back", "right")[:n_views]
+        views = [f"other_all_image/{setting}/{scene}/{name}.png" for name in names]
         for view in views:
             palette.png(root / view)
         lines.append({"id": record_id, "category": ["perpendicular", "self"], "type": kind,

@@ -15,7 +15,9 @@ PATCH_FACTOR = 28
 TRAIN_MAX_PIXELS = 128 * PATCH_FACTOR * PATCH_FACTOR
 
 
-def budget_size(width: int, height: int, max_pixels: int = TRAIN_MAX_PIXELS, factor: int = PATCH_FACTOR) -> tuple[int, int]:
+def budget_size(
+    width: int, height: int, max_pixels: int = TRAIN_MAX_PIXELS, factor: int = PATCH_FACTOR
+) -> tuple[int, int]:
     """(width, height) for the training budget.
 
     The image is scaled down (never up) so that its area is at most ``max_pixels``, keeping the
@@ -54,7 +56,9 @@ def open_rgb(image: ImageRef) -> Image.Image:
     return img.convert("RGB")
 
 
-def fit_budget(image: Image.Image, max_pixels: int | None = TRAIN_MAX_PIXELS, factor: int = PATCH_FACTOR) -> Image.Image:
+def fit_budget(
+    image: Image.Image, max_pixels: int | None = TRAIN_MAX_PIXELS, factor: int = PATCH_FACTOR
+) -> Image.Image:
     """``image`` resized by `budget_size` (bicubic); returned unchanged when ``max_pixels`` is None."""
     if max_pixels is None:
         return image

@@ -24,7 +24,13 @@ SPLIT_FILES = {
 }
 
 #: id prefix -> setting. ``aroundnew`` items belong to ``around``.
-SETTINGS = {"among": "among", "around": "around", "aroundnew": "around", "rotation": "rotation", "translation": "translation"}
+SETTINGS = {
+    "among": "among",
+    "around": "around",
+    "aroundnew": "around",
+    "rotation": "rotation",
+    "translation": "translation",
+}
 
 #: settings left out of the official overall accuracy.
 EXCLUDED_FROM_OVERALL = ("translation",)
@@ -91,7 +97,8 @@ def _parse(raw: dict[str, Any], ctx: RecordContext, base: Path, check_images: bo
     ctx = ctx.with_id(record_id)
     setting = setting_from_id(record_id)
     if setting is None:
-        raise ctx.error("id", f"unknown setting prefix {record_id.split('_', 1)[0]!r}; expected one of {sorted(SETTINGS)}")
+        prefix = record_id.split("_", 1)[0]
+        raise ctx.error("id", f"unknown setting prefix {prefix!r}; expected one of {sorted(SETTINGS)}")
     question = text_field(raw, "question", ctx)
     _, options = split_inline_options(question)
     if not options:

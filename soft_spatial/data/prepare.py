@@ -9,9 +9,11 @@ Each row has the columns verl's ``RLHFDataset`` reads (``data.prompt_key=prompt`
 * ``images``: ``[{"bytes": <PNG>}, ...]``, resized to the training pixel budget (`budget_size`);
 * ``ability``: ``"spatial_reasoning"``;
 * ``reward_model``: ``{"style": "rule", "ground_truth": <letter>}``;
-* ``extra_info``: ``{index, id, question, options, answer, task_type, sub_task_type, benchmark}``
-  (``task_type``/``sub_task_type`` hold the record's category/subcategory for every benchmark, so
-  parquets of different benchmarks share one schema).
+* ``extra_info``: ``{index, id, question, options, answer, task_type, sub_task_type, benchmark}``;
+  ``index`` is the record's position in the loaded benchmark (kept when earlier rows are dropped),
+  ``options`` a list of strings (the reward also accepts a JSON string), ``answer`` the letter;
+  ``task_type``/``sub_task_type`` hold the record's category/subcategory for every benchmark (""
+  when there is none), so parquets of different benchmarks share one schema.
 
 Prompts longer than ``--max-prompt-length`` tokens (chat template applied, image tokens expanded
 by the processor) are dropped and counted. verl filters again with its own

@@ -64,9 +64,11 @@ def official_text(record: QuestionRecord, *, prompt_type: str = "manual_cot", ev
     """The benchmark's official user text (see the module docstring)."""
     if record.benchmark == "omnispatial":
         if prompt_type not in OMNISPATIAL_SYSTEM_PROMPTS:
-            raise ValueError(f"unknown OmniSpatial prompt_type {prompt_type!r}; use one of {list(OMNISPATIAL_SYSTEM_PROMPTS)}")
+            choices = list(OMNISPATIAL_SYSTEM_PROMPTS)
+            raise ValueError(f"unknown OmniSpatial prompt_type {prompt_type!r}; use one of {choices}")
         if eval_type not in OMNISPATIAL_FORMAT_PROMPTS:
-            raise ValueError(f"unknown OmniSpatial eval_type {eval_type!r}; use one of {list(OMNISPATIAL_FORMAT_PROMPTS)}")
+            choices = list(OMNISPATIAL_FORMAT_PROMPTS)
+            raise ValueError(f"unknown OmniSpatial eval_type {eval_type!r}; use one of {choices}")
         text = OMNISPATIAL_SYSTEM_PROMPTS[prompt_type] + "\n" + OMNISPATIAL_FORMAT_PROMPTS[eval_type] + "\n\n"
         return text + record.question + "".join(f"\n{chr(65 + i)}. {o}" for i, o in enumerate(record.options))
     if record.benchmark == "mindcube":

@@ -22,7 +22,9 @@ class Completion:
 
     ``token_ids`` are the emitted tokens (the spine during soft thinking), ``trace`` has one record
     per token. ``think_end`` is the index of the ``</think>`` token in ``token_ids`` (None if the
-    spine never emitted it: then every step was soft). ``debug`` holds optional per-step tensors
+    spine never emitted it: then every step was soft). ``logprobs`` is each step's likelihood under
+    the rollout policy: the Gumbel log-density of the recorded scores at soft steps (0 when the
+    noise scale is 0), the token log-probability at T at discrete steps. ``debug`` holds optional per-step tensors
     (mixture weights, candidate log-probs) when the engine was asked for them.
     """
 
@@ -34,6 +36,7 @@ class Completion:
     trace: SoftTrace
     finish_reason: str
     think_end: Optional[int] = None
+    logprobs: List[float] = field(default_factory=list)
     debug: Dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -33,8 +33,8 @@ from soft_spatial.models.rope import decode_position_ids, is_mrope, prefill_posi
 from soft_spatial.models.tokens import eos_token_ids, single_token_id
 from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig,
                                     SoftThinkingConfig, TraceRecorder, candidates,
-                                    gumbel_from_uniform, mixture_weights, normalized_entropy,
-                                    record_input_embeddings, sort_by_score)
+                                    gumbel_from_uniform, gumbel_log_density, mixture_weights,
+                                    normalized_entropy, record_input_embeddings, sort_by_score)
 from soft_spatial.softthink.trace import TRACE_KEYS
 
 from .base import FINISH_LENGTH, FINISH_STOP, Completion, Prompt
@@ -340,6 +340,7 @@ class LocalEngine:
         finish = [FINISH_LENGTH] * rows
         think_pos: List[Optional[int]] = [None] * rows
         dbg = defaultdict(list)
+        loglik: List[Tensor] = []
         temperature = sampling.temperature
         for step in range(sampling.max_new_tokens):
             b = active.numel()
@@ -354,6 +355,9 @@ class LocalEngine:
             for key in TRACE_KEYS:
                 full[key][active] = rec[key]
             recorder.record(**full)
+            ll = torch.zeros(rows, device=dev)
+            ll[active] = rec["loglik"]
+            loglik.append(ll)
             if debug:
                 for key in ("weights", "logp"):
                     d = torch.zeros(rows, k, device=dev, dtype=rec[key].dtype)
@@ -390,13 +394,15 @@ class LocalEngine:
                 h, logits = self._step_outputs(out)
                 cache = out.past_key_values
         traces = recorder.build(lengths)
+        loglik_all = torch.stack(loglik, 1).cpu()
         results = []
         for r in range(rows):
             toks = traces[r].tokens.tolist()
             c = Completion(prompt_index=prompt_idx[r // n], sample_index=r % n,
                            prompt_ids=list(prepared[r // n].ids), token_ids=toks,
                            text=self.tokenizer.decode(toks, skip_special_tokens=True),
-                           trace=traces[r], finish_reason=finish[r], think_end=think_pos[r])
+                           trace=traces[r], finish_reason=finish[r], think_end=think_pos[r],
+                           logprobs=loglik_all[r, : lengths[r]].tolist())
             if debug:
                 c.debug = {key: torch.stack(v, 1)[r, : lengths[r]] for key, v in dbg.items()}
             results.append(c)
@@ -417,6 +423,7 @@ class LocalEngine:
             "ctrl_x": torch.zeros(b, fdim, device=dev),
             "entropy": torch.zeros(b, device=dev),
             "soft": thinking.clone(),
+            "loglik": torch.zeros(b, device=dev),
         }
         if debug:
             rec["weights"] = torch.zeros(b, k, device=dev)
@@ -441,19 +448,25 @@ class LocalEngine:
                 tau = torch.full((s_rows.numel(),), soft.fixed_tau, device=dev)
             rec["topk_ids"][s_rows], rec["scores"][s_rows] = ids, z
             rec["tau"][s_rows], rec["entropy"][s_rows] = tau, normalized_entropy(logp)
+            if soft.noise_scale > 0:
+                rec["loglik"][s_rows] = gumbel_log_density(z, logp, soft.noise_scale)
             if debug:
                 rec["weights"][s_rows] = mixture_weights(z, tau)
                 rec["logp"][s_rows] = logp
         if d_rows.numel():
-            rec["topk_ids"][d_rows, 0] = self._discrete(logits[d_rows], u[d_rows, k], sampling,
-                                                        temperature)
+            tok, lp = self._discrete(logits[d_rows], u[d_rows, k], sampling, temperature)
+            rec["topk_ids"][d_rows, 0], rec["loglik"][d_rows] = tok, lp
         return rec
 
     @staticmethod
-    def _discrete(logits, u, sampling: SamplingConfig, temperature: float) -> Tensor:
-        if sampling.greedy:
-            return logits.argmax(-1)
+    def _discrete(logits, u, sampling: SamplingConfig, temperature: float):
+        """Sampled token and its log-probability under softmax(ℓ/T) (unfiltered, as scored at
+        training time)."""
         scaled = logits.float() / temperature
+        full = torch.log_softmax(scaled, -1)
+        if sampling.greedy:
+            tok = logits.argmax(-1)
+            return tok, full.gather(-1, tok[:, None]).squeeze(-1)
         if sampling.top_k > 0:
             kth = torch.topk(scaled, min(sampling.top_k, scaled.shape[-1]), -1).values[:, -1:]
             scaled = scaled.masked_fill(scaled < kth, float("-inf"))
@@ -466,7 +479,8 @@ class LocalEngine:
             probs = probs / probs.sum(-1, keepdim=True)
         cdf = probs.cumsum(-1)
         target = u.float()[:, None] * cdf[:, -1:]
-        return torch.searchsorted(cdf, target, right=True).clamp(max=logits.shape[-1] - 1).squeeze(-1)
+        tok = torch.searchsorted(cdf, target, right=True).clamp(max=logits.shape[-1] - 1)
+        return tok.squeeze(-1), full.gather(-1, tok).squeeze(-1)
 
 
 
