@@ -30,7 +30,7 @@ from torch import Tensor
 
 from soft_spatial.models.loading import load_model
 from soft_spatial.models.rope import decode_position_ids, is_mrope, prefill_position_ids
-from soft_spatial.models.tokens import eos_token_ids, single_token_id
+from soft_spatial.models.tokens import eos_token_ids, single_token_id, unusable_token_ids
 from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig,
                                     SoftThinkingConfig, TraceRecorder, candidates,
                                     gumbel_from_uniform, gumbel_log_density, mixture_weights,
@@ -105,6 +105,9 @@ class LocalEngine:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.image_token_id = getattr(model.config, "image_token_id", None)
         self.max_batch_rows, self.max_prompt_length = max_batch_rows, max_prompt_length
+        self.banned_ids = torch.tensor(  # never sampled: see models.tokens.unusable_token_ids
+            unusable_token_ids(model.config, tokenizer, self.lm_head.weight.shape[0]),
+            dtype=torch.long, device=self.device)
         self.controller: Optional[AdaptSoft] = None
         if controller is not None:
             self.set_controller(controller)
@@ -271,7 +274,10 @@ class LocalEngine:
     # -- decoding -----------------------------------------------------------------------------
     def _step_outputs(self, out):
         h = out.last_hidden_state[:, -1]
-        return h, self.lm_head(h)
+        logits = self.lm_head(h)
+        if self.banned_ids.numel():
+            logits = logits.index_fill(-1, self.banned_ids, float("-inf"))
+        return h, logits
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Prompt], soft: Optional[SoftThinkingConfig] = None,

@@ -56,6 +56,8 @@ def replay_completion(engine, prompt: Prompt, completion: Completion, temperatur
                           **mm)
     hidden = out.last_hidden_state[0, p - 1: p - 1 + n]
     logits = engine.lm_head(hidden)
+    if engine.banned_ids.numel():  # the rollout never samples these ids (LocalEngine.banned_ids)
+        logits = logits.index_fill(-1, engine.banned_ids, float("-inf"))
     soft = rec["soft"]
     tau = torch.where(soft, rec["tau"], torch.ones_like(rec["tau"]))
     weights = torch.where(soft[:, None], mixture_weights(rec["scores"], tau), 0.0)

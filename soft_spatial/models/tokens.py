@@ -74,3 +74,15 @@ def eos_token_ids(source, tokenizer=None) -> list[int]:
         where = f"{source!r}" + (f" or tokenizer {_name(tokenizer)!r}" if tokenizer is not None else "")
         raise ValueError(f"no eos_token_id found in {where}")
     return unique
+
+
+def unusable_token_ids(config, tokenizer, vocab_rows: int) -> list[int]:
+    """Ids a policy must never emit, sorted: the vision placeholders (verl and the processors
+    locate image positions by id, so a sampled placeholder would corrupt the next forward) and
+    padded vocabulary rows beyond the tokenizer (they have no token). The rollout engine masks
+    them before sampling, and the training side masks the same ids when it scores discrete steps,
+    so both see the same distribution."""
+    names = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+    ids = {getattr(config, k, None) for k in names}
+    ids |= set(range(len(tokenizer), vocab_rows))
+    return sorted(i for i in ids if i is not None and 0 <= i < vocab_rows)

@@ -1,0 +1,182 @@
+"""Training AdaptSoft by gradient alignment inside the actor engine (DESIGN.md §2.7, §2.9–2.10).
+
+:class:`AdaptSoftTrainer` owns the controller φ, its AdamW optimizer, the alignment scaler and the
+reference-set generator. :class:`~soft_spatial.actor.engine.SoftFSDPEngine` calls it at three
+points:
+
+1. ``replay_tau`` (in ``prepare_model_inputs`` of a training forward): the straight-through
+   τ_upd = τ₀ + Δ tanh(sg(u_roll) + ũ − sg(ũ)), equal to the recorded τ. With alignment on, the
+   forward uses a detached *leaf* copy of τ_upd, so the GRPO loss's backward reaches θ but never φ;
+   in the ``enabled=False`` ablation the forward uses τ_upd itself, so φ gets the GRPO loss's own
+   gradient through τ.
+2. ``alignment_step`` (after verl's loss, before its backward), per micro-batch:
+   d = sg(∂L_GRPO/∂ℓ) at every response step (autograd.grad w.r.t. the step logits, graph kept);
+   v = h, the input of the output layer; reference set R = a random share of the micro-batch's
+   sequences, all-gathered across DP ranks (soft steps K-sparse, discrete steps dense);
+   O = the soft steps of the other sequences; α via :func:`~soft_spatial.softthink.alignment_scores`;
+   κ from :class:`~soft_spatial.softthink.AlignmentScaler`; g_τ = ∂(κ/|O|·L_AS)/∂τ by autograd.grad
+   w.r.t. the τ leaf only (θ's ``.grad`` is untouched); centred per rollout; the surrogate
+   Σ sg(g̃)·τ_upd is back-propagated into φ only.
+3. ``step`` (with every policy optimizer step): φ's gradients are averaged over the DP ranks,
+   zeroed if non-finite, clipped, and AdamW steps.
+
+Every rank runs the same collectives and the same backward through the policy (the loss always
+depends on every rank's hidden states and τ leaf), which FSDP requires.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from soft_spatial.softthink import (AdaptSoft, AlignmentConfig, AlignmentScaler, SparseGrad,
+                                    alignment_loss, alignment_scores, all_gather_rows,
+                                    center_per_rollout, controller_surrogate, select_reference)
+
+__all__ = ["AdaptSoftTrainer"]
+
+
+def _rank(group=None) -> int:
+    return dist.get_rank(group) if dist.is_available() and dist.is_initialized() else 0
+
+
+def _world(group=None) -> int:
+    return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
+
+
+class AdaptSoftTrainer:
+    """The controller's optimisation state and update rule (module docstring).
+
+    Args:
+        controller: the AdaptSoft module (moved to ``device``, fp32, replicated on every rank).
+        config: :class:`AlignmentConfig` (``enabled=False``: the no-alignment ablation).
+        seed: seeds the reference-set generator (offset by the rank).
+    """
+
+    def __init__(self, controller: AdaptSoft, config: Optional[AlignmentConfig] = None,
+                 seed: int = 0, device=None):
+        self.config = config or AlignmentConfig()
+        self.controller = controller.to(device or "cpu").float().train()
+        params = [p for p in self.controller.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=self.config.lr,
+                                           weight_decay=self.config.weight_decay)
+        c = self.config
+        self.scaler = AlignmentScaler(c.beta, c.target, c.max_scale, c.eps)
+        self.seed = seed
+        self.generator = torch.Generator().manual_seed(seed * 1_000_003 + _rank())
+        self.steps = 0
+        self.last: Dict[str, Tensor] = {}  # detached diagnostics of the last micro-batch
+
+    @property
+    def needs_loss_hook(self) -> bool:
+        """Whether the engine must call :meth:`alignment_step` after each training loss."""
+        return self.config.enabled
+
+    # -- 1. replay ---------------------------------------------------------------------------
+    def replay_tau(self, ctrl_x: Tensor, u: Tensor, soft: Tensor, tau_record: Tensor):
+        """(τ for the forward, τ_upd with its graph to φ, the τ leaf or None), all ``[n]``."""
+        tau_upd = self.controller.replay_temperature(ctrl_x, u)
+        tau_upd = torch.where(soft, tau_upd, tau_record.to(tau_upd.dtype))
+        if self.config.enabled:
+            leaf = tau_upd.detach().requires_grad_(True)
+            return leaf, tau_upd, leaf
+        return tau_upd, tau_upd, None
+
+    # -- 2. alignment ------------------------------------------------------------------------
+    def alignment_step(self, loss: Tensor, state: Dict[str, Any], group=None) -> Dict[str, float]:
+        """One micro-batch of the controller update; accumulates into φ's ``.grad``."""
+        cfg = self.config
+        sb = state["batch"]
+        logits, hidden, leaf, tau_upd = (state["logits"], state["hidden_steps"],
+                                         state["tau_leaf"], state["tau_upd"])
+        (d,) = torch.autograd.grad(loss, logits, retain_graph=True, allow_unused=True)
+        d = torch.zeros_like(logits, dtype=torch.float32) if d is None else d.detach().float()
+        soft = sb.soft
+        ref_seq = select_reference(sb.num_sequences, cfg.ref_fraction, self.generator)
+        in_ref = ref_seq.to(soft.device)[sb.seq]
+        ref_s, ref_d, opt = in_ref & soft, in_ref & ~soft, ~in_ref & soft
+        hv = hidden.detach().float()
+        ids_rs = sb.topk_ids[ref_s]
+        parts = [ids_rs, d[ref_s].gather(1, ids_rs), hv[ref_s], d[ref_d], hv[ref_d]]
+        ids_rs, vals_rs, v_rs, d_rd, v_rd = (all_gather_rows(p, group) for p in parts)
+        ids_o = sb.topk_ids[opt]
+        v_o = hidden[opt]
+        alpha = alignment_scores(SparseGrad(ids_o, d[opt].gather(1, ids_o)), v_o,
+                                 [SparseGrad(ids_rs, vals_rs), d_rd], [v_rs, v_rd],
+                                 vocab_block=cfg.vocab_block)
+        kappa = self.scaler.update(alpha, group)
+        # "+ 0·Σh + 0·Σℓ": the backward runs through the whole policy on every rank, even with
+        # O = ∅, and it enters through the model's output (ℓ), so FSDP2's root pre-backward runs
+        # before any unit's post-backward (starting from h alone crashes under FSDP2)
+        l_as = alignment_loss(alpha, kappa) + 0.0 * hidden.sum() + 0.0 * logits.sum()
+        (g,) = torch.autograd.grad(l_as, leaf, retain_graph=True, allow_unused=True)
+        g = torch.zeros_like(leaf) if g is None else g.detach()
+        g_u = g.to(tau_upd.dtype)
+        if cfg.center:
+            g_c = center_per_rollout(g_u, sb.seq, soft)
+        else:
+            g_c = torch.where(soft, g_u, torch.zeros_like(g_u))
+        controller_surrogate(g_c, tau_upd).backward()
+        self.last = {"alpha": alpha.detach(), "g_tau": g, "g_centered": g_c, "ref_seq": ref_seq,
+                     "ctrl_x": sb.ctrl_x.detach(), "u": sb.u.detach(), "soft": soft,
+                     "kappa": torch.tensor(kappa)}
+        n_opt = int(opt.sum())
+        return {"adaptsoft/alpha_rms": alpha.detach().pow(2).mean().sqrt().item() if n_opt else 0.0,
+                "adaptsoft/kappa": float(kappa), "adaptsoft/num_opt_steps": float(n_opt),
+                "adaptsoft/tau_mean": tau_upd[soft].mean().item() if soft.any() else 0.0}
+
+    # -- 3. optimizer ------------------------------------------------------------------------
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def step(self, group=None) -> Dict[str, float]:
+        """Average φ's gradients over ranks, drop non-finite ones, clip, AdamW step."""
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                          for p in params])
+        world = _world(group)
+        if world > 1:
+            dist.all_reduce(flat, group=group)
+            flat /= world
+        finite = bool(torch.isfinite(flat).all())
+        if not finite:
+            flat.zero_()
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad = flat[offset:offset + n].view_as(p).clone()
+            offset += n
+        norm = torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip)
+        self.optimizer.step()
+        self.steps += 1
+        return {"adaptsoft/grad_norm": float(norm), "adaptsoft/grad_finite": float(finite),
+                "adaptsoft/kappa": float(self.scaler.scale)}
+
+    # -- checkpoint --------------------------------------------------------------------------
+    def state_dict(self) -> Dict[str, Any]:
+        return {"controller_config": self.controller.config_dict(),
+                "controller": self.controller.state_dict(),  # projection P included (a buffer)
+                "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
+                "alignment": dict(vars(self.config)), "steps": self.steps, "seed": self.seed}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        # the seed only sets the initial weights and P, which the state dict restores
+        mine = {k: v for k, v in self.controller.config_dict().items() if k != "seed"}
+        theirs = {k: v for k, v in state["controller_config"].items() if k != "seed"}
+        if mine != theirs:
+            raise ValueError(f"AdaptSoft checkpoint was written for {state['controller_config']}, "
+                             f"this controller is {self.controller.config_dict()}")
+        self.controller.load_state_dict(state["controller"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.steps = int(state["steps"])
+        # each rank draws its own reference sets; continue from a fresh, step-dependent stream
+        self.generator.manual_seed(self.seed * 1_000_003 + _rank() + 7919 * self.steps)
+
+    def save(self, path) -> None:
+        torch.save(self.state_dict(), path)
+
+    def load(self, path) -> None:
+        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=False))

@@ -1,0 +1,359 @@
+"""The actor/ref training engine: verl's FSDP engine with soft replay and per-step likelihoods.
+
+:class:`SoftFSDPEngine` subclasses verl 0.9.1's ``FSDPEngineWithLMHead`` and is registered in
+verl's ``EngineRegistry`` under the model type ``soft_language_model`` (backends fsdp/fsdp2, devices
+cuda/npu/cpu); select it with ``actor_rollout_ref.model.model_type=soft_language_model`` (the ref
+policy shares the model config, so it gets the same treatment). A micro-batch without trace tensors
+is handled exactly like the stock engine.
+
+With the collated rollout records (``trace_*`` tensors ``[B, R, ...]``, aligned with verl's
+response positions, DESIGN §3) in the micro-batch:
+
+* ``prepare_model_inputs`` lays the records out like ``input_ids`` (packed ``[1, nnz+pad]`` on the
+  remove-padding path, ``[B, S]`` on the padded path). Record t of a response is the input its
+  step fed back, i.e. it sits at the position of response token t (the input that produced step
+  t+1). Every response position is replayed (discrete records give ``E[token]`` exactly), which
+  also keeps the autograd graph the same on every rank. ``soft_inputs`` is installed around the
+  forward; τ is the recorded one, or ``AdaptSoft.replay_temperature`` (straight-through, same
+  value) when the controller is being trained.
+* ``prepare_model_outputs`` returns as ``log_probs`` the per-step likelihood
+  (:func:`~soft_spatial.softthink.step_log_likelihood`): at a soft step the Gumbel log-density of
+  the recorded scores, at a discrete step the token log-prob, both at the rollout temperature. It is
+  computed at response steps only (prompt positions hold 0: verl's losses read response positions
+  only), so old, ref and current log-probs are the same quantity and verl's PPO machinery applies
+  unchanged.
+* With an :class:`~soft_spatial.actor.adaptsoft_trainer.AdaptSoftTrainer` attached
+  (:meth:`SoftFSDPEngine.configure_soft`), each training micro-batch runs the controller's
+  alignment update after the loss and before verl's backward, and the controller steps with every
+  policy optimizer step; its state rides along with the engine's checkpoints.
+
+Limits (raise): fused kernels, Ulysses sequence parallelism, top-K distillation and
+``calculate_sum_pi_squared`` together with trace tensors.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import ExitStack
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Dict, Optional
+
+import torch
+from torch import Tensor
+
+import soft_spatial.trainer.platform  # noqa: F401  (VERL_PLATFORM=cpu must resolve before verl's engines import)
+from verl.utils import tensordict_utils as tu
+from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+
+from soft_spatial.softthink import DensityConfig, step_log_likelihood
+from soft_spatial.softthink.replay import soft_inputs
+from soft_spatial.trainer.verl_compat import (as_language_model, no_cpu_offload_on_cpu,
+                                             register_engine)
+
+__all__ = ["SoftFSDPEngine", "MODEL_TYPE", "TRACE_PREFIX", "SoftBatch", "register",
+           "trace_layout", "ADAPTSOFT_CKPT"]
+
+MODEL_TYPE = "soft_language_model"
+TRACE_PREFIX = "trace_"
+ADAPTSOFT_CKPT = "adaptsoft.pt"
+_REC_KEYS = ("topk_ids", "scores", "tau", "u", "ctrl_x", "soft")
+
+
+def _padded(t: Tensor) -> Tensor:
+    return torch.nested.to_padded_tensor(t, 0) if t.is_nested else t
+
+
+def _lengths(micro_batch):
+    """(prompt_lens, response_lens) per sequence, as verl's ``no_padding_2_padding`` computes them."""
+    prompts, responses = micro_batch["prompts"], micro_batch["responses"]
+    if prompts.is_nested:
+        return prompts.offsets().diff(), responses.offsets().diff()
+    mask = micro_batch["attention_mask"]
+    p = prompts.shape[1]
+    return mask[:, :p].sum(1), mask[:, p:].sum(1)
+
+
+@dataclass
+class SoftBatch:
+    """Where a micro-batch's records go, computed once per forward.
+
+    Response position (i, t) ↦ input slot ``inp`` (the row of the embedding output that record t
+    replaces) and step slot ``row`` (the row of the model's logits/hidden output that scores step
+    t), plus ``flat`` (its index in verl's packed ``[nnz]`` log-prob layout).
+    """
+
+    seq: Tensor  # [n] sequence index of every response step
+    inp: Tensor  # [n] row in the flattened embedding output
+    row: Tensor  # [n] row in the flattened logits / hidden output (= the row before inp)
+    flat: Tensor  # [n] index into the packed nnz layout of log_probs
+    topk_ids: Tensor  # [n, K]; discrete steps: [token, 0, ...]
+    scores: Tensor  # [n, K]
+    tau: Tensor  # [n] recorded τ
+    u: Tensor  # [n]
+    ctrl_x: Tensor  # [n, F]
+    soft: Tensor  # [n] bool
+    canvas: tuple  # leading shape of the embedding output
+    temperature: Tensor  # [n] rollout temperature of every step
+    num_sequences: int
+    nnz: int
+
+
+def trace_layout(micro_batch, *, remove_padding: bool, canvas_len: int,
+                 temperature) -> SoftBatch:
+    """Compute the :class:`SoftBatch` of a micro-batch (pure tensor code, no model).
+
+    ``canvas_len``: the packed length incl. static padding (remove-padding path) or the padded
+    sequence length S (padded path). ``temperature``: a float or a per-sequence tensor ``[B]``.
+    """
+    input_ids = micro_batch["input_ids"]
+    cu = input_ids.offsets()
+    seq_lens = cu.diff()
+    dev = cu.device
+    b = seq_lens.numel()
+    prompt_lens, resp_lens = (x.to(dev) for x in _lengths(micro_batch))
+    if not torch.equal(prompt_lens + resp_lens, seq_lens):
+        raise ValueError("soft replay: prompt + response lengths do not add up to the packed "
+                         "sequence lengths")
+    if (prompt_lens == 0).any():
+        raise ValueError("soft replay: every sequence needs a non-empty prompt")
+    rec = {k: _padded(micro_batch[TRACE_PREFIX + k]) for k in _REC_KEYS}
+    tmask = _padded(micro_batch[TRACE_PREFIX + "mask"]).bool()
+    r = rec["topk_ids"].shape[1]
+    k = rec["topk_ids"].shape[2]
+    if int(resp_lens.max()) > r:
+        raise ValueError(f"soft replay: responses of up to {int(resp_lens.max())} tokens but only "
+                         f"{r} record slots")
+    t = torch.arange(r, device=dev)
+    in_resp = t[None, :] < resp_lens[:, None]  # [B, R]
+    seq, step = in_resp.nonzero(as_tuple=True)
+    pos = prompt_lens[seq] + step  # position of response token t inside its sequence
+    flat_inp = cu[:-1][seq] + pos
+    if remove_padding:
+        inp = flat_inp
+        canvas = (1, canvas_len)
+    else:
+        inp = seq * canvas_len + pos
+        canvas = (b, canvas_len)
+    tokens = input_ids.values()[flat_inp]
+    valid = tmask[seq, step]
+    ids = rec["topk_ids"][seq, step].long()
+    if not torch.equal(ids[valid, 0], tokens[valid]):
+        bad = int((ids[valid, 0] != tokens[valid]).sum())
+        raise ValueError(f"soft replay: {bad} recorded spine ids differ from the response tokens; "
+                         f"the trace is misaligned with the responses")
+    disc_ids = torch.zeros_like(ids)
+    disc_ids[:, 0] = tokens
+    soft = rec["soft"][seq, step].bool() & valid
+    ids = torch.where(soft[:, None], ids, disc_ids)
+    scores = torch.where(soft[:, None], rec["scores"][seq, step].float(), 0.0)
+    zero = torch.zeros((), device=dev)
+    tau = torch.where(soft, rec["tau"][seq, step].float(), zero)
+    u = torch.where(soft, rec["u"][seq, step].float(), zero)
+    ctrl_x = torch.where(soft[:, None], rec["ctrl_x"][seq, step].float(), 0.0)
+    if isinstance(temperature, Tensor) and temperature.numel() > 1:
+        temp = temperature.to(dev, torch.float32).reshape(-1)[seq]
+    else:
+        temp = torch.full((seq.numel(),), float(temperature), device=dev)
+    return SoftBatch(seq=seq, inp=inp, row=inp - 1, flat=flat_inp - 1, topk_ids=ids, scores=scores,
+                     tau=tau, u=u, ctrl_x=ctrl_x, soft=soft, canvas=canvas, temperature=temp,
+                     num_sequences=b, nnz=int(cu[-1]))
+
+
+def _scatter(canvas, idx: Tensor, values: Tensor) -> Tensor:
+    """A zero tensor of leading shape ``canvas`` with ``values`` at flat rows ``idx``
+    (differentiable w.r.t. values)."""
+    n = 1
+    for c in canvas:
+        n *= c
+    out = values.new_zeros((n,) + tuple(values.shape[1:]))
+    return out.index_put((idx,), values).reshape(tuple(canvas) + tuple(values.shape[1:]))
+
+
+class SoftFSDPEngine(FSDPEngineWithLMHead):
+    """``FSDPEngineWithLMHead`` with soft replay and per-step likelihoods (module docstring)."""
+
+    # Soft settings; defaults are the paper's (DESIGN §2.6). Set with configure_soft().
+    noise_scale: float = 1.0
+    density: DensityConfig = DensityConfig()
+    adaptsoft = None  # an AdaptSoftTrainer while the controller is trained by this engine
+
+    def configure_soft(self, noise_scale: Optional[float] = None,
+                       density: Optional[DensityConfig] = None, adaptsoft=None) -> None:
+        """Set the rollout noise scale c, the density variant and (actor only) the controller's
+        trainer. Call on every rank, before the first forward."""
+        if noise_scale is not None:
+            if noise_scale <= 0:
+                raise ValueError(f"noise_scale must be > 0 to score soft steps, got {noise_scale}")
+            self.noise_scale = float(noise_scale)
+        if density is not None:
+            self.density = density
+        if adaptsoft is not None:
+            self.adaptsoft = adaptsoft
+
+    # -- model construction ------------------------------------------------------------------
+    def _build_module(self):
+        with as_language_model(self.model_config):
+            return super()._build_module()
+
+    def _build_fsdp_module(self, module):
+        with no_cpu_offload_on_cpu(self.engine_config):
+            return super()._build_fsdp_module(module)
+
+    # -- forward -----------------------------------------------------------------------------
+    def forward_step(self, micro_batch, loss_function, forward_only):
+        self._soft_stack = ExitStack()
+        self._soft_state: Optional[Dict[str, Any]] = None
+        trainer = self.adaptsoft
+        if (loss_function is not None and not forward_only and trainer is not None
+                and trainer.needs_loss_hook):
+            loss_function = partial(self._loss_with_alignment, loss_function)
+        try:
+            loss, output = super().forward_step(micro_batch, loss_function, forward_only)
+        finally:
+            self._soft_stack.close()
+            self._soft_state = None
+        return loss, output
+
+    def _loss_with_alignment(self, loss_function, model_output, data, dp_group=None):
+        loss, metrics = loss_function(model_output=model_output, data=data, dp_group=dp_group)
+        if self._soft_state is not None:
+            metrics = dict(metrics)
+            metrics.update(self.adaptsoft.alignment_step(loss, self._soft_state, group=dp_group))
+        return loss, metrics
+
+    def prepare_model_inputs(self, micro_batch):
+        model_inputs, output_args = super().prepare_model_inputs(micro_batch)
+        if TRACE_PREFIX + "topk_ids" not in micro_batch.keys():
+            return model_inputs, output_args
+        if tu.get_non_tensor_data(data=micro_batch, key="use_fused_kernels", default=False):
+            raise NotImplementedError("soft replay needs materialised logits: set "
+                                      "actor_rollout_ref.model.use_fused_kernels=false")
+        if self.use_ulysses_sp:
+            raise NotImplementedError("soft replay does not support Ulysses sequence parallelism")
+        if tu.get_non_tensor_data(data=micro_batch, key="distillation_use_topk", default=False):
+            raise NotImplementedError("soft replay does not support top-K distillation")
+        remove_padding = tu.get_non_tensor_data(data=micro_batch, key="use_remove_padding",
+                                                default=True)
+        ids = model_inputs["input_ids"]
+        canvas_len = ids.shape[-1]
+        sb = trace_layout(micro_batch, remove_padding=remove_padding, canvas_len=canvas_len,
+                          temperature=micro_batch["temperature"])
+        tau, tau_upd, tau_leaf = sb.tau, None, None
+        trainer = self.adaptsoft
+        if trainer is not None and torch.is_grad_enabled():
+            tau, tau_upd, tau_leaf = trainer.replay_tau(sb.ctrl_x, sb.u, sb.soft, sb.tau)
+        module = self.module
+        embed = module.get_input_embeddings()
+        state: Dict[str, Any] = {"batch": sb, "tau_upd": tau_upd, "tau_leaf": tau_leaf}
+        stack = getattr(self, "_soft_stack", None)
+        if stack is None:  # prepare_model_inputs called outside forward_step (e.g. a unit test)
+            stack = self._soft_stack = ExitStack()
+        if trainer is not None and trainer.needs_loss_hook and torch.is_grad_enabled():
+            head = module.get_output_embeddings()
+
+            def keep_hidden(mod, args):
+                state["hidden"] = args[0]
+
+            # prepend: capture h before FSDP2's pre-forward wraps the head's inputs in its
+            # post-backward function (a backward from the wrapped tensor would run the head's
+            # post-backward without its pre-backward and crash)
+            stack.callback(head.register_forward_pre_hook(keep_hidden, prepend=True).remove)
+        mask = _scatter(sb.canvas, sb.inp, torch.ones_like(sb.soft))
+        stack.enter_context(soft_inputs(
+            embed, mask, _scatter(sb.canvas, sb.inp, sb.topk_ids),
+            _scatter(sb.canvas, sb.inp, sb.scores), _scatter(sb.canvas, sb.inp, tau),
+            _scatter(sb.canvas, sb.inp, sb.soft)))
+        self._soft_state = state
+        output_args["soft"] = state
+        return model_inputs, output_args
+
+    def prepare_model_outputs(self, output, output_args, micro_batch, logits_processor_func):
+        state = output_args.get("soft")
+        if state is None:
+            return super().prepare_model_outputs(output, output_args, micro_batch,
+                                                 logits_processor_func)
+        if tu.get_non_tensor_data(data=micro_batch, key="calculate_sum_pi_squared", default=False):
+            raise NotImplementedError("soft replay does not compute sum_pi_squared")
+        sb: SoftBatch = state["batch"]
+        logits = output.logits
+        if not isinstance(logits, Tensor) or logits.is_nested:
+            raise TypeError("soft replay expects dense logits from the model")
+        from torch.distributed.tensor import DTensor
+
+        if isinstance(logits, DTensor):
+            logits = logits.full_tensor()
+        logits = logits.reshape(-1, logits.shape[-1])
+        sel = logits.index_select(0, sb.row)  # [n, V] raw logits of every response step
+        banned = self._banned_ids(sel)
+        if banned.numel():  # ids the rollout never samples (models.tokens.unusable_token_ids)
+            sel = sel.index_fill(-1, banned, float("-inf"))
+        scaled = sel.float() / sb.temperature[:, None]
+        d = self.density
+        loglik = step_log_likelihood(scaled, sb.topk_ids, sb.scores, sb.soft, 1.0,
+                                     self.noise_scale, d.reduce, d.clamp, d.min_logp)
+        cu = micro_batch["input_ids"].offsets()
+        model_output = {"log_probs": torch.nested.nested_tensor_from_jagged(
+            loglik.new_zeros(sb.nnz).index_put((sb.flat,), loglik), cu)}
+        if tu.get_non_tensor_data(data=micro_batch, key="calculate_entropy", default=False):
+            ent = self.compute_entropy_from_logits(scaled)
+            model_output["entropy"] = torch.nested.nested_tensor_from_jagged(
+                ent.new_zeros(sb.nnz).index_put((sb.flat,), ent), cu)
+        state["logits"] = sel
+        if "hidden" in state:
+            h = state["hidden"]
+            state["hidden_steps"] = h.reshape(-1, h.shape[-1]).index_select(0, sb.row)
+        return model_output
+
+    def _banned_ids(self, logits: Tensor) -> Tensor:
+        if getattr(self, "_banned", None) is None or self._banned.device != logits.device:
+            from soft_spatial.models.tokens import unusable_token_ids
+            mc = self.model_config
+            ids = unusable_token_ids(mc.hf_config, mc.tokenizer, logits.shape[-1])
+            self._banned = torch.tensor(ids, dtype=torch.long, device=logits.device)
+        return self._banned
+
+    # -- optimizer and checkpoints -------------------------------------------------------------
+    def optimizer_zero_grad(self):
+        super().optimizer_zero_grad()
+        if self.adaptsoft is not None:
+            self.adaptsoft.zero_grad()
+
+    def optimizer_step(self):
+        grad_norm = super().optimizer_step()
+        if self.adaptsoft is not None:
+            self._adaptsoft_metrics = self.adaptsoft.step(group=self.get_data_parallel_group())
+        return grad_norm
+
+    def train_batch(self, data, loss_function):
+        self._adaptsoft_metrics = {}
+        outputs = super().train_batch(data, loss_function)
+        if self._adaptsoft_metrics and self.is_mp_src_rank_with_outputs():
+            # verl's metrics are per-micro-batch lists (gathered over DP, then flattened)
+            outputs["metrics"].update({k: [v] for k, v in self._adaptsoft_metrics.items()})
+        return outputs
+
+    def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None,
+                        **kwargs):
+        super().save_checkpoint(local_path, hdfs_path=hdfs_path, global_step=global_step,
+                                max_ckpt_to_keep=max_ckpt_to_keep, **kwargs)
+        if self.adaptsoft is not None:
+            if torch.distributed.get_rank() == 0:
+                os.makedirs(local_path, exist_ok=True)
+                self.adaptsoft.save(os.path.join(local_path, ADAPTSOFT_CKPT))
+            torch.distributed.barrier()
+
+    def load_checkpoint(self, local_path, hdfs_path=None, del_local_after_load=True, **kwargs):
+        # read the controller first: the base class may delete local_path after loading
+        path = os.path.join(local_path, ADAPTSOFT_CKPT)
+        if self.adaptsoft is not None and os.path.isfile(path):
+            self.adaptsoft.load(path)
+        super().load_checkpoint(local_path, hdfs_path=hdfs_path,
+                                del_local_after_load=del_local_after_load, **kwargs)
+
+
+def register() -> None:
+    """Register :class:`SoftFSDPEngine` as ``soft_language_model`` (idempotent)."""
+    register_engine(SoftFSDPEngine, MODEL_TYPE, ["fsdp", "fsdp2"], ["cuda", "npu", "cpu"])
+
+
+register()

@@ -1,0 +1,180 @@
+"""The embedded engine as a verl rollout server (token in, token + SoftTrace out).
+
+verl's agent loops call ``server.generate.remote(request_id=..., prompt_ids=..., sampling_params=...,
+image_data=...)`` once per sample, concurrently. :class:`LocalSoftServer` gathers the requests that
+arrive together into one batch for :class:`~soft_spatial.engines.local.LocalEngine` and answers
+each with a verl ``TokenOutput`` whose ``extra_fields["soft_trace"]`` holds the response's records
+(each step sent once). Weights and the AdaptSoft controller arrive through
+:meth:`update_weights` / :meth:`set_controller` from the colocated training workers.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig, SoftThinkingConfig,
+                                    from_mapping)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["LocalSoftServer", "SoftRolloutSettings", "TRACE_FIELD"]
+
+TRACE_FIELD = "soft_trace"
+
+
+@dataclass
+class SoftRolloutSettings:
+    """What the server needs beyond verl's RolloutConfig (from ``rollout.custom``)."""
+
+    soft: SoftThinkingConfig
+    adaptsoft: AdaptSoftConfig
+    seed: int = 0
+    batch_window_s: float = 0.02
+    max_batch_rows: int = 64
+
+    @classmethod
+    def from_custom(cls, custom: Optional[Dict[str, Any]]) -> "SoftRolloutSettings":
+        custom = dict(custom or {})
+        soft = from_mapping(SoftThinkingConfig, custom.pop("soft_thinking", {}),
+                            "rollout.custom.soft_thinking")
+        ada = from_mapping(AdaptSoftConfig, custom.pop("adaptsoft", {}), "rollout.custom.adaptsoft")
+        custom.pop("density", None), custom.pop("alignment", None)  # training-side groups
+        known = {"seed", "batch_window_s", "max_batch_rows"}
+        unknown = sorted(set(custom) - known)
+        if unknown:
+            raise ValueError(f"rollout.custom: unknown keys {unknown}; known: soft_thinking, "
+                             f"adaptsoft, density, alignment, {sorted(known)}")
+        return cls(soft=soft, adaptsoft=ada, **custom)
+
+
+def request_seed(base: int, request_id: str) -> int:
+    """A stable per-request seed (crc32 of the request id), so a request's noise does not depend
+    on which other requests share its batch."""
+    return (base * 1_000_003 + zlib.crc32(str(request_id).encode())) % (2 ** 62)
+
+
+class LocalSoftServer:
+    """Ray actor body (wrap with ``ray.remote``) hosting one LocalEngine."""
+
+    def __init__(self, model_path: str, response_length: int, prompt_length: int,
+                 custom: Optional[Dict[str, Any]] = None, dtype: str = "float32",
+                 device: str = "cpu"):
+        from soft_spatial.engines.local import LocalEngine
+        self.settings = SoftRolloutSettings.from_custom(custom)
+        self.response_length, self.prompt_length = response_length, prompt_length
+        self.engine = LocalEngine.from_pretrained(
+            model_path, device=device, dtype=getattr(torch, dtype),
+            max_batch_rows=self.settings.max_batch_rows,
+            max_prompt_length=prompt_length)
+        if self.settings.soft.mode == "adaptsoft":
+            from soft_spatial.softthink import AdaptSoft
+            self.engine.set_controller(AdaptSoft.from_config(self.settings.adaptsoft,
+                                                             self.engine.hidden_size))
+        self._pending: List[tuple] = []
+        self._flush_task: Optional[asyncio.Task] = None
+        self._lock = asyncio.Lock()
+        self.weight_version = 0
+
+    # -- generation -------------------------------------------------------------------------
+    async def generate(self, request_id, prompt_ids, sampling_params, image_data=None,
+                       video_data=None, **kwargs):
+        if video_data:
+            raise ValueError("the local soft rollout server does not support video inputs")
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.append((request_id, list(prompt_ids), dict(sampling_params),
+                              list(image_data or []), fut))
+        if self._flush_task is None or self._flush_task.done():
+            self._flush_task = asyncio.create_task(self._flush_soon())
+        return await fut
+
+    async def _flush_soon(self):
+        await asyncio.sleep(self.settings.batch_window_s)
+        async with self._lock:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                groups: Dict[tuple, List[tuple]] = {}
+                for req in batch:  # requests decode together when their sampling params match
+                    key = tuple(sorted((k, str(v)) for k, v in req[2].items()))
+                    groups.setdefault(key, []).append(req)
+                for reqs in groups.values():
+                    try:
+                        outs = await asyncio.to_thread(self._run, reqs)
+                        for req, out in zip(reqs, outs):
+                            req[4].set_result(out)
+                    except Exception as exc:  # every waiting request learns about the failure
+                        for req in reqs:
+                            if not req[4].done():
+                                req[4].set_exception(exc)
+
+    def _sampling(self, params: Dict[str, Any]) -> SamplingConfig:
+        max_new = params.get("max_new_tokens", params.get("max_tokens", self.response_length))
+        max_new = max(1, min(int(max_new), self.response_length))
+        temperature = float(params.get("temperature", 1.0))
+        top_k = int(params.get("top_k", -1) or -1)
+        return SamplingConfig(temperature=max(temperature, 1e-5), max_new_tokens=max_new,
+                              top_k=max(0, top_k), top_p=float(params.get("top_p", 1.0) or 1.0),
+                              greedy=temperature == 0)
+
+    def _run(self, reqs):
+        from verl.workers.rollout.replica import TokenOutput
+        sampling = self._sampling(reqs[0][2])
+        prompts = [{"prompt_ids": r[1], "images": r[3]} for r in reqs]
+        seeds = [request_seed(self.settings.seed, r[0]) for r in reqs]
+        outs = self.engine.generate(prompts, soft=self.settings.soft, sampling=sampling, n=1,
+                                    seeds=seeds)
+        results = []
+        for o in outs:
+            stop = "completed" if o.finish_reason == "stop" else "length"
+            results.append(TokenOutput(
+                token_ids=o.token_ids, log_probs=o.logprobs, stop_reason=stop,
+                extra_fields={TRACE_FIELD: o.trace.to_lists(),
+                              "soft_think_closed": o.think_closed,
+                              "soft_weight_version": self.weight_version}))
+        return results
+
+    # -- weights ------------------------------------------------------------------------------
+    def update_weights(self, state_dict: Dict[str, torch.Tensor]) -> int:
+        self.engine.update_weights(state_dict)
+        self.weight_version += 1
+        return self.weight_version
+
+    def set_controller(self, state: Dict[str, Any]) -> None:
+        """AdaptSoft weights from the trainer (``{"config", "state_dict"}`` or a state dict)."""
+        self.engine.set_controller(state)
+
+    def controller_state(self) -> Optional[Dict[str, torch.Tensor]]:
+        c = self.engine.controller
+        return None if c is None else {k: v.clone() for k, v in c.state_dict().items()}
+
+    # -- lifecycle hooks verl calls on every server (nothing to free on the CPU) -------------
+    async def wake_up(self):
+        return None
+
+    async def sleep(self):
+        return None
+
+    async def clear_kv_cache(self):
+        return None
+
+    async def release_kv_cache(self):
+        return None
+
+    async def resume_kv_cache(self):
+        return None
+
+    async def abort_all_requests(self, reject_request: bool = False):
+        return None
+
+    async def resume_generation(self):
+        return None
+
+    async def start_profile(self, **kwargs):
+        return None
+
+    async def stop_profile(self):
+        return None

@@ -1,0 +1,82 @@
+"""TaskRunner for ``python -m soft_spatial.train``: verl's stock flow with the soft worker and
+trainer classes swapped in (verl-recipe's dapo pattern)."""
+from __future__ import annotations
+
+import os
+import socket
+
+import ray
+from omegaconf import OmegaConf
+
+from verl.trainer.main_ppo_v0 import BaseTaskRunner
+from verl.trainer.ppo.utils import need_critic, need_reference_policy
+from verl.utils.config import validate_config
+
+__all__ = ["SoftTaskRunner"]
+
+
+def _cpu_pool_manager(manager):
+    """On the CPU platform verl's GPU-count check cannot pass: count the platform's resource."""
+    from verl.single_controller.ray.base import ResourcePoolManager
+
+    class CPUResourcePoolManager(ResourcePoolManager):
+        def _check_resource_available(self):
+            need = sum(n for nodes in self.resource_pool_spec.values() for n in nodes)
+            have = sum(int(v.get("CPU", 0))
+                       for v in ray._private.state.available_resources_per_node().values())
+            if have < need:
+                raise ValueError(f"the CPU run needs {need} worker CPUs, Ray has {have}: raise "
+                                 f"ray_kwargs.ray_init.num_cpus or lower trainer.n_gpus_per_node")
+
+    return CPUResourcePoolManager(resource_pool_spec=manager.resource_pool_spec,
+                                  mapping=manager.mapping)
+
+
+class SoftTaskRunner(BaseTaskRunner):
+    def init_resource_pool_mgr(self, config):
+        manager = super().init_resource_pool_mgr(config)
+        from verl.utils.device import get_device_name
+        return _cpu_pool_manager(manager) if get_device_name() == "cpu" else manager
+
+    def add_actor_rollout_worker(self, config):
+        from verl.trainer.ppo.ray_trainer import Role
+
+        from .worker import SoftActorRolloutRefWorker
+
+        actor_cls, group_cls = super().add_actor_rollout_worker(config)
+        for role in (Role.ActorRollout, Role.ActorRolloutRef):
+            if role in self.role_worker_mapping:
+                self.role_worker_mapping[role] = ray.remote(SoftActorRolloutRefWorker)
+        return SoftActorRolloutRefWorker, group_cls
+
+    def run(self, config):
+        import soft_spatial.plugin  # noqa: F401  (registrations in the TaskRunner process)
+        from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.utils.dataset.rl_dataset import collate_fn
+        from verl.workers.config import HFModelConfig
+
+        from .ppo_trainer import SoftRayPPOTrainer
+
+        print(f"SoftTaskRunner on {socket.gethostname()}, pid {os.getpid()}")
+        OmegaConf.resolve(config)
+        _, group_cls = self.add_actor_rollout_worker(config)
+        self.add_critic_worker(config)
+        self.add_reward_model_resource_pool(config)
+        self.add_teacher_model_resource_pool(config)
+        validate_config(config=config, use_reference_policy=need_reference_policy(config),
+                        use_critic=need_critic(config))
+        model_config: HFModelConfig = omega_conf_to_dataclass(config.actor_rollout_ref.model)
+        tok, proc = model_config.tokenizer, model_config.processor
+        train = create_rl_dataset(config.data.train_files, config.data, tok, proc, is_train=True,
+                                  max_samples=config.data.get("train_max_samples", -1))
+        val = create_rl_dataset(config.data.val_files, config.data, tok, proc, is_train=False,
+                                max_samples=config.data.get("val_max_samples", -1))
+        trainer = SoftRayPPOTrainer(
+            config=config, tokenizer=tok, processor=proc,
+            role_worker_mapping=self.role_worker_mapping,
+            resource_pool_manager=self.init_resource_pool_mgr(config),
+            ray_worker_group_cls=group_cls, train_dataset=train, val_dataset=val,
+            collate_fn=collate_fn, train_sampler=create_rl_sampler(config.data, train))
+        trainer.init_workers()
+        trainer.fit()

@@ -1,0 +1,156 @@
+"""The one place where soft_spatial touches verl internals (pinned to verl 0.9.1).
+
+Everything else in the project uses verl's public seams (registries, config dataclasses, the
+engine's overridable methods). What is *not* a documented seam lives here, each with the 0.9.1
+location it relies on, so an upgrade has one file to check and ``tests/test_actor_verl_compat.py``
+fails loudly when upstream moves:
+
+* ``EngineRegistry._engines`` (``verl/workers/engine/base.py``, class ``EngineRegistry``): read to
+  make registration idempotent (``register`` asserts on a duplicate key) and to add the stock FSDP
+  engines for device ``"cpu"`` (0.9.1 registers them for ``cuda``/``npu`` only, L1143/L1594 of
+  ``verl/workers/engine/fsdp/transformer_impl.py``).
+* ``FSDPEngine._build_module`` (``transformer_impl.py`` L254–337) branches on
+  ``model_config.model_type`` and asserts it is ``language_model`` or ``value_model`` (L273–294):
+  :func:`as_language_model` presents a project model type as ``language_model`` for that call only.
+* ``FSDPEngineWithLMHead.prepare_model_inputs`` / ``prepare_model_outputs`` / ``forward_step``
+  (L1145, L1332, L1549): overridden by :class:`soft_spatial.actor.engine.SoftFSDPEngine`, which relies
+  on the ``output_args`` keys ``pad_size``, ``input_ids_rmpad_rolled``, ``temperature_rmpad``
+  (remove-padding path) and ``temperature`` (padded path) listed in :data:`OUTPUT_ARGS_KEYS`.
+"""
+from __future__ import annotations
+
+
+
+import contextlib
+import inspect
+import warnings
+from typing import Iterator, Sequence
+
+__all__ = ["VERL_VERSION", "check_verl_version", "register_engine", "as_language_model",
+           "check_internals", "OUTPUT_ARGS_KEYS"]
+
+VERL_VERSION = "0.9.1"
+OUTPUT_ARGS_KEYS = {
+    "remove_padding": ("pad_size", "input_ids_rmpad_rolled", "temperature_rmpad"),
+    "padded": ("input_ids_rmpad_rolled", "temperature"),
+}
+
+
+def check_verl_version(strict: bool = False) -> str:
+    """Return verl's version; warn (or raise with ``strict``) unless it is the pinned 0.9.1."""
+    import verl
+
+    version = getattr(verl, "__version__", "unknown")
+    if version != VERL_VERSION:
+        msg = (f"soft_spatial is written against verl {VERL_VERSION}, found verl {version}: the "
+               f"internals listed in soft_spatial/trainer/verl_compat.py may have moved; run "
+               f"tests/test_actor_verl_compat.py")
+        if strict:
+            raise RuntimeError(msg)
+        warnings.warn(msg, RuntimeWarning, stacklevel=2)
+    return version
+
+
+def _registry():
+    from verl.workers.engine.base import EngineRegistry
+
+    engines = getattr(EngineRegistry, "_engines", None)
+    if not isinstance(engines, dict):
+        raise RuntimeError("verl internals changed: EngineRegistry._engines is not a dict "
+                           "(see soft_spatial/trainer/verl_compat.py)")
+    return EngineRegistry, engines
+
+
+def register_engine(engine_cls, model_type: str, backends: Sequence[str],
+                    devices: Sequence[str]) -> None:
+    """Register ``engine_cls`` for every (backend, device) not registered yet (idempotent).
+
+    A key already bound to a *different* class is left alone and reported, never overwritten.
+    """
+    registry, engines = _registry()
+    for backend in backends:
+        for device in devices:
+            current = engines.get(model_type, {}).get(backend, {}).get(device)
+            if current is engine_cls:
+                continue
+            if current is not None:
+                warnings.warn(f"verl engine ({model_type}, {backend}, {device}) is already "
+                              f"{current.__qualname__}; not replacing it with "
+                              f"{engine_cls.__qualname__}", RuntimeWarning, stacklevel=2)
+                continue
+            registry.register(model_type=model_type, backend=backend, device=device)(engine_cls)
+
+
+@contextlib.contextmanager
+def as_language_model(model_config) -> Iterator[None]:
+    """Within the block ``model_config.model_type`` reads ``language_model`` (for
+    ``FSDPEngine._build_module``'s assertion); restored afterwards, also on error."""
+    original = model_config.model_type
+    model_config.model_type = "language_model"
+    try:
+        yield
+    finally:
+        model_config.model_type = original
+
+
+@contextlib.contextmanager
+def no_cpu_offload_on_cpu(engine_config) -> Iterator[None]:
+    """On the CPU platform, build FSDP without a CPU offload policy.
+
+    ``FSDPEngine._build_fsdp_module`` gives forward-only (ref) engines
+    ``CPUOffloadPolicy(pin_memory=True)``; pinning needs CUDA, and offloading from the CPU to the
+    CPU is meaningless. Within the block ``forward_only`` and ``offload_policy`` read False
+    (restored afterwards); on any other device this is a no-op.
+    """
+    from verl.utils.device import get_device_name
+
+    if get_device_name() != "cpu":
+        yield
+        return
+    # verl's BaseConfig freezes these fields; the override is scoped to this block
+    saved = {k: getattr(engine_config, k) for k in ("forward_only", "offload_policy")}
+    for k in saved:
+        object.__setattr__(engine_config, k, False)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            object.__setattr__(engine_config, k, v)
+
+
+def check_internals() -> list:
+    """Check every internal listed in the module docstring; return a list of problems (empty = OK).
+
+    Used by the compat test and at plugin registration (as a warning).
+    """
+    problems = []
+    try:
+        _registry()
+    except Exception as e:  # pragma: no cover - only on an upstream change
+        problems.append(str(e))
+    from verl.workers.engine.fsdp import transformer_impl as ti
+
+    cls = getattr(ti, "FSDPEngineWithLMHead", None)
+    if cls is None:
+        return problems + ["verl.workers.engine.fsdp.transformer_impl.FSDPEngineWithLMHead is gone"]
+    for name, params in (("prepare_model_inputs", ["self", "micro_batch"]),
+                         ("prepare_model_outputs",
+                          ["self", "output", "output_args", "micro_batch", "logits_processor_func"]),
+                         ("forward_step", ["self", "micro_batch", "loss_function", "forward_only"]),
+                         ("optimizer_step", ["self"]), ("optimizer_zero_grad", ["self"])):
+        fn = getattr(cls, name, None)
+        if fn is None:
+            problems.append(f"FSDPEngineWithLMHead.{name} is gone")
+            continue
+        got = list(inspect.signature(fn).parameters)
+        if got != params:
+            problems.append(f"FSDPEngineWithLMHead.{name} signature changed: {got} != {params}")
+    src = inspect.getsource(ti.FSDPEngine._build_module)
+    if '"language_model"' not in src:
+        problems.append("FSDPEngine._build_module no longer branches on 'language_model'")
+    src = inspect.getsource(cls.prepare_model_inputs)
+    for keys in OUTPUT_ARGS_KEYS.values():
+        for key in keys:
+            if f'output_args["{key}"]' not in src:
+                problems.append(f"prepare_model_inputs no longer sets output_args[{key!r}]")
+    return problems

@@ -1,0 +1,92 @@
+"""The hybrid actor/rollout/ref worker with AdaptSoft (DESIGN.md §5).
+
+:class:`SoftActorRolloutRefWorker` subclasses verl's ``ActorRolloutRefWorker`` and changes only:
+
+* on the CPU platform it opens the gloo process group itself (verl would build the invalid
+  backend string ``cpu:gloo,cpu:gloo``);
+* after ``init_model`` it configures the soft engines (noise scale c, density variant), installs
+  the soft PPO loss and, in ``adaptsoft`` mode, gives the actor engine an
+  :class:`~soft_spatial.actor.adaptsoft_trainer.AdaptSoftTrainer` (controller, its AdamW, the
+  alignment scaler; saved and restored with verl's checkpoints);
+* after each weight sync it also sends the controller's weights to the rollout server.
+
+The soft settings come from ``actor_rollout_ref.rollout.custom`` (one copy for the servers and
+the workers): ``soft_thinking``, ``adaptsoft``, ``density``, ``alignment``.
+"""
+from __future__ import annotations
+
+import os
+from functools import partial
+
+from verl.single_controller.base.decorator import Dispatch, register
+from verl.utils.device import get_device_name
+from verl.workers.engine_workers import ActorRolloutRefWorker
+
+from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, AlignmentConfig, DensityConfig,
+                                    SoftThinkingConfig, from_mapping)
+
+__all__ = ["SoftActorRolloutRefWorker", "soft_settings"]
+
+
+def soft_settings(custom) -> dict:
+    """Typed soft settings from ``rollout.custom`` (missing groups take the paper defaults)."""
+    custom = dict(custom or {})
+    return {
+        "soft": from_mapping(SoftThinkingConfig, custom.get("soft_thinking"),
+                             "rollout.custom.soft_thinking"),
+        "adaptsoft": from_mapping(AdaptSoftConfig, custom.get("adaptsoft"),
+                                  "rollout.custom.adaptsoft"),
+        "density": from_mapping(DensityConfig, custom.get("density"), "rollout.custom.density"),
+        "alignment": from_mapping(AlignmentConfig, custom.get("alignment"),
+                                  "rollout.custom.alignment"),
+    }
+
+
+class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
+    def __init__(self, config, role: str, **kwargs):
+        if get_device_name() == "cpu":
+            from .platform import init_process_group
+            init_process_group(rank=int(os.environ.get("RANK", 0)),
+                               world_size=int(os.environ.get("WORLD_SIZE", 1)),
+                               init_method=os.environ.get("DIST_INIT_METHOD", "env://"))
+        super().__init__(config, role, **kwargs)
+        self.soft_cfg = soft_settings(self.config.rollout.get("custom"))
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self):
+        super().init_model()
+        from soft_spatial.actor.engine import SoftFSDPEngine
+        from soft_spatial.actor.loss import soft_ppo_loss
+        s = self.soft_cfg
+        noise = s["soft"].noise_scale if s["soft"].noise_scale > 0 else None
+        for worker in (self.actor, self.ref):
+            engine = getattr(worker, "engine", None)
+            if isinstance(engine, SoftFSDPEngine):
+                engine.configure_soft(noise_scale=noise, density=s["density"])
+        if self.actor is not None and isinstance(self.actor.engine, SoftFSDPEngine):
+            if s["soft"].mode == "adaptsoft":
+                from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
+                hidden = self.actor.engine.model_config.hf_config
+                hidden = getattr(hidden, "text_config", hidden).hidden_size
+                ctrl = AdaptSoft.from_config(s["adaptsoft"], hidden)
+                self.actor.engine.configure_soft(adaptsoft=AdaptSoftTrainer(
+                    ctrl, s["alignment"], seed=s["adaptsoft"].seed))
+            actor_config = self.loss_fn.keywords["config"]
+            self.loss_fn = partial(soft_ppo_loss, config=actor_config)
+            self.actor.set_loss_fn(self.loss_fn)
+
+    def controller_state(self):
+        engine = getattr(self.actor, "engine", None)
+        trainer = getattr(engine, "adaptsoft", None)
+        if trainer is None:
+            return None
+        ctrl = trainer.controller
+        return {"config": ctrl.config_dict(),
+                "state_dict": {k: v.detach().cpu().clone() for k, v in ctrl.state_dict().items()}}
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    async def update_weights(self, global_steps: int = None, mode: str = "auto"):
+        result = await super().update_weights(global_steps=global_steps, mode=mode)
+        if self.rollout is not None and hasattr(self.rollout, "update_controller"):
+            await self.rollout.update_controller(self.controller_state())
+        return result

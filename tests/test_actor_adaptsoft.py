@@ -1,0 +1,266 @@
+"""AdaptSoft's training inside the actor: τ-gradient of L_AS vs finite differences (float64),
+gradient separation (θ only from GRPO, φ only from alignment), a 2-rank FSDP2/gloo update, and
+the checkpoint round trip."""
+import copy
+import os
+import sys
+import tempfile
+from functools import partial
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+import test_actor_helpers as H  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def process_group():
+    import torch.distributed as dist
+
+    from soft_spatial.trainer.platform import init_process_group, use_cpu_platform
+
+    use_cpu_platform()
+    created = not dist.is_initialized()
+    if created:
+        fd, path = tempfile.mkstemp()
+        os.close(fd)
+        os.remove(path)
+        init_process_group(0, 1, "file://" + path)
+    yield
+    if created:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def adaptsoft_rollout(tiny_qwen3_text_small):
+    ctrl = H.trained_controller(64)
+    _, prompts, outs, _ = H.rollouts(tiny_qwen3_text_small, mode="adaptsoft", controller=ctrl)
+    assert any(o.trace.soft.any() for o in outs) and any((~o.trace.soft).any() for o in outs)
+    return ctrl, prompts, outs
+
+
+# -- 1. τ-gradient through a tiny transformer vs finite differences (float64, no FSDP) ----------
+def _forward(model, td, sb, tau):
+    from verl.workers.utils.padding import build_attention_mask_from_nested
+
+    from soft_spatial.actor.engine import _scatter
+    from soft_spatial.softthink.replay import soft_inputs
+
+    b, s = sb.canvas
+    ids = torch.nested.to_padded_tensor(td["input_ids"], 0, output_size=(b, s))
+    attn = build_attention_mask_from_nested(td["input_ids"], s)
+    pos = torch.nested.to_padded_tensor(td["position_ids"], 0, output_size=(b, s))
+    cap = {}
+    handle = model.get_output_embeddings().register_forward_pre_hook(
+        lambda m, a: cap.__setitem__("h", a[0]))
+    mask = _scatter(sb.canvas, sb.inp, torch.ones_like(sb.soft))
+    try:
+        with soft_inputs(model.get_input_embeddings(), mask, _scatter(sb.canvas, sb.inp, sb.topk_ids),
+                         # fp64 scores: the mixture then runs in fp64 (fp32 would round τ ± ε)
+                         _scatter(sb.canvas, sb.inp, sb.scores.double()),
+                         _scatter(sb.canvas, sb.inp, tau),
+                         _scatter(sb.canvas, sb.inp, sb.soft)):
+            out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False)
+    finally:
+        handle.remove()
+    logits = out.logits.reshape(-1, out.logits.shape[-1]).index_select(0, sb.row)
+    hid = cap["h"].reshape(-1, cap["h"].shape[-1]).index_select(0, sb.row)
+    return logits, hid
+
+
+def _rmsnorm_in_input_dtype(model):
+    """HF's RMSNorm computes in fp32 whatever the input dtype; for a float64 finite-difference
+    check, compute it in the input dtype (same formula)."""
+    import types
+
+    def forward(self, x):
+        var = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(var + self.variance_epsilon))
+
+    n = 0
+    for m in model.modules():
+        if type(m).__name__.endswith("RMSNorm") and hasattr(m, "variance_epsilon"):
+            m.forward = types.MethodType(forward, m)
+            n += 1
+    assert n
+
+
+def test_tau_gradient_of_alignment_loss_matches_finite_differences(adaptsoft_rollout,
+                                                                   tiny_qwen3_text_small):
+    from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
+    from soft_spatial.actor.engine import trace_layout
+    from soft_spatial.models import load_model
+    from soft_spatial.softthink import (SparseGrad, alignment_loss, alignment_scores,
+                                        step_log_likelihood)
+
+    ctrl, prompts, outs = adaptsoft_rollout
+    model, _, _ = load_model(tiny_qwen3_text_small, dtype=torch.float64)
+    _rmsnorm_in_input_dtype(model)
+    td = H.verl_batch(prompts, outs)
+    s = int(td["input_ids"].offsets().diff().max())
+    sb = trace_layout(td, remove_padding=False, canvas_len=s, temperature=1.0)
+    trainer = AdaptSoftTrainer(copy.deepcopy(ctrl), seed=3)
+    _, tau_upd, _ = trainer.replay_tau(sb.ctrl_x, sb.u, sb.soft, sb.tau)
+    leaf = tau_upd.detach().double().requires_grad_(True)
+    logits, hid = _forward(model, td, sb, leaf)
+    adv = torch.tensor([1.0, -0.5, 0.7, -1.2], dtype=torch.float64)
+    loss = -(adv[sb.seq] * step_log_likelihood(logits, sb.topk_ids, sb.scores.double(),
+                                                sb.soft)).mean()
+    state = {"batch": sb, "logits": logits, "hidden_steps": hid, "tau_leaf": leaf,
+             "tau_upd": tau_upd}
+    trainer.alignment_step(loss, state)
+    last = trainer.last
+    g = last["g_tau"]
+    assert g.dtype == torch.float64
+
+    # the same objective with d, R, G_ref and κ frozen at the base point, as a function of τ
+    (d,) = torch.autograd.grad(loss, logits, retain_graph=True)
+    in_ref = last["ref_seq"][sb.seq]
+    ref_s, ref_d, opt = in_ref & sb.soft, in_ref & ~sb.soft, ~in_ref & sb.soft
+    assert opt.any() and in_ref.any()
+    ids_o, ids_r = sb.topk_ids[opt], sb.topk_ids[ref_s]
+    d_o = SparseGrad(ids_o, d[opt].gather(1, ids_o))
+    d_ref = [SparseGrad(ids_r, d[ref_s].gather(1, ids_r)), d[ref_d]]
+    v_ref = [hid[ref_s].detach(), hid[ref_d].detach()]
+    kappa = float(last["kappa"])
+
+    def objective(tau):
+        with torch.no_grad():
+            _, h = _forward(model, td, sb, tau)
+            return alignment_loss(alignment_scores(d_o, h[opt], d_ref, v_ref), kappa)
+
+    eps = 1e-6
+    checked = 0
+    for j in opt.nonzero().flatten()[:6].tolist():
+        e = torch.zeros_like(leaf)
+        e[j] = eps
+        fd = (objective(leaf.detach() + e) - objective(leaf.detach() - e)) / (2 * eps)
+        torch.testing.assert_close(g[j], fd, rtol=1e-5, atol=1e-9 * kappa)
+        checked += 1
+    assert checked and g[opt].abs().max() > 0
+    assert (g[in_ref] == 0).all()  # reference rollouts are constants of the objective
+
+
+# -- 2. θ only from GRPO, φ only from alignment ---------------------------------------------
+def _grads(engine, td, loss_fn):
+    """θ's and φ's gradients after one forward/backward (read before the train context zeroes
+    them on exit)."""
+    engine.optimizer_zero_grad()
+    with engine.train_mode():
+        engine.forward_backward_batch(td, loss_fn, forward_only=False)
+        theta = {n: p.grad.full_tensor().clone() for n, p in engine.module.named_parameters()
+                 if p.grad is not None}
+        phi = None
+        if engine.adaptsoft is not None:
+            phi = [None if p.grad is None else p.grad.clone()
+                   for p in engine.adaptsoft.controller.parameters()]
+    assert theta
+    return theta, phi
+
+
+def test_theta_gets_only_grpo_and_phi_only_alignment(process_group, adaptsoft_rollout,
+                                                     tiny_qwen3_text_small):
+    from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
+    from soft_spatial.actor.loss import soft_ppo_loss
+    from soft_spatial.softthink import AlignmentConfig, controller_surrogate
+
+    ctrl, prompts, outs = adaptsoft_rollout
+    loss_fn = partial(soft_ppo_loss, config=H.actor_config())
+    engine = H.make_engine(tiny_qwen3_text_small)
+    td = H.train_batch_td(engine, prompts, outs, micro_batch_size=4)  # one micro-batch
+    base, _ = _grads(engine, copy.copy(td), loss_fn)
+
+    trainer = AdaptSoftTrainer(copy.deepcopy(ctrl), seed=1)
+    engine.configure_soft(adaptsoft=trainer)
+    aligned, got = _grads(engine, copy.copy(td), loss_fn)
+    assert base.keys() == aligned.keys()
+    for n in base:
+        torch.testing.assert_close(aligned[n], base[n], rtol=0, atol=0)
+    # φ's gradient is exactly the alignment surrogate's
+    last = trainer.last
+    assert all(g is not None for g in got)
+    probe = copy.deepcopy(trainer.controller)
+    tau = probe.replay_temperature(last["ctrl_x"], last["u"])
+    want = torch.autograd.grad(controller_surrogate(last["g_centered"], tau),
+                               list(probe.parameters()), allow_unused=True)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, torch.zeros_like(a) if b is None else b)
+    assert any(g.abs().sum() > 0 for g in got)
+
+    # ablation: no alignment -> φ gets the GRPO loss's own gradient through τ; θ unchanged
+    ablation = AdaptSoftTrainer(copy.deepcopy(ctrl), AlignmentConfig(enabled=False))
+    engine.adaptsoft = ablation
+    ablated, phi_grpo = _grads(engine, copy.copy(td), loss_fn)
+    for n in base:
+        torch.testing.assert_close(ablated[n], base[n], rtol=0, atol=0)
+    assert any(g is not None and g.abs().sum() > 0 for g in phi_grpo)
+    engine.adaptsoft = None
+
+
+def test_trainer_checkpoint_round_trip(tmp_path):
+    from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
+
+    a = AdaptSoftTrainer(H.trained_controller(64, seed=2))
+    for p in a.controller.parameters():
+        p.grad = torch.ones_like(p)
+    a.step()
+    a.scaler.update(torch.tensor([0.5, -0.25]))
+    a.save(tmp_path / "adaptsoft.pt")
+    b = AdaptSoftTrainer(H.trained_controller(64, seed=5))
+    b.load(tmp_path / "adaptsoft.pt")
+    for (n, x), (_, y) in zip(a.controller.state_dict().items(), b.controller.state_dict().items()):
+        assert torch.equal(x, y), n  # incl. the fixed projection P
+    assert b.scaler.m == a.scaler.m and b.steps == a.steps == 1
+    sa, sb_ = a.optimizer.state_dict()["state"], b.optimizer.state_dict()["state"]
+    assert all(torch.equal(sa[k]["exp_avg"], sb_[k]["exp_avg"]) for k in sa)
+
+
+# -- 3. 2-rank FSDP2/gloo actor update with soft replay --------------------------------------
+def _rank_main(rank, world, init_file, model_dir, out_dir):
+    sys.path.insert(0, os.path.dirname(__file__))
+    import torch.distributed as dist
+
+    import test_actor_helpers as H2
+    from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
+    from soft_spatial.actor.loss import soft_ppo_loss
+    from soft_spatial.trainer.platform import init_process_group, use_cpu_platform
+
+    torch.set_num_threads(1)
+    use_cpu_platform()
+    init_process_group(rank, world, "file://" + init_file)
+    ctrl = H2.trained_controller(64)
+    _, prompts, outs, _ = H2.rollouts(model_dir, mode="adaptsoft", controller=ctrl)
+    mine = slice(rank * 2, rank * 2 + 2)  # the DP split of 4 sequences
+    engine = H2.make_engine(model_dir)
+    trainer = AdaptSoftTrainer(copy.deepcopy(ctrl), seed=7)
+    engine.configure_soft(adaptsoft=trainer)
+    td = H2.train_batch_td(engine, prompts[mine], outs[mine], micro_batch_size=1, seed=rank)
+    from verl.utils import tensordict_utils as tu
+
+    tu.assign_non_tensor(td, global_batch_size=4)
+    before = [p.detach().clone() for p in trainer.controller.parameters()]
+    with engine.train_mode():
+        out = engine.train_batch(td, partial(soft_ppo_loss, config=H2.actor_config()))
+    after = torch.cat([p.detach().reshape(-1) for p in trainer.controller.parameters()])
+    gathered = [torch.zeros_like(after) for _ in range(world)]
+    dist.all_gather(gathered, after)
+    changed = any(not torch.equal(a, b) for a, b in zip(before, trainer.controller.parameters()))
+    torch.save({"gathered": gathered, "changed": changed, "grad_norm": out["metrics"]["grad_norm"],
+                "metrics": {k: v for k, v in out["metrics"].items() if k.startswith("adaptsoft/")}},
+               os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_two_rank_fsdp2_update_keeps_controllers_equal(tiny_qwen3_text_small, tmp_path):
+    import torch.multiprocessing as mp
+
+    init_file = str(tmp_path / "init")
+    mp.spawn(_rank_main, args=(2, init_file, str(tiny_qwen3_text_small), str(tmp_path)),
+             nprocs=2, join=True)
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
+    torch.testing.assert_close(r0["gathered"][0], r0["gathered"][1], rtol=0, atol=0)
+    assert r0["changed"] and r1["changed"]
+    assert r0["grad_norm"] == pytest.approx(r1["grad_norm"])
+    assert r0["metrics"]["adaptsoft/grad_finite"] == [1.0]  # verl: a list per micro-batch

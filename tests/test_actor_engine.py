@@ -1,0 +1,98 @@
+"""The soft actor engine on verl's real FSDP2 engine (1 gloo process, CPU platform).
+
+The training-side replay must match the rollout: log_probs returned by the engine at response
+positions equal `engines.replay.replay_completion`'s per-step likelihood for LocalEngine rollouts
+of a tiny model, on verl's remove-padding and padded paths.
+"""
+import os
+import sys
+import tempfile
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+import test_actor_helpers as H  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def process_group():
+    import torch.distributed as dist
+
+    from soft_spatial.trainer.platform import init_process_group, use_cpu_platform
+
+    use_cpu_platform()
+    created = not dist.is_initialized()
+    if created:
+        fd, path = tempfile.mkstemp()
+        os.close(fd)
+        os.remove(path)
+        init_process_group(0, 1, "file://" + path)
+    yield
+    if created:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def rollout(tiny_qwen3_text_small):
+    from soft_spatial.engines.replay import replay_completion
+
+    eng, prompts, outs, _ = H.rollouts(tiny_qwen3_text_small)
+    ref = [replay_completion(eng, p, o)["loglik"] for p, o in zip(prompts, outs)]
+    return prompts, outs, ref
+
+
+def test_registered_for_cpu_and_gpu_devices(process_group):
+    from verl.workers.engine.base import EngineRegistry
+
+    from soft_spatial.actor.engine import MODEL_TYPE, SoftFSDPEngine
+
+    assert EngineRegistry.get_engine_cls(MODEL_TYPE, "fsdp2") is SoftFSDPEngine
+    table = EngineRegistry._engines[MODEL_TYPE]
+    for backend in ("fsdp", "fsdp2"):
+        assert {"cuda", "npu", "cpu"} <= set(table[backend])
+
+
+@pytest.mark.parametrize("remove_padding", [True, False])
+def test_engine_log_probs_equal_rollout_replay(process_group, rollout, tiny_qwen3_text_small,
+                                               remove_padding):
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    prompts, outs, ref = rollout
+    soft = torch.cat([o.trace.soft for o in outs])
+    assert soft.any() and (~soft).any()  # both kinds of steps are covered
+    engine = H.make_engine(tiny_qwen3_text_small, remove_padding=remove_padding)
+    td = H.set_infer_keys(H.verl_batch(prompts, outs), 2, remove_padding)
+    with engine.eval_mode():
+        out = engine.infer_batch(td)
+    lp = no_padding_2_padding(out["model_output"]["log_probs"], td)
+    for i, r in enumerate(ref):
+        torch.testing.assert_close(lp[i, : len(r)], r.float(), rtol=1e-5, atol=5e-5)
+        assert (lp[i, len(r):] == 0).all()
+
+
+def test_batch_without_trace_is_the_stock_engine(process_group, rollout, tiny_qwen3_text_small):
+    """No trace tensors: the subclass returns exactly what verl's FSDPEngineWithLMHead returns."""
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    prompts, outs, _ = rollout
+    engine = H.make_engine(tiny_qwen3_text_small, remove_padding=False)
+    td = H.verl_batch(prompts, outs)
+    for key in [k for k in td.keys() if k.startswith("trace_")]:
+        del td[key]
+    H.set_infer_keys(td, 2, False)
+    with engine.eval_mode():
+        out = engine.infer_batch(td)
+    lp = no_padding_2_padding(out["model_output"]["log_probs"], td)
+    # token log-probs of the spine tokens: finite, <= 0, and differ from the soft densities
+    assert torch.isfinite(lp).all() and (lp <= 0).all()
+
+
+def test_misaligned_trace_raises(process_group, rollout, tiny_qwen3_text_small):
+    prompts, outs, _ = rollout
+    engine = H.make_engine(tiny_qwen3_text_small, remove_padding=True)
+    td = H.verl_batch(prompts, outs)
+    td["trace_topk_ids"] = torch.roll(td["trace_topk_ids"], 1, dims=1)
+    H.set_infer_keys(td, 2, True)
+    with engine.eval_mode(), pytest.raises(ValueError, match="misaligned"):
+        engine.infer_batch(td)
