@@ -42,14 +42,25 @@ def run(cfg) -> None:
     if not model_path.exists() and cfg.model.get("build_tiny"):
         print(f"building tiny {cfg.model.build_tiny} model at {model_path}")
         build_tiny_model(model_path, family=cfg.model.build_tiny, vocab="qwen")
+    ckpt_dir = Path(str(cfg.trainer.default_local_dir)).resolve()
+    env.setdefault("VERL_FILE_LOGGER_PATH",
+                   os.environ.get("VERL_FILE_LOGGER_PATH", str(ckpt_dir / "metrics.jsonl")))
+    os.environ.update(env)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
     with open_dict(cfg):  # forward the plugin environment to every Ray process
         ray_init = cfg.ray_kwargs.setdefault("ray_init", {})
         runtime_env = ray_init.setdefault("runtime_env", {})
         env_vars = runtime_env.setdefault("env_vars", {})
         for k, v in env.items():
             env_vars.setdefault(k, v)
-    print(OmegaConf.to_yaml(cfg.actor_rollout_ref.rollout.custom))
+        if os.environ.get("RAY_ADDRESS") or ray_init.get("address"):
+            # joining a running cluster (scripts/ray_cluster.sh): its resources are already set
+            for key in ("num_cpus", "num_gpus", "include_dashboard", "object_store_memory"):
+                ray_init.pop(key, None)
+    print("soft thinking settings (actor_rollout_ref.rollout.custom):\n"
+          + OmegaConf.to_yaml(cfg.actor_rollout_ref.rollout.custom))
     run_ppo(cfg, task_runner_class=ray.remote(num_cpus=1)(SoftTaskRunner))
+    print(f"checkpoints: {ckpt_dir}\nmetrics: {env['VERL_FILE_LOGGER_PATH']}")
 
 
 def main() -> None:

@@ -152,7 +152,9 @@ class AdaptSoftTrainer:
         self.optimizer.step()
         self.steps += 1
         return {"adaptsoft/grad_norm": float(norm), "adaptsoft/grad_finite": float(finite),
-                "adaptsoft/kappa": float(self.scaler.scale)}
+                "adaptsoft/kappa": float(self.scaler.scale),
+                "adaptsoft/ema_rms": float(self.scaler.m or 0.0),
+                "adaptsoft/optimizer_steps": float(self.steps)}
 
     # -- checkpoint --------------------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:

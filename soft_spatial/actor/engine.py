@@ -284,6 +284,7 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
             logits = logits.full_tensor()
         logits = logits.reshape(-1, logits.shape[-1])
         sel = logits.index_select(0, sb.row)  # [n, V] raw logits of every response step
+        raw = sel.float() / sb.temperature[:, None]  # entropy (a diagnostic) uses every id
         banned = self._banned_ids(sel)
         if banned.numel():  # ids the rollout never samples (models.tokens.unusable_token_ids)
             sel = sel.index_fill(-1, banned, float("-inf"))
@@ -295,7 +296,7 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
         model_output = {"log_probs": torch.nested.nested_tensor_from_jagged(
             loglik.new_zeros(sb.nnz).index_put((sb.flat,), loglik), cu)}
         if tu.get_non_tensor_data(data=micro_batch, key="calculate_entropy", default=False):
-            ent = self.compute_entropy_from_logits(scaled)
+            ent = self.compute_entropy_from_logits(raw)
             model_output["entropy"] = torch.nested.nested_tensor_from_jagged(
                 ent.new_zeros(sb.nnz).index_put((sb.flat,), ent), cu)
         state["logits"] = sel

@@ -150,11 +150,15 @@ class AdaptSoft(nn.Module):
 
     @classmethod
     def load(cls, path, map_location="cpu") -> "AdaptSoft":
-        """Rebuild a controller written by :meth:`save` (projection included)."""
+        """Rebuild a controller written by :meth:`save`, or the controller inside a training
+        checkpoint's ``adaptsoft.pt`` (projection included)."""
         blob = torch.load(path, map_location=map_location, weights_only=True)
+        if isinstance(blob, dict) and "controller_config" in blob and "controller" in blob:
+            blob = {"config": blob["controller_config"], "state_dict": blob["controller"]}
         if not isinstance(blob, dict) or "config" not in blob or "state_dict" not in blob:
             raise ValueError(f"{path}: not an AdaptSoft checkpoint (expected keys 'config' and "
-                             f"'state_dict')")
+                             f"'state_dict', or a training checkpoint's 'controller_config' and "
+                             f"'controller')")
         ctrl = cls(**blob["config"])
         ctrl.load_state_dict(blob["state_dict"])
         return ctrl

@@ -51,6 +51,9 @@ class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
                                init_method=os.environ.get("DIST_INIT_METHOD", "env://"))
         super().__init__(config, role, **kwargs)
         self.soft_cfg = soft_settings(self.config.rollout.get("custom"))
+        import ray
+        print(f"soft worker rank {os.environ.get('RANK', 0)}/{os.environ.get('WORLD_SIZE', 1)} "
+              f"on node {ray.get_runtime_context().get_node_id()}", flush=True)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):

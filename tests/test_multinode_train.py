@@ -1,0 +1,87 @@
+"""One training step with world size 2 across a two-node Ray cluster on one machine.
+
+The cluster is started with the same script that runs under Slurm (scripts/ray_cluster.sh: a
+head and a worker raylet with separate resources). The head has 2 CPUs (the TaskRunner takes one,
+one training worker the other) and the worker node 1, so verl's two worker placement groups must
+land on different nodes. The training command runs through `ray_cluster.sh launch`, which appends
+`trainer.nnodes=2` and the plugin environment.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import pytest
+
+from test_slurm_launch import (PLUGIN, ROOT, RayCluster, assert_no_processes_left, clean_env,
+                               kill_leftovers, parse_check, short_temp_dir, small_ray_options)
+
+__all__ = ["short_temp_dir"]  # the fixture, re-used from test_slurm_launch
+
+WRAPPER = r'''
+import json, sys
+import ray
+from hydra import compose, initialize_config_dir
+from soft_spatial.train import CONFIG_DIR, run
+with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+    cfg = compose(config_name="train", overrides=sys.argv[1:])
+run(cfg)
+print("CHECK " + json.dumps({"alive_nodes": sorted(n["NodeID"] for n in ray.nodes() if n["Alive"]),
+                             "argv": sys.argv[1:]}))
+'''
+
+
+@pytest.fixture
+def uneven_two_node_cluster(tmp_path, short_temp_dir):
+    run_dir = tmp_path / "run"
+    env = clean_env(VERL_USE_EXTERNAL_MODULES=PLUGIN, HF_HUB_OFFLINE="1",
+                    RAY_USAGE_STATS_ENABLED="0")
+    opts = small_ray_options(run_dir, short_temp_dir)
+    head = RayCluster(run_dir, "", env, [o if o != "1" or opts[i - 1] != "--num-cpus" else "2"
+                                         for i, o in enumerate(opts)])
+    worker = RayCluster(run_dir, "", env, opts)
+    try:
+        for c, args in ((head, ("head", "--resources", '{"node_a": 1}')),
+                        (worker, ("worker", "--resources", '{"node_b": 1}'))):
+            res = c.script(*args)
+            assert res.returncode == 0, res.stdout + res.stderr
+        head.address = (run_dir / "ray" / "address").read_text().strip()
+        res = head.script("wait", "--nodes", "2")
+        assert res.returncode == 0, res.stdout + res.stderr
+        yield head
+        res = head.script("stop")
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert_no_processes_left(run_dir)
+    finally:
+        kill_leftovers(run_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_one_training_step_across_two_nodes(uneven_two_node_cluster, tiny_qwen3_vl_small,
+                                            tmp_path):
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_train_cpu import prepare_train_data
+    data = prepare_train_data(tmp_path / "data", tiny_qwen3_vl_small)
+    wrapper = tmp_path / "train_and_check.py"
+    wrapper.write_text(WRAPPER)
+    cluster = uneven_two_node_cluster
+    res = cluster.script(
+        "launch", "--address", cluster.address, "--nodes", "2", "--trainer-gpus-per-node", "1",
+        "--", sys.executable, str(wrapper), "model=tiny", "cluster=cpu",
+        f"model.path={tiny_qwen3_vl_small}", f"data.train_files={data / 'train.parquet'}",
+        f"data.val_files={data / 'test.parquet'}", "trainer.total_training_steps=1",
+        "trainer.save_freq=-1", "actor_rollout_ref.rollout.agent.num_workers=1",
+        timeout=840)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-6000:]
+    out = parse_check(res.stdout)
+    assert "trainer.nnodes=2" in out["argv"] and "trainer.n_gpus_per_node=1" in out["argv"]
+    assert len(out["alive_nodes"]) == 2
+    # each training worker logs "soft worker rank R/W on node ID" (forwarded to the driver)
+    ranks = dict(re.findall(r"soft worker rank (\d)/2 on node (\w+)", res.stdout))
+    assert set(ranks) == {"0", "1"}, res.stdout[-3000:]
+    assert ranks["0"] != ranks["1"] and set(ranks.values()) == set(out["alive_nodes"])
+    metrics = json.loads((cluster.run_dir / "checkpoints" / "metrics.jsonl").read_text()
+                         .splitlines()[0])
+    assert metrics["step"] == 1 and metrics["data"]["soft/spine_match_rate"] == 1.0

@@ -1,0 +1,166 @@
+"""python -m soft_spatial.train on the CPU: presets, one step each, checkpoint and resume, the
+spine check. The slow tests run verl's real trainer (Ray local, 2 FSDP2/gloo workers, the
+local_soft rollout backend) on a tiny Qwen3-VL and the OmniSpatial fixture."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from soft_spatial.train import CONFIG_DIR
+
+PRESETS = ["adaptsoft", "hard", "soft_fixed", "no_hidden", "no_entropy", "no_alignment",
+           "no_centering"]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def compose_train(*overrides):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        return compose(config_name="train", overrides=list(overrides))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_composes_into_typed_settings(preset):
+    from soft_spatial.trainer.worker import soft_settings
+    cfg = compose_train(f"experiment={preset}", "model=tiny", "cluster=cpu")
+    s = soft_settings(cfg.actor_rollout_ref.rollout.custom)
+    assert cfg.actor_rollout_ref.rollout.name == "local_soft"
+    assert cfg.actor_rollout_ref.model.model_type == "soft_language_model"
+    assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "soft_grpo"
+    want = {"hard": "hard", "soft_fixed": "fixed"}.get(preset, "adaptsoft")
+    assert s["soft"].mode == want
+    assert s["adaptsoft"].use_hidden == (preset != "no_hidden")
+    assert s["adaptsoft"].use_entropy == (preset != "no_entropy")
+    assert s["alignment"].enabled == (preset != "no_alignment")
+    assert s["alignment"].center == (preset != "no_centering")
+
+
+def test_paper_configuration_values():
+    cfg = compose_train("model=qwen3_vl_8b_thinking")
+    a, r = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node) == (2, 4)
+    assert (cfg.data.train_batch_size, r.n, a.ppo_mini_batch_size,
+            a.ppo_micro_batch_size_per_gpu) == (64, 8, 32, 4)
+    assert (cfg.data.max_prompt_length, cfg.data.max_response_length) == (10240, 2048)
+    assert (a.optim.lr, a.kl_loss_coef, a.kl_loss_type, a.clip_ratio) == (
+        1e-6, 1e-3, "low_var_kl", 0.2)
+    assert cfg.trainer.total_training_steps == 200 and a.strategy == "fsdp2"
+    assert r.custom.soft_thinking.top_k == 5 and r.custom.adaptsoft.tau0 == 0.5
+
+
+def _batch(responses, traces):
+    from verl import DataProto
+    n, r = responses.shape
+    mask = torch.zeros(n, r, dtype=torch.long)
+    for i, t in enumerate(traces):
+        mask[i, : len(t["topk_ids"])] = 1
+    arr = np.empty(n, dtype=object)
+    arr[:] = traces
+    return DataProto.from_dict(tensors={"responses": responses, "response_mask": mask},
+                               non_tensors={"soft_trace": arr, "uid": np.array(["a", "b"])})
+
+
+def _trace(tokens, k=3):
+    n = len(tokens)
+    return {"topk_ids": [[t] + [t + 1] * (k - 1) for t in tokens], "scores": [[0.5] * k] * n,
+            "tau": [0.5] * n, "u": [0.0] * n, "ctrl_x": [[0.0] * 9] * n,
+            "entropy": [0.3] * n, "soft": [True] * n}
+
+
+def test_attach_traces_collates_and_a_corrupted_record_raises():
+    from soft_spatial.rollout.collate import SpineMismatchError, attach_traces
+    responses = torch.tensor([[5, 6, 7, 0], [8, 9, 0, 0]])
+    batch = _batch(responses, [_trace([5, 6, 7]), _trace([8, 9])])
+    metrics = attach_traces(batch)
+    assert batch.batch["trace_topk_ids"].shape == (2, 4, 3)
+    assert batch.batch["trace_mask"].sum().item() == 5
+    assert metrics["soft/tau_mean"] == pytest.approx(0.5)
+    bad = _trace([8, 9])
+    bad["topk_ids"][1][0] = 42  # the record claims a spine the response does not contain
+    with pytest.raises(SpineMismatchError, match=r"sample 1 \(uid b\): record 1 has spine 42"):
+        attach_traces(_batch(responses, [_trace([5, 6, 7]), bad]))
+
+
+# -- real training runs (slow) -----------------------------------------------------------------
+def prepare_train_data(root, model):
+    """verl parquet (train/test) from the OmniSpatial fixture, tokenised for ``model``."""
+    from soft_spatial.data.fixtures import write_fixtures
+    from soft_spatial.data.prepare import main as prepare
+    fx = write_fixtures(root / "fixtures")
+    for split in ("train", "test"):
+        prepare(["--benchmark", "omnispatial", "--root", str(fx.omnispatial), "--split", split,
+                 "--out", str(root / f"{split}.parquet"), "--processor", str(model)])
+    return root
+
+
+@pytest.fixture(scope="module")
+def train_data(tmp_path_factory, tiny_qwen3_vl_small):
+    return prepare_train_data(tmp_path_factory.mktemp("train_data"), tiny_qwen3_vl_small)
+
+
+def run_train(model, data, out, *overrides, timeout=600):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0",
+               VERL_FILE_LOGGER_PATH=str(out / "metrics.jsonl"))
+    cmd = [sys.executable, "-m", "soft_spatial.train", "model=tiny", "cluster=cpu",
+           f"model.path={model}", f"data.train_files={data / 'train.parquet'}",
+           f"data.val_files={data / 'test.parquet'}", f"trainer.default_local_dir={out / 'ckpt'}",
+           f"reward.custom_reward_function.path={ROOT / 'tests' / 'smoke_reward.py'}",
+           *overrides]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    log = res.stdout + res.stderr
+    (out / "train.log").write_text(log)
+    assert res.returncode == 0, log[-4000:]
+    return [json.loads(line)["data"] | {"step": json.loads(line)["step"]}
+            for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_runs_one_training_step(preset, tiny_qwen3_vl_small, train_data, tmp_path):
+    # one worker process keeps these runs short; 2 ranks are covered by the resume test and by
+    # tests/test_actor_adaptsoft.py's 2-rank FSDP2 update
+    (m,) = run_train(tiny_qwen3_vl_small, train_data, tmp_path, f"experiment={preset}",
+                     "trainer.total_training_steps=1", "trainer.save_freq=-1",
+                     "trainer.n_gpus_per_node=1")
+    assert m["soft/spine_match_rate"] == 1.0
+    assert m["actor/grad_norm"] > 0  # the policy got a GRPO gradient
+    soft = preset != "hard"
+    assert (m["soft/soft_step_fraction"] > 0) == soft
+    if soft:
+        assert m["soft/replay_max_abs_diff_soft"] < 1e-3  # rollout vs training likelihoods
+    if preset in ("hard", "soft_fixed"):
+        assert "actor/adaptsoft/grad_norm" not in m
+    else:
+        assert m["actor/adaptsoft/grad_finite"] == 1.0
+        assert m["actor/adaptsoft/grad_norm"] > 0  # the controller was trained
+        if preset != "no_alignment":
+            assert m["actor/adaptsoft/alpha_rms"] > 0
+
+
+@pytest.mark.slow
+def test_checkpoint_resume_restores_policy_controller_and_scaler(tiny_qwen3_vl_small, train_data,
+                                                                 tmp_path):
+    first = run_train(tiny_qwen3_vl_small, train_data, tmp_path, "experiment=adaptsoft",
+                      "trainer.total_training_steps=2", "trainer.save_freq=2")
+    ckpt = tmp_path / "ckpt" / "global_step_2" / "actor" / "adaptsoft.pt"
+    saved = torch.load(ckpt, weights_only=False)
+    assert saved["steps"] == 2 and saved["scaler"]["m"] is not None
+    (tmp_path / "metrics.jsonl").unlink()
+    resumed = run_train(tiny_qwen3_vl_small, train_data, tmp_path, "experiment=adaptsoft",
+                        "trainer.total_training_steps=3", "trainer.save_freq=3",
+                        "trainer.resume_mode=auto")
+    assert [m["step"] for m in resumed] == [3]
+    assert resumed[0]["actor/adaptsoft/optimizer_steps"] == 3  # AdamW state continued
+    after = torch.load(tmp_path / "ckpt" / "global_step_3" / "actor" / "adaptsoft.pt",
+                       weights_only=False)
+    assert after["steps"] == 3
+    # the scaler's EMA continued from the saved value instead of restarting
+    beta = saved["scaler"]["beta"]
+    assert after["scaler"]["m"] != pytest.approx(resumed[0]["actor/adaptsoft/alpha_rms"])
+    assert after["scaler"]["updates"] > saved["scaler"]["updates"]
+    assert 0 < beta < 1 and first[-1]["step"] == 2
