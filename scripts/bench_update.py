@@ -41,7 +41,8 @@ def _child(mode: str, model: str, rows: int, steps: int, repeats: int) -> dict:
 
     use_cpu_platform()
     init_process_group(0, 1, "file://" + tf.mktemp())
-    ctrl = H.trained_controller(64)
+    import json as _json
+    ctrl = H.trained_controller(_json.load(open(os.path.join(model, "config.json")))["hidden_size"])
     H.PROMPTS[:] = [[5 + i, 9, 13, 40 + i, 41, 42, 7, 8] for i in range(rows // 2)]
     _, prompts, outs, _ = H.rollouts(model, n=2, max_new_tokens=steps, mode="adaptsoft",
                                      controller=ctrl)
@@ -73,6 +74,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=8)
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--hidden", type=int, default=256, help="hidden size of the tiny model")
+    ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -81,7 +84,9 @@ def main() -> None:
         return
     from soft_spatial.models import build_tiny_model
     model = Path(tempfile.mkdtemp()) / "tiny_text"
-    build_tiny_model(model, family="qwen3", vocab=a.vocab)
+    build_tiny_model(model, family="qwen3", vocab=a.vocab, hidden_size=a.hidden,
+                     intermediate_size=2 * a.hidden, num_hidden_layers=a.layers,
+                     head_dim=a.hidden // 4)
     results = {}
     for mode in ("hard", "soft_fixed", "adaptsoft"):
         res = subprocess.run([sys.executable, __file__, "--child", mode, str(model), str(a.rows),
@@ -90,8 +95,8 @@ def main() -> None:
             raise SystemExit(f"{mode} failed:\n{res.stderr[-3000:]}")
         results[mode] = json.loads(res.stdout.strip().splitlines()[-1])
     h = results["hard"]
-    print(f"tiny Qwen3 ({a.vocab} vocab), {a.rows} sequences × {a.steps} response tokens, "
-          f"median of {a.repeats} updates")
+    print(f"tiny Qwen3 ({a.vocab} vocab, hidden {a.hidden}, {a.layers} layers), {a.rows} "
+          f"sequences × {a.steps} response tokens, median of {a.repeats} updates")
     print(f"{'mode':>11} {'update s':>9} {'× hard':>7} {'peak MiB':>9} {'× hard':>7}")
     for mode, r in results.items():
         print(f"{mode:>11} {r['time_s']:9.3f} {r['time_s'] / h['time_s']:7.2f} "
