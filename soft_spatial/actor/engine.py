@@ -119,7 +119,6 @@ def trace_layout(micro_batch, *, remove_padding: bool, canvas_len: int,
     rec = {k: _padded(micro_batch[TRACE_PREFIX + k]) for k in _REC_KEYS}
     tmask = _padded(micro_batch[TRACE_PREFIX + "mask"]).bool()
     r = rec["topk_ids"].shape[1]
-    k = rec["topk_ids"].shape[2]
     if int(resp_lens.max()) > r:
         raise ValueError(f"soft replay: responses of up to {int(resp_lens.max())} tokens but only "
                          f"{r} record slots")

@@ -32,12 +32,11 @@ from soft_spatial.models.loading import load_model
 from soft_spatial.models.rope import decode_position_ids, is_mrope, prefill_position_ids
 from soft_spatial.models.tokens import eos_token_ids, single_token_id, unusable_token_ids
 from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig,
-                                    SoftThinkingConfig, TraceRecorder, candidates,
-                                    gumbel_from_uniform, gumbel_log_density, mixture_weights,
-                                    normalized_entropy, record_input_embeddings, sort_by_score)
+                                    SoftThinkingConfig, TraceRecorder, record_input_embeddings)
 from soft_spatial.softthink.trace import TRACE_KEYS
 
 from .base import FINISH_LENGTH, FINISH_STOP, Completion, Prompt
+from .step import sample_step
 
 __all__ = ["LocalEngine", "row_seed"]
 
@@ -347,14 +346,13 @@ class LocalEngine:
         think_pos: List[Optional[int]] = [None] * rows
         dbg = defaultdict(list)
         loglik: List[Tensor] = []
-        temperature = sampling.temperature
         for step in range(sampling.max_new_tokens):
             b = active.numel()
             with tm("sample"):
                 u = torch.stack([torch.rand(k + 1, generator=gens[r]) for r in active.tolist()])
                 u = u.to(dev)
-                rec = self._sample(logits, h, u, thinking[active], soft, sampling, temperature,
-                                   fdim, debug)
+                rec = sample_step(logits, h, u, thinking[active], soft, sampling,
+                                  self.controller, fdim, debug)
             token = rec["topk_ids"][:, 0]
             full = {key: torch.zeros((rows,) + tuple(v.shape[1:]), dtype=v.dtype, device=dev)
                     for key, v in rec.items() if key in TRACE_KEYS}
@@ -413,81 +411,6 @@ class LocalEngine:
                 c.debug = {key: torch.stack(v, 1)[r, : lengths[r]] for key, v in dbg.items()}
             results.append(c)
         return results
-
-    def _sample(self, logits, h, u, thinking, soft, sampling, temperature, fdim, debug):
-        """One step for the live rows: records ``[b, ...]`` (and, with debug, mixture weights).
-
-        Soft rows take the Gumbel top-K step; the others sample discretely. Each kind of work is
-        done only for the rows that need it.
-        """
-        b, k, dev = logits.shape[0], soft.top_k, logits.device
-        rec = {
-            "topk_ids": torch.zeros(b, k, dtype=torch.long, device=dev),
-            "scores": torch.zeros(b, k, device=dev),
-            "tau": torch.zeros(b, device=dev),
-            "u": torch.zeros(b, device=dev),
-            "ctrl_x": torch.zeros(b, fdim, device=dev),
-            "entropy": torch.zeros(b, device=dev),
-            "soft": thinking.clone(),
-            "loglik": torch.zeros(b, device=dev),
-        }
-        if debug:
-            rec["weights"] = torch.zeros(b, k, device=dev)
-            rec["logp"] = torch.zeros(b, k, device=dev)
-        s_rows = thinking.nonzero().squeeze(-1)
-        d_rows = (~thinking).nonzero().squeeze(-1)
-        if s_rows.numel():
-            # Records are fp32 and the mixture is built from the rounded record itself, so a
-            # replay from the trace reproduces these numbers exactly whatever the model's dtype.
-            ids, logp = candidates(logits[s_rows].float(), k, temperature)
-            noise = gumbel_from_uniform(u[s_rows, :k], soft.noise_clamp)
-            z = logp + soft.noise_scale * noise if soft.noise_scale > 0 else logp.clone()
-            z, ids, logp = sort_by_score(z, ids, logp)
-            if self.controller is not None:
-                x = self.controller.features(h[s_rows].float(), logp)
-                rec["ctrl_x"][s_rows] = x
-            if soft.mode == "adaptsoft":
-                uu = self.controller(x)
-                tau = self.controller.temperature(uu)
-                rec["u"][s_rows] = uu
-            else:
-                tau = torch.full((s_rows.numel(),), soft.fixed_tau, device=dev)
-            rec["topk_ids"][s_rows], rec["scores"][s_rows] = ids, z
-            rec["tau"][s_rows], rec["entropy"][s_rows] = tau, normalized_entropy(logp)
-            if soft.noise_scale > 0:
-                rec["loglik"][s_rows] = gumbel_log_density(z, logp, soft.noise_scale)
-            if debug:
-                rec["weights"][s_rows] = mixture_weights(z, tau)
-                rec["logp"][s_rows] = logp
-        if d_rows.numel():
-            tok, lp = self._discrete(logits[d_rows], u[d_rows, k], sampling, temperature)
-            rec["topk_ids"][d_rows, 0], rec["loglik"][d_rows] = tok, lp
-        return rec
-
-    @staticmethod
-    def _discrete(logits, u, sampling: SamplingConfig, temperature: float):
-        """Sampled token and its log-probability under softmax(ℓ/T) (unfiltered, as scored at
-        training time)."""
-        scaled = logits.float() / temperature
-        full = torch.log_softmax(scaled, -1)
-        if sampling.greedy:
-            tok = logits.argmax(-1)
-            return tok, full.gather(-1, tok[:, None]).squeeze(-1)
-        if sampling.top_k > 0:
-            kth = torch.topk(scaled, min(sampling.top_k, scaled.shape[-1]), -1).values[:, -1:]
-            scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-        probs = torch.softmax(scaled, -1)
-        if sampling.top_p < 1.0:
-            sp, order = probs.sort(-1, descending=True)
-            drop = sp.cumsum(-1) - sp > sampling.top_p
-            sp = sp.masked_fill(drop, 0)
-            probs = torch.zeros_like(probs).scatter_(-1, order, sp)
-            probs = probs / probs.sum(-1, keepdim=True)
-        cdf = probs.cumsum(-1)
-        target = u.float()[:, None] * cdf[:, -1:]
-        tok = torch.searchsorted(cdf, target, right=True).clamp(max=logits.shape[-1] - 1)
-        return tok.squeeze(-1), full.gather(-1, tok).squeeze(-1)
-
 
 
 def _load_image(img, i):

@@ -17,7 +17,7 @@ gathering, RMS scaling with an EMA (§2.10), per-rollout centring and the surrog
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist

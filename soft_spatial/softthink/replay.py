@@ -13,7 +13,6 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
-import torch
 from torch import Tensor, nn
 
 from .mixture import record_input_embeddings

@@ -7,7 +7,7 @@ closed rate) and the rollout/replay consistency of the per-step likelihoods.
 """
 from __future__ import annotations
 
-import torch
+import numpy as np
 
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
@@ -21,6 +21,10 @@ class SoftRayPPOTrainer(RayPPOTrainer):
 
     def _compute_old_log_prob(self, batch):
         self._soft_metrics = dict(attach_traces(batch))
+        for key in ("acc", "format"):  # reward components returned by soft_spatial.reward
+            if key in batch.non_tensor_batch:
+                vals = np.asarray(batch.non_tensor_batch[key], dtype=np.float64)
+                self._soft_metrics[f"reward/{key}_mean"] = float(vals.mean())
         old, mfu = super()._compute_old_log_prob(batch)
         if "rollout_log_probs" in batch.batch.keys():
             mask = batch.batch["response_mask"].bool()

@@ -1,0 +1,105 @@
+"""One decoding step for a batch of rows: the soft/discrete sampler shared by every engine.
+
+The embedded engine and the SGLang sampler call :func:`sample_step` with the same inputs (last
+logits, last hidden states, one block of K+1 uniforms per row drawn from the row's own
+generator, which rows are still thinking) and therefore produce identical records (DESIGN §2.1–2.5,
+§3). Records are fp32 and the next-step mixture is built from the rounded record itself, so a
+replay from the trace reproduces the numbers exactly whatever the model's dtype.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import torch
+from torch import Tensor
+
+from soft_spatial.softthink import (AdaptSoft, SamplingConfig, SoftThinkingConfig, candidates,
+                                    gumbel_from_uniform, gumbel_log_density, mixture_weights,
+                                    normalized_entropy, sort_by_score)
+
+__all__ = ["sample_step", "discrete_sample"]
+
+
+def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor, soft: SoftThinkingConfig,
+                sampling: SamplingConfig, controller: Optional[AdaptSoft], feature_dim: int,
+                debug: bool = False) -> Dict[str, Tensor]:
+    """Records ``[b, ...]`` of one step for ``b`` live rows.
+
+    Args:
+        logits: ``[b, V]`` last-position logits (never-emittable ids already at -inf).
+        h: ``[b, D]`` the final hidden states that produced them (AdaptSoft's input).
+        u: ``[b, K+1]`` uniforms in [0, 1): the first K perturb soft rows, the last samples
+            discrete rows.
+        thinking: ``[b]`` bool, rows whose spine has not emitted the think-end token yet.
+    Returns:
+        the SoftTrace fields plus ``loglik`` (the step's likelihood under the rollout policy)
+        and, with ``debug``, ``weights`` and ``logp``.
+    """
+    temperature = sampling.temperature
+    b, k, dev = logits.shape[0], soft.top_k, logits.device
+    rec = {
+        "topk_ids": torch.zeros(b, k, dtype=torch.long, device=dev),
+        "scores": torch.zeros(b, k, device=dev),
+        "tau": torch.zeros(b, device=dev),
+        "u": torch.zeros(b, device=dev),
+        "ctrl_x": torch.zeros(b, feature_dim, device=dev),
+        "entropy": torch.zeros(b, device=dev),
+        "soft": thinking.clone(),
+        "loglik": torch.zeros(b, device=dev),
+    }
+    if debug:
+        rec["weights"] = torch.zeros(b, k, device=dev)
+        rec["logp"] = torch.zeros(b, k, device=dev)
+    s_rows = thinking.nonzero().squeeze(-1)
+    d_rows = (~thinking).nonzero().squeeze(-1)
+    if s_rows.numel():
+        # Records are fp32 and the mixture is built from the rounded record itself, so a
+        # replay from the trace reproduces these numbers exactly whatever the model's dtype.
+        ids, logp = candidates(logits[s_rows].float(), k, temperature)
+        noise = gumbel_from_uniform(u[s_rows, :k], soft.noise_clamp)
+        z = logp + soft.noise_scale * noise if soft.noise_scale > 0 else logp.clone()
+        z, ids, logp = sort_by_score(z, ids, logp)
+        if controller is not None:
+            x = controller.features(h[s_rows].float(), logp)
+            rec["ctrl_x"][s_rows] = x
+        if soft.mode == "adaptsoft":
+            uu = controller(x)
+            tau = controller.temperature(uu)
+            rec["u"][s_rows] = uu
+        else:
+            tau = torch.full((s_rows.numel(),), soft.fixed_tau, device=dev)
+        rec["topk_ids"][s_rows], rec["scores"][s_rows] = ids, z
+        rec["tau"][s_rows], rec["entropy"][s_rows] = tau, normalized_entropy(logp)
+        if soft.noise_scale > 0:
+            rec["loglik"][s_rows] = gumbel_log_density(z, logp, soft.noise_scale)
+        if debug:
+            rec["weights"][s_rows] = mixture_weights(z, tau)
+            rec["logp"][s_rows] = logp
+    if d_rows.numel():
+        tok, lp = discrete_sample(logits[d_rows], u[d_rows, k], sampling, temperature)
+        rec["topk_ids"][d_rows, 0], rec["loglik"][d_rows] = tok, lp
+    return rec
+
+
+def discrete_sample(logits, u, sampling: SamplingConfig, temperature: float):
+    """Sampled token and its log-probability under softmax(ℓ/T) (unfiltered, as scored at
+    training time)."""
+    scaled = logits.float() / temperature
+    full = torch.log_softmax(scaled, -1)
+    if sampling.greedy:
+        tok = logits.argmax(-1)
+        return tok, full.gather(-1, tok[:, None]).squeeze(-1)
+    if sampling.top_k > 0:
+        kth = torch.topk(scaled, min(sampling.top_k, scaled.shape[-1]), -1).values[:, -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, -1)
+    if sampling.top_p < 1.0:
+        sp, order = probs.sort(-1, descending=True)
+        drop = sp.cumsum(-1) - sp > sampling.top_p
+        sp = sp.masked_fill(drop, 0)
+        probs = torch.zeros_like(probs).scatter_(-1, order, sp)
+        probs = probs / probs.sum(-1, keepdim=True)
+    cdf = probs.cumsum(-1)
+    target = u.float()[:, None] * cdf[:, -1:]
+    tok = torch.searchsorted(cdf, target, right=True).clamp(max=logits.shape[-1] - 1)
+    return tok.squeeze(-1), full.gather(-1, tok).squeeze(-1)
