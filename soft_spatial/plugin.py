@@ -5,6 +5,8 @@ Registers, idempotently:
   * the CPU platform (selected with ``VERL_PLATFORM=cpu``) and verl's FSDP engines for ``cpu``;
   * the soft FSDP engine (model type ``soft_language_model``) and the ``soft_grpo`` policy loss;
   * the ``local_soft`` rollout backend (replica + weight-sync adapter);
+  * the ``sglang_soft`` rollout backend (GPU; registered lazily: sglang is imported only when the
+    backend is used);
   * the ``soft_thinking_agent`` agent loop.
 """
 from __future__ import annotations
@@ -32,3 +34,13 @@ def _load_local_soft():
 
 RolloutReplicaRegistry.register(BACKEND, _load_local_soft)
 _ROLLOUT_REGISTRY[(BACKEND, "async")] = "soft_spatial.rollout.replica.LocalSoftServerAdapter"
+
+
+def _load_sglang_soft():
+    from soft_spatial.rollout.sglang_server import SGLangSoftReplica
+    return SGLangSoftReplica
+
+
+RolloutReplicaRegistry.register("sglang_soft", _load_sglang_soft)
+_ROLLOUT_REGISTRY[("sglang_soft", "async")] = \
+    "soft_spatial.rollout.sglang_server.SGLangSoftServerAdapter"

@@ -53,3 +53,24 @@ def tiny_qwen2_5_vl(tmp_path_factory):
 def tiny_qwen3_text_small(tmp_path_factory):
     """Tiny text-only Qwen3 causal LM with the small test vocabulary (see module docstring)."""
     return _build(tmp_path_factory, "tiny_qwen3_text_small", family="qwen3", vocab="small")
+
+
+@pytest.fixture(scope="module")
+def process_group():
+    """A 1-process gloo group on verl's CPU platform (for the real FSDP engines), per module."""
+    import tempfile
+
+    import torch.distributed as dist
+
+    from soft_spatial.trainer.platform import init_process_group, use_cpu_platform
+
+    use_cpu_platform()
+    created = not dist.is_initialized()
+    if created:
+        fd, path = tempfile.mkstemp()
+        os.close(fd)
+        os.remove(path)
+        init_process_group(0, 1, "file://" + path)
+    yield
+    if created:
+        dist.destroy_process_group()

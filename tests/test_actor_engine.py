@@ -6,31 +6,12 @@ of a tiny model, on verl's remove-padding and padded paths.
 """
 import os
 import sys
-import tempfile
 
 import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 import test_actor_helpers as H  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def process_group():
-    import torch.distributed as dist
-
-    from soft_spatial.trainer.platform import init_process_group, use_cpu_platform
-
-    use_cpu_platform()
-    created = not dist.is_initialized()
-    if created:
-        fd, path = tempfile.mkstemp()
-        os.close(fd)
-        os.remove(path)
-        init_process_group(0, 1, "file://" + path)
-    yield
-    if created:
-        dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")

@@ -135,13 +135,9 @@ def ranks_to_bpe(ranks: dict[bytes, int]) -> tuple[dict[str, int], list[tuple[st
     return vocab, merges
 
 
-def build_backend(path: str | os.PathLike | None = None) -> Tokenizer:
-    """Build the `tokenizers.Tokenizer` (BPE + Qwen pre-tokenizer + the 26 added tokens)."""
-    ranks = read_ranks(path or tiktoken_file())
-    if len(ranks) != FIRST_ADDED_ID or sorted(ranks.values()) != list(range(FIRST_ADDED_ID)):
-        raise ValueError(f"{path or tiktoken_file()}: expected ranks 0..{FIRST_ADDED_ID - 1}, got {len(ranks)} tokens")
-    vocab, merges = ranks_to_bpe(ranks)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=True, fuse_unk=False))
+def with_qwen_pipeline(tok: Tokenizer) -> Tokenizer:
+    """Set Qwen's normaliser (NFC), pre-tokenizer (the Qwen regex, then byte-level), decoder and
+    post-processor on a byte-level BPE ``tok``; returns it."""
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -151,6 +147,17 @@ def build_backend(path: str | os.PathLike | None = None) -> Tokenizer:
     )
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok
+
+
+def build_backend(path: str | os.PathLike | None = None) -> Tokenizer:
+    """Build the `tokenizers.Tokenizer` (BPE + Qwen pre-tokenizer + the 26 added tokens)."""
+    ranks = read_ranks(path or tiktoken_file())
+    if len(ranks) != FIRST_ADDED_ID or sorted(ranks.values()) != list(range(FIRST_ADDED_ID)):
+        raise ValueError(f"{path or tiktoken_file()}: expected ranks 0..{FIRST_ADDED_ID - 1}, got {len(ranks)} tokens")
+    vocab, merges = ranks_to_bpe(ranks)
+    tok = with_qwen_pipeline(
+        Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=True, fuse_unk=False)))
     tok.add_tokens([AddedToken(t, special=s, normalized=False) for t, s in QWEN_ADDED_TOKENS])
     added = {t: tok.token_to_id(t) for t, _ in QWEN_ADDED_TOKENS}
     expected = {t: FIRST_ADDED_ID + i for i, (t, _) in enumerate(QWEN_ADDED_TOKENS)}

@@ -28,9 +28,9 @@ import os
 from pathlib import Path
 
 import torch
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, trainers
 
-from soft_spatial.models.qwen_tokenizer import QWEN_ADDED_TOKENS, QWEN_PRETOKENIZE_REGEX, load_qwen_tokenizer, wrap
+from soft_spatial.models.qwen_tokenizer import QWEN_ADDED_TOKENS, load_qwen_tokenizer, with_qwen_pipeline, wrap
 
 FAMILIES = ("qwen3_vl", "qwen2_5_vl", "qwen3")
 """Tiny model families: two VLMs and, for text-only code paths, a Qwen3 causal LM."""
@@ -88,16 +88,7 @@ SMALL_CORPUS = (
 def small_tokenizer_backend(vocab_size: int = SMALL_BPE_SIZE) -> Tokenizer:
     """A byte-level BPE with the Qwen pre-tokenizer, trained on SMALL_CORPUS, plus the Qwen added
     tokens right after the trained vocabulary (same order and special flags as the real one)."""
-    tok = Tokenizer(models.BPE(fuse_unk=False))
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(QWEN_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    tok = with_qwen_pipeline(Tokenizer(models.BPE(fuse_unk=False)))
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
     )

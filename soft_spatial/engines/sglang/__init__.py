@@ -1,0 +1,29 @@
+"""SGLang 0.5.12 soft-rollout plugin (DESIGN §1–3 inside SGLang's scheduler processes).
+
+Importing this package never imports sglang. The pieces:
+
+* :mod:`.settings` — the server-wide soft settings, carried to the scheduler processes in one
+  environment variable, and the SGLang server arguments soft decoding requires;
+* :mod:`.runtime` — the scheduler-side logic with no sglang import: per-request state (noise
+  generator seeded like :class:`~soft_spatial.engines.local.LocalEngine`, thinking flag, the next
+  step's mixture), the batched call of :func:`~soft_spatial.engines.step.sample_step`, the decode
+  input mixture Σ w_k E[ids_k] and the per-step records returned through ``customized_info``;
+* :mod:`.client` — the verl-server side: per-request parameters, accumulation of the records
+  across streamed chunks, the controller's wire format;
+* :mod:`.compat` — the only module that touches SGLang internals (version-checked): the
+  ``soft_gumbel`` sampler backend, the two hooks, the controller weight loader and the
+  ``run_scheduler_process`` wrapper. Importing it without sglang raises a clear ImportError.
+"""
+from .settings import SGLangSoftSettings, required_server_args
+
+__all__ = ["SGLangSoftSettings", "required_server_args", "install", "SAMPLER_BACKEND",
+           "SUPPORTED_SGLANG"]
+
+SAMPLER_BACKEND = "soft_gumbel"
+SUPPORTED_SGLANG = "0.5.12"
+
+
+def install(settings=None):
+    """Register the sampler backend and hooks in this (scheduler) process. Needs sglang."""
+    from . import compat
+    return compat.install(settings)

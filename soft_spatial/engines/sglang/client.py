@@ -1,0 +1,113 @@
+"""verl-server side of the SGLang soft backend (no sglang import).
+
+* :func:`request_params` — what each request carries in ``sampling_params.custom_params``: its
+  noise seed (``row_seed(request_seed(base, request_id), 0)``, exactly the local_soft server's
+  seed for that request) and the sampling settings of discrete steps;
+* :class:`TraceAccumulator` — SGLang streams ``customized_info`` in slices (non-streaming requests
+  are flushed every ``SGLANG_FORCE_STREAM_INTERVAL`` tokens and the tokenizer manager keeps only
+  the last slice in ``meta_info``), so the server accumulates every slice per request id from the
+  tokenizer manager's batch outputs and hands the full record list over once the request ends;
+* the controller's wire format for the custom weight loader.
+"""
+from __future__ import annotations
+
+import io
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from soft_spatial.softthink import SamplingConfig
+from soft_spatial.softthink.trace import TRACE_KEYS
+
+__all__ = ["PARAM_KEY", "INFO_PREFIX", "INFO_KEYS", "info_key", "request_params",
+           "sampling_config", "TraceAccumulator", "split_records", "encode_controller",
+           "decode_controller", "CONTROLLER_NAME"]
+
+PARAM_KEY = "soft_spatial"  # custom_params[PARAM_KEY] = request_params(...)
+INFO_PREFIX = "soft_"
+INFO_KEYS = TRACE_KEYS + ("loglik",)
+CONTROLLER_NAME = "soft_spatial.controller"  # the one "weight" the controller travels as
+
+
+def info_key(key: str) -> str:
+    return INFO_PREFIX + key
+
+
+def sampling_config(params: Dict[str, Any], response_length: int) -> SamplingConfig:
+    """verl sampling params → the discrete-step settings (same mapping as the local_soft
+    server: temperature 0 means greedy, top_k ≤ 0 or -1 means off)."""
+    max_new = params.get("max_new_tokens", params.get("max_tokens", response_length))
+    max_new = max(1, min(int(max_new), response_length))
+    temperature = float(params.get("temperature", 1.0))
+    top_k = int(params.get("top_k", -1) or -1)
+    return SamplingConfig(temperature=max(temperature, 1e-5), max_new_tokens=max_new,
+                          top_k=max(0, top_k), top_p=float(params.get("top_p", 1.0) or 1.0),
+                          greedy=temperature == 0)
+
+
+def request_params(seed: int, sampling: SamplingConfig) -> Dict[str, Any]:
+    """The per-request soft parameters (JSON-able) the scheduler-side runtime reads."""
+    return {"seed": int(seed), "temperature": sampling.temperature, "top_k": sampling.top_k,
+            "top_p": sampling.top_p, "greedy": sampling.greedy}
+
+
+class TraceAccumulator:
+    """Per-request concatenation of the streamed ``customized_info`` slices (thread-safe)."""
+
+    def __init__(self):
+        self._acc: Dict[str, Dict[str, list]] = {}
+        self._lock = threading.Lock()
+
+    def feed(self, rids: Sequence[str], customized_info: Optional[Dict[str, List[Any]]]) -> None:
+        """One batch output: ``customized_info[key][i]`` is the list of new per-step values of
+        request ``rids[i]`` (SGLang's ``BatchTokenIDOutput``/``BatchStrOutput`` layout)."""
+        if not customized_info:
+            return
+        keys = [k for k in customized_info if k.startswith(INFO_PREFIX)]
+        if not keys:
+            return
+        with self._lock:
+            for i, rid in enumerate(rids):
+                acc = self._acc.setdefault(rid, {k: [] for k in keys})
+                for k in keys:
+                    acc.setdefault(k, []).extend(customized_info[k][i])
+
+    def pop(self, rid: str) -> Optional[Dict[str, list]]:
+        with self._lock:
+            return self._acc.pop(rid, None)
+
+    def __len__(self) -> int:
+        return len(self._acc)
+
+
+def split_records(acc: Optional[Dict[str, list]], n_tokens: int
+                  ) -> Tuple[Dict[str, list], List[float]]:
+    """Accumulated info → (``SoftTrace.to_lists()``-format dict, per-step log-likelihoods).
+    The number of records must equal the number of emitted tokens."""
+    if acc is None:
+        raise RuntimeError("sglang_soft: SGLang returned no soft records for a request; is the "
+                           "server running with the soft_spatial plugin (sampling_backend="
+                           "soft_gumbel)?")
+    missing = [k for k in INFO_KEYS if info_key(k) not in acc]
+    if missing:
+        raise RuntimeError(f"sglang_soft: records lack keys {missing}")
+    trace = {k: acc[info_key(k)] for k in TRACE_KEYS}
+    n = len(trace["topk_ids"])
+    if any(len(v) != n for v in acc.values()) or n != n_tokens:
+        raise RuntimeError(f"sglang_soft: {n} records (per key {[len(v) for v in acc.values()]})"
+                           f" for {n_tokens} tokens")
+    return trace, [float(x) for x in acc[info_key("loglik")]]
+
+
+def encode_controller(state: Dict[str, Any]) -> torch.Tensor:
+    """AdaptSoft ``{"config", "state_dict"}`` → one uint8 tensor (travels like a weight)."""
+    buf = io.BytesIO()
+    torch.save({"config": state.get("config"),
+                "state_dict": {k: v.detach().cpu() for k, v in state["state_dict"].items()}}, buf)
+    return torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+
+
+def decode_controller(blob: torch.Tensor) -> Dict[str, Any]:
+    data = bytes(blob.detach().to("cpu", torch.uint8).numpy().tobytes())
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)

@@ -1,0 +1,203 @@
+"""The only module that touches SGLang internals (sglang 0.5.12, checked at import).
+
+What is hooked, and why each server argument is required (``settings.required_server_args``):
+
+* **Sampler** — ``SoftGumbelSampler`` is registered as sampling backend ``soft_gumbel``
+  (``register_sampler_backend``; ``create_sampler`` runs in ``ModelRunner.initialize``, so
+  :func:`install` must run first in every scheduler process: :func:`run_scheduler_process` does
+  that). It replaces SGLang's sampling for every row by :meth:`SoftRuntime.sample` and returns the
+  records through ``LogitsProcessorOutput.customized_info`` (one list/float per row, appended per
+  token to ``Req.customized_info`` and streamed as slices to the tokenizer manager).
+* **AROUND ``TpModelWorker.forward_batch_generation``** — publishes the batch's ``Req`` objects
+  (``ModelWorkerBatch.reqs``) for the sampler and the embedding hook, and asks for the last hidden
+  states (``CaptureHiddenMode.LAST`` when nothing else asked for them; AdaptSoft's input is the
+  final-norm hidden state that produced the logits).
+* **BEFORE ``Qwen3LLMModel.forward``** — at decode, ``general_mm_embed_routine`` has computed the
+  plain token embeddings; rows whose last record is soft get the mixture instead.
+* **Custom weight loader** :func:`load_weights` — controller weights arrive as one uint8 tensor
+  named ``client.CONTROLLER_NAME`` through ``update_weights_from_tensor(load_format=<this>)``,
+  which SGLang runs in every TP worker; other names go to ``model.load_weights``.
+
+Not supported in this version (rejected by ``required_server_args`` or at runtime):
+
+* **Overlap scheduling** (``disable_overlap_schedule=True``): with overlap, batch t+1 is launched
+  before batch t's results are processed, so ``Req.output_ids`` lags one step (the noise-step check
+  fails) and the mixture of step t would have to flow through SGLang's future-token map instead of
+  the request state.
+* **CUDA graphs** (``disable_cuda_graph=True``): the embedding hook and the capture mode change run
+  inside the model forward, which a replayed graph skips. Keeping graphs on needs the hook to write
+  into static buffers captured by the graph: a persistent ``[max_bs, K]`` id buffer and ``[max_bs,
+  K]`` weight buffer (weights 0 except slot 0 = 1 for discrete rows) filled by the sampler before
+  replay, the mixture computed inside the graph from them on every row, and
+  ``CaptureHiddenMode.LAST`` captured for every batch size.
+* **Prefix (radix) caching** (``disable_radix_cache=True``, server-wide): the KV of a soft position
+  depends on the mixture, not on the spine token that keys the radix tree, so a later request
+  sharing the token prefix would reuse KV computed from soft inputs. The cost is that the n samples
+  of a prompt each prefill it (images included). A finer version would insert only the prompt part
+  of soft requests into the tree.
+* **Retraction / re-prefill after soft steps** raises :class:`SoftStateError`.
+* Mixed chunks, DP attention, speculative decoding, pipeline parallelism.
+
+TP: every TP rank holds the same Req objects, draws the same noise and sees the same gathered
+logits, so all ranks build the same mixtures; the embedding rows come from SGLang's
+vocabulary-parallel embedding module (masked shards + all-reduce), exact like a plain lookup.
+As for SGLang's own tokens, rank agreement relies on deterministic logits
+(``SYNC_TOKEN_IDS_ACROSS_TP=1`` syncs the spine tokens, not the records).
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Optional
+
+try:
+    import sglang
+    from sglang.srt.layers.sampler import Sampler, register_sampler_backend
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+except ImportError as exc:  # pragma: no cover - exercised by the no-sglang test
+    raise ImportError(
+        "soft_spatial.engines.sglang.compat needs sglang==0.5.12 (GPU environment: bash "
+        "scripts/setup_gpu.sh); the CPU default is rollout=local") from exc
+
+import torch
+
+from . import SAMPLER_BACKEND, SUPPORTED_SGLANG
+from .client import CONTROLLER_NAME, decode_controller
+from .runtime import BatchContext, SoftRuntime, batch_context, current_batch, last_hidden
+from .settings import SGLangSoftSettings
+
+logger = logging.getLogger(__name__)
+
+if sglang.__version__ != SUPPORTED_SGLANG:  # the hook targets below are version-specific
+    raise ImportError(f"soft_spatial's SGLang plugin supports sglang=={SUPPORTED_SGLANG}, found "
+                      f"{sglang.__version__}")
+
+TP_TARGET = "sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation"
+EMBED_TARGET = "sglang.srt.models.qwen3_vl.Qwen3LLMModel.forward"
+
+_runtime: Optional[SoftRuntime] = None
+_embed_params: Optional[list] = None
+
+
+def runtime() -> SoftRuntime:
+    global _runtime
+    if _runtime is None:
+        _runtime = SoftRuntime(SGLangSoftSettings.from_env())
+    return _runtime
+
+
+def set_runtime(rt: Optional[SoftRuntime]) -> None:
+    """Install a runtime explicitly (tests; normally built from the environment)."""
+    global _runtime
+    _runtime = rt
+
+
+class SoftGumbelSampler(Sampler):
+    """Sampling backend ``soft_gumbel``: every row through :meth:`SoftRuntime.sample`."""
+
+    def forward(self, logits_output, sampling_info, return_logprob, top_logprobs_nums,
+                token_ids_logprobs, positions):
+        ctx = current_batch()
+        if ctx is None:
+            raise RuntimeError("soft_gumbel sampler called outside "
+                               "TpModelWorker.forward_batch_generation (overlap scheduling and "
+                               "speculative decoding are not supported)")
+        logits = self._preprocess_logits(logits_output.next_token_logits, sampling_info)
+        b = logits.shape[0]
+        hidden = last_hidden(logits_output.hidden_states, ctx, b)
+        tokens, info = runtime().sample(ctx.reqs, logits, hidden)
+        logits_output.customized_info = {**(logits_output.customized_info or {}), **info}
+        if ctx.forced_capture:
+            logits_output.hidden_states = None  # nobody else asked for them
+        if return_logprob:
+            logprobs = torch.log_softmax(logits.float() / sampling_info.temperatures, dim=-1)
+            self._attach_logprobs_to_output(logits_output, logprobs, top_logprobs_nums,
+                                            token_ids_logprobs, sampling_info, tokens)
+        self._sync_token_ids_across_tp(tokens, sampling_info)
+        return tokens
+
+
+def _tp_hook(original, *args, **kwargs):
+    """AROUND TpModelWorker.forward_batch_generation(self, model_worker_batch, ...)."""
+    mwb = args[1] if len(args) > 1 else kwargs.get("model_worker_batch")
+    if mwb is None or getattr(mwb, "reqs", None) is None:
+        return original(*args, **kwargs)
+    forced = False
+    if mwb.capture_hidden_mode in (None, CaptureHiddenMode.NULL):
+        mwb.capture_hidden_mode = CaptureHiddenMode.LAST
+        forced = True
+    ctx = BatchContext(reqs=mwb.reqs, is_decode=mwb.forward_mode.is_decode(),
+                       extend_seq_lens=getattr(mwb, "extend_seq_lens", None),
+                       forced_capture=forced)
+    with batch_context(ctx):
+        return original(*args, **kwargs)
+
+
+def _embed_hook(*args, **kwargs):
+    """BEFORE Qwen3LLMModel.forward(self, input_ids, positions, forward_batch, input_embeds, ...)."""
+    ctx = current_batch()
+    if ctx is None or not ctx.is_decode:
+        return None
+    names = _embed_params
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    embeds, fb = bound.get("input_embeds"), bound.get("forward_batch")
+    if embeds is None or fb is None or not fb.forward_mode.is_decode():
+        return None
+    model = bound["self"]
+    new = runtime().decode_inputs(ctx.reqs, model.embed_tokens, embeds)
+    if new is None:
+        return None
+    if "input_embeds" in kwargs:
+        kwargs["input_embeds"] = new
+    else:
+        args = list(args)
+        args[names.index("input_embeds")] = new
+        args = tuple(args)
+    return args, kwargs
+
+
+def load_weights(model, named_tensors):
+    """Custom weight loader (``load_format`` = this function's dotted path): the controller blob
+    goes to this process's runtime, everything else to ``model.load_weights``."""
+    rest = []
+    for name, tensor in named_tensors:
+        if name == CONTROLLER_NAME:
+            runtime().set_controller(decode_controller(tensor))
+        else:
+            rest.append((name, tensor))
+    if rest:
+        model.load_weights(rest)
+
+
+_installed = False
+
+
+def install(settings: Optional[SGLangSoftSettings] = None) -> SoftRuntime:
+    """Register the sampler backend and the hooks in this process (idempotent)."""
+    global _installed, _embed_params
+    if settings is not None:
+        set_runtime(SoftRuntime(settings))
+    rt = runtime()
+    if _installed:
+        return rt
+    from sglang.srt.models.qwen3_vl import Qwen3LLMModel
+    _embed_params = list(inspect.signature(Qwen3LLMModel.forward).parameters)
+    if "input_embeds" not in _embed_params or "forward_batch" not in _embed_params:
+        raise ImportError(f"Qwen3LLMModel.forward has an unexpected signature {_embed_params}")
+    register_sampler_backend(SAMPLER_BACKEND, SoftGumbelSampler)
+    HookRegistry.register(TP_TARGET, _tp_hook, HookType.AROUND)
+    HookRegistry.register(EMBED_TARGET, _embed_hook, HookType.BEFORE)
+    HookRegistry.apply_hooks()
+    _installed = True
+    logger.info("soft_spatial SGLang plugin installed (mode %s)", rt.settings.soft.mode)
+    return rt
+
+
+def run_scheduler_process(*args, **kwargs):
+    """Drop-in ``run_scheduler_process_func``: installs the plugin in the (spawned) scheduler
+    process, then runs SGLang's scheduler."""
+    install()
+    from sglang.srt.managers.scheduler import run_scheduler_process as _run
+    return _run(*args, **kwargs)

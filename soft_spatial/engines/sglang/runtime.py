@@ -1,0 +1,311 @@
+"""Scheduler-side soft decoding for SGLang, with no sglang import (runs on CPU with fakes).
+
+One :class:`SoftRuntime` lives in each scheduler (TP worker) process. SGLang calls it twice per
+step through the hooks of :mod:`.compat`:
+
+* :meth:`SoftRuntime.sample` from the ``soft_gumbel`` sampler, with the batch's ``Req`` objects
+  (from :func:`current_batch`, set around ``TpModelWorker.forward_batch_generation``), the logits
+  and the last hidden states. Each request's state lives on its ``Req`` (attribute
+  :data:`STATE_ATTR`), so it follows the request through batch filtering/merging and disappears
+  with it. The state holds the request's noise generator, seeded exactly like the local engine's
+  row generator and advanced by one block of K+1 uniforms per generated token; the number of blocks
+  drawn is checked against ``len(req.output_ids)`` at every step. Rows are grouped by their
+  sampling settings and passed to :func:`~soft_spatial.engines.step.sample_step` (the same function
+  the local engine calls), so the records are the local engine's records.
+* :meth:`SoftRuntime.decode_inputs` from the hook before the language model's forward at decode:
+  rows whose last record is soft get Σ_k softmax(z/τ)_k E[ids_k] (built by
+  :func:`~soft_spatial.softthink.record_input_embeddings` from the embedding rows that SGLang's own
+  — possibly vocabulary-parallel — embedding module returns for the K ids), the others keep the
+  plain embedding of their token.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import astuple, dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from soft_spatial.engines.local import row_seed
+from soft_spatial.engines.step import sample_step
+from soft_spatial.softthink import AdaptSoft, AdaptSoftConfig, SamplingConfig, \
+    record_input_embeddings
+from soft_spatial.softthink.trace import TRACE_KEYS
+
+from .client import INFO_KEYS, PARAM_KEY, info_key
+from .settings import SGLangSoftSettings
+
+__all__ = ["SoftRuntime", "RequestState", "BatchContext", "batch_context", "current_batch",
+           "SoftStateError", "STATE_ATTR", "request_seed_for"]
+
+STATE_ATTR = "_soft_spatial_state"
+TOP_K_ALL = 1 << 30  # SGLang's "top-k off" value
+
+
+class SoftStateError(RuntimeError):
+    """A request's KV would have to be recomputed from token ids after soft steps (retraction
+    or re-prefill): soft positions cannot be rebuilt that way."""
+
+
+@dataclass
+class BatchContext:
+    """What the sampler and the embedding hook need to know about the running batch."""
+
+    reqs: Sequence[Any]  # SGLang Req objects, in batch-row order
+    is_decode: bool
+    extend_seq_lens: Optional[Sequence[int]] = None  # per row, extend batches only
+    forced_capture: bool = False  # hidden states were captured for us only
+
+
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def batch_context(ctx: BatchContext):
+    prev = getattr(_local, "ctx", None)
+    _local.ctx = ctx
+    try:
+        yield ctx
+    finally:
+        _local.ctx = prev
+
+
+def current_batch() -> Optional[BatchContext]:
+    return getattr(_local, "ctx", None)
+
+
+def request_seed_for(base: int, rid: str) -> int:
+    """Fallback seed of a request that carries no soft parameters (e.g. sent over SGLang's own
+    HTTP API): the local_soft server's seed for the same request id and base seed."""
+    from soft_spatial.rollout.server import request_seed
+    return row_seed(request_seed(base, rid), 0)
+
+
+class RequestState:
+    """Per-request decoding state (lives on the Req)."""
+
+    __slots__ = ("seed", "gen", "steps", "thinking", "had_soft", "pending", "sampling")
+
+    def __init__(self, seed: int, sampling: SamplingConfig, thinking: bool):
+        self.seed, self.sampling, self.thinking = int(seed), sampling, thinking
+        self.gen = torch.Generator().manual_seed(self.seed)
+        self.steps = 0
+        self.had_soft = False
+        self.pending: Optional[Tuple[Tensor, Tensor, Tensor]] = None  # ids [K], z [K], tau []
+
+    def draw(self, n: int) -> Tensor:
+        self.steps += 1
+        return torch.rand(n, generator=self.gen)
+
+    def rewind(self, steps: int, n: int) -> None:
+        """Position the generator after ``steps`` blocks (hard requests only)."""
+        self.gen = torch.Generator().manual_seed(self.seed)
+        self.steps = 0
+        for _ in range(steps):
+            self.draw(n)
+
+
+def _sampling_from_req(req, params: Optional[Dict[str, Any]]) -> SamplingConfig:
+    if params is not None:
+        return SamplingConfig(temperature=float(params["temperature"]), max_new_tokens=1,
+                              top_k=int(params["top_k"]), top_p=float(params["top_p"]),
+                              greedy=bool(params["greedy"]))
+    sp = req.sampling_params  # SGLang normalises temperature 0 to (1.0, top_k=1)
+    top_k = int(sp.top_k)
+    return SamplingConfig(temperature=max(float(sp.temperature), 1e-5), max_new_tokens=1,
+                          top_k=0 if top_k in (-1, TOP_K_ALL) or top_k <= 0 else top_k,
+                          top_p=float(sp.top_p), greedy=top_k == 1)
+
+
+class SoftRuntime:
+    """Soft decoding state and computation of one scheduler process."""
+
+    def __init__(self, settings: SGLangSoftSettings):
+        self.settings = settings
+        self.controller: Optional[AdaptSoft] = None
+        if settings.soft.mode == "adaptsoft":
+            self.controller = AdaptSoft.from_config(settings.adaptsoft,
+                                                    settings.hidden_size).float().eval()
+        self._banned: Dict[Any, Tensor] = {}
+
+    # -- controller ---------------------------------------------------------------------------
+    @property
+    def feature_dim(self) -> int:
+        return self.controller.feature_dim if self.controller else AdaptSoftConfig().proj_dim + 1
+
+    def set_controller(self, state: Dict[str, Any]) -> None:
+        """AdaptSoft weights ``{"config", "state_dict"}`` (or a bare state dict) from training."""
+        sd = state.get("state_dict", state)
+        cfg = state.get("config")
+        if self.controller is None or (cfg and cfg != self.controller.config_dict()):
+            if not cfg:
+                raise ValueError("set_controller: no controller installed and no config given")
+            ctrl = AdaptSoft(**cfg)
+        else:
+            ctrl = self.controller
+        if ctrl.hidden_size != self.settings.hidden_size:
+            raise ValueError(f"AdaptSoft hidden size {ctrl.hidden_size} != policy hidden size "
+                             f"{self.settings.hidden_size}")
+        dev = next(iter(self.controller.parameters())).device if self.controller else "cpu"
+        ctrl.load_state_dict({k: v for k, v in sd.items()})
+        self.controller = ctrl.to(dev).float().eval()
+
+    def _controller_on(self, device) -> Optional[AdaptSoft]:
+        c = self.controller
+        if c is not None and next(iter(c.parameters())).device != torch.device(device):
+            self.controller = c = c.to(device)
+        return c
+
+    # -- per-request state --------------------------------------------------------------------
+    def state(self, req) -> RequestState:
+        st = getattr(req, STATE_ATTR, None)
+        if st is None:
+            custom = getattr(req.sampling_params, "custom_params", None) or {}
+            params = custom.get(PARAM_KEY) if isinstance(custom, dict) else None
+            seed = params["seed"] if params else request_seed_for(self.settings.seed, req.rid)
+            st = RequestState(seed, _sampling_from_req(req, params), self.settings.soft.soft)
+            setattr(req, STATE_ATTR, st)
+        return st
+
+    def _align(self, st: RequestState, req, k1: int) -> None:
+        t = len(req.output_ids)
+        if st.steps == t:
+            return
+        if st.had_soft:
+            raise SoftStateError(
+                f"request {req.rid}: sampled at output length {t} after {st.steps} steps with "
+                f"soft inputs; SGLang re-prefilled it (retraction under KV-cache pressure?) and "
+                f"soft positions cannot be recomputed from token ids. Lower "
+                f"max_running_requests or raise gpu_memory_utilization.")
+        st.rewind(t, k1)
+
+    # -- sampling -----------------------------------------------------------------------------
+    def _banned_ids(self, device) -> Optional[Tensor]:
+        if not self.settings.banned_ids:
+            return None
+        key = str(device)
+        if key not in self._banned:
+            self._banned[key] = torch.tensor(self.settings.banned_ids, dtype=torch.long,
+                                             device=device)
+        return self._banned[key]
+
+    @torch.no_grad()
+    def sample(self, reqs: Sequence[Any], logits: Tensor, hidden: Optional[Tensor]
+               ) -> Tuple[Tensor, Dict[str, list]]:
+        """One step for the batch rows ``reqs`` (logits ``[B, V]``, hidden ``[B, D]``).
+
+        Returns the emitted tokens ``[B]`` (the spine at soft steps) and ``customized_info``:
+        ``{"soft_<key>": [value of row i]}`` for every record key and ``loglik``. Rows of requests
+        whose prefill is still chunked get the argmax token and a zero record (SGLang discards
+        both); their state is untouched.
+        """
+        soft, k = self.settings.soft, self.settings.soft.top_k
+        b, dev = logits.shape[0], logits.device
+        if len(reqs) != b:
+            raise ValueError(f"soft sampler: {len(reqs)} requests for {b} logit rows")
+        banned = self._banned_ids(dev)
+        if banned is not None:
+            logits = logits.index_fill(-1, banned, float("-inf"))
+        live: List[int] = []
+        states: Dict[int, RequestState] = {}
+        u = torch.zeros(b, k + 1)
+        thinking = torch.zeros(b, dtype=torch.bool)
+        for i, req in enumerate(reqs):
+            if getattr(req, "is_chunked", 0) > 0:
+                continue
+            st = self.state(req)
+            self._align(st, req, k + 1)
+            u[i] = st.draw(k + 1)
+            thinking[i] = st.thinking
+            live.append(i)
+            states[i] = st
+        u, thinking = u.to(dev), thinking.to(dev)
+        fdim = self.feature_dim
+        full = {"topk_ids": torch.zeros(b, k, dtype=torch.long, device=dev),
+                "scores": torch.zeros(b, k, device=dev), "tau": torch.zeros(b, device=dev),
+                "u": torch.zeros(b, device=dev), "ctrl_x": torch.zeros(b, fdim, device=dev),
+                "entropy": torch.zeros(b, device=dev),
+                "soft": torch.zeros(b, dtype=torch.bool, device=dev),
+                "loglik": torch.zeros(b, device=dev)}
+        chunked = [i for i in range(b) if i not in states]
+        if chunked:
+            full["topk_ids"][chunked, 0] = logits[chunked].argmax(-1)
+        groups: Dict[tuple, List[int]] = {}
+        for i in live:
+            groups.setdefault(astuple(states[i].sampling), []).append(i)
+        controller = self._controller_on(dev)
+        for rows in groups.values():
+            idx = torch.tensor(rows, device=dev)
+            h = hidden[idx] if hidden is not None else None
+            if h is None and soft.mode == "adaptsoft" and bool(thinking[idx].any()):
+                raise RuntimeError("soft sampler: AdaptSoft needs the last hidden states")
+            if h is None:
+                h = torch.zeros(len(rows), self.settings.hidden_size, device=dev)
+            rec = sample_step(logits[idx], h, u[idx], thinking[idx], soft,
+                              states[rows[0]].sampling, controller, fdim)
+            for key in full:
+                full[key][idx] = rec[key].to(full[key].dtype)
+        tokens = full["topk_ids"][:, 0]
+        think_end = self.settings.think_end_id
+        tok_list = tokens.tolist()
+        soft_list = full["soft"].tolist()
+        for i in live:
+            st = states[i]
+            if soft_list[i]:
+                st.pending = (full["topk_ids"][i], full["scores"][i], full["tau"][i])
+                st.had_soft = True
+            else:
+                st.pending = None
+            if think_end is not None and st.thinking and tok_list[i] == think_end:
+                st.thinking = False  # the </think> step itself was soft
+        cpu = {key: v.cpu().tolist() for key, v in full.items()}
+        info = {info_key(key): cpu[key] for key in INFO_KEYS}
+        return tokens, info
+
+    # -- decode inputs ------------------------------------------------------------------------
+    @torch.no_grad()
+    def decode_inputs(self, reqs: Sequence[Any], embed: Callable[[Tensor], Tensor],
+                      input_embeds: Tensor) -> Optional[Tensor]:
+        """Decode-step input embeddings ``[B, D]`` with the soft rows' mixtures, or None when no
+        row's last record is soft. ``embed`` maps ids ``[N]`` to full embedding rows ``[N, D]``
+        (SGLang's embedding module, which all-reduces its vocabulary shards)."""
+        rows, pend = [], []
+        for i, req in enumerate(reqs):
+            st = getattr(req, STATE_ATTR, None)
+            if st is not None and st.pending is not None:
+                rows.append(i)
+                pend.append(st.pending)
+        if not rows:
+            return None
+        if len(reqs) != input_embeds.shape[0]:
+            raise ValueError(f"soft decode: {len(reqs)} requests for {input_embeds.shape[0]} "
+                             f"input rows")
+        ids = torch.stack([p[0] for p in pend])
+        z = torch.stack([p[1] for p in pend])
+        tau = torch.stack([p[2] for p in pend])
+        n, k = ids.shape
+        table = embed(ids.reshape(-1).to(input_embeds.device))  # [n*K, D] = E[ids]
+        local = torch.arange(n * k, device=table.device).view(n, k)
+        mix = record_input_embeddings(table, local, z.to(table.device), tau.to(table.device),
+                                      torch.ones(n, dtype=torch.bool, device=table.device))
+        out = input_embeds.clone()
+        out[torch.tensor(rows, device=out.device)] = mix.to(out.dtype)
+        return out
+
+
+def last_hidden(hidden: Optional[Tensor], ctx: BatchContext, rows: int) -> Optional[Tensor]:
+    """The last position's hidden state per row: SGLang returns ``[rows, D]`` with
+    CaptureHiddenMode.LAST, every extend position with FULL (then take each row's last)."""
+    if hidden is None or hidden.shape[0] == rows:
+        return hidden
+    if ctx.extend_seq_lens is None or len(ctx.extend_seq_lens) != rows:
+        raise RuntimeError(f"soft sampler: {hidden.shape[0]} hidden rows for {rows} requests "
+                           f"and no extend lengths")
+    ends = torch.tensor(list(ctx.extend_seq_lens), device=hidden.device).cumsum(0) - 1
+    return hidden[ends]
+
+
+__all__.append("last_hidden")
+_ = TRACE_KEYS  # records follow SoftTrace's keys (plus loglik)

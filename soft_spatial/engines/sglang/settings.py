@@ -1,0 +1,104 @@
+"""Server-wide soft settings for the SGLang backend and the server arguments it requires.
+
+The verl server actor builds :class:`SGLangSoftSettings` from ``rollout.custom`` and the model,
+stores it as JSON in the environment variable :data:`ENV_VAR` before SGLang spawns its scheduler
+processes (they inherit the environment), and every scheduler process reads it back in
+:func:`soft_spatial.engines.sglang.compat.install`. No sglang import here.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional
+
+from soft_spatial.softthink import AdaptSoftConfig, SoftThinkingConfig, from_mapping
+
+__all__ = ["SGLangSoftSettings", "ENV_VAR", "required_server_args", "CONTROLLER_LOADER"]
+
+ENV_VAR = "SOFT_SPATIAL_SGLANG_SETTINGS"
+CONTROLLER_LOADER = "soft_spatial.engines.sglang.compat.load_weights"
+
+
+@dataclass
+class SGLangSoftSettings:
+    """What every scheduler process needs to decode softly.
+
+    think_end_id: id of ``soft.think_end`` (None in hard mode); banned_ids: ids never sampled
+    (:func:`soft_spatial.models.tokens.unusable_token_ids`, as the local engine masks them);
+    hidden_size: the policy's final hidden size (AdaptSoft's input); seed: the base seed of the
+    per-request noise (``rollout.custom.seed``).
+    """
+
+    soft: SoftThinkingConfig
+    adaptsoft: AdaptSoftConfig
+    hidden_size: int
+    think_end_id: Optional[int] = None
+    banned_ids: List[int] = field(default_factory=list)
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.soft.soft and self.think_end_id is None:
+            raise ValueError(f"SGLangSoftSettings: mode {self.soft.mode!r} needs think_end_id")
+        if self.hidden_size <= 0:
+            raise ValueError(f"SGLangSoftSettings.hidden_size must be > 0, got {self.hidden_size}")
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        return json.dumps(d)
+
+    @classmethod
+    def from_json(cls, text: str) -> "SGLangSoftSettings":
+        d = json.loads(text)
+        return cls(soft=from_mapping(SoftThinkingConfig, d.pop("soft"), "soft"),
+                   adaptsoft=from_mapping(AdaptSoftConfig, d.pop("adaptsoft"), "adaptsoft"), **d)
+
+    def export(self) -> None:
+        """Make the settings visible to processes spawned from now on."""
+        os.environ[ENV_VAR] = self.to_json()
+
+    @classmethod
+    def from_env(cls) -> "SGLangSoftSettings":
+        text = os.environ.get(ENV_VAR)
+        if not text:
+            raise RuntimeError(f"soft_spatial SGLang plugin: ${ENV_VAR} is not set; the verl "
+                               f"server (rollout.name=sglang_soft) sets it before launching "
+                               f"SGLang")
+        return cls.from_json(text)
+
+
+# Server arguments soft decoding needs (see the module docstring of compat.py for why).
+_REQUIRED = {
+    "disable_overlap_schedule": True,  # step t's mixture must exist before batch t+1 runs
+    "disable_cuda_graph": True,  # the decode-embedding hook runs inside the model forward
+    "disable_radix_cache": True,  # KV of soft positions is not a function of the token ids
+    "enable_mixed_chunk": False,  # decode rows must be pure decode batches to get mixtures
+}
+
+
+def required_server_args(engine_kwargs: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """``rollout.engine_kwargs.sglang`` with what the soft backend needs set.
+
+    Sets ``sampling_backend`` and the custom weight loader (controller sync), and the four flags
+    above; a user value that contradicts one of them raises instead of being overridden silently.
+    """
+    from . import SAMPLER_BACKEND
+    out = dict(engine_kwargs or {})
+    for key, value in _REQUIRED.items():
+        if key in out and out[key] is not None and bool(out[key]) != value:
+            raise ValueError(f"rollout.name=sglang_soft needs engine_kwargs.sglang.{key}="
+                             f"{value} (got {out[key]!r}); see soft_spatial/engines/sglang")
+        out[key] = value
+    backend = out.get("sampling_backend")
+    if backend not in (None, SAMPLER_BACKEND):
+        raise ValueError(f"rollout.name=sglang_soft samples with its own backend; remove "
+                         f"engine_kwargs.sglang.sampling_backend={backend!r}")
+    out["sampling_backend"] = SAMPLER_BACKEND
+    for key in ("enable_dp_attention", "speculative_algorithm"):
+        if out.get(key):
+            raise ValueError(f"rollout.name=sglang_soft does not support {key}")
+    loaders = list(out.get("custom_weight_loader") or [])
+    if CONTROLLER_LOADER not in loaders:
+        loaders.append(CONTROLLER_LOADER)
+    out["custom_weight_loader"] = loaders
+    return out

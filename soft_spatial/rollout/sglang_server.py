@@ -1,0 +1,145 @@
+"""SGLang as a verl rollout backend with soft thinking: ``rollout.name=sglang_soft``.
+
+* :class:`SGLangSoftHttpServer` (a verl ``SGLangHttpServer``): before SGLang starts, exports the
+  soft settings (from ``rollout.custom``, as for local_soft) for the scheduler processes, sets the
+  server arguments soft decoding needs (:func:`~soft_spatial.engines.sglang.required_server_args`)
+  and launches the schedulers through :func:`soft_spatial.engines.sglang.compat.
+  run_scheduler_process` (which installs the plugin in each spawned process, then runs SGLang's).
+  Each request carries its noise seed and sampling settings in ``custom_params``; the records
+  streamed back through ``customized_info`` are accumulated per request id on this side and
+  returned once as ``TokenOutput.extra_fields["soft_trace"]`` (``SoftTrace.to_lists()`` format),
+  with ``log_probs`` = each step's rollout likelihood, like the local_soft server.
+* :class:`SGLangSoftReplica`: verl's SGLangReplica with the server class above.
+* :class:`SGLangSoftServerAdapter`: verl's SGLang ServerAdapter plus ``update_controller``,
+  which sends AdaptSoft's weights to every TP worker through the custom weight loader.
+
+Imports verl's SGLang modules (hence sglang): load it through the lazy registration in
+:mod:`soft_spatial.plugin` only.
+"""
+from __future__ import annotations
+
+import logging
+
+from typing import Any, Dict, Optional
+
+import ray
+
+from verl.workers.rollout.sglang_rollout.async_sglang_server import (SGLangHttpServer,
+                                                                     SGLangReplica)
+from verl.workers.rollout.sglang_rollout.sglang_rollout import ServerAdapter, _to_ipc_device
+
+from soft_spatial.engines.local import row_seed
+from soft_spatial.engines.sglang import SGLangSoftSettings, required_server_args
+from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, PARAM_KEY, TraceAccumulator,
+                                                encode_controller, request_params,
+                                                sampling_config, split_records)
+from soft_spatial.engines.sglang.settings import CONTROLLER_LOADER
+
+from .server import TRACE_FIELD, SoftRolloutSettings, request_seed
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SGLangSoftHttpServer", "SGLangSoftReplica", "SGLangSoftServerAdapter", "BACKEND",
+           "build_settings"]
+
+BACKEND = "sglang_soft"
+
+
+def build_settings(custom: Optional[Dict[str, Any]], hf_config, tokenizer) -> SGLangSoftSettings:
+    """Soft settings for the scheduler processes from ``rollout.custom`` and the model."""
+    from soft_spatial.models.tokens import single_token_id, unusable_token_ids
+    s = SoftRolloutSettings.from_custom(custom)
+    text = getattr(hf_config, "text_config", hf_config)
+    think_end = single_token_id(tokenizer, s.soft.think_end) if s.soft.soft else None
+    banned = unusable_token_ids(hf_config, tokenizer, int(text.vocab_size))
+    return SGLangSoftSettings(soft=s.soft, adaptsoft=s.adaptsoft, hidden_size=int(text.hidden_size),
+                              think_end_id=think_end, banned_ids=banned, seed=s.seed)
+
+
+class SGLangSoftHttpServer(SGLangHttpServer):
+    """verl's SGLang server with soft-thinking requests and records."""
+
+    def __init__(self, config, model_config, *args, **kwargs):
+        super().__init__(config, model_config, *args, **kwargs)
+        self.soft_settings = build_settings(self.config.custom, self.model_config.hf_config,
+                                            self.model_config.tokenizer)
+        self._traces = TraceAccumulator()
+
+    async def launch_server(self, master_address: str = None, master_port: int = None):
+        import sglang.srt.entrypoints.engine as sgl_engine
+
+        from soft_spatial.engines.sglang import compat
+        self.soft_settings.export()  # inherited by the spawned scheduler processes
+        ek = self.config.engine_kwargs
+        ek["sglang"] = required_server_args(ek.get("sglang"))
+        original = sgl_engine.run_scheduler_process
+        sgl_engine.run_scheduler_process = compat.run_scheduler_process
+        try:
+            await super().launch_server(master_address, master_port)
+        finally:
+            sgl_engine.run_scheduler_process = original
+        tm = getattr(self, "tokenizer_manager", None)
+        if tm is not None:  # node 0: accumulate the records of every streamed slice
+            handle = tm._handle_batch_output
+            traces = self._traces
+
+            async def _handle_batch_output(recv_obj):
+                traces.feed(recv_obj.rids, getattr(recv_obj, "customized_info", None))
+                return await handle(recv_obj)
+
+            tm._handle_batch_output = _handle_batch_output
+
+    async def generate(self, prompt_ids, sampling_params, request_id, image_data=None,
+                       video_data=None, **kwargs):
+        params = dict(sampling_params)
+        sampling = sampling_config(params, self.config.response_length)
+        seed = row_seed(request_seed(self.soft_settings.seed, request_id), 0)
+        custom = dict(params.get("custom_params") or {})
+        custom[PARAM_KEY] = request_params(seed, sampling)
+        params["custom_params"] = custom
+        params.pop("logprobs", None)  # log_probs are the records' likelihoods
+        try:
+            out = await super().generate(prompt_ids, params, request_id, image_data=image_data,
+                                         video_data=video_data, **kwargs)
+        finally:
+            acc = self._traces.pop(request_id)
+        trace, loglik = split_records(acc, len(out.token_ids))
+        think_end = self.soft_settings.think_end_id
+        out.log_probs = loglik
+        out.extra_fields = dict(out.extra_fields or {})
+        out.extra_fields[TRACE_FIELD] = trace
+        out.extra_fields["soft_think_closed"] = think_end is not None and any(
+            s and ids[0] == think_end for ids, s in zip(trace["topk_ids"], trace["soft"]))
+        return out
+
+
+class SGLangSoftReplica(SGLangReplica):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.server_class = ray.remote(SGLangSoftHttpServer)
+
+
+class SGLangSoftServerAdapter(ServerAdapter):
+    """Weight sync as verl's SGLang adapter, plus the AdaptSoft controller."""
+
+    async def update_controller(self, state: Optional[Dict[str, Any]]):
+        if state is None:
+            return
+        await self._init_server_adapter()
+        if self._engine is None or not self._is_server_tp_leader():
+            return
+        from sglang.srt.managers.io_struct import UpdateWeightsFromTensorReqInput
+        from sglang.srt.utils import MultiprocessingSerializer
+        from sglang.srt.utils.patch_torch import monkey_patch_torch_reductions
+        monkey_patch_torch_reductions()
+        blob = _to_ipc_device(encode_controller(state))
+        tp = int(self.config.tensor_model_parallel_size * self.config.data_parallel_size)
+        named = [(CONTROLLER_NAME, blob)]
+        req = UpdateWeightsFromTensorReqInput(
+            serialized_named_tensors=[MultiprocessingSerializer.serialize(named)
+                                      for _ in range(tp)],
+            load_format=CONTROLLER_LOADER, flush_cache=False)
+        await self._engine.update_weights_from_tensor(req)
+
+
+

@@ -1,0 +1,507 @@
+"""The SGLang soft backend on the CPU, without sglang installed.
+
+* the package imports without sglang and says what is missing when used;
+* PARITY: the scheduler-side runtime, fed the logits and hidden states the local engine saw
+  (same seeds), returns the local engine's records, tokens and next-step mixture embeddings over
+  whole generations (soft steps, the </think> switch, discrete steps, rows finishing);
+* the SGLang glue (:mod:`soft_spatial.engines.sglang.compat`) runs on fakes of the exact SGLang
+  0.5.12 interfaces it uses (sampler base class and registry, HookRegistry semantics,
+  CaptureHiddenMode, ModelWorkerBatch.reqs, Qwen3LLMModel.forward's signature,
+  LogitsProcessorOutput.customized_info);
+* the client side: request parameters, record accumulation across streamed slices, controller
+  wire format, server arguments, and the Hydra config ``rollout=sglang``.
+"""
+from __future__ import annotations
+
+import enum
+import functools
+import pkgutil
+import subprocess
+import sys
+import types
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from soft_spatial.engines.local import LocalEngine, row_seed
+from soft_spatial.engines.sglang import SGLangSoftSettings, required_server_args
+from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, INFO_KEYS, PARAM_KEY,
+                                                TraceAccumulator, decode_controller,
+                                                encode_controller, info_key, request_params,
+                                                sampling_config, split_records)
+from soft_spatial.engines.sglang.runtime import (STATE_ATTR, BatchContext, SoftRuntime,
+                                                 SoftStateError, last_hidden)
+from soft_spatial.models import think_end_id
+from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig,
+                                    SoftThinkingConfig, SoftTrace)
+
+
+# -- helpers ----------------------------------------------------------------------------------
+class BiasedHead(nn.Module):
+    """Output layer with a logit bonus on </think>, so the spine emits it within a few steps."""
+
+    def __init__(self, head, tok, bonus):
+        super().__init__()
+        self.head, self.tok, self.bonus = head, tok, bonus
+        self.weight = head.weight
+
+    def forward(self, h):
+        out = self.head(h)
+        out[..., self.tok] += self.bonus
+        return out
+
+
+def random_controller(hidden, seed=1):
+    ctrl = AdaptSoft(hidden_size=hidden, width=32, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in ctrl.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    return ctrl
+
+
+def fake_req(rid, seed, sampling):
+    """The Req fields the runtime reads (SGLang 0.5.12 ``Req``)."""
+    sp = SimpleNamespace(custom_params={PARAM_KEY: request_params(seed, sampling)},
+                         temperature=sampling.temperature, top_k=sampling.top_k or -1,
+                         top_p=sampling.top_p)
+    return SimpleNamespace(rid=rid, output_ids=[], is_chunked=0, sampling_params=sp)
+
+
+def run_local(engine, prompts, soft, sampling, seeds, monkeypatch):
+    """Generate with the local engine, capturing every sample_step call and next-input mixture."""
+    import soft_spatial.engines.local as local
+    steps, mixes = [], []
+    real_step, real_mix = local.sample_step, local.record_input_embeddings
+
+    def spy_step(logits, h, u, thinking, *a, **kw):
+        rec = real_step(logits, h, u, thinking, *a, **kw)
+        steps.append((logits.clone(), h.clone(), {k: v.clone() for k, v in rec.items()}))
+        return rec
+
+    def spy_mix(*a, **kw):
+        out = real_mix(*a, **kw)
+        mixes.append(out.clone())
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(local, "sample_step", spy_step)
+        mp.setattr(local, "record_input_embeddings", spy_mix)
+        outs = engine.generate(prompts, soft=soft, sampling=sampling, seeds=seeds)
+    return outs, steps, mixes
+
+
+def settings_for(engine, soft, seed=0):
+    te = think_end_id(engine.tokenizer) if soft.soft else None
+    return SGLangSoftSettings(soft=soft, adaptsoft=AdaptSoftConfig(), hidden_size=engine.hidden_size,
+                              think_end_id=te, banned_ids=engine.banned_ids.tolist(), seed=seed)
+
+
+def drive(sample, decode, engine, steps, mixes, n_rows, seeds, sampling):
+    """SGLang's decode loop for the captured steps: rows leave when they emit an eos token.
+    ``sample(reqs, logits, hidden) -> (tokens, info)``; ``decode(reqs, plain) -> embeds``."""
+    reqs = [fake_req(f"r{i}", row_seed(seeds[i], 0), sampling) for i in range(n_rows)]
+    active = list(range(n_rows))
+    E = engine.embed.weight
+    for t, (logits, h, rec) in enumerate(steps):
+        batch = [reqs[r] for r in active]
+        tokens, info = sample(batch, logits, h)
+        for key in INFO_KEYS:  # records: exactly the local engine's
+            got = torch.tensor(info[info_key(key)], dtype=rec[key].dtype)
+            assert torch.equal(got, rec[key].cpu()), (t, key)
+        assert torch.equal(tokens, rec["topk_ids"][:, 0])
+        for r, tok in zip(active, tokens.tolist()):
+            reqs[r].output_ids.append(tok)
+        if t < len(mixes):  # next-step inputs: exactly the local engine's mixture
+            plain = E[tokens]
+            got = decode(batch, plain)
+            got = plain if got is None else got
+            assert torch.equal(got, mixes[t].to(got.dtype)), t
+        active = [r for r, tok in zip(active, tokens.tolist()) if tok not in engine.eos_ids]
+    return reqs
+
+
+PROMPTS = [[5, 17, 42, 99, 7], [3, 8], [11, 12, 13, 14]]
+
+
+@pytest.fixture
+def engine(tiny_qwen3_vl_small):
+    eng = LocalEngine.from_pretrained(tiny_qwen3_vl_small)
+    eng.lm_head = BiasedHead(eng.lm_head, think_end_id(eng.tokenizer), 5.0)
+    return eng
+
+
+# -- imports ----------------------------------------------------------------------------------
+def test_imports_without_sglang_and_errors_clearly_on_use():
+    code = (
+        "import sys\n"
+        "import soft_spatial.engines.sglang as p, soft_spatial.engines.sglang.runtime, "
+        "soft_spatial.engines.sglang.client\n"
+        "assert 'sglang' not in sys.modules\n"
+        "try:\n    p.install()\nexcept ImportError as e:\n    print('ERR', e)\n")
+    try:
+        import sglang  # noqa: F401  (pyflakes: used only to probe)
+        del sglang
+        pytest.skip("sglang is installed in this interpreter")
+    except ImportError:
+        pass
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "ERR" in out.stdout and "sglang==0.5.12" in out.stdout
+
+
+# -- parity with the local engine -------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["adaptsoft", "fixed", "hard"])
+def test_runtime_parity_with_local_engine(engine, mode, monkeypatch):
+    soft = SoftThinkingConfig(mode=mode)
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=14)
+    seeds = [7, 8, 9]
+    ctrl = random_controller(engine.hidden_size)
+    if mode == "adaptsoft":
+        engine.set_controller(ctrl)
+    outs, steps, mixes = run_local(engine, PROMPTS, soft, sampling, seeds, monkeypatch)
+    rt = SoftRuntime(settings_for(engine, soft))
+    if mode == "adaptsoft":
+        rt.set_controller({"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()})
+    reqs = drive(rt.sample, lambda b, plain: rt.decode_inputs(b, lambda ids: engine.embed(ids),
+                                                               plain),
+                 engine, steps, mixes, len(PROMPTS), seeds, sampling)
+    for o, req in zip(outs, reqs):
+        assert req.output_ids == o.token_ids
+    if mode != "hard":  # the </think> switch happened in the compared steps
+        assert any(o.think_end is not None and o.think_end + 1 < len(o.token_ids) for o in outs)
+        assert all(not getattr(r, STATE_ATTR).thinking for r, o in zip(reqs, outs)
+                   if o.think_end is not None)
+    else:
+        assert not any(rec["soft"].any() for _, _, rec in steps)
+
+
+def test_runtime_chunked_rows_untouched_and_retraction_after_soft_steps_raises(engine):
+    soft = SoftThinkingConfig(mode="fixed")
+    rt = SoftRuntime(settings_for(engine, soft))
+    sampling = SamplingConfig()
+    a, b = fake_req("a", 1, sampling), fake_req("b", 2, sampling)
+    b.is_chunked = 1
+    logits, h = torch.randn(2, engine.lm_head.weight.shape[0]), torch.randn(2, engine.hidden_size)
+    tok, info = rt.sample([a, b], logits, h)
+    assert not hasattr(b, STATE_ATTR) and getattr(a, STATE_ATTR).steps == 1
+    masked = logits[1].index_fill(0, engine.banned_ids, float("-inf"))
+    assert info[info_key("soft")] == [True, False] and int(tok[1]) == int(masked.argmax())
+    a.output_ids.append(int(tok[0]))
+    a.output_ids.append(5)  # SGLang got one step ahead of the noise: only re-prefill does that
+    with pytest.raises(SoftStateError, match="re-prefilled"):
+        rt.sample([a], logits[:1], h[:1])
+
+
+def test_hard_requests_realign_their_noise(engine):
+    soft = SoftThinkingConfig(mode="hard")
+    rt = SoftRuntime(settings_for(engine, soft))
+    logits = torch.randn(1, engine.lm_head.weight.shape[0])
+    r1, r2 = fake_req("x", 3, SamplingConfig()), fake_req("x", 3, SamplingConfig())
+    rt.sample([r1], logits, None)
+    r1.output_ids = [1, 2]
+    r2.output_ids = [1]
+    rt.sample([r2], logits, None)  # r2 at step 1
+    t1, i1 = rt.sample([r1], logits, None)  # r1 realigned to step 2
+    r3 = fake_req("x", 3, SamplingConfig())
+    r3.output_ids = [1, 2]
+    t3, i3 = rt.sample([r3], logits, None)
+    assert torch.equal(t1, t3) and i1 == i3
+
+
+def test_last_hidden_selects_each_rows_last_position():
+    h = torch.arange(10.).view(5, 2)
+    ctx = BatchContext(reqs=[0, 1], is_decode=False, extend_seq_lens=[3, 2])
+    assert torch.equal(last_hidden(h, ctx, 2), h[[2, 4]])
+    assert last_hidden(h[:2], ctx, 2) is h[:2] or torch.equal(last_hidden(h[:2], ctx, 2), h[:2])
+
+
+# -- the SGLang glue on fakes of SGLang 0.5.12's interfaces ------------------------------------
+class _HookType(enum.Enum):
+    BEFORE = "before"
+    AFTER = "after"
+    AROUND = "around"
+    REPLACE = "replace"
+
+
+class _HookRegistry:
+    """sglang.srt.plugins.hook_registry.HookRegistry semantics (BEFORE/AROUND wrappers on a
+    class attribute, ``__wrapped__`` set, apply once per target)."""
+
+    _hooks: dict = {}
+    _patched: set = set()
+
+    @classmethod
+    def register(cls, target, hook, hook_type=_HookType.AFTER):
+        cls._hooks.setdefault(target, []).append((hook_type, hook))
+
+    @classmethod
+    def apply_hooks(cls):
+        for target, hooks in cls._hooks.items():
+            if target in cls._patched:
+                continue
+            path, attr = target.rsplit(".", 1)
+            obj = pkgutil.resolve_name(path)
+            fn = getattr(obj, attr)
+            for ht, hook in hooks:
+                fn = _wrap(fn, hook, ht)
+            setattr(obj, attr, fn)
+            cls._patched.add(target)
+
+
+def _wrap(original, hook, ht):
+    if ht is _HookType.BEFORE:
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            res = hook(*args, **kwargs)
+            if res is not None:
+                args, kwargs = res
+            return original(*args, **kwargs)
+    elif ht is _HookType.AROUND:
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            return hook(original, *args, **kwargs)
+    else:
+        raise NotImplementedError(ht)
+    wrapper.__wrapped__ = original
+    return wrapper
+
+
+class _CaptureHiddenMode(enum.IntEnum):
+    NULL = 0
+    LAST = 1
+    FULL = 2
+
+
+class _Mode:
+    def __init__(self, decode):
+        self.decode = decode
+
+    def is_decode(self):
+        return self.decode
+
+
+@pytest.fixture
+def fake_sglang(monkeypatch):
+    """Fake sglang modules with the 0.5.12 names the glue imports; restored afterwards."""
+    backends = {}
+    mods = {}
+
+    def mod(name, **attrs):
+        m = types.ModuleType(name)
+        m.__dict__.update(attrs)
+        mods[name] = m
+        return m
+
+    class Sampler(nn.Module):  # sglang.srt.layers.sampler.Sampler (the methods the glue calls)
+        def _preprocess_logits(self, logits, sampling_info):
+            return logits
+
+        def _attach_logprobs_to_output(self, logits_output, logprobs, top_logprobs_nums,
+                                       token_ids_logprobs, sampling_info, batch_next_token_ids):
+            logits_output.next_token_logprobs = logprobs.gather(
+                -1, batch_next_token_ids[:, None]).squeeze(-1)
+
+        def _sync_token_ids_across_tp(self, batch_next_token_ids, sampling_info):
+            return None
+
+    class Qwen3LLMModel(nn.Module):  # forward signature of sglang 0.5.12
+        def __init__(self, embed):
+            super().__init__()
+            self.embed_tokens = embed
+            self.seen = []
+
+        def forward(self, input_ids, positions, forward_batch, input_embeds=None,
+                    pp_proxy_tensors=None, input_deepstack_embeds=None):
+            self.seen.append(input_embeds)
+            return input_embeds
+
+    class TpModelWorker:  # forward_batch_generation: embed routine, logits, ModelRunner.sample
+        def __init__(self, lm, script, sampler):
+            self.lm, self.script, self.sampler = lm, script, sampler
+
+        def forward_batch_generation(self, model_worker_batch, forward_batch=None,
+                                     pp_proxy_tensors=None, is_verify=False,
+                                     skip_attn_backend_init=False):
+            mwb = model_worker_batch
+            fb = SimpleNamespace(forward_mode=mwb.forward_mode)
+            if mwb.forward_mode.is_decode():  # general_mm_embed_routine's decode branch
+                self.lm(input_ids=None, positions=None, forward_batch=fb,
+                        input_embeds=self.lm.embed_tokens(mwb.input_ids))
+            logits, hidden = self.script(mwb)
+            out = SimpleNamespace(next_token_logits=logits, customized_info=None,
+                                  hidden_states=hidden if mwb.capture_hidden_mode else None,
+                                  next_token_logprobs=None)
+            si = SimpleNamespace(temperatures=torch.ones(len(mwb.reqs), 1))
+            toks = self.sampler(out, si, True, [0] * len(mwb.reqs), [None] * len(mwb.reqs), None)
+            return SimpleNamespace(logits_output=out, next_token_ids=toks)
+
+    mod("sglang", __version__="0.5.12", __path__=[])
+    for name in ("sglang.srt", "sglang.srt.layers", "sglang.srt.model_executor",
+                 "sglang.srt.plugins", "sglang.srt.models", "sglang.srt.managers"):
+        mod(name, __path__=[])
+    mod("sglang.srt.layers.sampler", Sampler=Sampler,
+        register_sampler_backend=lambda n, f: backends.__setitem__(n, f))
+    mod("sglang.srt.model_executor.forward_batch_info", CaptureHiddenMode=_CaptureHiddenMode)
+    mod("sglang.srt.plugins.hook_registry", HookRegistry=_HookRegistry, HookType=_HookType)
+    mod("sglang.srt.models.qwen3_vl", Qwen3LLMModel=Qwen3LLMModel)
+    mod("sglang.srt.managers.tp_worker", TpModelWorker=TpModelWorker)
+    for name, m in mods.items():
+        monkeypatch.setitem(sys.modules, name, m)
+    monkeypatch.delitem(sys.modules, "soft_spatial.engines.sglang.compat", raising=False)
+    _HookRegistry._hooks, _HookRegistry._patched = {}, set()
+    import soft_spatial.engines.sglang.compat as compat
+    yield SimpleNamespace(compat=compat, backends=backends, Qwen3LLMModel=Qwen3LLMModel,
+                          TpModelWorker=TpModelWorker)
+    compat.set_runtime(None)
+    sys.modules.pop("soft_spatial.engines.sglang.compat", None)
+
+
+def test_glue_parity_on_fake_sglang(engine, fake_sglang, monkeypatch):
+    """The records SGLang would stream and the embeddings its language model would receive
+    equal the local engine's, through the sampler backend and both hooks."""
+    soft = SoftThinkingConfig(mode="adaptsoft")
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=10)
+    seeds = [4, 5, 6]
+    ctrl = random_controller(engine.hidden_size, seed=3)
+    engine.set_controller(ctrl)
+    outs, steps, mixes = run_local(engine, PROMPTS, soft, sampling, seeds, monkeypatch)
+    compat = fake_sglang.compat
+    rt = compat.install(settings_for(engine, soft))
+    assert compat.SAMPLER_BACKEND in fake_sglang.backends
+    assert hasattr(fake_sglang.Qwen3LLMModel.forward, "__wrapped__")
+    assert hasattr(fake_sglang.TpModelWorker.forward_batch_generation, "__wrapped__")
+    compat.load_weights(None, [(CONTROLLER_NAME, encode_controller(
+        {"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()}))])
+    assert all(torch.equal(v, ctrl.state_dict()[n]) for n, v in rt.controller.state_dict().items())
+    sampler = fake_sglang.backends[compat.SAMPLER_BACKEND]()
+    lm = fake_sglang.Qwen3LLMModel(engine.embed)
+    it = iter(steps)
+    modes = []
+
+    def script(mwb):
+        modes.append(mwb.capture_hidden_mode)
+        logits, h, _ = next(it)
+        return logits, h
+
+    worker = fake_sglang.TpModelWorker(lm, script, sampler)
+    state = {"decode": False, "prev": None}
+
+    def sample(batch, logits, h):
+        mwb = SimpleNamespace(reqs=batch, forward_mode=_Mode(state["decode"]),
+                              capture_hidden_mode=_CaptureHiddenMode.NULL, extend_seq_lens=None,
+                              input_ids=state["prev"])
+        res = worker.forward_batch_generation(mwb)
+        state["decode"] = True
+        info = res.logits_output.customized_info
+        assert res.logits_output.hidden_states is None  # captured for us only, then dropped
+        assert res.logits_output.next_token_logprobs is not None
+        return res.next_token_ids, info
+
+    reqs = [fake_req(f"r{i}", row_seed(seeds[i], 0), sampling) for i in range(3)]
+    active = prev_active = list(range(3))
+    for t in range(len(steps)):
+        batch = [reqs[r] for r in active]
+        tokens, info = sample(batch, None, None)
+        rec = steps[t][2]
+        for key in INFO_KEYS:
+            assert torch.equal(torch.tensor(info[info_key(key)], dtype=rec[key].dtype),
+                               rec[key]), (t, key)
+        for r, tok in zip(active, tokens.tolist()):
+            reqs[r].output_ids.append(tok)
+        state["prev"] = tokens
+        if t >= 1:  # the decode forward of step t got step t-1's mixtures
+            prev_keep = mixes[t - 1]
+            keep = [j for j, r in enumerate(prev_active) if r in active]
+            assert torch.equal(lm.seen[-1], prev_keep[keep]), t
+        prev_active = list(active)
+        active = [r for r, tok in zip(active, tokens.tolist()) if tok not in engine.eos_ids]
+    assert modes and all(m == _CaptureHiddenMode.LAST for m in modes)
+    assert [r.output_ids for r in reqs] == [o.token_ids for o in outs]
+
+
+# -- client side ------------------------------------------------------------------------------
+def test_trace_accumulator_concatenates_streamed_slices():
+    acc = TraceAccumulator()
+    k = lambda n: info_key(n)  # noqa: E731
+    full = {k(key): [] for key in INFO_KEYS}
+    steps = [{"topk_ids": [[i, 0]], "scores": [[0.5, 0.25]], "tau": [0.5], "u": [0.0],
+              "ctrl_x": [[0.0]], "entropy": [0.1], "soft": [True], "loglik": [-1.0]}
+             for i in range(5)]
+    for s0, s1 in ((0, 2), (2, 5)):  # two slices of request a, one of b
+        info = {k(key): [sum((steps[i][key] for i in range(s0, s1)), []), []]
+                for key in INFO_KEYS}
+        info["other"] = [[1], [2]]
+        acc.feed(["a", "b"], info)
+    for key in INFO_KEYS:
+        full[k(key)] = sum((s[key] for s in steps), [])
+    got = acc.pop("a")
+    assert {kk: got[kk] for kk in full} == full and "other" not in got
+    trace, loglik = split_records(got, 5)
+    assert SoftTrace.from_lists(trace).tokens.tolist() == [0, 1, 2, 3, 4]
+    assert loglik == [-1.0] * 5
+    with pytest.raises(RuntimeError, match="records"):
+        split_records(acc.pop("b"), 3)
+    with pytest.raises(RuntimeError, match="no soft records"):
+        split_records(None, 1)
+    assert len(acc) == 0
+
+
+def test_request_params_match_local_soft_sampling():
+    s = sampling_config({"temperature": 0, "top_k": -1, "max_tokens": 9}, 20)
+    assert s.greedy and s.top_k == 0 and s.max_new_tokens == 9
+    p = request_params(123, s)
+    assert p["seed"] == 123 and p["greedy"] is True
+
+
+def test_controller_blob_roundtrip():
+    ctrl = random_controller(16)
+    state = {"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()}
+    back = decode_controller(encode_controller(state))
+    assert back["config"] == state["config"]
+    assert all(torch.equal(back["state_dict"][n], v) for n, v in state["state_dict"].items())
+
+
+def test_settings_roundtrip_and_required_server_args(monkeypatch):
+    s = SGLangSoftSettings(soft=SoftThinkingConfig(top_k=3), adaptsoft=AdaptSoftConfig(width=8),
+                           hidden_size=32, think_end_id=7, banned_ids=[1, 2], seed=5)
+    s.export()
+    assert SGLangSoftSettings.from_env() == s
+    with pytest.raises(ValueError, match="think_end_id"):
+        SGLangSoftSettings(soft=SoftThinkingConfig(), adaptsoft=AdaptSoftConfig(), hidden_size=8)
+    args = required_server_args({"custom_weight_loader": ["x.y"], "mem_fraction_static": 0.4})
+    assert args["sampling_backend"] == "soft_gumbel" and args["disable_radix_cache"]
+    assert args["disable_overlap_schedule"] and args["disable_cuda_graph"]
+    assert args["custom_weight_loader"] == ["x.y", "soft_spatial.engines.sglang.compat.load_weights"]
+    for bad in ({"disable_radix_cache": False}, {"sampling_backend": "flashinfer"},
+                {"enable_dp_attention": True}):
+        with pytest.raises(ValueError):
+            required_server_args(bad)
+
+
+def test_rollout_sglang_config_composes():
+    from hydra import compose, initialize_config_dir
+    from soft_spatial.train import CONFIG_DIR
+    from soft_spatial.trainer.worker import soft_settings
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        cfg = compose(config_name="train", overrides=["rollout=sglang", "cluster=paper"])
+    r = cfg.actor_rollout_ref.rollout
+    assert r.name == "sglang_soft" and r.enforce_eager and r.gpu_memory_utilization == 0.4
+    ek = dict(r.engine_kwargs.sglang)
+    assert required_server_args(ek)["sampling_backend"] == "soft_gumbel"
+    assert soft_settings(r.custom)["soft"].mode == "adaptsoft"
+
+
+def test_plugin_registers_sglang_soft_lazily():
+    code = ("import sys, soft_spatial.plugin\n"
+            "from verl.workers.rollout.replica import RolloutReplicaRegistry\n"
+            "from verl.workers.rollout.base import _ROLLOUT_REGISTRY\n"
+            "assert 'sglang_soft' in RolloutReplicaRegistry._registry\n"
+            "assert ('sglang_soft', 'async') in _ROLLOUT_REGISTRY\n"
+            "assert 'sglang' not in sys.modules\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
