@@ -505,3 +505,17 @@ def test_plugin_registers_sglang_soft_lazily():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("key,value", [("enable_deterministic_inference", True),
+                                       ("rl_on_policy_target", "fsdp"),
+                                       ("enable_dp_attention", True),
+                                       ("disable_radix_cache", False)])
+def test_required_server_args_refuse_settings_that_break_soft_decoding(key, value):
+    """Deterministic inference makes SGLang fall back to its pytorch sampler (no soft records);
+    the other flags contradict what the plugin needs. Each must raise, never be overridden."""
+    from soft_spatial.engines.sglang.settings import required_server_args
+    with pytest.raises(ValueError, match=key):
+        required_server_args({key: value})
+    ok = required_server_args({})
+    assert ok["sampling_backend"] == "soft_gumbel" and ok["disable_radix_cache"] is True

@@ -65,7 +65,7 @@ import torch
 from . import SAMPLER_BACKEND, SUPPORTED_SGLANG
 from .client import CONTROLLER_NAME, decode_controller
 from .runtime import BatchContext, SoftRuntime, batch_context, current_batch, last_hidden
-from .settings import SGLangSoftSettings
+from .settings import _REQUIRED, SGLangSoftSettings
 
 logger = logging.getLogger(__name__)
 
@@ -195,9 +195,33 @@ def install(settings: Optional[SGLangSoftSettings] = None) -> SoftRuntime:
     return rt
 
 
+def check_server_args(server_args) -> None:
+    """Raise unless SGLang's final (post-``__post_init__``) server arguments still decode softly.
+
+    ``ServerArgs`` silently resets ``sampling_backend`` to ``"pytorch"`` for ``device="cpu"`` or
+    ``"hpu"`` and under deterministic inference (``enable_deterministic_inference`` or
+    ``rl_on_policy_target``): the server would then sample plainly and return no soft records.
+    """
+    problems = []
+    if getattr(server_args, "sampling_backend", None) != SAMPLER_BACKEND:
+        problems.append(f"sampling_backend={server_args.sampling_backend!r} (SGLang resets it for "
+                        f"device={getattr(server_args, 'device', None)!r} and deterministic "
+                        f"inference)")
+    for key, value in _REQUIRED.items():
+        if bool(getattr(server_args, key, value)) != value:
+            problems.append(f"{key}={getattr(server_args, key)!r}")
+    if problems:
+        raise RuntimeError(f"soft_spatial SGLang plugin: server arguments {problems} are not "
+                           f"what soft decoding needs (sampling_backend={SAMPLER_BACKEND!r} and "
+                           f"{_REQUIRED}); see soft_spatial.engines.sglang.required_server_args")
+
+
 def run_scheduler_process(*args, **kwargs):
     """Drop-in ``run_scheduler_process_func``: installs the plugin in the (spawned) scheduler
-    process, then runs SGLang's scheduler."""
+    process, checks the final server arguments, then runs SGLang's scheduler."""
     install()
+    server_args = args[0] if args else kwargs.get("server_args")
+    if server_args is not None:
+        check_server_args(server_args)
     from sglang.srt.managers.scheduler import run_scheduler_process as _run
     return _run(*args, **kwargs)

@@ -94,7 +94,9 @@ def required_server_args(engine_kwargs: Optional[Dict[str, Any]]) -> Dict[str, A
         raise ValueError(f"rollout.name=sglang_soft samples with its own backend; remove "
                          f"engine_kwargs.sglang.sampling_backend={backend!r}")
     out["sampling_backend"] = SAMPLER_BACKEND
-    for key in ("enable_dp_attention", "speculative_algorithm"):
+    # the last two make SGLang reset sampling_backend to "pytorch" (deterministic inference)
+    for key in ("enable_dp_attention", "speculative_algorithm", "enable_deterministic_inference",
+                "rl_on_policy_target"):
         if out.get(key):
             raise ValueError(f"rollout.name=sglang_soft does not support {key}")
     loaders = list(out.get("custom_weight_loader") or [])

@@ -1,0 +1,365 @@
+"""The SGLang plugin against SGLang 0.5.12's REAL classes, on the CPU.
+
+Runs only in the separate environment of ``scripts/setup_sglang_cpu_test.sh``::
+
+    bash scripts/setup_sglang_cpu_test.sh
+    .venv-sglang/bin/python -m pytest tests/test_sglang_real_cpu.py
+
+and is skipped wherever sglang is not installed (the main ``.venv``, CI). SGLang's modules import
+on a CPU with the import-only stand-ins of ``tests/sglang_stubs`` (triton, torchvision, sgl_kernel;
+``shared/notes/sglang-on-cpu.md``), put on ``sys.path`` here only — never in the main suite.
+
+What runs for real: ``compat.install()`` (version check, ``register_sampler_backend``,
+``HookRegistry`` patches of ``TpModelWorker.forward_batch_generation`` and
+``Qwen3LLMModel.forward``), SGLang's ``create_sampler`` building ``SoftGumbelSampler`` (real
+``Sampler.__init__`` with a gloo TP group), its ``forward`` with a real ``LogitsProcessorOutput``
+and ``SamplingBatchInfo`` (parity with :func:`soft_spatial.engines.step.sample_step`, including a
+row past ``</think>``), the patched ``TpModelWorker.forward_batch_generation`` wrapper, and the
+real ``ServerArgs`` with :func:`required_server_args`. Not run: scheduler, KV cache, model forward.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+if importlib.util.find_spec("sglang") is None:  # before touching sys.path: main suite untouched
+    pytest.skip("sglang not installed (see scripts/setup_sglang_cpu_test.sh)",
+                allow_module_level=True)
+
+STUBS = Path(__file__).resolve().parent / "sglang_stubs"
+if str(STUBS) not in sys.path:
+    sys.path.insert(0, str(STUBS))
+os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+sglang = pytest.importorskip("sglang")
+
+import torch  # noqa: E402
+
+from soft_spatial.engines.sglang import SGLangSoftSettings, required_server_args  # noqa: E402
+from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, INFO_KEYS, PARAM_KEY,  # noqa: E402
+                                                encode_controller, info_key, request_params)
+from soft_spatial.engines.sglang.runtime import BatchContext, batch_context  # noqa: E402
+from soft_spatial.engines.step import sample_step  # noqa: E402
+from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig,  # noqa: E402
+                                    SoftThinkingConfig)
+
+pytestmark = pytest.mark.sglang
+
+HIDDEN = 64
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """Tiny Qwen3-VL (small vocabulary), built in a subprocess without the stubs (transformers'
+    processor code must not see the torchvision stand-in). Without torchvision the processor
+    (video part) cannot be built: the config, weights and tokenizer are enough for ServerArgs.
+    Returns (dir, think_end_id, vocab)."""
+    out = tmp_path_factory.mktemp("tiny_qwen3_vl_sglang")
+    code = ("import json, sys\n"
+            "from pathlib import Path\n"
+            "from soft_spatial.models import build_tiny_model, think_end_id\n"
+            "from soft_spatial.models.tiny import build_tokenizer\n"
+            "from transformers import AutoConfig, AutoTokenizer\n"
+            "d = Path(sys.argv[1])\n"
+            "try:\n"
+            "    build_tiny_model(d, family='qwen3_vl', vocab='small')\n"
+            "except ImportError:  # processor step: the video processor needs torchvision\n"
+            "    assert (d / 'config.json').exists()\n"
+            "    build_tokenizer('small').save_pretrained(d)\n"
+            "tok = AutoTokenizer.from_pretrained(d)\n"
+            "cfg = AutoConfig.from_pretrained(d)\n"
+            "print(json.dumps({'think_end': think_end_id(tok), "
+            "'vocab': cfg.text_config.vocab_size, 'hidden': cfg.text_config.hidden_size}))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HF_HUB_OFFLINE"] = "1"
+    res = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    info = json.loads(res.stdout.strip().splitlines()[-1])
+    assert info["hidden"] == HIDDEN
+    return out, info["think_end"], info["vocab"]
+
+
+@pytest.fixture(scope="module")
+def sgl(model_dir):
+    """Process-wide SGLang setup (server args, gloo world of 1, model parallel groups)."""
+    from sglang.srt.distributed import parallel_state as ps
+    from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+    path, think_end, vocab = model_dir
+    server_args = ServerArgs(model_path=str(path), device="cpu")
+    set_global_server_args_for_scheduler(server_args)
+    if not ps.model_parallel_is_initialized():
+        ps.init_distributed_environment(backend="gloo", world_size=1, rank=0, local_rank=0,
+                                        distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+        ps.initialize_model_parallel(1)
+    return SimpleNamespace(server_args=server_args, path=path, think_end=think_end, vocab=vocab)
+
+
+def _settings(think_end, banned=()):
+    return SGLangSoftSettings(soft=SoftThinkingConfig(mode="adaptsoft", top_k=4),
+                              adaptsoft=AdaptSoftConfig(), hidden_size=HIDDEN,
+                              think_end_id=think_end, banned_ids=list(banned), seed=0)
+
+
+def _random_controller(seed=3):
+    ctrl = AdaptSoft(hidden_size=HIDDEN, width=32, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in ctrl.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    return ctrl.float().eval()
+
+
+@pytest.fixture(scope="module")
+def installed(sgl):
+    """``install()`` against real sglang, once per process (hooks cannot be undone)."""
+    import soft_spatial.engines.sglang as plugin
+    from soft_spatial.engines.sglang import compat
+    rt = plugin.install(_settings(sgl.think_end, banned=[sgl.vocab - 1]))
+    yield SimpleNamespace(compat=compat, rt=rt)
+    compat.set_runtime(None)
+
+
+class FakeReq:
+    """The Req fields the plugin reads (sglang 0.5.12 ``Req``), carrying ``custom_params``."""
+
+    def __init__(self, rid, seed, sampling):
+        self.rid, self.output_ids, self.is_chunked = rid, [], 0
+        self.sampling_params = SimpleNamespace(
+            custom_params={PARAM_KEY: request_params(seed, sampling)},
+            temperature=sampling.temperature, top_k=sampling.top_k or -1, top_p=sampling.top_p)
+
+
+def _sampling_info(b, vocab):
+    from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+    return SamplingBatchInfo(
+        temperatures=torch.ones(b, 1), top_ps=torch.ones(b),
+        top_ks=torch.full((b,), 1 << 30, dtype=torch.int32), min_ps=torch.zeros(b),
+        is_all_greedy=False, need_top_p_sampling=False, need_top_k_sampling=False,
+        need_min_p_sampling=False, vocab_size=vocab, device="cpu")
+
+
+# -- install -----------------------------------------------------------------------------------
+def test_install_against_real_sglang(installed):
+    from sglang.srt.layers import sampler as sgl_sampler
+    from sglang.srt.managers import tp_worker
+    from sglang.srt.models import qwen3_vl
+    from sglang.srt.plugins.hook_registry import HookRegistry
+    compat = installed.compat
+    assert sglang.__version__ == "0.5.12"
+    assert compat.SAMPLER_BACKEND == "soft_gumbel"
+    from sglang.srt.server_args import SAMPLING_BACKEND_CHOICES
+    assert "soft_gumbel" in SAMPLING_BACKEND_CHOICES  # --sampling-backend accepts it
+    assert sgl_sampler._CUSTOM_SAMPLER_FACTORIES["soft_gumbel"] is compat.SoftGumbelSampler
+    sampler = sgl_sampler.create_sampler("soft_gumbel")  # SGLang's own factory path
+    assert isinstance(sampler, compat.SoftGumbelSampler)
+    assert isinstance(sampler, sgl_sampler.Sampler)
+    assert hasattr(tp_worker.TpModelWorker.forward_batch_generation, "__wrapped__")
+    assert hasattr(qwen3_vl.Qwen3LLMModel.forward, "__wrapped__")
+    assert {compat.TP_TARGET, compat.EMBED_TARGET} <= HookRegistry._patched
+    # idempotent: a second install neither re-registers nor re-wraps
+    fn = tp_worker.TpModelWorker.forward_batch_generation
+    assert compat.install() is installed.rt
+    assert tp_worker.TpModelWorker.forward_batch_generation is fn
+    assert not hasattr(fn.__wrapped__, "__wrapped__")
+
+
+def test_controller_weight_loader(installed):
+    ctrl = _random_controller()
+    seen = []
+    model = SimpleNamespace(load_weights=lambda w: seen.extend(n for n, _ in w))
+    blob = encode_controller({"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()})
+    installed.compat.load_weights(model, [(CONTROLLER_NAME, blob), ("lm_head.weight",
+                                                                     torch.zeros(2, 2))])
+    assert seen == ["lm_head.weight"]
+    got = installed.rt.controller.state_dict()
+    assert all(torch.equal(got[n], v) for n, v in ctrl.state_dict().items())
+
+
+# -- the real sampler ------------------------------------------------------------------------------
+def test_real_sampler_parity_with_sample_step(installed, sgl):
+    """Three requests, three steps through the registered backend's real ``forward``: records and
+    tokens equal ``sample_step`` on the same logits, hidden states and per-request noise. Row 1
+    emits </think> at step 0, so from step 1 on it samples discretely."""
+    from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+    from sglang.srt.layers.sampler import create_sampler
+    ctrl = _random_controller()
+    installed.compat.load_weights(None, [(CONTROLLER_NAME, encode_controller(
+        {"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()}))])
+    rt = installed.rt
+    soft, k, v, te = rt.settings.soft, rt.settings.soft.top_k, sgl.vocab, sgl.think_end
+    banned = torch.tensor(rt.settings.banned_ids)
+    sampling = SamplingConfig(temperature=1.0)
+    seeds = [11, 12, 13]
+    reqs = [FakeReq(f"r{i}", s, sampling) for i, s in enumerate(seeds)]
+    gens = [torch.Generator().manual_seed(s) for s in seeds]
+    thinking = torch.ones(3, dtype=torch.bool)
+    sampler = create_sampler("soft_gumbel")
+    g = torch.Generator().manual_seed(0)
+    for t in range(3):
+        logits = torch.randn(3, v, generator=g) * 2
+        if t == 0:
+            logits[1, te] += 50.0  # row 1's spine emits </think> now
+        hidden = torch.randn(3, HIDDEN, generator=g)
+        out = LogitsProcessorOutput(next_token_logits=logits.clone(), hidden_states=hidden)
+        with batch_context(BatchContext(reqs=reqs, is_decode=t > 0)):
+            tokens = sampler(out, _sampling_info(3, v), True, [0, 0, 0], [None] * 3, None)
+        u = torch.stack([torch.rand(k + 1, generator=gen) for gen in gens])
+        masked = logits.index_fill(-1, banned, float("-inf"))
+        rec = sample_step(masked, hidden, u, thinking.clone(), soft, sampling, rt.controller,
+                          rt.feature_dim)
+        for key in INFO_KEYS:
+            got = torch.tensor(out.customized_info[info_key(key)], dtype=rec[key].dtype)
+            assert torch.equal(got, rec[key]), (t, key)
+        assert torch.equal(tokens, rec["topk_ids"][:, 0]), t
+        assert out.next_token_logprobs is not None and out.next_token_logprobs.shape == (3,)
+        assert torch.isfinite(out.next_token_logprobs).all()
+        assert out.hidden_states is hidden  # the model asked for them: not dropped
+        if t == 0:
+            assert int(tokens[1]) == te
+        for r, tok in zip(reqs, tokens.tolist()):
+            r.output_ids.append(tok)
+        thinking &= tokens != te
+    assert not thinking[1] and thinking[0] and thinking[2]
+    assert out.customized_info[info_key("soft")] == [True, False, True]
+    assert all(int(t) not in banned.tolist() for r in reqs for t in r.output_ids)
+
+
+def test_real_sampler_outside_batch_context_raises(installed, sgl):
+    from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+    from sglang.srt.layers.sampler import create_sampler
+    sampler = create_sampler("soft_gumbel")
+    out = LogitsProcessorOutput(next_token_logits=torch.zeros(1, sgl.vocab))
+    with pytest.raises(RuntimeError, match="outside"):
+        sampler(out, _sampling_info(1, sgl.vocab), False, [0], [None], None)
+
+
+def test_tp_hook_through_real_hook_wrapper(installed, sgl):
+    """SGLang's own AROUND wrapper (``hook_registry._wrap_fn``, what patched the real
+    ``TpModelWorker.forward_batch_generation``) around a stand-in body: the hook publishes the
+    batch's reqs and forces CaptureHiddenMode.LAST; the real patched method wraps ``_tp_hook``."""
+    from sglang.srt.managers.schedule_batch import ModelWorkerBatch
+    from sglang.srt.managers.tp_worker import TpModelWorker
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+    from sglang.srt.plugins.hook_registry import HookType, _wrap_fn
+    from soft_spatial.engines.sglang.runtime import current_batch
+    assert "reqs" in ModelWorkerBatch.__dataclass_fields__
+    assert "capture_hidden_mode" in ModelWorkerBatch.__dataclass_fields__
+    seen = {}
+
+    def body(self, model_worker_batch, forward_batch=None, pp_proxy_tensors=None,
+             is_verify=False, skip_attn_backend_init=False):
+        seen["ctx"] = current_batch()
+        seen["mode"] = getattr(model_worker_batch, "capture_hidden_mode", None)
+        return "result"
+
+    wrapped = _wrap_fn(body, installed.compat._tp_hook, HookType.AROUND)
+    reqs = [FakeReq("a", 1, SamplingConfig())]
+    for mode, cap, forced in ((ForwardMode.DECODE, CaptureHiddenMode.NULL, True),
+                              (ForwardMode.EXTEND, CaptureHiddenMode.FULL, False)):
+        mwb = SimpleNamespace(reqs=reqs, forward_mode=mode, capture_hidden_mode=cap,
+                              extend_seq_lens=None if mode.is_decode() else [3])
+        assert wrapped(object(), mwb) == "result"
+        assert seen["ctx"].reqs is reqs and seen["ctx"].is_decode == mode.is_decode()
+        assert seen["ctx"].forced_capture is forced
+        assert seen["mode"] == (CaptureHiddenMode.LAST if forced else cap)
+        assert current_batch() is None
+    assert wrapped(object(), None) == "result" and seen["ctx"] is None  # idle batches pass
+    assert TpModelWorker.forward_batch_generation.__wrapped__ is not None
+
+
+# -- server args -----------------------------------------------------------------------------------
+def test_real_server_args_accept_required_args(installed, sgl):
+    from sglang.srt.server_args import ServerArgs
+    kw = required_server_args({"mem_fraction_static": 0.4})
+    args = ServerArgs(model_path=str(sgl.path), device="cpu", **kw)
+    assert args.disable_overlap_schedule and args.disable_cuda_graph and args.disable_radix_cache
+    assert not args.enable_mixed_chunk
+    assert "soft_spatial.engines.sglang.compat.load_weights" in args.custom_weight_loader
+    # SGLang forces the pytorch sampler on CPU devices: the plugin must refuse such a server
+    # instead of silently decoding without soft records.
+    assert args.sampling_backend == "pytorch"
+    with pytest.raises(RuntimeError, match="sampling_backend"):
+        installed.compat.check_server_args(args)
+    args.sampling_backend = "soft_gumbel"  # what a GPU server keeps
+    installed.compat.check_server_args(args)
+    with pytest.raises(ValueError):
+        required_server_args({"enable_deterministic_inference": True})
+    with pytest.raises(ValueError):
+        required_server_args({"rl_on_policy_target": "fsdp"})
+
+
+# -- decode-input hook ---------------------------------------------------------------------------
+def test_embed_hook_with_real_embedding_and_signature(installed, sgl):
+    """``_embed_hook`` through SGLang's BEFORE wrapper around a body with the real (unpatched)
+    ``Qwen3LLMModel.forward`` signature, with SGLang's real ``VocabParallelEmbedding`` as
+    ``embed_tokens``: after a real sampler step, soft rows get Σ softmax(z/τ)_k E[ids_k] (the
+    local engine's :func:`record_input_embeddings`), the discrete row keeps its plain embedding,
+    prefill batches and rows without a mixture are left alone."""
+    import inspect
+
+    from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+    from sglang.srt.layers.sampler import create_sampler
+    from sglang.srt.layers.vocab_parallel_embedding import VocabParallelEmbedding
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.models.qwen3_vl import Qwen3LLMModel
+    from sglang.srt.plugins.hook_registry import HookType, _wrap_fn
+    from soft_spatial.softthink import record_input_embeddings
+    real_forward = Qwen3LLMModel.forward.__wrapped__
+    params = list(inspect.signature(real_forward).parameters)
+    assert params[:5] == ["self", "input_ids", "positions", "forward_batch", "input_embeds"]
+    v, te = sgl.vocab, sgl.think_end
+    embed = VocabParallelEmbedding(v, HIDDEN, params_dtype=torch.float32)
+    with torch.no_grad():
+        embed.weight.copy_(torch.randn(embed.weight.shape, generator=torch.Generator()
+                                       .manual_seed(5)))
+    def body(self, input_ids, positions, forward_batch, input_embeds=None,
+             pp_proxy_tensors=None, input_deepstack_embeds=None):
+        return input_embeds
+
+    assert list(inspect.signature(body).parameters) == params  # the real signature
+    fwd = _wrap_fn(body, installed.compat._embed_hook, HookType.BEFORE)
+    lm = SimpleNamespace(embed_tokens=embed)
+    reqs = [FakeReq(f"e{i}", 100 + i, SamplingConfig()) for i in range(3)]
+    g = torch.Generator().manual_seed(9)
+    sampler = create_sampler("soft_gumbel")
+    for t in range(2):  # step 0: row 1 emits </think> (a soft step); step 1: row 1 discrete
+        logits = torch.randn(3, v, generator=g)
+        if t == 0:
+            logits[1, te] += 50.0
+        out = LogitsProcessorOutput(next_token_logits=logits,
+                                    hidden_states=torch.randn(3, HIDDEN, generator=g))
+        with batch_context(BatchContext(reqs=reqs, is_decode=t > 0)):
+            tokens = sampler(out, _sampling_info(3, v), False, [0] * 3, [None] * 3, None)
+        for r, tok in zip(reqs, tokens.tolist()):
+            r.output_ids.append(tok)
+    info = out.customized_info
+    assert info[info_key("soft")] == [True, False, True] and reqs[1].output_ids[0] == te
+    plain = embed(tokens)
+    fb_decode = SimpleNamespace(forward_mode=ForwardMode.DECODE)
+    with batch_context(BatchContext(reqs=reqs, is_decode=True)):
+        got = fwd(lm, tokens, None, fb_decode, plain)  # positional, as the VL model calls it
+        got_kw = fwd(lm, input_ids=tokens, positions=None, forward_batch=fb_decode,
+                     input_embeds=plain)
+    rec = {k: torch.tensor(info[info_key(k)]) for k in ("topk_ids", "scores", "tau", "soft")}
+    want = record_input_embeddings(embed.weight[:v], rec["topk_ids"], rec["scores"], rec["tau"],
+                                   rec["soft"])
+    assert torch.allclose(got, want, atol=1e-6) and torch.equal(got, got_kw)
+    assert torch.equal(got[1], plain[1]) and not torch.allclose(got[0], plain[0])
+    with batch_context(BatchContext(reqs=reqs, is_decode=False)):  # prefill: untouched
+        assert fwd(lm, tokens, None, SimpleNamespace(forward_mode=ForwardMode.EXTEND),
+                   plain) is plain
+    assert fwd(lm, tokens, None, fb_decode, plain) is plain  # outside a batch: untouched
