@@ -1,11 +1,10 @@
 """Import-only triton stand-in for SGLang's modules on a CPU (see ../README.md). Not real triton."""
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import math
-import sys
 import types
+
+from _stub_support import SubmoduleFinder, install
 
 __version__ = "3.5.0"
 STUB = True  # lets a test tell the stand-in from the real package
@@ -88,30 +87,17 @@ class _StubModule(types.ModuleType):
         return _Placeholder(f"{self.__name__}.{item}")
 
 
-class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Makes every ``triton.<anything>`` submodule importable as a :class:`_StubModule`."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname.startswith("triton."):
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        mod = _StubModule(spec.name)
-        mod.__path__ = []
-        return mod
-
-    def exec_module(self, module):
-        if module.__name__ == "triton.runtime":
-            module.driver = _Driver()
-        if module.__name__ == "triton.runtime.driver":
-            module.active = _Driver().__class__.active  # attribute access on the module is enough
-        if module.__name__ == "triton.language":
-            module.constexpr = _Placeholder("triton.language.constexpr")
+def _exec(module):
+    if module.__name__ == "triton.runtime":
+        module.driver = _Driver()
+    if module.__name__ == "triton.runtime.driver":
+        module.active = _Driver().__class__.active  # attribute access on the module is enough
+    if module.__name__ == "triton.language":
+        module.constexpr = _Placeholder("triton.language.constexpr")
 
 
-if not any(isinstance(f, _Finder) for f in sys.meta_path):
-    sys.meta_path.insert(0, _Finder())
+# every triton.<anything> submodule imports as a _StubModule
+install(SubmoduleFinder("triton", _StubModule, _exec))
 
 
 def __getattr__(item):  # module-level: triton.<anything else>
