@@ -11,6 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VERL_PLATFORM", "cpu")
 
 import torch  # noqa: E402
+from controller_helpers import trained_controller  # noqa: E402,F401  (re-exported)
 
 PROMPTS = [[5, 9, 13, 40, 41, 42], [7, 8, 9, 10, 11, 12, 13, 14, 15]]
 
@@ -114,16 +115,7 @@ def make_engine(model_dir, remove_padding=True, model_type="soft_language_model"
     return engine
 
 
-def trained_controller(hidden, seed=0, width=32):
-    """An AdaptSoft with random (non-initial) weights, so τ varies by step."""
-    from soft_spatial.softthink import AdaptSoft
 
-    ctrl = AdaptSoft(hidden_size=hidden, width=width, seed=seed)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in ctrl.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-    return ctrl
 
 
 def actor_config(**kw):

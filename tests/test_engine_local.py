@@ -8,11 +8,11 @@ import pytest
 import torch
 from PIL import Image
 
+from controller_helpers import trained_controller
 from soft_spatial.engines import LocalEngine
 from soft_spatial.engines.replay import replay_completion
 from soft_spatial.models import think_end_id
-from soft_spatial.softthink import (AdaptSoft, SamplingConfig, SoftThinkingConfig,
-                                    gumbel_log_density)
+from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig, gumbel_log_density
 
 
 class BiasedHead(torch.nn.Module):
@@ -34,14 +34,6 @@ def chat(color=(200, 30, 30), size=(64, 96), text="Which side is red? A. left B.
     return [{"role": "user", "content": [{"type": "image", "image": img},
                                          {"type": "text", "text": text}]}]
 
-
-def trained_controller(hidden, seed=0):
-    ctrl = AdaptSoft(hidden_size=hidden, width=32, seed=seed)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in ctrl.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-    return ctrl
 
 
 @pytest.fixture

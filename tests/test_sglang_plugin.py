@@ -25,6 +25,7 @@ import pytest
 import torch
 from torch import nn
 
+from controller_helpers import trained_controller
 from soft_spatial.engines.local import LocalEngine, row_seed
 from soft_spatial.engines.sglang import SGLangSoftSettings, required_server_args
 from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, INFO_KEYS, PARAM_KEY,
@@ -34,7 +35,7 @@ from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, INFO_KEYS, PARA
 from soft_spatial.engines.sglang.runtime import (STATE_ATTR, BatchContext, SoftRuntime,
                                                  SoftStateError, last_hidden)
 from soft_spatial.models import think_end_id
-from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig,
+from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig,
                                     SoftThinkingConfig, SoftTrace)
 
 
@@ -53,13 +54,7 @@ class BiasedHead(nn.Module):
         return out
 
 
-def random_controller(hidden, seed=1):
-    ctrl = AdaptSoft(hidden_size=hidden, width=32, seed=seed)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in ctrl.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-    return ctrl
+
 
 
 def fake_req(rid, seed, sampling):
@@ -159,7 +154,7 @@ def test_runtime_parity_with_local_engine(engine, mode, monkeypatch):
     soft = SoftThinkingConfig(mode=mode)
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=14)
     seeds = [7, 8, 9]
-    ctrl = random_controller(engine.hidden_size)
+    ctrl = trained_controller(engine.hidden_size, seed=1)
     if mode == "adaptsoft":
         engine.set_controller(ctrl)
     outs, steps, mixes = run_local(engine, PROMPTS, soft, sampling, seeds, monkeypatch)
@@ -366,7 +361,7 @@ def test_glue_parity_on_fake_sglang(engine, fake_sglang, monkeypatch):
     soft = SoftThinkingConfig(mode="adaptsoft")
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=10)
     seeds = [4, 5, 6]
-    ctrl = random_controller(engine.hidden_size, seed=3)
+    ctrl = trained_controller(engine.hidden_size, seed=3)
     engine.set_controller(ctrl)
     outs, steps, mixes = run_local(engine, PROMPTS, soft, sampling, seeds, monkeypatch)
     compat = fake_sglang.compat
@@ -458,7 +453,7 @@ def test_request_params_match_local_soft_sampling():
 
 
 def test_controller_blob_roundtrip():
-    ctrl = random_controller(16)
+    ctrl = trained_controller(16)
     state = {"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()}
     back = decode_controller(encode_controller(state))
     assert back["config"] == state["config"]

@@ -47,7 +47,7 @@ from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, INFO_KEYS, PARA
                                                 encode_controller, info_key, request_params)
 from soft_spatial.engines.sglang.runtime import BatchContext, batch_context  # noqa: E402
 from soft_spatial.engines.step import sample_step  # noqa: E402
-from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig,  # noqa: E402
+from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig,  # noqa: E402
                                     SoftThinkingConfig)
 
 pytestmark = pytest.mark.sglang
@@ -115,12 +115,8 @@ def _settings(think_end, banned=()):
 
 
 def _random_controller(seed=3):
-    ctrl = AdaptSoft(hidden_size=HIDDEN, width=32, seed=seed)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in ctrl.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-    return ctrl.float().eval()
+    from controller_helpers import trained_controller
+    return trained_controller(HIDDEN, seed=seed).float().eval()
 
 
 @pytest.fixture(scope="module")
