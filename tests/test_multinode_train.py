@@ -14,8 +14,7 @@ import sys
 
 import pytest
 
-from test_slurm_launch import (PLUGIN, ROOT, RayCluster, assert_no_processes_left, clean_env,
-                               kill_leftovers, parse_check, short_temp_dir, small_ray_options)
+from test_slurm_launch import ROOT, parse_check, short_temp_dir, two_node_cluster
 
 __all__ = ["short_temp_dir"]  # the fixture, re-used from test_slurm_launch
 
@@ -34,27 +33,9 @@ print("CHECK " + json.dumps({"alive_nodes": sorted(n["NodeID"] for n in ray.node
 
 @pytest.fixture
 def uneven_two_node_cluster(tmp_path, short_temp_dir):
-    run_dir = tmp_path / "run"
-    env = clean_env(VERL_USE_EXTERNAL_MODULES=PLUGIN, HF_HUB_OFFLINE="1",
-                    RAY_USAGE_STATS_ENABLED="0")
-    opts = small_ray_options(run_dir, short_temp_dir)
-    head = RayCluster(run_dir, "", env, [o if o != "1" or opts[i - 1] != "--num-cpus" else "2"
-                                         for i, o in enumerate(opts)])
-    worker = RayCluster(run_dir, "", env, opts)
-    try:
-        for c, args in ((head, ("head", "--resources", '{"node_a": 1}')),
-                        (worker, ("worker", "--resources", '{"node_b": 1}'))):
-            res = c.script(*args)
-            assert res.returncode == 0, res.stdout + res.stderr
-        head.address = (run_dir / "ray" / "address").read_text().strip()
-        res = head.script("wait", "--nodes", "2")
-        assert res.returncode == 0, res.stdout + res.stderr
-        yield head
-        res = head.script("stop")
-        assert res.returncode == 0, res.stdout + res.stderr
-        assert_no_processes_left(run_dir)
-    finally:
-        kill_leftovers(run_dir)
+    with two_node_cluster(tmp_path / "run", short_temp_dir, head_cpus=2, HF_HUB_OFFLINE="1",
+                          RAY_USAGE_STATS_ENABLED="0") as cluster:
+        yield cluster
 
 
 @pytest.mark.slow

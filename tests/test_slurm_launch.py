@@ -9,6 +9,7 @@ for tests that need a two-node cluster (e.g. a training step across both nodes).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -391,11 +392,12 @@ class RayCluster:
         return run_script(*self.options, *args, env=self.env, timeout=timeout)
 
 
-def small_ray_options(run_dir: Path, temp_dir: str) -> list[str]:
-    """Options that keep a test cluster small: 1 CPU, no dashboard, 100 MB object store."""
+def small_ray_options(run_dir: Path, temp_dir: str, num_cpus: int = 1) -> list[str]:
+    """Options that keep a test cluster small: few CPUs, no dashboard, 100 MB object store."""
     return [
         "--run-dir", str(run_dir), "--temp-dir", temp_dir, "--no-dashboard",
-        "--num-cpus", "1", "--object-store-memory", str(100 * 1024 * 1024), "--timeout", "120",
+        "--num-cpus", str(num_cpus), "--object-store-memory", str(100 * 1024 * 1024),
+        "--timeout", "120",
     ]  # fmt: skip
 
 
@@ -407,30 +409,35 @@ def short_temp_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture
-def two_node_ray_cluster(tmp_path, short_temp_dir):
-    """Head (resource node_a) + worker (resource node_b) as two raylets on this machine.
-
-    Started with the script's `head`/`worker` subcommands and torn down with `stop`; asserts that no
-    process of the run survives.
-    """
-    run_dir = tmp_path / "run"
-    env = clean_env(VERL_USE_EXTERNAL_MODULES=PLUGIN)
-    cluster = RayCluster(run_dir, "", env, small_ray_options(run_dir, short_temp_dir))
+@contextlib.contextmanager
+def two_node_cluster(run_dir: Path, temp_dir: str, head_cpus: int = 1, **env_extra: str):
+    """Head (resource node_a, ``head_cpus`` CPUs) + worker (node_b, 1 CPU) as two raylets on this
+    machine, started with the script's `head`/`worker` subcommands and torn down with `stop`;
+    asserts that no process of the run survives. Yields the head's :class:`RayCluster`."""
+    env = clean_env(VERL_USE_EXTERNAL_MODULES=PLUGIN, **env_extra)
+    head = RayCluster(run_dir, "", env, small_ray_options(run_dir, temp_dir, head_cpus))
+    worker = RayCluster(run_dir, "", env, small_ray_options(run_dir, temp_dir))
     try:
-        res = cluster.script("head", "--resources", '{"node_a": 1}')
+        for c, args in ((head, ("head", "--resources", '{"node_a": 1}')),
+                        (worker, ("worker", "--resources", '{"node_b": 1}'))):
+            res = c.script(*args)
+            assert res.returncode == 0, res.stdout + res.stderr
+        head.address = (run_dir / "ray" / "address").read_text().strip()
+        res = head.script("wait", "--nodes", "2")
         assert res.returncode == 0, res.stdout + res.stderr
-        res = cluster.script("worker", "--resources", '{"node_b": 1}')
-        assert res.returncode == 0, res.stdout + res.stderr
-        cluster.address = (run_dir / "ray" / "address").read_text().strip()
-        res = cluster.script("wait", "--nodes", "2")
-        assert res.returncode == 0, res.stdout + res.stderr
-        yield cluster
-        res = cluster.script("stop")
+        yield head
+        res = head.script("stop")
         assert res.returncode == 0, res.stdout + res.stderr
         assert_no_processes_left(run_dir)
     finally:
         kill_leftovers(run_dir)
+
+
+@pytest.fixture
+def two_node_ray_cluster(tmp_path, short_temp_dir):
+    """A 1-CPU head and a 1-CPU worker (see :func:`two_node_cluster`)."""
+    with two_node_cluster(tmp_path / "run", short_temp_dir) as cluster:
+        yield cluster
 
 
 @pytest.mark.slow
