@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .checks import RecordContext, answer_from_index, existing_file, option_list, require, text_field
-from .errors import DataFormatError
 from .record import QuestionRecord
+from .tables import read_table
 
 NAME = "omnispatial"
 
@@ -45,12 +44,7 @@ def load_omnispatial(root: str | Path, split: str = "test", *, check_images: boo
     """
     release = find_release(root, split)
     path = release / "data.json"
-    try:
-        raw_records = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataFormatError(path, f"invalid JSON: {exc}") from exc
-    if not isinstance(raw_records, list):
-        raise DataFormatError(path, f"expected a JSON list of records, got {type(raw_records).__name__}")
+    raw_records = read_table(path)
     return [_parse(raw, RecordContext(path, i), release, check_images) for i, raw in enumerate(raw_records)]
 
 
