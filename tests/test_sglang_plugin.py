@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from controller_helpers import trained_controller
+from engine_spy import capture_local
 from soft_spatial.engines.local import LocalEngine, row_seed
 from soft_spatial.engines.sglang import SGLangSoftSettings, required_server_args
 from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, INFO_KEYS, PARAM_KEY,
@@ -67,23 +68,8 @@ def fake_req(rid, seed, sampling):
 
 def run_local(engine, prompts, soft, sampling, seeds, monkeypatch):
     """Generate with the local engine, capturing every sample_step call and next-input mixture."""
-    import soft_spatial.engines.local as local
-    steps, mixes = [], []
-    real_step, real_mix = local.sample_step, local.record_input_embeddings
-
-    def spy_step(logits, h, u, thinking, *a, **kw):
-        rec = real_step(logits, h, u, thinking, *a, **kw)
-        steps.append((logits.clone(), h.clone(), {k: v.clone() for k, v in rec.items()}))
-        return rec
-
-    def spy_mix(*a, **kw):
-        out = real_mix(*a, **kw)
-        mixes.append(out.clone())
-        return out
-
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(local, "sample_step", spy_step)
-        mp.setattr(local, "record_input_embeddings", spy_mix)
+        steps, mixes = capture_local(mp)
         outs = engine.generate(prompts, soft=soft, sampling=sampling, seeds=seeds)
     return outs, steps, mixes
 

@@ -36,6 +36,7 @@ from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig,
 from soft_spatial.softthink.trace import TRACE_KEYS
 
 from .base import FINISH_LENGTH, FINISH_STOP, Completion, Prompt
+from .prompts import load_image, render_chat
 from .step import sample_step
 
 __all__ = ["LocalEngine", "row_seed"]
@@ -139,8 +140,8 @@ class LocalEngine:
 
     def set_controller(self, controller: Union[AdaptSoft, dict, str, Path, None]) -> None:
         """Install AdaptSoft: a module, its state dict, a checkpoint path (:meth:`AdaptSoft.save`),
-        or None to remove it. A state dict is loaded into the current controller (or a new
-        default one when none is installed)."""
+        or None to remove it. A state dict (or ``{"config", "state_dict"}``) is loaded into the
+        current controller, or into a new one when none is installed or its config differs."""
         if controller is None:
             self.controller = None
             return
@@ -148,10 +149,10 @@ class LocalEngine:
             controller = AdaptSoft.load(controller)
         elif isinstance(controller, dict):
             state = controller.get("state_dict", controller)
+            cfg = controller.get("config") if "state_dict" in controller else None
             ctrl = self.controller
-            if ctrl is None:
-                cfg = controller.get("config") or dict(
-                    AdaptSoftConfig().__dict__, hidden_size=self.hidden_size)
+            if ctrl is None or (cfg and cfg != ctrl.config_dict()):
+                cfg = cfg or dict(AdaptSoftConfig().__dict__, hidden_size=self.hidden_size)
                 ctrl = AdaptSoft(**cfg)
             ctrl.load_state_dict(state)
             controller = ctrl
@@ -198,7 +199,7 @@ class LocalEngine:
         if "prompt_ids" not in prompt:
             raise ValueError(f"prompt {i}: a dict prompt needs 'prompt_ids'")
         ids = [int(t) for t in prompt["prompt_ids"]]
-        images = [_load_image(img, i) for img in prompt.get("images") or []]
+        images = [load_image(img, i) for img in prompt.get("images") or []]
         n_pad = sum(1 for t in ids if t == self.image_token_id)
         if not images:
             if n_pad:
@@ -218,34 +219,8 @@ class LocalEngine:
                                "image_grid_thw": enc["image_grid_thw"], "mm_token_type_ids": types})
 
     def _prepare_chat(self, i: int, messages) -> _Prepared:
-        images = []
-        for m in messages:
-            content = m.get("content")
-            for item in content if isinstance(content, list) else []:
-                if isinstance(item, dict) and item.get("type") == "image":
-                    img = item.get("image")
-                    if img is None:
-                        raise ValueError(f"prompt {i}: an image item has no 'image' value")
-                    images.append(_load_image(img, i))
-        if self.processor is None:
-            if images:
-                raise ValueError(f"prompt {i} has images but {self.name} is a text-only model")
-            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                     tokenize=True)
-            if hasattr(ids, "keys"):
-                ids = ids["input_ids"]
-            return _Prepared(list(ids), {})
-        text = self.processor.apply_chat_template(messages, add_generation_prompt=True,
-                                                  tokenize=False)
-        enc = self.processor(text=[text], images=images or None, return_tensors="pt")
-        ids = enc["input_ids"][0].tolist()
-        n_pad = sum(1 for t in ids if t == self.image_token_id)
-        if images and n_pad == 0:
-            raise ValueError(f"prompt {i}: {len(images)} image(s) given but the rendered prompt "
-                             f"has no image placeholder")
-        if n_pad and not images:
-            raise ValueError(f"prompt {i}: the prompt has image placeholders but no image")
-        mm = {k: v for k, v in enc.items() if k not in ("input_ids", "attention_mask")}
+        ids, _, mm = render_chat(messages, i, self.tokenizer, self.processor,
+                                 self.image_token_id, self.name)
         return _Prepared(ids, mm)
 
     def _batch(self, prepared: List[_Prepared]):
@@ -411,15 +386,3 @@ class LocalEngine:
                 c.debug = {key: torch.stack(v, 1)[r, : lengths[r]] for key, v in dbg.items()}
             results.append(c)
         return results
-
-
-def _load_image(img, i):
-    from PIL import Image
-    if isinstance(img, Image.Image):
-        return img.convert("RGB")
-    if isinstance(img, (str, Path)):
-        p = Path(img)
-        if not p.is_file():
-            raise FileNotFoundError(f"prompt {i}: image file {str(p)!r} does not exist")
-        return Image.open(p).convert("RGB")
-    raise TypeError(f"prompt {i}: unsupported image value of type {type(img).__name__}")

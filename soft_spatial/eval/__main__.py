@@ -33,7 +33,8 @@ def build_config(cfg: DictConfig) -> EvalConfig:
         output_dir=cfg.output_dir, controller=cfg.controller, engine=cfg.engine,
         samples=cfg.samples, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
         protocol=cfg.protocol, limit=cfg.limit, split=cfg.split, seed=cfg.seed,
-        device=cfg.device, dtype=cfg.model.dtype, batch_rows=cfg.batch_rows, published=published)
+        device=cfg.device, dtype=cfg.model.dtype, batch_rows=cfg.batch_rows,
+        sglang=dict(OmegaConf.to_container(cfg.sglang, resolve=True) or {}), published=published)
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="eval", version_base=None)

@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from soft_spatial.data import build_messages, extract_answer, load_benchmark
 from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
@@ -45,6 +45,7 @@ class EvalConfig:
     device: str = "cpu"
     dtype: str = "float32"
     batch_rows: int = 64
+    sglang: Dict[str, Any] = field(default_factory=dict)  # ServerArgs keywords (engine=sglang)
     published: Dict[str, list] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -82,8 +83,9 @@ def read_results(path: Path) -> List[dict]:
 def _make_engine(cfg: EvalConfig):
     import torch
     if cfg.engine == "sglang":
-        raise NotImplementedError("engine=sglang needs the SGLang soft-rollout backend, which "
-                                  "is not part of this build yet; use engine=local")
+        from soft_spatial.engines.sglang.engine import SGLangEngine
+        return SGLangEngine(cfg.model_path, cfg.soft, controller=cfg.controller, seed=cfg.seed,
+                            server_args=cfg.sglang)
     from soft_spatial.engines.local import LocalEngine
     return LocalEngine.from_pretrained(cfg.model_path, device=cfg.device,
                                        dtype=getattr(torch, cfg.dtype), controller=cfg.controller,
@@ -99,7 +101,8 @@ def _tau_stats(trace) -> dict:
 
 
 def evaluate(cfg: EvalConfig, engine=None, progress: bool = True) -> Dict[str, dict]:
-    """Run (or resume) the evaluation; returns the summary per benchmark."""
+    """Run (or resume) the evaluation; returns the summary per benchmark. An engine made here
+    (none is made when everything is done) is closed here, on errors too."""
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / RESULTS
@@ -108,50 +111,61 @@ def evaluate(cfg: EvalConfig, engine=None, progress: bool = True) -> Dict[str, d
         _atomic_write(results_path, "".join(json.dumps(r, ensure_ascii=False) + "\n"
                                             for r in rows))
     done = {(r["benchmark"], r["question_index"], r["sample"]) for r in rows}
+    owned = None
+    try:
+        for bench in cfg.benchmarks:
+            records = load_benchmark(bench, cfg.data[bench], cfg.split)
+            if cfg.limit is not None:
+                records = records[: cfg.limit]
+            todo = [i for i in range(len(records))
+                    if any((bench, i, j) not in done for j in range(cfg.samples))]
+            if not todo:
+                continue
+            if engine is None:
+                engine = owned = _make_engine(cfg)
+            _run_benchmark(cfg, bench, records, todo, engine, done, results_path, progress)
+    finally:
+        if owned is not None and hasattr(owned, "close"):
+            owned.close()
+    return write_reports(cfg, read_results(results_path))
+
+
+def _run_benchmark(cfg: EvalConfig, bench: str, records, todo: List[int], engine, done: set,
+                   results_path: Path, progress: bool) -> None:
+    """Generate the missing samples of ``todo`` questions, appending rows after every batch."""
     sampling = SamplingConfig(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
     per_batch = max(1, cfg.batch_rows // cfg.samples)
-    for bench in cfg.benchmarks:
-        records = load_benchmark(bench, cfg.data[bench], cfg.split)
-        if cfg.limit is not None:
-            records = records[: cfg.limit]
-        todo = [i for i in range(len(records))
-                if any((bench, i, j) not in done for j in range(cfg.samples))]
-        if not todo:
-            continue
-        if engine is None:
-            engine = _make_engine(cfg)
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-            bar = tqdm(total=len(records), initial=len(records) - len(todo), desc=bench,
-                       unit="question")
-        with results_path.open("a", encoding="utf-8") as f:
-            for s in range(0, len(todo), per_batch):
-                idx = todo[s:s + per_batch]
-                prompts = [build_messages(records[i], cfg.protocol) for i in idx]
-                outs = engine.generate(prompts, soft=cfg.soft, sampling=sampling, n=cfg.samples,
-                                       seeds=[cfg.seed + i for i in idx])
-                for o in outs:
-                    i = idx[o.prompt_index]
-                    if (bench, i, o.sample_index) in done:
-                        continue
-                    rec = records[i]
-                    pred = extract_answer(bench, o.text, cfg.protocol, options=rec.options)
-                    row = {"benchmark": bench, "question_index": i, "question_id": rec.id,
-                           "sample": o.sample_index, "category": rec.category,
-                           "subcategory": rec.subcategory, "answer": rec.answer, "pred": pred,
-                           "correct": pred == rec.answer, "finish_reason": o.finish_reason,
-                           "think_closed": o.think_closed, "num_tokens": len(o.token_ids),
-                           "soft_steps": int(o.trace.soft.sum()), "text": o.text,
-                           **_tau_stats(o.trace)}
-                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-                if bar is not None:
-                    bar.update(len(idx))
-        if bar is not None:
-            bar.close()
-    return write_reports(cfg, read_results(results_path))
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(records), initial=len(records) - len(todo), desc=bench,
+                   unit="question")
+    with results_path.open("a", encoding="utf-8") as f:
+        for s in range(0, len(todo), per_batch):
+            idx = todo[s:s + per_batch]
+            prompts = [build_messages(records[i], cfg.protocol) for i in idx]
+            outs = engine.generate(prompts, soft=cfg.soft, sampling=sampling, n=cfg.samples,
+                                   seeds=[cfg.seed + i for i in idx])
+            for o in outs:
+                i = idx[o.prompt_index]
+                if (bench, i, o.sample_index) in done:
+                    continue
+                rec = records[i]
+                pred = extract_answer(bench, o.text, cfg.protocol, options=rec.options)
+                row = {"benchmark": bench, "question_index": i, "question_id": rec.id,
+                       "sample": o.sample_index, "category": rec.category,
+                       "subcategory": rec.subcategory, "answer": rec.answer, "pred": pred,
+                       "correct": pred == rec.answer, "finish_reason": o.finish_reason,
+                       "think_closed": o.think_closed, "num_tokens": len(o.token_ids),
+                       "soft_steps": int(o.trace.soft.sum()), "text": o.text,
+                       **_tau_stats(o.trace)}
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+            if bar is not None:
+                bar.update(len(idx))
+    if bar is not None:
+        bar.close()
 
 
 def write_reports(cfg: EvalConfig, rows: Sequence[dict]) -> Dict[str, dict]:

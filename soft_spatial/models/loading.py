@@ -15,6 +15,26 @@ def is_vision_language(config) -> bool:
     return config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES and hasattr(config, "vision_config")
 
 
+def load_processing(path: str | os.PathLike):
+    """Load ``(config, processor_or_None, tokenizer)`` from a local model directory (no weights):
+    vision-language models get ``AutoProcessor`` (the tokenizer being the processor's), text-only
+    models ``AutoTokenizer`` and processor None."""
+    from transformers import AutoConfig, AutoProcessor, AutoTokenizer, PreTrainedTokenizerBase
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"model path {str(path)!r} does not exist")
+    if not path.is_dir() or not (path / "config.json").is_file():
+        raise ValueError(f"{str(path)!r} is not a model directory (no config.json)")
+    config = AutoConfig.from_pretrained(path)
+    if not is_vision_language(config):
+        return config, None, AutoTokenizer.from_pretrained(path)
+    processor = AutoProcessor.from_pretrained(path)
+    if isinstance(processor, PreTrainedTokenizerBase):
+        raise ValueError(f"{str(path)!r} holds a {config.model_type} model but no processor files")
+    return config, processor, processor.tokenizer
+
+
 def load_model(
     path: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32, **kwargs
 ):
@@ -25,29 +45,10 @@ def load_model(
     `AutoModelForCausalLM` and `AutoTokenizer`, with processor None. Attention is "sdpa". Extra
     `kwargs` go to the model's `from_pretrained`.
     """
-    from transformers import (
-        AutoConfig,
-        AutoModelForCausalLM,
-        AutoModelForImageTextToText,
-        AutoProcessor,
-        AutoTokenizer,
-        PreTrainedTokenizerBase,
-    )
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"model path {str(path)!r} does not exist")
-    if not path.is_dir() or not (path / "config.json").is_file():
-        raise ValueError(f"{str(path)!r} is not a model directory (no config.json)")
-    config = AutoConfig.from_pretrained(path)
+    config, processor, tokenizer = load_processing(path)
     kwargs.setdefault("attn_implementation", "sdpa")
-    if is_vision_language(config):
-        model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype, **kwargs)
-        processor = AutoProcessor.from_pretrained(path)
-        if isinstance(processor, PreTrainedTokenizerBase):
-            raise ValueError(f"{str(path)!r} holds a {config.model_type} model but no processor files")
-        tokenizer = processor.tokenizer
-    else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kwargs)
-        processor, tokenizer = None, AutoTokenizer.from_pretrained(path)
+    auto = AutoModelForImageTextToText if processor is not None else AutoModelForCausalLM
+    model = auto.from_pretrained(Path(path), dtype=dtype, **kwargs)
     return model.to(device).eval(), processor, tokenizer

@@ -66,28 +66,15 @@ class SGLangSoftHttpServer(SGLangHttpServer):
         self._traces = TraceAccumulator()
 
     async def launch_server(self, master_address: str = None, master_port: int = None):
-        import sglang.srt.entrypoints.engine as sgl_engine
-
         from soft_spatial.engines.sglang import compat
         self.soft_settings.export()  # inherited by the spawned scheduler processes
         ek = self.config.engine_kwargs
         ek["sglang"] = required_server_args(ek.get("sglang"))
-        original = sgl_engine.run_scheduler_process
-        sgl_engine.run_scheduler_process = compat.run_scheduler_process
-        try:
+        with compat.plugin_schedulers():
             await super().launch_server(master_address, master_port)
-        finally:
-            sgl_engine.run_scheduler_process = original
         tm = getattr(self, "tokenizer_manager", None)
-        if tm is not None:  # node 0: accumulate the records of every streamed slice
-            handle = tm._handle_batch_output
-            traces = self._traces
-
-            async def _handle_batch_output(recv_obj):
-                traces.feed(recv_obj.rids, getattr(recv_obj, "customized_info", None))
-                return await handle(recv_obj)
-
-            tm._handle_batch_output = _handle_batch_output
+        if tm is not None and self.node_rank == 0:  # accumulate the records of every slice
+            compat.collect_records(tm, self._traces)
 
     async def generate(self, prompt_ids, sampling_params, request_id, image_data=None,
                        video_data=None, **kwargs):

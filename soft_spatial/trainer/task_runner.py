@@ -12,31 +12,16 @@ from verl.trainer.main_ppo_v0 import BaseTaskRunner
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 
+from .verl_compat import cpu_pool_manager
+
 __all__ = ["SoftTaskRunner"]
-
-
-def _cpu_pool_manager(manager):
-    """On the CPU platform verl's GPU-count check cannot pass: count the platform's resource."""
-    from verl.single_controller.ray.base import ResourcePoolManager
-
-    class CPUResourcePoolManager(ResourcePoolManager):
-        def _check_resource_available(self):
-            need = sum(n for nodes in self.resource_pool_spec.values() for n in nodes)
-            have = sum(int(v.get("CPU", 0))
-                       for v in ray._private.state.available_resources_per_node().values())
-            if have < need:
-                raise ValueError(f"the CPU run needs {need} worker CPUs, Ray has {have}: raise "
-                                 f"ray_kwargs.ray_init.num_cpus or lower trainer.n_gpus_per_node")
-
-    return CPUResourcePoolManager(resource_pool_spec=manager.resource_pool_spec,
-                                  mapping=manager.mapping)
 
 
 class SoftTaskRunner(BaseTaskRunner):
     def init_resource_pool_mgr(self, config):
         manager = super().init_resource_pool_mgr(config)
         from verl.utils.device import get_device_name
-        return _cpu_pool_manager(manager) if get_device_name() == "cpu" else manager
+        return cpu_pool_manager(manager) if get_device_name() == "cpu" else manager
 
     def add_actor_rollout_worker(self, config):
         from verl.trainer.ppo.ray_trainer import Role

@@ -16,10 +16,16 @@ fails loudly when upstream moves:
   (L1145, L1332, L1549): overridden by :class:`soft_spatial.actor.engine.SoftFSDPEngine`, which relies
   on the ``output_args`` keys ``pad_size``, ``input_ids_rmpad_rolled``, ``temperature_rmpad``
   (remove-padding path) and ``temperature`` (padded path) listed in :data:`OUTPUT_ARGS_KEYS`.
+* ``ResourcePoolManager._check_resource_available`` (``verl/single_controller/ray/base.py``)
+  counts GPUs: :func:`cpu_pool_manager` overrides it to count Ray's CPUs on the CPU platform.
+* For ``rollout.name=sglang_soft`` (``soft_spatial/rollout/sglang_server.py``): the private
+  ``_to_ipc_device``, ``ServerAdapter._engine``, ``_init_server_adapter`` and
+  ``_is_server_tp_leader`` of ``verl/workers/rollout/sglang_rollout/sglang_rollout.py``, and the
+  fact that ``SGLangHttpServer.launch_server`` reads
+  ``sglang.srt.entrypoints.engine.run_scheduler_process`` at launch; checked by
+  ``tests/sglang_real/test_verl_server.py`` where sglang imports.
 """
 from __future__ import annotations
-
-
 
 import contextlib
 import inspect
@@ -27,7 +33,7 @@ import warnings
 from typing import Iterator, Sequence
 
 __all__ = ["VERL_VERSION", "check_verl_version", "register_engine", "as_language_model",
-           "check_internals", "OUTPUT_ARGS_KEYS"]
+           "check_internals", "cpu_pool_manager", "OUTPUT_ARGS_KEYS"]
 
 VERL_VERSION = "0.9.1"
 OUTPUT_ARGS_KEYS = {
@@ -118,6 +124,24 @@ def no_cpu_offload_on_cpu(engine_config) -> Iterator[None]:
             object.__setattr__(engine_config, k, v)
 
 
+def cpu_pool_manager(manager):
+    """verl's ResourcePoolManager with its private GPU-count check (``_check_resource_available``)
+    replaced, on the CPU platform, by a count of Ray's available CPUs."""
+    import ray
+    from verl.single_controller.ray.base import ResourcePoolManager
+
+    class CPUResourcePoolManager(ResourcePoolManager):
+        def _check_resource_available(self):
+            need = sum(n for nodes in self.resource_pool_spec.values() for n in nodes)
+            have = int(ray.available_resources().get("CPU", 0))
+            if have < need:
+                raise ValueError(f"the CPU run needs {need} worker CPUs, Ray has {have}: raise "
+                                 f"ray_kwargs.ray_init.num_cpus or lower trainer.n_gpus_per_node")
+
+    return CPUResourcePoolManager(resource_pool_spec=manager.resource_pool_spec,
+                                  mapping=manager.mapping)
+
+
 def check_internals() -> list:
     """Check every internal listed in the module docstring; return a list of problems (empty = OK).
 
@@ -128,6 +152,9 @@ def check_internals() -> list:
         _registry()
     except Exception as e:  # pragma: no cover - only on an upstream change
         problems.append(str(e))
+    from verl.single_controller.ray.base import ResourcePoolManager
+    if not callable(getattr(ResourcePoolManager, "_check_resource_available", None)):
+        problems.append("ResourcePoolManager._check_resource_available is gone (cpu_pool_manager)")
     from verl.workers.engine.fsdp import transformer_impl as ti
 
     cls = getattr(ti, "FSDPEngineWithLMHead", None)

@@ -11,8 +11,11 @@ Importing this package never imports sglang. The pieces:
 * :mod:`.client` — the verl-server side: per-request parameters, accumulation of the records
   across streamed chunks, the controller's wire format;
 * :mod:`.compat` — the only module that touches SGLang internals (version-checked): the
-  ``soft_gumbel`` sampler backend, the two hooks, the controller weight loader and the
-  ``run_scheduler_process`` wrapper. Importing it without sglang raises a clear ImportError.
+  ``soft_gumbel`` sampler backend, the two hooks, the controller weight loader, the
+  ``run_scheduler_process`` wrapper, the scheduler launch seams and the record collection on the
+  tokenizer-manager side. Importing it without sglang raises a clear ImportError;
+* :mod:`.engine` — :class:`~.engine.SGLangEngine`, the local engine's ``generate`` on SGLang's
+  offline engine (``python -m soft_spatial.eval engine=sglang``).
 """
 from .settings import SGLangSoftSettings, required_server_args
 

@@ -17,6 +17,16 @@ What is hooked, and why each server argument is required (``settings.required_se
 * **Custom weight loader** :func:`load_weights` — controller weights arrive as one uint8 tensor
   named ``client.CONTROLLER_NAME`` through ``update_weights_from_tensor(load_format=<this>)``,
   which SGLang runs in every TP worker; other names go to ``model.load_weights``.
+* **Scheduler launch** — every scheduler process must run :func:`run_scheduler_process` (install,
+  check the final server arguments, then SGLang's own). The offline engine takes it as the class
+  attribute ``Engine.run_scheduler_process_func`` (:func:`launch_engine`); verl's
+  ``SGLangHttpServer.launch_server`` reads the module attribute
+  ``sglang.srt.entrypoints.engine.run_scheduler_process`` when it launches
+  (:func:`plugin_schedulers` swaps it for the duration).
+* **Records on the server side** — ``TokenizerManager.handle_loop`` passes every
+  ``BatchStrOutput``/``BatchTokenIDOutput`` to ``self._handle_batch_output``, which keeps only the
+  newest ``customized_info`` slice in ``meta_info``; :func:`collect_records` wraps that method on
+  the instance so a :class:`~.client.TraceAccumulator` sees every slice first.
 
 Not supported in this version (rejected by ``required_server_args`` or at runtime):
 
@@ -46,6 +56,7 @@ As for SGLang's own tokens, rank agreement relies on deterministic logits
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 from typing import Optional
@@ -225,3 +236,45 @@ def run_scheduler_process(*args, **kwargs):
         check_server_args(server_args)
     from sglang.srt.managers.scheduler import run_scheduler_process as _run
     return _run(*args, **kwargs)
+
+
+# -- server side (the process that owns the TokenizerManager) ---------------------------------
+@contextlib.contextmanager
+def plugin_schedulers():
+    """While active, SGLang launchers that read ``sglang.srt.entrypoints.engine.
+    run_scheduler_process`` at call time (verl's ``SGLangHttpServer.launch_server``) start every
+    scheduler through :func:`run_scheduler_process`."""
+    import sglang.srt.entrypoints.engine as sgl_engine
+    original = sgl_engine.run_scheduler_process
+    sgl_engine.run_scheduler_process = run_scheduler_process
+    try:
+        yield
+    finally:
+        sgl_engine.run_scheduler_process = original
+
+
+def collect_records(tokenizer_manager, accumulator) -> None:
+    """Feed each batch output's ``customized_info`` to ``accumulator`` (a
+    :class:`~.client.TraceAccumulator`) before SGLang handles it. Idempotent."""
+    handle = tokenizer_manager._handle_batch_output
+    if getattr(handle, "soft_spatial_accumulator", None) is accumulator:
+        return
+
+    async def _handle_batch_output(recv_obj):
+        accumulator.feed(recv_obj.rids, getattr(recv_obj, "customized_info", None))
+        return await handle(recv_obj)
+
+    _handle_batch_output.soft_spatial_accumulator = accumulator
+    tokenizer_manager._handle_batch_output = _handle_batch_output
+
+
+def launch_engine(**server_args):
+    """SGLang's offline ``Engine`` (same keyword arguments as ``ServerArgs``) whose scheduler
+    processes run the plugin; the server arguments must already contain
+    :func:`~.settings.required_server_args` and the soft settings must be exported."""
+    from sglang.srt.entrypoints.engine import Engine
+
+    class SoftEngine(Engine):
+        run_scheduler_process_func = staticmethod(run_scheduler_process)
+
+    return SoftEngine(**server_args)

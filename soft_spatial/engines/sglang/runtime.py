@@ -128,6 +128,9 @@ class SoftRuntime:
         if settings.soft.mode == "adaptsoft":
             self.controller = AdaptSoft.from_config(settings.adaptsoft,
                                                     settings.hidden_size).float().eval()
+        if settings.controller_path:
+            ctrl = AdaptSoft.load(settings.controller_path)
+            self.set_controller({"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()})
         self._banned: Dict[Any, Tensor] = {}
 
     # -- controller ---------------------------------------------------------------------------

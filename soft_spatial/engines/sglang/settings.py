@@ -27,7 +27,9 @@ class SGLangSoftSettings:
     think_end_id: id of ``soft.think_end`` (None in hard mode); banned_ids: ids never sampled
     (:func:`soft_spatial.models.tokens.unusable_token_ids`, as the local engine masks them);
     hidden_size: the policy's final hidden size (AdaptSoft's input); seed: the base seed of the
-    per-request noise (``rollout.custom.seed``).
+    per-request noise (``rollout.custom.seed``); controller_path: an AdaptSoft checkpoint every
+    scheduler process loads at start (evaluation; training sends the weights through the custom
+    weight loader instead).
     """
 
     soft: SoftThinkingConfig
@@ -36,6 +38,7 @@ class SGLangSoftSettings:
     think_end_id: Optional[int] = None
     banned_ids: List[int] = field(default_factory=list)
     seed: int = 0
+    controller_path: Optional[str] = None
 
     def __post_init__(self):
         if self.soft.soft and self.think_end_id is None:

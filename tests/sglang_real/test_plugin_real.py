@@ -1,13 +1,4 @@
-"""The SGLang plugin against SGLang 0.5.12's REAL classes, on the CPU.
-
-Runs only in the separate environment of ``scripts/setup_sglang_cpu_test.sh``::
-
-    bash scripts/setup_sglang_cpu_test.sh
-    .venv-sglang/bin/python -m pytest tests/test_sglang_real_cpu.py
-
-and is skipped wherever sglang is not installed (the main ``.venv``, CI). SGLang's modules import
-on a CPU with the import-only stand-ins of ``tests/sglang_stubs`` (triton, torchvision, sgl_kernel;
-``shared/notes/sglang-on-cpu.md``), put on ``sys.path`` here only — never in the main suite.
+"""The SGLang plugin against SGLang 0.5.12's REAL classes, on the CPU (see conftest.py).
 
 What runs for real: ``compat.install()`` (version check, ``register_sampler_backend``,
 ``HookRegistry`` patches of ``TpModelWorker.forward_batch_generation`` and
@@ -19,35 +10,21 @@ real ``ServerArgs`` with :func:`required_server_args`. Not run: scheduler, KV ca
 """
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-if importlib.util.find_spec("sglang") is None:  # before touching sys.path: main suite untouched
-    pytest.skip("sglang not installed (see scripts/setup_sglang_cpu_test.sh)",
-                allow_module_level=True)
+import sglang  # noqa: F401  (collected only where it imports: conftest.py)
+import torch
 
-STUBS = Path(__file__).resolve().parent / "sglang_stubs"
-if str(STUBS) not in sys.path:
-    sys.path.insert(0, str(STUBS))
-os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
-sglang = pytest.importorskip("sglang")
-
-import torch  # noqa: E402
-
-from soft_spatial.engines.sglang import SGLangSoftSettings, required_server_args  # noqa: E402
-from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, INFO_KEYS, PARAM_KEY,  # noqa: E402
+from soft_spatial.engines.sglang import SGLangSoftSettings, required_server_args
+from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, INFO_KEYS, PARAM_KEY,
                                                 encode_controller, info_key, request_params)
-from soft_spatial.engines.sglang.runtime import BatchContext, batch_context  # noqa: E402
-from soft_spatial.engines.step import sample_step  # noqa: E402
-from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig,  # noqa: E402
+from soft_spatial.engines.sglang.runtime import BatchContext, batch_context
+from soft_spatial.engines.step import sample_step
+from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig,
                                     SoftThinkingConfig)
 
 pytestmark = pytest.mark.sglang
@@ -62,35 +39,15 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    """Tiny Qwen3-VL (small vocabulary), built in a subprocess without the stubs (transformers'
-    processor code must not see the torchvision stand-in). Without torchvision the processor
-    (video part) cannot be built: the config, weights and tokenizer are enough for ServerArgs.
-    Returns (dir, think_end_id, vocab)."""
-    out = tmp_path_factory.mktemp("tiny_qwen3_vl_sglang")
-    code = ("import json, sys\n"
-            "from pathlib import Path\n"
-            "from soft_spatial.models import build_tiny_model, think_end_id\n"
-            "from soft_spatial.models.tiny import build_tokenizer\n"
-            "from transformers import AutoConfig, AutoTokenizer\n"
-            "d = Path(sys.argv[1])\n"
-            "try:\n"
-            "    build_tiny_model(d, family='qwen3_vl', vocab='small')\n"
-            "except ImportError:  # processor step: the video processor needs torchvision\n"
-            "    assert (d / 'config.json').exists()\n"
-            "    build_tokenizer('small').save_pretrained(d)\n"
-            "tok = AutoTokenizer.from_pretrained(d)\n"
-            "cfg = AutoConfig.from_pretrained(d)\n"
-            "print(json.dumps({'think_end': think_end_id(tok), "
-            "'vocab': cfg.text_config.vocab_size, 'hidden': cfg.text_config.hidden_size}))\n")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["HF_HUB_OFFLINE"] = "1"
-    res = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True,
-                         timeout=300, env=env)
-    assert res.returncode == 0, res.stderr[-3000:]
-    info = json.loads(res.stdout.strip().splitlines()[-1])
-    assert info["hidden"] == HIDDEN
-    return out, info["think_end"], info["vocab"]
+def model_dir(tiny_qwen3_vl_small):
+    """Tiny Qwen3-VL (small vocabulary): (dir, think_end_id, vocab)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from soft_spatial.models import think_end_id
+    cfg = AutoConfig.from_pretrained(tiny_qwen3_vl_small)
+    assert cfg.text_config.hidden_size == HIDDEN
+    tok = AutoTokenizer.from_pretrained(tiny_qwen3_vl_small)
+    return Path(tiny_qwen3_vl_small), think_end_id(tok), cfg.text_config.vocab_size
 
 
 @pytest.fixture(scope="module")

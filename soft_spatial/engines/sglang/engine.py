@@ -1,0 +1,201 @@
+"""SGLang 0.5.12 with the soft plugin behind :class:`~soft_spatial.engines.local.LocalEngine`'s
+``generate`` interface (``python -m soft_spatial.eval engine=sglang``).
+
+Prompts are rendered here exactly as the local engine renders them
+(:func:`~soft_spatial.engines.prompts.render_chat`), sent to SGLang's offline ``Engine`` as token
+ids (+ images) with each row's noise seed ``row_seed(seeds[i], j)`` in ``custom_params``, and the
+per-step records that SGLang streams back are accumulated per request
+(:func:`~soft_spatial.engines.sglang.compat.collect_records`). So for the same logits every row
+has the local engine's records, tokens and likelihoods.
+
+The soft settings (mode, K, AdaptSoft checkpoint) are server-wide: they are fixed when the engine
+starts, and ``generate(soft=...)`` must repeat them.
+"""
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from soft_spatial.engines.base import FINISH_LENGTH, FINISH_STOP, Completion, Prompt
+from soft_spatial.engines.local import row_seed
+from soft_spatial.engines.prompts import load_image, render_chat
+from soft_spatial.softthink import AdaptSoftConfig, SamplingConfig, SoftThinkingConfig, SoftTrace
+
+from .client import PARAM_KEY, TraceAccumulator, request_params, split_records
+from .settings import SGLangSoftSettings, required_server_args
+
+__all__ = ["SGLangEngine"]
+
+
+class SGLangEngine:
+    """Soft/hard generation on SGLang (GPU); same ``generate`` contract as the local engine.
+
+    Args:
+        model_path: local model directory (SGLang loads the weights from it).
+        soft: the server-wide soft-thinking settings.
+        controller: AdaptSoft checkpoint (``mode="adaptsoft"``), loaded by every scheduler process.
+        seed: base seed of requests that carry no seed (SGLang's own HTTP API).
+        server_args: SGLang ``ServerArgs`` keywords (``tp_size``, ``dp_size``,
+            ``mem_fraction_static``, ...); what soft decoding needs is added
+            (:func:`~soft_spatial.engines.sglang.required_server_args`).
+        backend: an already running engine with SGLang's ``Engine.generate`` signature and a
+            ``tokenizer_manager`` (tests); by default one is launched.
+        max_batch_rows: rows submitted to SGLang per call (SGLang schedules them itself; this only
+            bounds the progress bar's granularity and the memory of one call's results).
+    """
+
+    def __init__(self, model_path: Union[str, Path], soft: SoftThinkingConfig,
+                 adaptsoft: Optional[AdaptSoftConfig] = None,
+                 controller: Optional[Union[str, Path]] = None, seed: int = 0,
+                 server_args: Optional[Dict[str, Any]] = None, backend=None,
+                 max_batch_rows: int = 1024):
+        from soft_spatial.models.loading import load_processing
+        from soft_spatial.models.tokens import (eos_token_ids, single_token_id,
+                                                unusable_token_ids)
+        from . import compat  # needs sglang: fails here, with the install hint, without it
+
+        if soft.mode == "adaptsoft" and controller is None:
+            raise ValueError("mode 'adaptsoft' needs controller=<AdaptSoft checkpoint>")
+        if controller is not None and not Path(controller).is_file():
+            raise FileNotFoundError(f"AdaptSoft checkpoint {str(controller)!r} does not exist")
+        self.model_path, self.soft, self.max_batch_rows = str(model_path), soft, max_batch_rows
+        config, self.processor, self.tokenizer = load_processing(model_path)
+        text = getattr(config, "text_config", config)
+        self.image_token_id = getattr(config, "image_token_id", None)
+        gen = _generation_config(model_path)
+        self.eos_ids = list(dict.fromkeys(eos_token_ids(gen or config)
+                                          + eos_token_ids(config, self.tokenizer)))
+        self.think_end = single_token_id(self.tokenizer, soft.think_end) if soft.soft else None
+        self.settings = SGLangSoftSettings(
+            soft=soft, adaptsoft=adaptsoft or AdaptSoftConfig(), hidden_size=int(text.hidden_size),
+            think_end_id=self.think_end,
+            banned_ids=unusable_token_ids(config, self.tokenizer, int(text.vocab_size)),
+            seed=seed, controller_path=str(Path(controller).resolve()) if controller else None)
+        self._traces = TraceAccumulator()
+        self._owned = backend is None
+        if backend is None:
+            self.settings.export()  # read by the scheduler processes SGLang spawns
+            args = required_server_args(server_args)
+            args.setdefault("model_path", self.model_path)
+            backend = compat.launch_engine(**args)
+        self.backend = backend
+        compat.collect_records(backend.tokenizer_manager, self._traces)
+
+    # -- prompts ------------------------------------------------------------------------------
+    def _prepare(self, i: int, prompt: Prompt):
+        """``(ids, images)``: chats rendered like the local engine; ids (+ images) pass through."""
+        if isinstance(prompt, dict):
+            if "prompt_ids" not in prompt:
+                raise ValueError(f"prompt {i}: a dict prompt needs 'prompt_ids'")
+            ids = [int(t) for t in prompt["prompt_ids"]]
+            images = [load_image(img, i) for img in prompt.get("images") or []]
+        elif len(prompt) and isinstance(prompt[0], dict):
+            ids, images, _ = render_chat(prompt, i, self.tokenizer, self.processor,
+                                         self.image_token_id, self.model_path)
+        elif all(isinstance(t, int) for t in prompt):
+            ids, images = list(prompt), []
+        else:
+            raise TypeError(f"prompt {i}: expected a list of chat messages or of token ids")
+        if not ids:
+            raise ValueError(f"prompt {i} is empty")
+        n_pad = sum(1 for t in ids if t == self.image_token_id)
+        if bool(n_pad) != bool(images):
+            raise ValueError(f"prompt {i}: {n_pad} image placeholder tokens and "
+                             f"{len(images)} images")
+        return ids, images
+
+    def _sampling_params(self, sampling: SamplingConfig, seed: int) -> Dict[str, Any]:
+        return {"max_new_tokens": sampling.max_new_tokens,
+                "temperature": 0.0 if sampling.greedy else sampling.temperature,
+                "top_p": sampling.top_p, "top_k": sampling.top_k or -1,
+                "stop_token_ids": list(self.eos_ids), "skip_special_tokens": True,
+                "custom_params": {PARAM_KEY: request_params(seed, sampling)}}
+
+    # -- generation ---------------------------------------------------------------------------
+    def generate(self, prompts: Sequence[Prompt], soft: Optional[SoftThinkingConfig] = None,
+                 sampling: Optional[SamplingConfig] = None, n: int = 1, seed: int = 0,
+                 seeds: Optional[Sequence[int]] = None, progress: bool = False
+                 ) -> List[Completion]:
+        """``n`` responses per prompt, prompt-major (prompt i's samples at ``i*n .. i*n+n-1``);
+        row (i, j) draws its noise from ``row_seed(seeds[i], j)``, as in the local engine."""
+        if soft is not None and soft != self.soft:
+            raise ValueError(f"the SGLang engine was started with {self.soft}; soft settings are "
+                             f"server-wide, got {soft}")
+        sampling = sampling or SamplingConfig()
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        seeds = list(seeds) if seeds is not None else [seed + i for i in range(len(prompts))]
+        if len(seeds) != len(prompts):
+            raise ValueError(f"got {len(seeds)} seeds for {len(prompts)} prompts")
+        prepared = [self._prepare(i, p) for i, p in enumerate(prompts)]
+        rows = [(i, j) for i in range(len(prompts)) for j in range(n)]
+        tag = uuid.uuid4().hex[:12]
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=len(rows), desc="generate (sglang)", unit="sample")
+        outs: List[Completion] = []
+        for s in range(0, len(rows), self.max_batch_rows):
+            chunk = rows[s:s + self.max_batch_rows]
+            rids = [f"soft-{tag}-{i}-{j}" for i, j in chunk]
+            try:
+                results = self.backend.generate(
+                    input_ids=[prepared[i][0] for i, _ in chunk],
+                    image_data=[prepared[i][1] or None for i, _ in chunk],
+                    sampling_params=[self._sampling_params(sampling, row_seed(seeds[i], j))
+                                     for i, j in chunk],
+                    rid=rids)
+                if isinstance(results, dict):
+                    results = [results]
+                outs += [self._completion(i, j, prepared[i][0], rid, res)
+                         for (i, j), rid, res in zip(chunk, rids, results)]
+            finally:
+                for rid in rids:
+                    self._traces.pop(rid)
+            if bar is not None:
+                bar.update(len(chunk))
+        if bar is not None:
+            bar.close()
+        return outs
+
+    def _completion(self, i: int, j: int, prompt_ids: List[int], rid: str, res: Dict[str, Any]
+                    ) -> Completion:
+        tokens = [int(t) for t in res["output_ids"]]
+        lists, loglik = split_records(self._traces.pop(rid), len(tokens))
+        trace = SoftTrace.from_lists(lists, k=self.soft.top_k)
+        finish = (res.get("meta_info") or {}).get("finish_reason") or {}
+        reason = finish.get("type") if isinstance(finish, dict) else str(finish)
+        if reason == "abort":
+            raise RuntimeError(f"SGLang aborted request {rid} (prompt {i}, sample {j}): "
+                               f"{finish.get('message', finish)}")
+        think_end = None
+        if self.think_end is not None:
+            hits = [t for t, (tok, s) in enumerate(zip(tokens, trace.soft.tolist()))
+                    if s and tok == self.think_end]
+            think_end = hits[0] if hits else None
+        return Completion(prompt_index=i, sample_index=j, prompt_ids=list(prompt_ids),
+                          token_ids=tokens,
+                          text=self.tokenizer.decode(tokens, skip_special_tokens=True),
+                          trace=trace, finish_reason=FINISH_STOP if reason == "stop"
+                          else FINISH_LENGTH, think_end=think_end, logprobs=loglik)
+
+    def close(self) -> None:
+        """Shut SGLang down (only an engine this object launched)."""
+        if self._owned and self.backend is not None:
+            self.backend.shutdown()
+            self.backend = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _generation_config(path):
+    try:
+        from transformers import GenerationConfig
+        return GenerationConfig.from_pretrained(path)
+    except (OSError, ValueError):
+        return None
