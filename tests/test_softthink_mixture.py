@@ -119,9 +119,11 @@ def test_normalized_entropy_limits_and_reference():
     one_hot = torch.tensor([0.0, -float("inf"), -float("inf")])
     h = normalized_entropy(one_hot)
     assert torch.isfinite(h) and h.item() == 0.0
-    logp = torch.log_softmax(torch.randn(4, 5), -1)
+    logp = torch.log_softmax(torch.randn(64, 5, generator=torch.Generator().manual_seed(0)), -1)
     ref = -(logp.double().exp() * logp.double()).sum(-1) / math.log(5)
-    torch.testing.assert_close(normalized_entropy(logp).double(), ref, rtol=0, atol=1e-7)
+    # float32 evaluation of a sum of 5 terms near 1: a few float32 ulps (1.2e-7 each)
+    torch.testing.assert_close(normalized_entropy(logp).double(), ref, rtol=0, atol=1e-6)
+    assert not torch.allclose(normalized_entropy(logp[:, :4]).double(), ref[:], atol=1e-3)
     assert normalized_entropy(torch.zeros(3, 1)).eq(0).all()
 
 
