@@ -112,13 +112,8 @@ class LocalSoftServer:
                                 req[4].set_exception(exc)
 
     def _sampling(self, params: Dict[str, Any]) -> SamplingConfig:
-        max_new = params.get("max_new_tokens", params.get("max_tokens", self.response_length))
-        max_new = max(1, min(int(max_new), self.response_length))
-        temperature = float(params.get("temperature", 1.0))
-        top_k = int(params.get("top_k", -1) or -1)
-        return SamplingConfig(temperature=max(temperature, 1e-5), max_new_tokens=max_new,
-                              top_k=max(0, top_k), top_p=float(params.get("top_p", 1.0) or 1.0),
-                              greedy=temperature == 0)
+        from soft_spatial.engines.sglang.client import sampling_config  # no sglang import
+        return sampling_config(params, self.response_length)
 
     def _run(self, reqs):
         from verl.workers.rollout.replica import TokenOutput

@@ -35,8 +35,8 @@ def info_key(key: str) -> str:
 
 
 def sampling_config(params: Dict[str, Any], response_length: int) -> SamplingConfig:
-    """verl sampling params → the discrete-step settings (same mapping as the local_soft
-    server: temperature 0 means greedy, top_k ≤ 0 or -1 means off)."""
+    """verl sampling params → the discrete-step settings, for both soft rollout servers
+    (local_soft and sglang_soft): temperature 0 means greedy, top_k ≤ 0 or -1 means off."""
     max_new = params.get("max_new_tokens", params.get("max_tokens", response_length))
     max_new = max(1, min(int(max_new), response_length))
     temperature = float(params.get("temperature", 1.0))
