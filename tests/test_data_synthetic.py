@@ -99,9 +99,11 @@ def _pixel_answer(item: Item) -> str:
     raise AssertionError(item.task)
 
 
+@pytest.mark.parametrize("layout,size", [("grid", 96), ("free", 64), ("grid", 128)])
 @pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
-def test_ground_truth_matches_the_pixels(difficulty):
-    cfg = SyntheticConfig(difficulty=DIFFICULTIES[difficulty], difficulty_name=difficulty)
+def test_ground_truth_matches_the_pixels(difficulty, layout, size):
+    cfg = SyntheticConfig(size=size, layout=layout, difficulty=DIFFICULTIES[difficulty],
+                          difficulty_name=difficulty)
     items = generate_split(150, seed=11, split="train", cfg=cfg)
     assert Counter(it.task for it in items) == {t: 30 for t in TASKS}
     for it in items:
@@ -154,11 +156,28 @@ def test_deterministic_by_seed_and_disjoint_splits(tmp_path):
 
 
 def test_test_split_redraws_items_that_occur_in_train():
-    cfg = SyntheticConfig(tasks=("mental_rotation",), options=(4,), size=32)
+    cfg = SyntheticConfig(tasks=("mental_rotation",), options=(4,), size=32, layout="free")
     train = generate_split(40, 0, "train", cfg)  # a small scene space: collisions happen
     seen = {i.signature() for i in train}
     test = generate_split(40, 0, "test", cfg, exclude=set(seen))
     assert not seen & {i.signature() for i in test}
+
+
+def test_grid_layout_puts_one_object_in_each_used_cell():
+    items = generate_split(60, 2, "train", SyntheticConfig(size=96, cell=32))
+    for it in items:
+        pixels = np.asarray(it.image.convert("RGB"))
+        objects, n = ndimage.label(np.any(pixels != np.array([225, 225, 225]), axis=-1))
+        cells = []
+        for k in range(1, n + 1):
+            ys, xs = np.nonzero(objects == k)
+            cell = {(x // 32, y // 32) for x, y in zip(xs, ys)}
+            assert len(cell) == 1, (it.task, it.question)  # inside one 32-pixel cell
+            cells += cell
+        if it.task != "depth_order" or len(it.options) > 1:
+            assert len(cells) == len(set(cells))  # and no cell holds two objects
+    with pytest.raises(ValueError, match="3x3 cells"):
+        SyntheticConfig(size=64)
 
 
 def test_chance_levels_and_knobs(bench):

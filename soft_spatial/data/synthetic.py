@@ -32,7 +32,9 @@ decide the answer, e.g. ``"up, turned clockwise: right"``), which the warm start
 (:mod:`soft_spatial.experiments.warmstart`) uses as the text inside ``<think>``.
 
 Answer letters are balanced: for every option count the correct position cycles through a
-shuffled deck of all positions. Everything is a pure function of (split, seed, knobs); the test
+shuffled deck of all positions. Scenes use a grid layout by default (one object per 32-pixel cell, the tiny models' image
+tokens; ``--layout free`` places objects anywhere). Everything is a pure function of (split,
+seed, knobs); the test
 split draws from its own random stream and any test item whose image and question also occur in
 train is redrawn, so the splits are disjoint.
 """
@@ -104,13 +106,17 @@ DIFFICULTIES: Dict[str, Difficulty] = {
 @dataclass(frozen=True)
 class SyntheticConfig:
     """What to generate: image side in pixels (a multiple of 32 keeps the tiny models' patch
-    grid exact), the tasks, the allowed option counts and the difficulty."""
+    grid exact), the tasks, the allowed option counts, the difficulty and the layout: ``grid``
+    puts one object per ``cell``-pixel square (with 32, the tiny Qwen3-VL's image tokens: 16-pixel
+    patches merged 2x2), ``free`` anywhere without overlap (harder to read)."""
 
-    size: int = 64
+    size: int = 96
     tasks: Tuple[str, ...] = tuple(TASKS)
     options: Tuple[int, ...] = (2, 3, 4)
     difficulty: Difficulty = field(default_factory=Difficulty)
     difficulty_name: str = "medium"
+    layout: str = "grid"
+    cell: int = 32
 
     def __post_init__(self):
         unknown = [t for t in self.tasks if t not in TASKS]
@@ -120,6 +126,11 @@ class SyntheticConfig:
             raise ValueError(f"option counts must be among 2, 3, 4; got {self.options}")
         if self.size < 32:
             raise ValueError(f"image size must be at least 32 pixels, got {self.size}")
+        if self.layout not in ("grid", "free"):
+            raise ValueError(f"layout must be 'grid' or 'free', got {self.layout!r}")
+        if self.layout == "grid" and self.size // self.cell < 3:
+            raise ValueError(f"a grid layout needs at least 3x3 cells: size {self.size} // cell "
+                             f"{self.cell} < 3 (use layout='free' for small images)")
         if self.difficulty.max_count < 2:
             raise ValueError(f"max_count must be >= 2, got {self.difficulty.max_count}")
 
@@ -177,21 +188,30 @@ _CLEARANCE = math.sqrt(2)  # a square or triangle of "radius" r reaches r·√2 
 
 
 class _Canvas:
-    """Places non-overlapping objects on a square canvas."""
+    """Places non-overlapping objects on a square canvas: anywhere (``cell`` 0), or one object
+    per cell of a grid of ``cell``-pixel squares, jittered inside its cell."""
 
-    def __init__(self, size: int, rng: random.Random):
-        self.size, self.rng = size, rng
+    def __init__(self, size: int, rng: random.Random, cell: int = 0):
+        self.size, self.rng, self.cell = size, rng, cell
         self.image = Image.new("RGB", (size, size), BACKGROUND)
         self.draw = ImageDraw.Draw(self.image)
         self.placed: List[Tuple[float, float, float]] = []
+        self.used: set = set()
 
-    def radius(self, lo_hi: Tuple[float, float]) -> float:
-        return self.rng.uniform(*lo_hi) * self.size / 2
+    def radius(self, lo_hi: Tuple[float, float], arrow: bool = False) -> float:
+        """A random size from fractions of half the image side; on a grid, capped so the shape
+        (an arrow reaches r from its centre, other shapes r·√2) stays inside its cell."""
+        r = self.rng.uniform(*lo_hi) * self.size / 2
+        if self.cell:
+            r = min(r, (self.cell / 2 - 1) / (1.0 if arrow else _CLEARANCE))
+        return r
 
     def free_spot(self, r: float, tries: int = 200,
                   accept: Optional[Callable[[float, float], bool]] = None) -> Tuple[float, float]:
         """A centre for a shape of radius ``r`` inside the canvas, clear of every placed shape
         (and accepted by ``accept``); raises `_Retry` when none is found."""
+        if self.cell:
+            return self._free_cell(r, accept)
         for _ in range(tries):
             x = self.rng.uniform(r + 1, self.size - r - 1)
             y = self.rng.uniform(r + 1, self.size - r - 1)
@@ -200,12 +220,30 @@ class _Canvas:
                 return x, y
         raise _Retry()
 
+    def _free_cell(self, r, accept):
+        n = self.size // self.cell
+        cells = [(i, j) for i in range(n) for j in range(n) if (i, j) not in self.used]
+        self.rng.shuffle(cells)
+        slack = max(0.0, self.cell / 2 - 1 - r * _CLEARANCE)
+        for i, j in cells:
+            x = (i + 0.5) * self.cell + self.rng.uniform(-slack, slack)
+            y = (j + 0.5) * self.cell + self.rng.uniform(-slack, slack)
+            if accept is None or accept(x, y):
+                return x, y
+        raise _Retry()
+
     def add(self, x: float, y: float, r: float) -> None:
         self.placed.append((x, y, r))
+        if self.cell:
+            self.used.add((int(x // self.cell), int(y // self.cell)))
 
 
 class _Retry(Exception):
     """The random layout did not fit; draw the scene again."""
+
+
+def _canvas(cfg: "SyntheticConfig", rng: random.Random) -> _Canvas:
+    return _Canvas(cfg.size, rng, cfg.cell if cfg.layout == "grid" else 0)
 
 
 # -- tasks -------------------------------------------------------------------------------------
@@ -232,7 +270,7 @@ def _relation(dx: float, dy: float) -> Tuple[str, float]:
 
 def _relative_position(rng, cfg: SyntheticConfig):
     d = cfg.difficulty
-    canvas = _Canvas(cfg.size, rng)
+    canvas = _canvas(cfg, rng)
     ca, cb, *rest = _colors(rng, 2 + min(d.distractors, 4))
     sa, sb = rng.choice(SHAPES), rng.choice(SHAPES)
     rb = canvas.radius(d.object_size)
@@ -251,14 +289,24 @@ def _relative_position(rng, cfg: SyntheticConfig):
 
 def _depth_order(rng, cfg: SyntheticConfig, n: int):
     d = cfg.difficulty
-    canvas = _Canvas(cfg.size, rng)
+    canvas = _canvas(cfg, rng)
     colors = _colors(rng, n)
     shapes = [rng.choice(SHAPES) for _ in range(n)]
-    lo, hi = d.object_size
-    top = rng.uniform(hi, hi * 1.35) * cfg.size / 2  # the closest (largest) shape
+    hi = d.object_size[1]
+    top = canvas.radius((hi, hi * 1.35))  # the closest (largest) shape
     radii = [top]
     for _ in range(n - 1):  # every other shape at least size_ratio smaller than the closest
         radii.append(top / rng.uniform(d.size_ratio, d.size_ratio * 1.5))
+    if cfg.layout == "grid":  # one shape per cell: no occlusion, size is the cue
+        centres = []
+        for r in radii:
+            centres.append(canvas.free_spot(r))
+            canvas.add(*centres[-1], r)
+        radii_order = sorted(range(n), key=lambda i: radii[i])
+        for i in radii_order:
+            _draw_shape(canvas.draw, shapes[i], *centres[i], radii[i], COLORS[colors[i]])
+        names = [f"the {c} {s}" for c, s in zip(colors, shapes)]
+        return canvas.image, "Which shape is closest to the camera?", names[0], names, colors[0]
     centres: List[Tuple[float, float]] = []
     for r in radii:  # shapes may overlap, but no centre lies inside another shape
         for _ in range(200):
@@ -276,12 +324,12 @@ def _depth_order(rng, cfg: SyntheticConfig, n: int):
 
 def _egocentric(rng, cfg: SyntheticConfig):
     d = cfg.difficulty
-    canvas = _Canvas(cfg.size, rng)
+    canvas = _canvas(cfg, rng)
     c_arrow, c_target, *rest = _colors(rng, 2 + min(d.distractors, 4))
     facing = rng.choice(DIRECTIONS)
     fx, fy = _UNIT[facing]
     rx, ry = -fy, fx  # your right hand, seen from above (image y points down)
-    r_arrow = canvas.radius(d.object_size) * 1.1
+    r_arrow = canvas.radius((d.object_size[0] * 1.1, d.object_size[1] * 1.1), arrow=True)
     ax, ay = canvas.free_spot(r_arrow)
     canvas.add(ax, ay, r_arrow)
     r_t = canvas.radius(d.object_size) * 0.8
@@ -314,12 +362,12 @@ _TURNS = {"90 degrees clockwise": 1, "90 degrees counterclockwise": -1, "180 deg
 
 def _mental_rotation(rng, cfg: SyntheticConfig):
     d = cfg.difficulty
-    canvas = _Canvas(cfg.size, rng)
+    canvas = _canvas(cfg, rng)
     (color,) = _colors(rng, 1)
     start = rng.choice(DIRECTIONS)
     turn = rng.choice(list(_TURNS))
     end = DIRECTIONS[(DIRECTIONS.index(start) + _TURNS[turn]) % 4]
-    r = canvas.radius((d.object_size[1], d.object_size[1] * 1.5))
+    r = canvas.radius((d.object_size[1], d.object_size[1] * 1.5), arrow=True)
     x, y = canvas.free_spot(r)
     _draw_arrow(canvas.draw, start, x, y, r, COLORS[color])
     question = (f"The {color} arrow is turned {turn} in the picture plane. "
@@ -329,7 +377,7 @@ def _mental_rotation(rng, cfg: SyntheticConfig):
 
 def _counting(rng, cfg: SyntheticConfig):
     d = cfg.difficulty
-    canvas = _Canvas(cfg.size, rng)
+    canvas = _canvas(cfg, rng)
     target, *others = _colors(rng, 1 + max(1, min(d.distractors, 3)))
     count = rng.randint(1, d.max_count)
     for _ in range(count):
@@ -469,7 +517,8 @@ def _readme(cfg, seed, train_items, test_items, chance) -> str:
     return (f"# Synthetic spatial benchmark (seed {seed}, difficulty {cfg.difficulty_name})\n\n"
             f"Written by `python -m soft_spatial.data.synthetic`; OmniSpatial release layout.\n"
             f"Train {len(train_items)} questions, test {len(test_items)} (disjoint), images "
-            f"{cfg.size}x{cfg.size}, options per question {list(cfg.options)}.\n"
+            f"{cfg.size}x{cfg.size} ({cfg.layout} layout), options per question "
+            f"{list(cfg.options)}.\n"
             f"Knobs: {json.dumps(asdict(cfg.difficulty))}.\n"
             f"Answer letters over both splits: {dict(sorted(letters.items()))}.\n\n"
             f"| task | OmniSpatial type | test questions | chance |\n|---|---|---|---|\n{rows}\n"
@@ -491,7 +540,8 @@ def corpus(repeat: int = 20) -> List[str]:
              "circle?",
              "The blue arrow is turned 90 degrees clockwise in the picture plane. Which way does it "
              "point after the turn?", "How many yellow shapes are in the picture?",
-             " ".join(words), "\n".join(words), "\n".join(f"{c}. {w}" for c, w in zip("ABCD", words))]
+             " ".join(words), "\n".join(words + ["system", "user", "assistant"]),
+             "\n".join(f"{c}. {w}" for c, w in zip("ABCD", words))]
     return texts * repeat
 
 
@@ -512,6 +562,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, float]]:
     p.add_argument("--tasks", default=",".join(TASKS), help="comma-separated subset of tasks")
     p.add_argument("--options", default="2,3,4", help="allowed option counts, e.g. 4 or 2,3,4")
     p.add_argument("--difficulty", choices=sorted(DIFFICULTIES), default="medium")
+    p.add_argument("--layout", choices=("grid", "free"), default=SyntheticConfig.layout,
+                   help="one object per grid cell, or anywhere")
+    p.add_argument("--cell", type=int, default=SyntheticConfig.cell, help="grid cell (pixels)")
     for name in ("distractors", "max_count"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None)
     for name in ("margin", "size_ratio"):
@@ -522,7 +575,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, float]]:
     cfg = SyntheticConfig(size=a.size, tasks=tuple(t for t in a.tasks.split(",") if t),
                           options=tuple(int(n) for n in a.options.split(",")),
                           difficulty=replace(DIFFICULTIES[a.difficulty], **knobs),
-                          difficulty_name=a.difficulty + ("+" if knobs else ""))
+                          difficulty_name=a.difficulty + ("+" if knobs else ""),
+                          layout=a.layout, cell=a.cell)
     chance = write_benchmark(a.out, a.train, a.test, a.seed, cfg)
     print(f"{a.out}: {a.train} train + {a.test} test questions; chance on test: "
           + ", ".join(f"{k} {v:.1f}%" for k, v in chance["test"].items()))
