@@ -15,8 +15,9 @@ from .alignment import (AlignmentScaler, SparseGrad, alignment_loss, alignment_s
 from .config import (AdaptSoftConfig, AlignmentConfig, DensityConfig, SamplingConfig,
                      SoftThinkingConfig, from_mapping)
 from .controller import AdaptSoft
-from .density import (candidate_logp, gumbel_log_density, soft_step_log_density,
-                      step_log_likelihood)
+from .density import (StepLikelihood, candidate_logp, gumbel_log_density,
+                      soft_step_log_density, step_likelihood, step_log_likelihood,
+                      token_log_prob)
 from .mixture import (candidates, gumbel_from_uniform, gumbel_noise, mixture_weights,
                       normalized_entropy, perturb, record_input_embeddings, soft_embedding,
                       soft_step, sort_by_score, spine)
@@ -30,5 +31,5 @@ __all__ = [
     "gumbel_log_density", "gumbel_noise", "mixture_weights", "normalized_entropy", "perturb",
     "select_reference", "soft_embedding", "soft_step", "soft_step_log_density", "sort_by_score",
     "spine", "uncollate_traces", "gumbel_from_uniform", "record_input_embeddings",
-    "step_log_likelihood",
+    "step_log_likelihood", "step_likelihood", "StepLikelihood", "token_log_prob",
 ]

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 __all__ = [
     "candidates",
+    "renormalise",
     "perturb",
     "gumbel_noise",
     "mixture_weights",
@@ -52,7 +53,13 @@ def candidates(logits: Tensor, k: int, temperature: float = 1.0) -> Tuple[Tensor
         raise ValueError(f"top_k must be in [1, vocab={logits.shape[-1]}], got {k}")
     scaled = upcast(logits) / temperature
     top, ids = torch.topk(scaled, k, dim=-1, largest=True, sorted=True)
-    return ids, top - torch.logsumexp(top, dim=-1, keepdim=True)
+    return ids, renormalise(top)
+
+
+def renormalise(scaled: Tensor) -> Tensor:
+    """log p̃ = x − logsumexp(x) over the last dim (the K candidates' ℓ/T), as a log-softmax: the
+    maximum is subtracted first, so it stays float64-accurate to ~1e-7 even at |x| ≈ 1e4 (§2.1)."""
+    return torch.log_softmax(upcast(scaled), dim=-1)
 
 
 def gumbel_noise(shape, *, generator: Optional[torch.Generator] = None,

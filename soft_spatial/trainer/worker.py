@@ -19,7 +19,7 @@ import os
 from functools import partial
 
 from verl.single_controller.base.decorator import Dispatch, register
-from verl.utils.device import get_device_name
+from verl.utils.device import get_device_id, get_device_name
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
 from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, AlignmentConfig, DensityConfig,
@@ -72,8 +72,8 @@ class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
                 hidden = self.actor.engine.model_config.hf_config
                 hidden = getattr(hidden, "text_config", hidden).hidden_size
                 ctrl = AdaptSoft.from_config(s["adaptsoft"], hidden)
-                self.actor.engine.configure_soft(adaptsoft=AdaptSoftTrainer(
-                    ctrl, s["alignment"], seed=s["adaptsoft"].seed))
+                self.actor.engine.configure_soft(adaptsoft=AdaptSoftTrainer(  # on the policy's device
+                    ctrl, s["alignment"], seed=s["adaptsoft"].seed, device=get_device_id()))
             actor_config = self.loss_fn.keywords["config"]
             self.loss_fn = partial(soft_ppo_loss, config=actor_config)
             self.actor.set_loss_fn(self.loss_fn)
