@@ -20,15 +20,30 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 from pathlib import Path
 from typing import Dict, List
 
 import psutil
 import torch
+from PIL import Image
 
 from soft_spatial.engines.sglang.client import INFO_PREFIX
 from soft_spatial.engines.sglang.engine import SGLangEngine
+
+def chat(color, size, text):
+    """A one-image chat prompt."""
+    img = Image.new("RGB", size, color)
+    return [{"role": "user", "content": [{"type": "image", "image": img},
+                                         {"type": "text", "text": text}]}]
+
+
+# token-id and image prompts; with think_model, seed 7 and 16 steps they cover the </think>
+# switch, eos and length stops (checked where used)
+PROMPTS = [[5, 17, 42, 99, 7], [3, 8], [11, 12, 13, 14, 15, 16],
+           chat((200, 30, 30), (96, 64), "Which side is red? A. left B. right")]
+LONG = (lambda rng: [rng.randrange(30, 500) for _ in range(80)][40:])(random.Random(0))  # 40 ids
 
 CPU_SERVER_ARGS = dict(device="cpu", attention_backend="torch_native", grammar_backend="none",
                        dtype="float32", skip_server_warmup=True, mem_fraction_static=0.5,
@@ -58,7 +73,8 @@ def think_model(src, dst) -> Path:
 @contextlib.contextmanager
 def running_engine(model, soft, tmp_path, controller=None, **server_args):
     """An :class:`SGLangEngine` on the CPU with the scheduler's batch log and the stub-call log in
-    ``tmp_path``; on exit it is shut down and no process it started may remain."""
+    ``tmp_path``; on exit no ``sgl_kernel`` placeholder may have been called, and after the
+    shutdown no process it started may remain."""
     env = {BATCH_LOG_ENV: str(tmp_path / "batches.jsonl"),
            STUB_CALLS_ENV: str(tmp_path / "stub_calls.txt"),
            "SGLANG_FORCE_STREAM_INTERVAL": str(STREAM_INTERVAL)}
@@ -73,6 +89,7 @@ def running_engine(model, soft, tmp_path, controller=None, **server_args):
                           if p.pid not in before]
         engine.tmp_path = Path(tmp_path)
         yield engine
+        assert stub_calls(engine) == []  # no sgl_kernel op was reached, in any process
     finally:
         if engine is not None:
             engine.close()
@@ -175,6 +192,21 @@ def assert_parity(got, want, ref, what=""):
         for key in FIELDS + ("loglik",):
             bound = ATOL + AMPLIFICATION * _dev(w, x, key)
             assert _dev(g, x, key) <= bound, (where, key, _dev(g, x, key), bound)
+
+
+def reference(model, soft, controller=None):
+    """``run(prompts, sampling, **generate_kwargs) -> (fp32 rows, fp64 rows)`` of the local
+    engine on ``model`` (with the AdaptSoft checkpoint ``controller``), and the fp64 engine."""
+    from soft_spatial.engines import LocalEngine
+    l32 = LocalEngine.from_pretrained(model, controller=controller)
+    l64 = LocalEngine.from_pretrained(model, dtype=torch.float64, controller=controller)
+
+    def run(prompts, sampling, **kw):
+        return (l32.generate(prompts, soft=soft, sampling=sampling, **kw),
+                l64.generate(prompts, soft=soft, sampling=sampling, **kw))
+
+    run.l32, run.l64 = l32, l64
+    return run
 
 
 def assert_replays(local64, prompts, got, temperature):

@@ -89,8 +89,8 @@ def installed(sgl):
 class FakeReq:
     """The Req fields the plugin reads (sglang 0.5.12 ``Req``), carrying ``custom_params``."""
 
-    def __init__(self, rid, seed, sampling):
-        self.rid, self.output_ids, self.is_chunked = rid, [], 0
+    def __init__(self, rid, seed, sampling, slot=0):
+        self.rid, self.output_ids, self.is_chunked, self.req_pool_idx = rid, [], 0, slot
         self.sampling_params = SimpleNamespace(
             custom_params={PARAM_KEY: request_params(seed, sampling)},
             temperature=sampling.temperature, top_k=sampling.top_k or -1, top_p=sampling.top_p)
@@ -157,7 +157,7 @@ def test_real_sampler_parity_with_sample_step(installed, sgl):
     banned = torch.tensor(rt.settings.banned_ids)
     sampling = SamplingConfig(temperature=1.0)
     seeds = [11, 12, 13]
-    reqs = [FakeReq(f"r{i}", s, sampling) for i, s in enumerate(seeds)]
+    reqs = [FakeReq(f"r{i}", s, sampling, slot=5 - i) for i, s in enumerate(seeds)]
     gens = [torch.Generator().manual_seed(s) for s in seeds]
     thinking = torch.ones(3, dtype=torch.bool)
     sampler = create_sampler("soft_gumbel")
@@ -239,8 +239,8 @@ def test_real_server_args_accept_required_args(installed, sgl):
     from sglang.srt.server_args import ServerArgs
     kw = required_server_args({"mem_fraction_static": 0.4})
     args = ServerArgs(model_path=str(sgl.path), device="cpu", **kw)
-    assert args.disable_overlap_schedule and args.disable_cuda_graph and args.disable_radix_cache
-    assert not args.enable_mixed_chunk
+    assert args.disable_overlap_schedule and args.disable_cuda_graph and not args.enable_mixed_chunk
+    assert not args.disable_radix_cache and args.schedule_policy == "lpm"  # prefix cache kept
     assert "soft_spatial.engines.sglang.compat.load_weights" in args.custom_weight_loader
     # SGLang forces the pytorch sampler on CPU devices: the plugin must refuse such a server
     # instead of silently decoding without soft records.
@@ -259,9 +259,10 @@ def test_real_server_args_accept_required_args(installed, sgl):
 def test_embed_hook_with_real_embedding_and_signature(installed, sgl):
     """``_embed_hook`` through SGLang's BEFORE wrapper around a body with the real (unpatched)
     ``Qwen3LLMModel.forward`` signature, with SGLang's real ``VocabParallelEmbedding`` as
-    ``embed_tokens``: after a real sampler step, soft rows get Σ softmax(z/τ)_k E[ids_k] (the
-    local engine's :func:`record_input_embeddings`), the discrete row keeps its plain embedding,
-    prefill batches and rows without a mixture are left alone."""
+    ``embed_tokens``: after a real sampler step, read from the decode-input buffers by the
+    batch's request-pool slots, soft rows get Σ softmax(z/τ)_k E[ids_k] (the local engine's
+    :func:`record_input_embeddings`), the discrete row exactly its plain embedding; prefill
+    batches are left alone, and a slot the sampler never wrote is refused."""
     import inspect
 
     from sglang.srt.layers.logits_processor import LogitsProcessorOutput
@@ -286,7 +287,7 @@ def test_embed_hook_with_real_embedding_and_signature(installed, sgl):
     assert list(inspect.signature(body).parameters) == params  # the real signature
     fwd = _wrap_fn(body, installed.compat._embed_hook, HookType.BEFORE)
     lm = SimpleNamespace(embed_tokens=embed)
-    reqs = [FakeReq(f"e{i}", 100 + i, SamplingConfig()) for i in range(3)]
+    reqs = [FakeReq(f"e{i}", 100 + i, SamplingConfig(), slot=(4 * i + 1) % 7) for i in range(3)]
     g = torch.Generator().manual_seed(9)
     sampler = create_sampler("soft_gumbel")
     for t in range(2):  # step 0: row 1 emits </think> (a soft step); step 1: row 1 discrete
@@ -302,7 +303,8 @@ def test_embed_hook_with_real_embedding_and_signature(installed, sgl):
     info = out.customized_info
     assert info[info_key("soft")] == [True, False, True] and reqs[1].output_ids[0] == te
     plain = embed(tokens)
-    fb_decode = SimpleNamespace(forward_mode=ForwardMode.DECODE)
+    fb_decode = SimpleNamespace(forward_mode=ForwardMode.DECODE,
+                                req_pool_indices=torch.tensor([r.req_pool_idx for r in reqs]))
     with batch_context(BatchContext(reqs=reqs, is_decode=True)):
         got = fwd(lm, tokens, None, fb_decode, plain)  # positional, as the VL model calls it
         got_kw = fwd(lm, input_ids=tokens, positions=None, forward_batch=fb_decode,
@@ -316,3 +318,9 @@ def test_embed_hook_with_real_embedding_and_signature(installed, sgl):
         assert fwd(lm, tokens, None, SimpleNamespace(forward_mode=ForwardMode.EXTEND),
                    plain) is plain
     assert fwd(lm, tokens, None, fb_decode, plain) is plain  # outside a batch: untouched
+    unwritten = SimpleNamespace(forward_mode=ForwardMode.DECODE,
+                                req_pool_indices=torch.tensor([6, 0, 3]))
+    assert 6 not in fb_decode.req_pool_indices.tolist()
+    with batch_context(BatchContext(reqs=reqs, is_decode=True)):
+        with pytest.raises(RuntimeError, match="no record"):
+            fwd(lm, tokens, None, unwritten, plain)

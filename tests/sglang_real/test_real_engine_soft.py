@@ -17,64 +17,18 @@ accumulation, the trainer's teacher-forced replay of SGLang's records reproduces
 from __future__ import annotations
 
 import asyncio
-import random
 from collections import defaultdict
 
 import pytest
-import torch
-from PIL import Image
-from real_engine import (WireLog, assert_parity, assert_replays, batch_log, clear_batch_log,
-                         running_engine, stub_calls, think_model)
+from real_engine import (LONG, PROMPTS, WireLog, assert_parity, assert_replays, batch_log,
+                         chat, clear_batch_log)
 
-from soft_spatial.engines import LocalEngine
 from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
 
 pytestmark = pytest.mark.sglang
 
 SOFT = SoftThinkingConfig(mode="fixed", top_k=4)
 SAMPLING = SamplingConfig(temperature=0.8, max_new_tokens=16)
-
-
-def chat(color, size, text):
-    img = Image.new("RGB", size, color)
-    return [{"role": "user", "content": [{"type": "image", "image": img},
-                                         {"type": "text", "text": text}]}]
-
-
-PROMPTS = [[5, 17, 42, 99, 7], [3, 8], [11, 12, 13, 14, 15, 16],
-           chat((200, 30, 30), (96, 64), "Which side is red? A. left B. right")]
-LONG = [random.Random(0).randrange(30, 500) for _ in range(80)][40:]  # 40 ids, long soft phases
-
-
-@pytest.fixture(scope="module")
-def model(tiny_qwen3_vl_small, tmp_path_factory):
-    return think_model(tiny_qwen3_vl_small, tmp_path_factory.mktemp("think") / "model")
-
-
-@pytest.fixture(scope="module")
-def local(model):
-    return LocalEngine.from_pretrained(model)
-
-
-@pytest.fixture(scope="module")
-def local64(model):
-    return LocalEngine.from_pretrained(model, dtype=torch.float64)
-
-
-@pytest.fixture(scope="module")
-def reference(local, local64):
-    """``reference(prompts, sampling, n=1, seed=0, seeds=None) -> (fp32 rows, fp64 rows)``."""
-    def run(prompts, sampling, **kw):
-        return (local.generate(prompts, soft=SOFT, sampling=sampling, **kw),
-                local64.generate(prompts, soft=SOFT, sampling=sampling, **kw))
-    return run
-
-
-@pytest.fixture(scope="module")
-def engine(model, tmp_path_factory):
-    with running_engine(model, SOFT, tmp_path_factory.mktemp("sglang_fixed")) as eng:
-        yield eng
-        assert stub_calls(eng) == []  # no sgl_kernel op was reached, in any process
 
 
 def test_real_engine_runs_the_plugin(engine):
@@ -86,7 +40,7 @@ def test_real_engine_runs_the_plugin(engine):
     assert "soft_spatial.engines.sglang.compat.load_weights" in info["custom_weight_loader"]
 
 
-def test_fixed_soft_parity_with_local_engine(engine, reference, local64):
+def test_fixed_soft_parity_with_local_engine(engine, reference):
     """Text and image prompts, 2 samples each: the </think> switch, eos and length stops."""
     got = engine.generate(PROMPTS, soft=SOFT, sampling=SAMPLING, n=2, seed=7)
     want, ref = reference(PROMPTS, SAMPLING, n=2, seed=7)
@@ -96,7 +50,7 @@ def test_fixed_soft_parity_with_local_engine(engine, reference, local64):
     assert any(w.finish_reason == "stop" for w in want)
     assert any(w.finish_reason == "length" and w.trace.soft.all() for w in want)
     assert any(not bool(w.trace.soft[-1]) for w in want)  # discrete steps after </think>
-    assert_replays(local64, PROMPTS, got, SAMPLING.temperature)
+    assert_replays(reference.l64, PROMPTS, got, SAMPLING.temperature)
 
 
 def test_continuous_batching_staggered_arrivals(engine, reference):
