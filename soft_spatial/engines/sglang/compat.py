@@ -274,7 +274,14 @@ def run_scheduler_process(*args, **kwargs):
 def plugin_schedulers():
     """While active, SGLang launchers that read ``sglang.srt.entrypoints.engine.
     run_scheduler_process`` at call time (verl's ``SGLangHttpServer.launch_server``) start every
-    scheduler through :func:`run_scheduler_process`."""
+    scheduler through :func:`run_scheduler_process`.
+
+    It also runs SGLang's ``load_plugins()`` first (idempotent), as SGLang's own ``Engine`` and
+    ``launch_server`` do before they build ``ServerArgs``: verl 0.9.1's ``launch_server`` builds
+    ``ServerArgs`` without it, so installed SGLang plugins would not see the server's arguments.
+    """
+    from sglang.srt.plugins import load_plugins
+    load_plugins()
     import sglang.srt.entrypoints.engine as sgl_engine
     original = sgl_engine.run_scheduler_process
     sgl_engine.run_scheduler_process = run_scheduler_process
