@@ -115,8 +115,10 @@ def stub_calls(engine) -> List[str]:
     return f.read_text().split() if f.exists() else []
 
 
-def batch_log(engine) -> List[dict]:
-    f = engine.tmp_path / "batches.jsonl"
+def batch_log(engine_or_file) -> List[dict]:
+    """The scheduler's batches (of a :func:`running_engine`, or from a log file)."""
+    f = getattr(engine_or_file, "tmp_path", None)
+    f = f / "batches.jsonl" if f is not None else Path(engine_or_file)
     return [json.loads(line) for line in f.read_text().splitlines()] if f.exists() else []
 
 

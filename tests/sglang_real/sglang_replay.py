@@ -62,6 +62,9 @@ class ReplayTokenizerManager:
             yield list(await asyncio.gather(*(self._one(obj[i]) for i in range(obj.batch_size))))
 
     async def _one(self, obj):
+        if obj.sampling_params.get("max_new_tokens") == 0:  # prefill only: SGLang answers at once
+            return {"output_ids": [], "meta_info": {"id": obj.rid,
+                                                    "finish_reason": {"type": "length"}}}
         state = SimpleNamespace(event=asyncio.Event(), output_ids=[], out=None)
         self.rid_to_state[obj.rid] = state
         req = Req(obj.rid, "", list(obj.input_ids), SamplingParams(**obj.sampling_params))

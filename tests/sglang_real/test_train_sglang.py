@@ -10,7 +10,8 @@ and detokenizer processes with the plugin and serves verl's agent loop; verl's w
 accommodations are the test overlay's (tests/sglang_stubs/README.md): SGLang's sampler reset and
 CPU tensors in SGLang's CUDA-IPC weight serialiser.
 
-The server starts from dummy weights (verl's hybrid mode), so the per-step likelihoods the trainer
+With the radix cache on (the default), the 2 samples of a prompt share its prefill (checked in the
+scheduler's batch log). The server starts from dummy weights (verl's hybrid mode), so the per-step likelihoods the trainer
 recomputes agree with SGLang's only if the weight sync works: with a broken sync the replay
 difference was measured at ~40 (nats) on the first step; and with a learning rate of 1e-3 the
 second step checks that the first step's update reached SGLang.
@@ -23,6 +24,7 @@ import uuid
 import psutil
 import pytest
 
+from real_engine import BATCH_LOG_ENV, batch_log
 from test_train_cpu import prepare_train_data, run_train
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
@@ -32,6 +34,7 @@ def test_two_training_steps_with_the_sglang_rollout(tiny_qwen3_vl_small, tmp_pat
     data = prepare_train_data(tmp_path / "data", tiny_qwen3_vl_small)
     mark = uuid.uuid4().hex
     monkeypatch.setenv("SOFT_SPATIAL_TEST_MARK", mark)  # finds every process the run starts
+    monkeypatch.setenv(BATCH_LOG_ENV, str(tmp_path / "batches.jsonl"))  # the scheduler's batches
     metrics = run_train(tiny_qwen3_vl_small, data, tmp_path, "rollout=sglang",
                         "experiment=adaptsoft", "trainer.total_training_steps=2",
                         "trainer.save_freq=-1", "trainer.n_gpus_per_node=1",
@@ -47,6 +50,15 @@ def test_two_training_steps_with_the_sglang_rollout(tiny_qwen3_vl_small, tmp_pat
         assert abs(m["rollout_corr/kl"]) < 1e-4
         assert m["actor/grad_norm"] > 0 and m["actor/adaptsoft/grad_finite"] == 1.0
         assert m["actor/adaptsoft/optimizer_steps"] == m["step"]  # the controller was trained
+    # the 2 samples of each prompt shared its prefill: one prefill-only request per prompt
+    # computed what the radix cache did not hold yet (image tokens included), each sample then
+    # computed only its last prompt token
+    rows = [r for b in batch_log(tmp_path / "batches.jsonl") if b["mode"] == "EXTEND"
+            for r in b["rows"]]
+    prefills = [n for rid, _, n in rows if rid.endswith("-prefill")]
+    samples = [n for rid, _, n in rows if not rid.endswith("-prefill")]
+    assert len(prefills) == 2 * 2 and max(prefills) > 300  # 2 prompts per step, 2 steps
+    assert len(samples) == 2 * 2 * 2 and set(samples) == {1}
     mine = [p for p in psutil.process_iter() if _environ(p).get("SOFT_SPATIAL_TEST_MARK") == mark
             and p.pid != os.getpid()]
     _, left = psutil.wait_procs(mine, timeout=30)  # Ray's own processes exit after the run

@@ -51,11 +51,13 @@ def sampling_config(params: Dict[str, Any], response_length: int) -> SamplingCon
 def collapse_image_pads(ids: Sequence[int], image_token_id: Optional[int]) -> List[int]:
     """Prompt ids with each run of image placeholders reduced to one placeholder.
 
-    verl's agent loop and the local engine render prompts with the placeholders already expanded
-    (one per merged patch). SGLang 0.5.12 decodes such ids to text and runs the model's HF
-    processor on it again, which expands every placeholder once more (transformers 5.10:
-    ``StopIteration`` in ``get_text_with_replacements``). With one placeholder per image the
-    processor's expansion reproduces the original ids (same processor, same images).
+    The local engine (and verl's agent loop) render prompts with the placeholders already
+    expanded (one per merged patch). SGLang 0.5.12 with its tokenizer initialised decodes such
+    ids to text and runs the model's HF processor on it again, which expands every placeholder
+    once more (transformers 5.10: ``StopIteration`` in ``get_text_with_replacements``; verl's
+    server is not affected: it runs SGLang with ``skip_tokenizer_init``, whose path collapses the
+    runs itself). With one placeholder per image the processor's expansion reproduces the
+    original ids (same processor, same images).
     """
     if image_token_id is None:
         return list(ids)

@@ -13,6 +13,7 @@ starts, and ``generate(soft=...)`` must repeat them.
 """
 from __future__ import annotations
 
+import contextlib
 import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
@@ -193,11 +194,10 @@ class SGLangEngine:
             await self.backend.async_generate(**dict(req, rid=rid + "-prefill",
                                                      sampling_params=dict(PREFILL_ONLY)))
 
+        shared = (self._prefill.prefilled(tuple(req["input_ids"]), prefill)  # see PromptPrefill
+                  if self.prefix_cache else contextlib.nullcontext())
         try:
-            if self.prefix_cache:  # see PromptPrefill
-                async with self._prefill.prefilled(tuple(req["input_ids"]), prefill):
-                    res = await self.backend.async_generate(**req)
-            else:
+            async with shared:
                 res = await self.backend.async_generate(**req)
             return self.completion(0, sample_index, ids, rid, res)
         finally:
