@@ -121,7 +121,8 @@ class SGLangEngine:
                     "max_new_tokens": sampling.max_new_tokens,
                     "temperature": 0.0 if sampling.greedy else sampling.temperature,
                     "top_p": sampling.top_p, "top_k": sampling.top_k or -1,
-                    "stop_token_ids": list(self.eos_ids), "skip_special_tokens": True,
+                    "stop_token_ids": list(self.eos_ids), "ignore_eos": not self.eos_ids,
+                    "skip_special_tokens": True,
                     "custom_params": {PARAM_KEY: request_params(seed, sampling)}}}
 
     # -- generation ---------------------------------------------------------------------------
