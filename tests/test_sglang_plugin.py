@@ -513,3 +513,40 @@ def test_required_server_args_refuse_settings_that_break_soft_decoding(key, valu
         required_server_args({key: value})
     ok = required_server_args({})
     assert ok["sampling_backend"] == "soft_gumbel" and ok["disable_overlap_schedule"] is True
+
+
+# -- decode-input buffers (what a CUDA graph would capture; docs/sglang.md) --------------------
+def test_decode_input_buffers_are_static_and_their_read_is_graph_capturable(engine):
+    """With SGLang's pool size known the buffers are allocated once and written in place (a
+    captured graph keeps their addresses); the read — gather by request-pool slot, weighted sum
+    of embedding rows — traces as one graph (no data-dependent branch, no host sync); padded
+    rows of a graph batch (slots never written) read finite zeros; the checked read refuses them
+    and, having a host sync, does not trace as one graph."""
+    soft = SoftThinkingConfig(mode="fixed", top_k=4)
+    rt = SoftRuntime(settings_for(engine, soft))
+    sampling = SamplingConfig()
+    reqs = [fake_req(f"g{i}", i, sampling) for i in range(3)]
+    v, d = engine.lm_head.weight.shape[0], engine.hidden_size
+    g = torch.Generator().manual_seed(0)
+    buf, ptrs = None, None
+    for step in range(3):
+        rt.sample(reqs, torch.randn(3, v, generator=g), torch.randn(3, d, generator=g),
+                  pool_size=64)
+        buf = rt.buffers("cpu", 64)
+        if ptrs is None:
+            ptrs = (buf.ids.data_ptr(), buf.weights.data_ptr())
+        assert (buf.ids.data_ptr(), buf.weights.data_ptr()) == ptrs and buf.size == 64
+        for r in reqs:
+            r.output_ids.append(0)
+    slots = torch.tensor([r.req_pool_idx for r in reqs] + [63])  # + a padded graph row
+    traced = torch.compile(buf.mixture, fullgraph=True, backend="eager")
+    out = traced(slots, engine.embed)
+    assert torch.equal(out, buf.mixture(slots, engine.embed))
+    assert torch.equal(out[-1], torch.zeros(d))
+    with pytest.raises(RuntimeError, match="no record"):
+        rt.decode_inputs(slots, engine.embed, torch.zeros(4, d))
+    checked = torch.compile(lambda s: rt.decode_inputs(s, engine.embed, torch.zeros(3, d)),
+                            fullgraph=True, backend="eager")
+    with pytest.raises(Exception, match="data-dependent"):  # the check reads a tensor on the host
+        checked(slots[:3])
+    torch._dynamo.reset()

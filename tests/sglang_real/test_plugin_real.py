@@ -10,6 +10,8 @@ real ``ServerArgs`` with :func:`required_server_args`. Not run: scheduler, KV ca
 """
 from __future__ import annotations
 
+import copy
+import inspect
 import socket
 from pathlib import Path
 from types import SimpleNamespace
@@ -242,11 +244,16 @@ def test_real_server_args_accept_required_args(installed, sgl):
     assert args.disable_overlap_schedule and args.disable_cuda_graph and not args.enable_mixed_chunk
     assert not args.disable_radix_cache and args.schedule_policy == "lpm"  # prefix cache kept
     assert "soft_spatial.engines.sglang.compat.load_weights" in args.custom_weight_loader
-    # SGLang forces the pytorch sampler on CPU devices: the plugin must refuse such a server
-    # instead of silently decoding without soft records.
-    assert args.sampling_backend == "pytorch"
+    # SGLang forces the pytorch sampler on CPU devices (ServerArgs._handle_cpu_backends; the test
+    # overlay's sglang_cpu plugin undoes it in processes where SGLang loaded its plugins): the
+    # plugin must refuse such a server instead of silently decoding without soft records.
+    reset = copy.copy(args)
+    reset.sampling_backend = "soft_gumbel"
+    handle = ServerArgs._handle_cpu_backends
+    getattr(handle, "__wrapped__", handle)(reset)  # SGLang's own method
+    assert reset.sampling_backend == "pytorch"
     with pytest.raises(RuntimeError, match="sampling_backend"):
-        installed.compat.check_server_args(args)
+        installed.compat.check_server_args(reset)
     args.sampling_backend = "soft_gumbel"  # what a GPU server keeps
     installed.compat.check_server_args(args)
     with pytest.raises(ValueError):
@@ -263,8 +270,6 @@ def test_embed_hook_with_real_embedding_and_signature(installed, sgl):
     batch's request-pool slots, soft rows get Σ softmax(z/τ)_k E[ids_k] (the local engine's
     :func:`record_input_embeddings`), the discrete row exactly its plain embedding; prefill
     batches are left alone, and a slot the sampler never wrote is refused."""
-    import inspect
-
     from sglang.srt.layers.logits_processor import LogitsProcessorOutput
     from sglang.srt.layers.sampler import create_sampler
     from sglang.srt.layers.vocab_parallel_embedding import VocabParallelEmbedding
@@ -324,3 +329,26 @@ def test_embed_hook_with_real_embedding_and_signature(installed, sgl):
     with batch_context(BatchContext(reqs=reqs, is_decode=True)):
         with pytest.raises(RuntimeError, match="no record"):
             fwd(lm, tokens, None, unwritten, plain)
+
+
+def test_scheduler_internals_the_plugin_relies_on():
+    """Upgrade guard for compat.protect_soft_kv / request_pool_size / _embed_hook and
+    plugin_schedulers (the real-engine tests exercise them; this names what moved)."""
+    import dataclasses
+
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.managers.tp_worker import TpModelWorker
+    from sglang.srt.mem_cache import common
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+    from sglang.srt.model_executor.model_runner import ModelRunner
+    from sglang.srt.plugins import load_plugins
+    for fn in (common.release_kv_cache, common.maybe_cache_unfinished_req):
+        assert "skip_radix_cache_insert" in inspect.getsource(fn), fn.__name__
+    assert "skip_radix_cache_insert" in inspect.getsource(Req.__init__)
+    assert "req_pool_idx" in inspect.getsource(Req.__init__)
+    assert "req_pool_indices" in {f.name for f in dataclasses.fields(ForwardBatch)}
+    assert "self.model_runner" in inspect.getsource(TpModelWorker)
+    assert "self.req_to_token_pool" in inspect.getsource(ModelRunner) or \
+        "req_to_token_pool" in inspect.getsource(__import__(
+            "sglang.srt.model_executor.model_runner_kv_cache_mixin", fromlist=["x"]))
+    assert callable(load_plugins)
