@@ -2,10 +2,14 @@
 pytest process).
 
 That process puts the overlay of ``scripts/setup_sglang_overlay.sh`` (sglang and its pure-Python
-imports, installed --no-deps) and ``tests/sglang_stubs`` (an import-only ``sgl_kernel``) in front
+imports, installed --no-deps) and ``tests/sglang_stubs`` (an import-only ``sgl_kernel``, CPU accommodations) in front
 of ``.venv`` on PYTHONPATH; .venv supplies torch, triton, torchvision, transformers and verl. In
 the main suite's process sglang is not importable and this folder is not collected, so the main
 suite keeps testing the package without sglang.
+
+The ``test_real_engine_*`` modules, ``test_eval_engine`` and ``test_train_sglang`` start SGLang's
+real engine on the CPU (real_engine.py; one engine per module, no process left behind; the CPU
+stand-ins are listed in tests/sglang_stubs/README.md).
 """
 import importlib.util
 import os
