@@ -19,8 +19,8 @@ from .density import (StepLikelihood, candidate_logp, gumbel_log_density,
                       soft_step_log_density, step_likelihood, step_log_likelihood,
                       token_log_prob)
 from .mixture import (candidates, gumbel_from_uniform, gumbel_noise, mixture_weights,
-                      normalized_entropy, perturb, record_input_embeddings, soft_embedding,
-                      soft_step, sort_by_score, spine)
+                      normalized_entropy, perturb, record_input_embeddings, record_weights,
+                      soft_embedding, soft_step, sort_by_score, spine)
 from .trace import SoftTrace, TraceRecorder, collate_traces, uncollate_traces
 
 __all__ = [
@@ -31,5 +31,6 @@ __all__ = [
     "gumbel_log_density", "gumbel_noise", "mixture_weights", "normalized_entropy", "perturb",
     "select_reference", "soft_embedding", "soft_step", "soft_step_log_density", "sort_by_score",
     "spine", "uncollate_traces", "gumbel_from_uniform", "record_input_embeddings",
+    "record_weights",
     "step_log_likelihood", "step_likelihood", "StepLikelihood", "token_log_prob",
 ]
