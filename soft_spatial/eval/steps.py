@@ -16,7 +16,6 @@ soft_spatial.analysis`` reads this file (Figures 4, 6 and 7).
 from __future__ import annotations
 
 import base64
-import json
 from pathlib import Path
 from typing import Dict, Tuple
 
@@ -64,21 +63,14 @@ def decode_steps(row: dict, where: str = "steps row") -> Dict[str, np.ndarray]:
 def read_steps(path) -> Dict[StepsKey, Dict[str, np.ndarray]]:
     """All samples of a ``steps.jsonl`` by (benchmark, question_index, sample); a torn last line
     is dropped, any other bad line is an error naming the file and line."""
+    from .runner import read_results
+
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no per-step data (evaluate with analysis_steps=true)")
-    lines = path.read_text(encoding="utf-8").splitlines()
     out: Dict[StepsKey, Dict[str, np.ndarray]] = {}
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        where = f"{path}: line {i + 1}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                break
-            raise ValueError(f"{where} is not valid JSON") from None
+    for i, row in enumerate(read_results(path)):
+        where = f"{path}: record {i + 1}"
         try:
             key = (str(row["benchmark"]), int(row["question_index"]), int(row["sample"]))
         except KeyError as e:
