@@ -27,18 +27,23 @@ def _plugin_env(device: str) -> dict:
     return env
 
 
-def task_subset_files(files, task_types, out_dir: Path, split: str) -> list:
-    """Filtered copies of verl parquet ``files`` (a path or a list) holding only ``task_types``."""
+def task_subset_files(files, task_types, out_dir: Path, split: str, min_rows: int = 1) -> list:
+    """Filtered copies of verl parquet ``files`` (a path or a list) holding only ``task_types``;
+    fewer than ``min_rows`` rows in all is an error (verl would stop with an empty dataloader)."""
     from soft_spatial.data.subsets import filter_parquet
 
     files = [files] if isinstance(files, str) else list(files)
     tag = "+".join(task_types)
-    out = []
+    out, total = [], 0
     for i, f in enumerate(files):
         dst = out_dir / f"{split}{i}-{tag}.parquet"
         n = filter_parquet(f, dst, task_types)
         print(f"data.task_types={task_types}: {n} rows of {f} -> {dst}")
         out.append(str(dst))
+        total += n
+    if total < min_rows:
+        raise ValueError(f"data.task_types={task_types}: {total} {split} rows, fewer than "
+                         f"{min_rows} (data.train_batch_size); lower the batch size or add data")
     return out
 
 
@@ -70,9 +75,10 @@ def run(cfg) -> None:
     task_types = normalise_task_types(cfg.data.get("task_types"))
     if task_types:
         with open_dict(cfg):
-            for key, split in (("train_files", "train"), ("val_files", "val")):
+            for key, split, least in (("train_files", "train", int(cfg.data.train_batch_size)),
+                                      ("val_files", "val", 1)):
                 cfg.data[key] = task_subset_files(cfg.data[key], task_types, ckpt_dir / "data",
-                                                  split)
+                                                  split, least)
     with open_dict(cfg):  # forward the plugin environment to every Ray process
         ray_init = cfg.ray_kwargs.setdefault("ray_init", {})
         runtime_env = ray_init.setdefault("runtime_env", {})

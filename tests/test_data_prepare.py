@@ -242,6 +242,8 @@ def test_task_types_subset_in_prepare_and_training_parquet(fx: FixtureSet, model
     (ego,) = task_subset_files([str(full)], ["Egocentric", "Manipulation"], tmp_path / "run", "val")
     assert sorted(r["extra_info"]["sub_task_type"] for r in pq.read_table(ego).to_pylist()) == [
         "Egocentric", "Manipulation"]
+    with pytest.raises(ValueError, match="1 train rows, fewer than 2"):
+        task_subset_files(str(full), ["Egocentric"], tmp_path / "run", "train", min_rows=2)
     with pytest.raises(ValueError, match=r"no records of task type \['Perspective'\].*Perspective_Taking"):
         main(["--benchmark", "omnispatial", "--root", str(fx.omnispatial), "--out", str(tmp_path / "x.parquet"),
               "--processor", str(model_dir), "--task-types", "Perspective"])
