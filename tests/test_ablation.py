@@ -88,22 +88,25 @@ def test_bad_config_and_rows_are_clear_errors(tmp_path):
 
 @pytest.mark.slow
 def test_one_row_end_to_end_on_the_tiny_model(tiny_qwen3_vl_small, tmp_path):
-    """Train on Perspective_Taking (1 step, verl on the CPU), merge, evaluate on that subset,
-    write the table; a second invocation skips training and merging."""
+    """Train on a task-type subset (1 step, verl on the CPU), merge, evaluate on that subset,
+    write the table; a second invocation skips training and merging. (The train fixture has one
+    Perspective_Taking question, so the subset adds Dynamic_Reasoning to fill a batch of two.)"""
     from test_train_cpu import prepare_train_data
 
     data = prepare_train_data(tmp_path / "data", tiny_qwen3_vl_small)
+    cfg = tmp_path / "sweep.yaml"
+    cfg.write_text("benchmark: omnispatial\ntask_types: [Perspective_Taking, Dynamic_Reasoning]\n"
+                   "columns: [Egocentric, Manipulation]\n"
+                   "rows:\n  - {key: adaptsoft, name: AdaptSoft (full), experiment: adaptsoft,"
+                   " paper: {avg: 50.0}}\n")
     out = tmp_path / "t4"
-    args = [sys.executable, "-m", "soft_spatial.ablation", "--out", str(out), "--rows", "adaptsoft",
+    args = [sys.executable, "-m", "soft_spatial.ablation", "--out", str(out), "--config", str(cfg),
             "--override", "model=tiny",
             "--train-override", "cluster=cpu", "--train-override", f"model.path={tiny_qwen3_vl_small}",
             "--train-override", f"data.train_files={data / 'train.parquet'}",
             "--train-override", f"data.val_files={data / 'test.parquet'}",
             "--train-override", "trainer.total_training_steps=1",
             "--train-override", "trainer.save_freq=1", "--train-override", "trainer.n_gpus_per_node=1",
-            # the train fixture has one Perspective_Taking question: batches of one prompt
-            "--train-override", "data.train_batch_size=1",
-            "--train-override", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
             "--train-override", f"reward.custom_reward_function.path={ROOT / 'tests' / 'smoke_reward.py'}",
             "--eval-override", f"data.omnispatial={data / 'fixtures' / 'omnispatial'}",
             "--eval-override", "samples=2", "--eval-override", "max_new_tokens=12"]
@@ -111,13 +114,15 @@ def test_one_row_end_to_end_on_the_tiny_model(tiny_qwen3_vl_small, tmp_path):
     res = subprocess.run(args, capture_output=True, text=True, timeout=1200, env=env, cwd=ROOT)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     train_log = (out / "adaptsoft" / "train.log").read_text()
-    assert "data.task_types=['Perspective_Taking']: 1 rows" in train_log  # the train fixture's one
+    assert "data.task_types=['Perspective_Taking', 'Dynamic_Reasoning']: 3 rows" in train_log
     rows = [json.loads(x) for x in (out / "adaptsoft" / "eval" / "samples.jsonl").read_text().splitlines()]
-    assert len(rows) == 6 and {r["category"] for r in rows} == {"Perspective_Taking"}
+    assert len(rows) == 10 and {r["category"] for r in rows} == {"Perspective_Taking",
+                                                                 "Dynamic_Reasoning"}
     summary = json.loads((out / "adaptsoft" / "eval" / "summary.json").read_text())
     assert summary["config"]["mode"] == "adaptsoft" and summary["config"]["controller"].endswith(
         "global_step_1/actor/adaptsoft.pt")
     table = (out / "table4.md").read_text()
-    assert "| AdaptSoft (full) |" in table and "| w/o hidden state |" in table
+    assert "| Method | Avg. | Egocentric | Manipulation |" in table
+    assert f"| AdaptSoft (full) | {summary['benchmarks']['omnispatial']['overall']:.2f} (50.00) |" in table
     again = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert again.returncode == 0 and "training (" not in again.stdout and "merging" not in again.stdout

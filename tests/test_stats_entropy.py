@@ -4,7 +4,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 from soft_spatial.data import load_benchmark
 from soft_spatial.data.fixtures import write_fixtures

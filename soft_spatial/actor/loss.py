@@ -104,8 +104,8 @@ def soft_ppo_loss(config, model_output, data, dp_group=None, kl: Optional[KLConf
     ``ref_cand_logp`` in the batch (the engine and trainer provide both in that mode)."""
     candidates = kl is not None and kl.over == "candidates" and config.use_kl_loss
     if candidates:
-        missing = [k for k, src in (("cand_logp", model_output), ("ref_cand_logp", data.keys()))
-                   if k not in src]
+        missing = [k for k, src in (("cand_logp", model_output), ("ref_cand_logp", data.keys()),
+                                    ("trace_soft", data.keys())) if k not in src]
         if missing:
             raise KeyError(f"kl.over=candidates needs {missing} (the soft engine's candidate "
                            f"log-probs; set rollout.custom.kl on the actor and ref workers)")

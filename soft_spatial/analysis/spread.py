@@ -86,5 +86,5 @@ def plot_spread(rows: List[dict], summary: Dict[str, dict], path):
     b.set_xticks(x, [f"{n}\n({summary[n]['traces']})" for n in names], fontsize=8)
     b.set_ylabel("τ spread (P90 − P10)")
     b.legend(fontsize=7)
-    fig.suptitle("Fig. 7: τ varies within traces more than across them", fontsize=9)
+    fig.suptitle("Fig. 7: τ spread within traces vs across trace medians", fontsize=9)
     return save(fig, path)

@@ -14,6 +14,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -101,21 +102,17 @@ def entropy_main(args) -> Path:
                 "temperature": sampling.temperature, "tau": soft.fixed_tau,
                 "max_new_tokens": sampling.max_new_tokens, "samples": args.samples,
                 "seed": args.seed}
-    partial = work / "entropies.jsonl"
+    partial, saved = work / "entropies.jsonl", work / "settings.json"
     done = read_partial(partial)
-    if done and (work / "settings.json").is_file():
-        import json
-        if json.loads((work / "settings.json").read_text()) != settings:
-            raise SystemExit(f"{work} holds entropies of other settings; remove it or pick "
-                             f"another --work-dir")
-    import json
-    (work / "settings.json").write_text(json.dumps(settings, indent=2))
+    if done and saved.is_file() and json.loads(saved.read_text()) != settings:
+        raise SystemExit(f"{work} holds entropies of other settings; remove it or pick "
+                         f"another --work-dir")
+    saved.write_text(json.dumps(settings, indent=2))
     print(f"decoding {len(prompts)} prompts x {args.samples} with K={soft.top_k}, "
           f"c={soft.noise_scale}, T={sampling.temperature}, tau={soft.fixed_tau} "
           f"({len(done)} done earlier)", flush=True)
-    engine = LocalEngine.from_pretrained(model_path, device=args.device,
-                                         dtype=getattr(torch, str(cfg.model.get("dtype",
-                                                                               "float32"))),
+    dtype = getattr(torch, str(cfg.model.get("dtype", "float32")))
+    engine = LocalEngine.from_pretrained(model_path, device=args.device, dtype=dtype,
                                          max_batch_rows=args.batch_prompts * args.samples)
     ent = soft_step_entropies(engine, prompts, soft, sampling, samples=args.samples,
                               seed=args.seed, batch_prompts=args.batch_prompts, done=done,
@@ -136,11 +133,9 @@ def entropy_main(args) -> Path:
 
 
 def _histogram_png(est, path: Path) -> Path:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from soft_spatial.analysis.plotting import pyplot, save
 
-    fig, ax = plt.subplots(figsize=(5, 3.2))
+    fig, ax = pyplot().subplots(figsize=(5, 3.2))
     edges = est.histogram_edges
     ax.bar(edges[:-1], est.histogram_counts, width=[b - a for a, b in zip(edges, edges[1:])],
            align="edge", color="#4c72b0", edgecolor="white")
@@ -149,10 +144,7 @@ def _histogram_png(est, path: Path) -> Path:
     ax.set_ylabel("soft steps")
     ax.set_title(f"$\\sigma_H$ = {est.entropy_std:.3f}, {est.soft_steps} steps", fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def main(argv: Optional[Sequence[str]] = None):
