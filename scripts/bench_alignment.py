@@ -32,7 +32,7 @@ QUICK = [(1_000, 64, 256), (8_000, 128, 512), (32_000, 256, 1_024)]
 K, N_DENSE = 5, 8
 
 
-def _inputs(v, d, n, seed=0):
+def _inputs(v, d, n, seed=0, device="cpu"):
     import torch
     from soft_spatial.softthink import SparseGrad
     g = torch.Generator().manual_seed(seed)
@@ -43,18 +43,20 @@ def _inputs(v, d, n, seed=0):
                         torch.randn(n_ref, K, generator=g)),
              torch.randn(N_DENSE, v, generator=g) / v ** 0.5]
     v_ref = [torch.randn(n_ref, d, generator=g), torch.randn(N_DENSE, d, generator=g)]
-    return d_opt, v_opt, d_ref, v_ref
+    d_opt, d_ref = SparseGrad(d_opt.ids.to(device), d_opt.values.to(device)), [
+        SparseGrad(d_ref[0].ids.to(device), d_ref[0].values.to(device)), d_ref[1].to(device)]
+    return d_opt, v_opt.to(device), d_ref, [x.to(device) for x in v_ref]
 
 
-def _naive(d_opt, v_opt, d_ref, v_ref, v, steps):
+def _naive(d_opt, v_opt, d_ref, v_ref, v, steps, device="cpu"):
     import torch
-    g_ref = torch.zeros(v, v_opt.shape[1])
+    g_ref = torch.zeros(v, v_opt.shape[1], device=device)
     for dd, vv in zip(d_ref, v_ref):
         dense = dd.to_dense(v) if not isinstance(dd, torch.Tensor) else dd
         g_ref += dense.T @ vv
     out = []
     for t in range(steps):  # one dense d_t and one V×D outer product per step
-        d_t = torch.zeros(v).index_add_(0, d_opt.ids[t], d_opt.values[t])
+        d_t = torch.zeros(v, device=device).index_add_(0, d_opt.ids[t], d_opt.values[t])
         out.append((torch.outer(d_t, v_opt[t]) * g_ref).sum())
     return torch.stack(out)
 

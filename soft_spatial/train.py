@@ -3,6 +3,10 @@
 Composes verl's config tree (``pkg://verl.trainer.config``) with ``configs/train.yaml``; see that
 file for the presets (``experiment=``, ``model=``, ``rollout=``, ``cluster=``). The plugin
 (:mod:`soft_spatial.plugin`) is loaded in every Ray process through ``VERL_USE_EXTERNAL_MODULES``.
+
+``data.task_types=[Perspective_Taking]`` trains (and validates) on a task-type subset: the rows
+of ``data.train_files``/``data.val_files`` of those task types (or sub-types) are written to
+``<trainer.default_local_dir>/data/`` and verl reads those instead (the paper's Table 4 protocol).
 """
 from __future__ import annotations
 
@@ -21,6 +25,26 @@ def _plugin_env(device: str) -> dict:
     if device == "cpu":
         env["VERL_PLATFORM"] = "cpu"
     return env
+
+
+def task_subset_files(files, task_types, out_dir: Path, split: str, min_rows: int = 1) -> list:
+    """Filtered copies of verl parquet ``files`` (a path or a list) holding only ``task_types``;
+    fewer than ``min_rows`` rows in all is an error (verl would stop with an empty dataloader)."""
+    from soft_spatial.data.subsets import filter_parquet
+
+    files = [files] if isinstance(files, str) else list(files)
+    tag = "+".join(task_types)
+    out, total = [], 0
+    for i, f in enumerate(files):
+        dst = out_dir / f"{split}{i}-{tag}.parquet"
+        n = filter_parquet(f, dst, task_types)
+        print(f"data.task_types={task_types}: {n} rows of {f} -> {dst}")
+        out.append(str(dst))
+        total += n
+    if total < min_rows:
+        raise ValueError(f"data.task_types={task_types}: {total} {split} rows, fewer than "
+                         f"{min_rows} (data.train_batch_size); lower the batch size or add data")
+    return out
 
 
 def run(cfg) -> None:
@@ -47,6 +71,14 @@ def run(cfg) -> None:
                    os.environ.get("VERL_FILE_LOGGER_PATH", str(ckpt_dir / "metrics.jsonl")))
     os.environ.update(env)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
+    from soft_spatial.data.subsets import normalise_task_types
+    task_types = normalise_task_types(cfg.data.get("task_types"))
+    if task_types:
+        with open_dict(cfg):
+            for key, split, least in (("train_files", "train", int(cfg.data.train_batch_size)),
+                                      ("val_files", "val", 1)):
+                cfg.data[key] = task_subset_files(cfg.data[key], task_types, ckpt_dir / "data",
+                                                  split, least)
     with open_dict(cfg):  # forward the plugin environment to every Ray process
         ray_init = cfg.ray_kwargs.setdefault("ray_init", {})
         runtime_env = ray_init.setdefault("runtime_env", {})

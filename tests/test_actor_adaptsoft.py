@@ -73,7 +73,7 @@ def test_tau_gradient_of_alignment_loss_matches_finite_differences(adaptsoft_rol
     from soft_spatial.actor.engine import trace_layout
     from soft_spatial.models import load_model
     from soft_spatial.softthink import (SparseGrad, alignment_loss, alignment_scores,
-                                        step_log_likelihood)
+                                        step_likelihood)
 
     ctrl, prompts, outs = adaptsoft_rollout
     model, _, _ = load_model(tiny_qwen3_text_small, dtype=torch.float64)
@@ -86,9 +86,9 @@ def test_tau_gradient_of_alignment_loss_matches_finite_differences(adaptsoft_rol
     leaf = tau_upd.detach().double().requires_grad_(True)
     logits, hid = _forward(model, td, sb, leaf)
     adv = torch.tensor([1.0, -0.5, 0.7, -1.2], dtype=torch.float64)
-    loss = -(adv[sb.seq] * step_log_likelihood(logits, sb.topk_ids, sb.scores.double(),
-                                                sb.soft)).mean()
-    state = {"batch": sb, "logits": logits, "hidden_steps": hid, "tau_leaf": leaf,
+    lik = step_likelihood(logits, sb.topk_ids, sb.scores.double(), sb.soft)
+    loss = -(adv[sb.seq] * lik.loglik).mean()
+    state = {"batch": sb, "likelihood": lik, "hidden_steps": hid, "tau_leaf": leaf,
              "tau_upd": tau_upd}
     trainer.alignment_step(loss, state)
     last = trainer.last
@@ -245,3 +245,17 @@ def test_two_rank_fsdp2_update_keeps_controllers_equal(tiny_qwen3_text_small, tm
     assert r0["changed"] and r1["changed"]
     assert r0["grad_norm"] == pytest.approx(r1["grad_norm"])
     assert r0["metrics"]["adaptsoft/grad_finite"] == [1.0]  # verl: a list per micro-batch
+
+
+def test_trainer_device_zero_is_the_first_gpu_not_the_cpu():
+    """device=0 (verl's get_device_id() on local rank 0) must place the controller on cuda:0;
+    it once fell back to the CPU (``device or "cpu"``) and the first GPU update crashed."""
+    from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
+    from soft_spatial.softthink import AdaptSoft
+
+    assert AdaptSoftTrainer(AdaptSoft(16)).controller.fc1.weight.device.type == "cpu"
+    if torch.cuda.is_available():
+        assert AdaptSoftTrainer(AdaptSoft(16), device=0).controller.fc1.weight.device.index == 0
+    else:
+        with pytest.raises((RuntimeError, AssertionError)):  # no CUDA here: must not be the CPU
+            AdaptSoftTrainer(AdaptSoft(16), device=0)

@@ -89,11 +89,15 @@ def set_infer_keys(td, micro_batch_size, remove_padding):
 
 
 def make_engine(model_dir, remove_padding=True, model_type="soft_language_model",
-                strategy="fsdp2", lr=1e-3):
-    """A real verl FSDP engine (needs an initialised process group and the CPU platform)."""
-    from soft_spatial.trainer.platform import use_cpu_platform
+                strategy="fsdp2", lr=1e-3, cpu=True, param_dtype="fp32",
+                gradient_checkpointing=False):
+    """A real verl FSDP engine (needs an initialised process group; ``cpu`` selects the CPU
+    platform, otherwise verl's own device). Master weights are fp32; ``param_dtype`` is the
+    mixed-precision compute dtype ("fp32" on the CPU, "bf16" as training runs on GPUs)."""
+    if cpu:
+        from soft_spatial.trainer.platform import use_cpu_platform
 
-    use_cpu_platform()
+        use_cpu_platform()
     import soft_spatial.actor.engine  # noqa: F401  (registers soft_language_model)
     from verl.trainer.config import CheckpointConfig
     from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
@@ -101,10 +105,11 @@ def make_engine(model_dir, remove_padding=True, model_type="soft_language_model"
 
     model_config = HFModelConfig(path=str(model_dir), model_type=model_type,
                                  use_remove_padding=remove_padding,
-                                 enable_gradient_checkpointing=False,
+                                 enable_gradient_checkpointing=gradient_checkpointing,
                                  override_config={"attn_implementation": "sdpa"})
     engine_config = FSDPEngineConfig(strategy=strategy, use_torch_compile=False, model_dtype="fp32",
-                                     mixed_precision={"param_dtype": "fp32", "reduce_dtype": "fp32",
+                                     mixed_precision={"param_dtype": param_dtype,
+                                                      "reduce_dtype": "fp32",
                                                       "buffer_dtype": "fp32"},
                                      use_remove_padding=remove_padding)
     optim = FSDPOptimizerConfig(lr=lr, total_training_steps=10, clip_grad=1.0)
@@ -126,20 +131,22 @@ def actor_config(**kw):
                        clip_ratio=0.2, policy_loss=PolicyLossConfig(loss_mode="soft_grpo"), **kw)
 
 
-def train_batch_td(engine, prompts, outs, micro_batch_size=2, remove_padding=True, seed=0):
-    """A training batch: old (= current) and ref log-probs from the engine, random advantages."""
+def train_batch_td(engine, prompts, outs, micro_batch_size=2, remove_padding=True, seed=0,
+                   device="cpu"):
+    """A training batch: old (= current) and ref log-probs from the engine, random advantages
+    (tensors on ``device``, where verl's workers put them before the engine sees them)."""
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import no_padding_2_padding
 
-    td = set_infer_keys(verl_batch(prompts, outs), micro_batch_size, remove_padding)
+    td = set_infer_keys(verl_batch(prompts, outs), micro_batch_size, remove_padding).to(device)
     with engine.eval_mode():
         out = engine.infer_batch(td)
-    old = no_padding_2_padding(out["model_output"]["log_probs"], td).detach()
+    old = no_padding_2_padding(out["model_output"]["log_probs"], td).detach().cpu()
     g = torch.Generator().manual_seed(seed)
     b, r = old.shape
     adv = torch.randn(b, 1, generator=g).expand(b, r).contiguous()
     td = set_infer_keys(verl_batch(prompts, outs, extra=dict(
         old_log_probs=old, ref_log_prob=old + 0.01 * torch.randn(b, r, generator=g),
-        advantages=adv)), micro_batch_size, remove_padding)
+        advantages=adv)), micro_batch_size, remove_padding).to(device)
     tu.assign_non_tensor(td, global_batch_size=b)
     return td

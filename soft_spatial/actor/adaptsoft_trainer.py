@@ -58,7 +58,8 @@ class AdaptSoftTrainer:
     def __init__(self, controller: AdaptSoft, config: Optional[AlignmentConfig] = None,
                  seed: int = 0, device=None):
         self.config = config or AlignmentConfig()
-        self.controller = controller.to(device or "cpu").float().train()
+        # device 0 is cuda:0, not "no device": only None means the CPU
+        self.controller = controller.to("cpu" if device is None else device).float().train()
         params = [p for p in self.controller.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=self.config.lr,
                                            weight_decay=self.config.weight_decay)
@@ -89,28 +90,35 @@ class AdaptSoftTrainer:
         """One micro-batch of the controller update; accumulates into φ's ``.grad``."""
         cfg = self.config
         sb = state["batch"]
-        logits, hidden, leaf, tau_upd = (state["logits"], state["hidden_steps"],
-                                         state["tau_leaf"], state["tau_upd"])
-        (d,) = torch.autograd.grad(loss, logits, retain_graph=True, allow_unused=True)
-        d = torch.zeros_like(logits, dtype=torch.float32) if d is None else d.detach().float()
+        lik, hidden, leaf, tau_upd = (state["likelihood"], state["hidden_steps"],
+                                      state["tau_leaf"], state["tau_upd"])
+        # d_t = ∂L/∂ℓ_t: K-sparse at soft steps (their candidate logits), dense at discrete ones
+        d_cand, d_disc = torch.autograd.grad(loss, [lik.cand_logits, lik.disc_logits],
+                                             retain_graph=True, allow_unused=True)
+        d_cand = (torch.zeros_like(lik.cand_logits, dtype=torch.float32) if d_cand is None
+                  else d_cand.detach().float())
+        d_disc = (torch.zeros_like(lik.disc_logits, dtype=torch.float32) if d_disc is None
+                  else d_disc.detach().float())
         soft = sb.soft
+        n = soft.shape[0]
+        slot = torch.zeros(n, dtype=torch.long, device=soft.device)  # row of step t in its part
+        slot[lik.soft_rows] = torch.arange(lik.soft_rows.numel(), device=soft.device)
+        slot[lik.disc_rows] = torch.arange(lik.disc_rows.numel(), device=soft.device)
         ref_seq = select_reference(sb.num_sequences, cfg.ref_fraction, self.generator)
         in_ref = ref_seq.to(soft.device)[sb.seq]
         ref_s, ref_d, opt = in_ref & soft, in_ref & ~soft, ~in_ref & soft
         hv = hidden.detach().float()
-        ids_rs = sb.topk_ids[ref_s]
-        parts = [ids_rs, d[ref_s].gather(1, ids_rs), hv[ref_s], d[ref_d], hv[ref_d]]
+        parts = [sb.topk_ids[ref_s], d_cand[slot[ref_s]], hv[ref_s], d_disc[slot[ref_d]], hv[ref_d]]
         ids_rs, vals_rs, v_rs, d_rd, v_rd = (all_gather_rows(p, group) for p in parts)
-        ids_o = sb.topk_ids[opt]
-        v_o = hidden[opt]
-        alpha = alignment_scores(SparseGrad(ids_o, d[opt].gather(1, ids_o)), v_o,
+        alpha = alignment_scores(SparseGrad(sb.topk_ids[opt], d_cand[slot[opt]]), hidden[opt],
                                  [SparseGrad(ids_rs, vals_rs), d_rd], [v_rs, v_rd],
                                  vocab_block=cfg.vocab_block)
         kappa = self.scaler.update(alpha, group)
         # "+ 0·Σh + 0·Σℓ": the backward runs through the whole policy on every rank, even with
         # O = ∅, and it enters through the model's output (ℓ), so FSDP2's root pre-backward runs
         # before any unit's post-backward (starting from h alone crashes under FSDP2)
-        l_as = alignment_loss(alpha, kappa) + 0.0 * hidden.sum() + 0.0 * logits.sum()
+        l_as = (alignment_loss(alpha, kappa) + 0.0 * hidden.sum() + 0.0 * lik.cand_logits.sum()
+                + 0.0 * lik.disc_logits.sum())
         (g,) = torch.autograd.grad(l_as, leaf, retain_graph=True, allow_unused=True)
         g = torch.zeros_like(leaf) if g is None else g.detach()
         g_u = g.to(tau_upd.dtype)

@@ -57,18 +57,22 @@ class _Prepared:
 
 
 class _Timer:
-    """Accumulates wall time per phase (for scripts/bench_decode.py); no-op when disabled."""
+    """Accumulates wall time per phase (for scripts/bench_decode.py); no-op when disabled. On a
+    CUDA device each phase synchronises first and last, so the time is the phase's own work."""
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool, device: torch.device = torch.device("cpu")):
         self.enabled, self.totals = enabled, defaultdict(float)
+        self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     @contextlib.contextmanager
     def __call__(self, name: str):
         if not self.enabled:
             yield
             return
+        self.sync()
         t0 = time.perf_counter()
         yield
+        self.sync()
         self.totals[name] += time.perf_counter() - t0
 
 
@@ -164,7 +168,7 @@ class LocalEngine:
     def enable_timing(self, enabled: bool = True) -> Dict[str, float]:
         """Accumulate wall time per decoding phase (prefill, sample, mixture, forward) in the
         returned dict (used by scripts/bench_decode.py); resets the totals."""
-        self.timings = _Timer(enabled)
+        self.timings = _Timer(enabled, self.device)
         return self.timings.totals
 
     @property

@@ -3,10 +3,15 @@
 Results are appended to ``samples.jsonl`` after every batch of questions (flushed and synced), so
 an interrupted run resumes where it stopped: finished (question, sample) pairs are never redone.
 ``summary.json`` and one ``<benchmark>.md`` table per benchmark are rebuilt from the JSONL at the
-end of every run.
+end of every run. With ``analysis_steps`` every sample's per-step τ, normalised entropy, spine
+token and soft flag go to ``steps.jsonl`` (:mod:`.steps`, read by ``python -m
+soft_spatial.analysis``). ``task_types`` evaluates a task-type subset (question indices stay
+those of the full benchmark); ``top_k`` filters every discrete step's sampling (hard mode: the
+whole response, Table 5's decoding top-k 5; soft modes: the answer after ``</think>``).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -14,9 +19,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from soft_spatial.data import build_messages, extract_answer, load_benchmark
+from soft_spatial.data.subsets import matches, normalise_task_types, subset_indices
 from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
 
 from .report import group_rows, markdown_table, summarize
+from .steps import STEPS, steps_row
 
 __all__ = ["EvalConfig", "evaluate", "read_results"]
 
@@ -47,8 +54,14 @@ class EvalConfig:
     batch_rows: int = 64
     sglang: Dict[str, Any] = field(default_factory=dict)  # ServerArgs keywords (engine=sglang)
     published: Dict[str, list] = field(default_factory=dict)
+    top_k: int = 5  # discrete steps sample from the top-k (0 = full vocabulary)
+    task_types: Optional[List[str]] = None  # a task-type subset (None = every question)
+    analysis_steps: bool = True  # write steps.jsonl
 
     def __post_init__(self):
+        self.task_types = normalise_task_types(self.task_types)
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if self.protocol not in ("ours", "official"):
             raise ValueError(f"protocol must be 'ours' or 'official', got {self.protocol!r}")
         if self.engine not in ("local", "sglang"):
@@ -115,15 +128,17 @@ def evaluate(cfg: EvalConfig, engine=None, progress: bool = True) -> Dict[str, d
     try:
         for bench in cfg.benchmarks:
             records = load_benchmark(bench, cfg.data[bench], cfg.split)
+            selected = subset_indices(records, cfg.task_types, where=f"{bench} task_types")
             if cfg.limit is not None:
-                records = records[: cfg.limit]
-            todo = [i for i in range(len(records))
+                selected = selected[: cfg.limit]
+            todo = [i for i in selected
                     if any((bench, i, j) not in done for j in range(cfg.samples))]
             if not todo:
                 continue
             if engine is None:
                 engine = owned = _make_engine(cfg)
-            _run_benchmark(cfg, bench, records, todo, engine, done, results_path, progress)
+            _run_benchmark(cfg, bench, records, todo, engine, done, results_path, progress,
+                           len(selected))
     finally:
         if owned is not None and hasattr(owned, "close"):
             owned.close()
@@ -131,21 +146,25 @@ def evaluate(cfg: EvalConfig, engine=None, progress: bool = True) -> Dict[str, d
 
 
 def _run_benchmark(cfg: EvalConfig, bench: str, records, todo: List[int], engine, done: set,
-                   results_path: Path, progress: bool) -> None:
+                   results_path: Path, progress: bool, total: int) -> None:
     """Generate the missing samples of ``todo`` questions, appending rows after every batch."""
-    sampling = SamplingConfig(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
+    sampling = SamplingConfig(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
+                              top_k=cfg.top_k)
     per_batch = max(1, cfg.batch_rows // cfg.samples)
     bar = None
     if progress:
         from tqdm.auto import tqdm
-        bar = tqdm(total=len(records), initial=len(records) - len(todo), desc=bench,
-                   unit="question")
-    with results_path.open("a", encoding="utf-8") as f:
+        bar = tqdm(total=total, initial=total - len(todo), desc=bench, unit="question")
+    steps_path = results_path.with_name(STEPS)
+    with results_path.open("a", encoding="utf-8") as f, (
+            steps_path.open("a", encoding="utf-8") if cfg.analysis_steps
+            else contextlib.nullcontext()) as steps_file:
         for s in range(0, len(todo), per_batch):
             idx = todo[s:s + per_batch]
             prompts = [build_messages(records[i], cfg.protocol) for i in idx]
             outs = engine.generate(prompts, soft=cfg.soft, sampling=sampling, n=cfg.samples,
                                    seeds=[cfg.seed + i for i in idx])
+            rows, steps = [], []
             for o in outs:
                 i = idx[o.prompt_index]
                 if (bench, i, o.sample_index) in done:
@@ -159,9 +178,14 @@ def _run_benchmark(cfg: EvalConfig, bench: str, records, todo: List[int], engine
                        "think_closed": o.think_closed, "num_tokens": len(o.token_ids),
                        "soft_steps": int(o.trace.soft.sum()), "text": o.text,
                        **_tau_stats(o.trace)}
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+                rows.append(row)
+                steps.append(steps_row(bench, i, o.sample_index, o.trace))
+            # the steps first: a sample recorded as done always has its steps
+            for g, lines in ((steps_file, steps), (f, rows)):
+                if g is not None:
+                    g.write("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
+                    g.flush()
+                    os.fsync(g.fileno())
             if bar is not None:
                 bar.update(len(idx))
     if bar is not None:
@@ -171,6 +195,7 @@ def _run_benchmark(cfg: EvalConfig, bench: str, records, todo: List[int], engine
 def write_reports(cfg: EvalConfig, rows: Sequence[dict]) -> Dict[str, dict]:
     """summary.json and <benchmark>.md from the per-sample rows (atomic writes)."""
     out = Path(cfg.output_dir)
+    rows = [r for r in rows if matches(r["category"], r.get("subcategory"), cfg.task_types)]
     grouped = group_rows(rows)
     summaries = {b: summarize(grouped.get(b, []), b) for b in cfg.benchmarks}
     label = f"{cfg.model_name} {cfg.soft.mode}"
@@ -180,7 +205,8 @@ def write_reports(cfg: EvalConfig, rows: Sequence[dict]) -> Dict[str, dict]:
     meta = {"mode": cfg.soft.mode, "protocol": cfg.protocol, "samples": cfg.samples,
             "temperature": cfg.temperature, "top_k": cfg.soft.top_k,
             "max_new_tokens": cfg.max_new_tokens, "model": cfg.model_path,
-            "controller": cfg.controller}
+            "controller": cfg.controller, "decode_top_k": cfg.top_k,
+            "task_types": cfg.task_types}
     _atomic_write(out / "summary.json", json.dumps({"config": meta, "benchmarks": summaries},
                                                    indent=2))
     return summaries

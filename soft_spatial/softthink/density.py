@@ -11,15 +11,16 @@ The gradient reaches the logits only through log p̃^θ (K-sparse). The soft imp
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from dataclasses import dataclass
+from typing import Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 
-from .mixture import upcast
+from .mixture import renormalise, upcast
 
 __all__ = ["gumbel_log_density", "candidate_logp", "soft_step_log_density", "step_log_likelihood",
-           "EXP_CAP"]
+           "step_likelihood", "StepLikelihood", "token_log_prob", "EXP_CAP"]
 
 # Numerical safety (any finite input gives a finite value and gradient):
 # * exp(−γ̃) is continued by its tangent line beyond −γ̃ > EXP_CAP, so it grows linearly there;
@@ -45,8 +46,68 @@ def candidate_logp(logits: Tensor, ids: Tensor, temperature: float = 1.0) -> Ten
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    sel = upcast(logits.gather(-1, ids)) / temperature
-    return sel - torch.logsumexp(sel, dim=-1, keepdim=True)
+    return renormalise(upcast(logits.gather(-1, ids)) / temperature)
+
+
+def _scaled_rows(logits: Tensor, rows: slice, temperature: Tensor, banned: Tensor) -> Tensor:
+    x = upcast(logits[rows]) / temperature[rows, None]
+    if banned.numel():
+        x.index_fill_(-1, banned, float("-inf"))
+    return x
+
+
+class _TokenLogProb(torch.autograd.Function):
+    """log softmax(ℓ/T)[token] row by row in chunks: neither pass materialises an fp32 [N, V]
+    tensor (forward keeps the logsumexp per row, backward recomputes softmax per chunk)."""
+
+    @staticmethod
+    def forward(ctx, logits, tokens, temperature, banned, chunk):
+        n = logits.shape[0]
+        dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+        lse = torch.empty(n, dtype=dtype, device=logits.device)
+        out = torch.empty(n, dtype=dtype, device=logits.device)
+        for s in range(0, n, chunk):
+            r = slice(s, s + chunk)
+            x = _scaled_rows(logits, r, temperature, banned)
+            lse[r] = torch.logsumexp(x, dim=-1)
+            out[r] = x.gather(-1, tokens[r, None]).squeeze(-1) - lse[r]
+        ctx.save_for_backward(logits, tokens, temperature, banned, lse)
+        ctx.chunk = chunk
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        logits, tokens, temperature, banned, lse = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        for s in range(0, logits.shape[0], ctx.chunk):
+            r = slice(s, s + ctx.chunk)
+            g = grad_out[r, None].to(lse.dtype)
+            d = torch.exp(_scaled_rows(logits, r, temperature, banned) - lse[r, None]).mul_(-g)
+            d.scatter_add_(-1, tokens[r, None], g)
+            grad[r] = (d / temperature[r, None]).to(grad.dtype)
+        return grad, None, None, None, None
+
+
+def token_log_prob(logits: Tensor, tokens: Tensor, temperature: Union[float, Tensor] = 1.0,
+                   banned: Optional[Tensor] = None, chunk_elements: int = 1 << 25) -> Tensor:
+    """log softmax(ℓ/T)[token] of each row (a discrete step's likelihood, §2.8).
+
+    Args:
+        logits: ``[N, V]`` in any float dtype; tokens: ``[N]`` int64.
+        temperature: T > 0, a float or a per-row tensor ``[N]``.
+        banned: ids excluded from the normaliser (never emittable), or None.
+        chunk_elements: rows are processed ``chunk_elements // V`` at a time, which bounds the
+            fp32 temporaries of both passes (default 2²⁵ elements, 128 MiB).
+    Returns ``[N]`` fp32 (fp64 for fp64 logits); the gradient reaches ``logits`` only.
+    """
+    n, v = logits.shape
+    t = torch.as_tensor(temperature, dtype=torch.float64 if logits.dtype == torch.float64
+                        else torch.float32, device=logits.device).expand(n).contiguous()
+    if bool((t <= 0).any()):
+        raise ValueError("temperature must be > 0")
+    banned = (torch.zeros(0, dtype=torch.long, device=logits.device) if banned is None
+              else banned.to(logits.device, torch.long))
+    return _TokenLogProb.apply(logits, tokens.long(), t, banned, max(1, chunk_elements // v))
 
 
 def gumbel_log_density(z: Tensor, logp: Tensor, noise_scale: float = 1.0, reduce: str = "sum",
@@ -95,24 +156,76 @@ def soft_step_log_density(logits: Tensor, ids: Tensor, z: Tensor, temperature: f
 
 
 
+@dataclass
+class StepLikelihood:
+    """Per-step likelihoods of N steps and the two tensors the logits reach them through.
+
+    ``cand_logits`` ``[Ns, K]`` are the candidate logits of the soft steps ``soft_rows`` and
+    ``disc_logits`` ``[Nd, V]`` the logit rows of the discrete steps ``disc_rows``: the gradient of
+    any function of ``loglik`` with respect to these two is the logit gradient d_t of §2.9,
+    K-sparse at soft steps (``cand_logits`` holds exactly their non-zero entries).
+    """
+
+    loglik: Tensor  # [N]
+    soft_rows: Tensor  # [Ns] int64
+    cand_logits: Tensor  # [Ns, K]
+    disc_rows: Tensor  # [Nd] int64
+    disc_logits: Tensor  # [Nd, V]
+    cand_logp: Optional[Tensor] = None  # [Ns, K] log p̃^θ of the soft steps' candidates at T
+
+
+def step_likelihood(logits: Tensor, topk_ids: Tensor, scores: Tensor, soft: Tensor,
+                    temperature: Union[float, Tensor] = 1.0, noise_scale: float = 1.0,
+                    reduce: str = "sum", clamp: Optional[Tuple[float, float]] = None,
+                    min_logp: Optional[float] = None, rows: Optional[Tensor] = None,
+                    banned: Optional[Tensor] = None) -> StepLikelihood:
+    """Per-step likelihood used by GRPO (§2.8): log P_θ(z) at soft steps, log p_θ(token) at T at
+    discrete steps (token = ``topk_ids[:, 0]``), for N steps.
+
+    Args:
+        logits: ``[M, V]``; step n's logits are ``logits[rows[n]]`` (``rows`` None: M = N, in
+            order). Only the K candidate logits of a soft step, and the row of a discrete step,
+            are read, so no [N, V] copy is made for soft steps.
+        topk_ids, scores: ``[N, K]`` records; soft: ``[N]``.
+        temperature: T, a float or per-step ``[N]``. banned: ids outside every discrete step's
+            normaliser (those the rollout never samples).
+    Returns a :class:`StepLikelihood`; ``loglik`` is fp32 (fp64 for fp64 logits).
+    """
+    if rows is None:
+        rows = torch.arange(logits.shape[0], device=logits.device)
+    soft = soft.bool()
+    n = soft.shape[0]
+    dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    t = torch.as_tensor(temperature, dtype=dtype, device=logits.device).expand(n)
+    if bool((t <= 0).any()):
+        raise ValueError("temperature must be > 0")
+    s_rows, d_rows = soft.nonzero().squeeze(-1), (~soft).nonzero().squeeze(-1)
+    ids_s = topk_ids[s_rows]
+    cand = logits[rows[s_rows, None], ids_s]  # [Ns, K], gathered without an [Ns, V] copy
+    disc = logits.index_select(0, rows[d_rows])  # [Nd, V]
+    loglik = torch.zeros(n, dtype=dtype, device=logits.device)
+    logp = renormalise(upcast(cand) / t[s_rows, None])
+    if s_rows.numel():
+        dens = gumbel_log_density(scores[s_rows], logp,
+                                  noise_scale=noise_scale if noise_scale > 0 else 1.0,
+                                  reduce=reduce, clamp=clamp, min_logp=min_logp)
+        loglik = loglik.index_put((s_rows,), dens.to(dtype))
+    if d_rows.numel():
+        tok = token_log_prob(disc, topk_ids[d_rows, 0], t[d_rows], banned)
+        loglik = loglik.index_put((d_rows,), tok.to(dtype))
+    return StepLikelihood(loglik, s_rows, cand, d_rows, disc, logp)
+
+
 def step_log_likelihood(logits: Tensor, topk_ids: Tensor, scores: Tensor, soft: Tensor,
                         temperature: float = 1.0, noise_scale: float = 1.0, reduce: str = "sum",
                         clamp: Optional[Tuple[float, float]] = None,
                         min_logp: Optional[float] = None) -> Tensor:
-    """Per-step likelihood used by GRPO (§2.8): log P_θ(z) at soft steps, log p_θ(token) at T for
-    discrete steps (token = ``topk_ids[..., 0]``).
-
-    Args: logits ``[..., V]`` that produced each step; records ``[..., K]``; ``soft`` ``[...]``.
-    Returns ``[...]`` fp32. Only the K candidate logits of a soft step get gradient.
-    """
+    """:func:`step_likelihood`'s values for logits ``[..., V]`` and records ``[..., K]`` /
+    ``[...]`` of the same leading shape; returns ``[...]``."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    soft = soft.bool()
-    token_lp = torch.log_softmax(upcast(logits) / temperature, dim=-1).gather(
-        -1, topk_ids[..., :1]).squeeze(-1)
-    if not soft.any():
-        return token_lp
-    dens = gumbel_log_density(scores, candidate_logp(logits, topk_ids, temperature),
-                              noise_scale=noise_scale if noise_scale > 0 else 1.0, reduce=reduce,
-                              clamp=clamp, min_logp=min_logp)
-    return torch.where(soft, dens, token_lp)
+    lead = soft.shape
+    out = step_likelihood(logits.reshape(-1, logits.shape[-1]), topk_ids.reshape(-1, topk_ids.shape[-1]),
+                          scores.reshape(-1, scores.shape[-1]), soft.reshape(-1), temperature,
+                          noise_scale, reduce, clamp, min_logp)
+    return out.loglik.reshape(lead)

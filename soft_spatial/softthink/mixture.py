@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 __all__ = [
     "candidates",
+    "renormalise",
     "perturb",
     "gumbel_noise",
     "mixture_weights",
@@ -25,6 +26,7 @@ __all__ = [
     "soft_step",
     "gumbel_from_uniform",
     "record_input_embeddings",
+    "record_weights",
 ]
 
 
@@ -52,7 +54,13 @@ def candidates(logits: Tensor, k: int, temperature: float = 1.0) -> Tuple[Tensor
         raise ValueError(f"top_k must be in [1, vocab={logits.shape[-1]}], got {k}")
     scaled = upcast(logits) / temperature
     top, ids = torch.topk(scaled, k, dim=-1, largest=True, sorted=True)
-    return ids, top - torch.logsumexp(top, dim=-1, keepdim=True)
+    return ids, renormalise(top)
+
+
+def renormalise(scaled: Tensor) -> Tensor:
+    """log p̃ = x − logsumexp(x) over the last dim (the K candidates' ℓ/T), as a log-softmax: the
+    maximum is subtracted first, so it stays float64-accurate to ~1e-7 even at |x| ≈ 1e4 (§2.1)."""
+    return torch.log_softmax(upcast(scaled), dim=-1)
 
 
 def gumbel_noise(shape, *, generator: Optional[torch.Generator] = None,
@@ -176,6 +184,17 @@ def soft_step(logits: Tensor, k: int, temperature: float = 1.0, noise_scale: flo
     return ids, z, logp
 
 
+def record_weights(scores: Tensor, tau: Tensor, soft: Tensor) -> Tensor:
+    """The mixture weights ``[..., K]`` a sequence of records stands for (§2.3, §3): softmax(z/τ)
+    at soft records, one-hot on slot 0 (the emitted token) at discrete records (τ ignored)."""
+    soft = soft.bool()
+    tau = torch.where(soft, upcast(tau), torch.ones_like(upcast(tau)))
+    w = mixture_weights(scores, tau)
+    one_hot = torch.zeros_like(w)
+    one_hot[..., 0] = 1.0
+    return torch.where(soft.unsqueeze(-1), w, one_hot)
+
+
 def record_input_embeddings(embedding: Union[nn.Embedding, Tensor], topk_ids: Tensor,
                             scores: Tensor, tau: Tensor, soft: Tensor) -> Tensor:
     """The next-step inputs a sequence of records stands for (§2.3, §3).
@@ -184,9 +203,4 @@ def record_input_embeddings(embedding: Union[nn.Embedding, Tensor], topk_ids: Te
     is ignored). Shapes ``[..., K]`` ids/scores, ``[...]`` tau/soft → ``[..., D]``. Used both by the
     engines (next decode input) and at replay, so both sides compute identical weights.
     """
-    soft = soft.bool()
-    tau = torch.where(soft, upcast(tau), torch.ones_like(upcast(tau)))
-    w = mixture_weights(scores, tau)
-    one_hot = torch.zeros_like(w)
-    one_hot[..., 0] = 1.0
-    return soft_embedding(embedding, topk_ids, torch.where(soft.unsqueeze(-1), w, one_hot))
+    return soft_embedding(embedding, topk_ids, record_weights(scores, tau, soft))

@@ -11,7 +11,7 @@
 * after each weight sync it also sends the controller's weights to the rollout server.
 
 The soft settings come from ``actor_rollout_ref.rollout.custom`` (one copy for the servers and
-the workers): ``soft_thinking``, ``adaptsoft``, ``density``, ``alignment``.
+the workers): ``soft_thinking``, ``adaptsoft``, ``density``, ``alignment``, ``kl``.
 """
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ import os
 from functools import partial
 
 from verl.single_controller.base.decorator import Dispatch, register
-from verl.utils.device import get_device_name
+from verl.utils.device import get_device_id, get_device_name
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
 from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, AlignmentConfig, DensityConfig,
-                                    SoftThinkingConfig, from_mapping)
+                                    KLConfig, SoftThinkingConfig, from_mapping)
 
 __all__ = ["SoftActorRolloutRefWorker", "soft_settings"]
 
@@ -39,6 +39,7 @@ def soft_settings(custom) -> dict:
         "density": from_mapping(DensityConfig, custom.get("density"), "rollout.custom.density"),
         "alignment": from_mapping(AlignmentConfig, custom.get("alignment"),
                                   "rollout.custom.alignment"),
+        "kl": from_mapping(KLConfig, custom.get("kl"), "rollout.custom.kl"),
     }
 
 
@@ -59,23 +60,24 @@ class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
     def init_model(self):
         super().init_model()
         from soft_spatial.actor.engine import SoftFSDPEngine
-        from soft_spatial.actor.loss import soft_ppo_loss
+        from soft_spatial.actor.loss import check_actor_config, soft_ppo_loss
         s = self.soft_cfg
         noise = s["soft"].noise_scale if s["soft"].noise_scale > 0 else None
         for worker in (self.actor, self.ref):
             engine = getattr(worker, "engine", None)
             if isinstance(engine, SoftFSDPEngine):
-                engine.configure_soft(noise_scale=noise, density=s["density"])
+                engine.configure_soft(noise_scale=noise, density=s["density"], kl=s["kl"])
         if self.actor is not None and isinstance(self.actor.engine, SoftFSDPEngine):
             if s["soft"].mode == "adaptsoft":
                 from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
                 hidden = self.actor.engine.model_config.hf_config
                 hidden = getattr(hidden, "text_config", hidden).hidden_size
                 ctrl = AdaptSoft.from_config(s["adaptsoft"], hidden)
-                self.actor.engine.configure_soft(adaptsoft=AdaptSoftTrainer(
-                    ctrl, s["alignment"], seed=s["adaptsoft"].seed))
+                self.actor.engine.configure_soft(adaptsoft=AdaptSoftTrainer(  # on the policy's device
+                    ctrl, s["alignment"], seed=s["adaptsoft"].seed, device=get_device_id()))
             actor_config = self.loss_fn.keywords["config"]
-            self.loss_fn = partial(soft_ppo_loss, config=actor_config)
+            check_actor_config(actor_config)
+            self.loss_fn = partial(soft_ppo_loss, config=actor_config, kl=s["kl"])
             self.actor.set_loss_fn(self.loss_fn)
 
     def controller_state(self):
