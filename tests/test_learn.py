@@ -20,7 +20,7 @@ from soft_spatial.data.synthetic import read_reasoning, write_benchmark
 from soft_spatial.experiments.learn import BEFORE_MODE, EVAL_MODE, LearnConfig
 from soft_spatial.experiments.report import (paired_difference, per_question, read_metrics,
                                              trend, write_report)
-from soft_spatial.experiments.warmstart import assistant_turn, export_hf, write_sft_parquet
+from soft_spatial.experiments.warmstart import assistant_turn, collate, encode, response_loss
 from soft_spatial.reward import compute_score
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,43 +38,43 @@ def test_the_warm_start_target_earns_the_full_reward():
     assert compute_score("omnispatial", response, "C") == {"score": 1.2, "acc": 1.0, "format": 0.2}
 
 
-def test_sft_rows_through_verls_multiturn_dataset(bench, tiny_qwen3_vl_small, tmp_path):
-    """verl's MultiTurnSFTDataset reads our rows with the tiny processor, and its loss mask covers
-    exactly the assistant's answer (what the policy generates after ``<think>\\n``)."""
+def test_warm_start_labels_are_exactly_the_response(bench, tiny_qwen3_vl_small):
+    """The loss covers exactly what the policy generates after the prompt's ``<think>\\n``: the
+    reasoning, ``</think>``, the letter and ``<|im_end|>``; the prompt is what data.prepare and
+    eval render (same chat template, same images)."""
     from transformers import AutoProcessor
-    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
 
     records = load_omnispatial(bench, "train")
     reasoning = {k: v["reasoning"] for k, v in read_reasoning(bench / "OmniSpatial-train").items()}
-    path = tmp_path / "sft.parquet"
-    assert write_sft_parquet(records, reasoning, path) == len(records)
     proc = AutoProcessor.from_pretrained(tiny_qwen3_vl_small)
-    ds = MultiTurnSFTDataset(str(path), proc.tokenizer,
-                             OmegaConf.create({"pad_mode": "no_padding", "max_length": 2048}),
-                             processor=proc)
-    for i in (0, 3):
-        item = ds[i]
-        ids, mask = item["input_ids"], item["loss_mask"].bool()
-        target = proc.tokenizer.decode(ids[mask])
-        r = records[i]
-        assert target == f"{reasoning[r.id]}\n</think>\n\n{r.answer}<|im_end|>\n"
-        assert item["multi_modal_inputs"]["pixel_values"].shape[0] > 0
-    with pytest.raises(KeyError, match="no reasoning"):
-        write_sft_parquet(records, {}, tmp_path / "bad.parquet")
+    examples = [encode(proc, r, reasoning[r.id]) for r in records[:4]]
+    batch = collate(examples, proc.tokenizer.pad_token_id)
+    for i, (r, e) in enumerate(zip(records, examples)):
+        labels = batch["labels"][i]
+        target = proc.tokenizer.decode(labels[labels != -100])
+        assert target == f"{reasoning[r.id]}\n</think>\n\n{r.answer}<|im_end|>"
+        prompt = proc.tokenizer.decode(batch["input_ids"][i, :e.response_start])
+        assert prompt.endswith("<|im_start|>assistant\n<think>\n") and r.question in prompt
+        n = e.inputs["input_ids"].shape[1]
+        assert batch["attention_mask"][i, :n].all() and not batch["attention_mask"][i, n:].any()
+    assert batch["pixel_values"].shape[0] == sum(e.inputs["pixel_values"].shape[0]
+                                                 for e in examples)
 
 
-def test_export_writes_the_weights_dtype(tmp_path, tiny_qwen3_vl_small):
-    import shutil
-    ckpt = tmp_path / "global_step_3"
-    shutil.copytree(tiny_qwen3_vl_small, ckpt / "huggingface")
-    cfg = json.loads((ckpt / "huggingface" / "config.json").read_text())
-    cfg["dtype"] = cfg["text_config"]["dtype"] = "bfloat16"  # what verl writes
-    (ckpt / "huggingface" / "config.json").write_text(json.dumps(cfg))
-    out = export_hf(ckpt, tmp_path / "model")
-    cfg = json.loads((out / "config.json").read_text())
-    assert cfg["dtype"] == cfg["text_config"]["dtype"] == "float32"
-    with pytest.raises(FileNotFoundError, match="hf_model"):
-        export_hf(tmp_path / "nothing", tmp_path / "x")
+def test_response_loss_is_the_mean_cross_entropy_of_the_response(bench, tiny_qwen3_vl_small):
+    from soft_spatial.models.loading import load_model
+
+    model, proc, tok = load_model(tiny_qwen3_vl_small, dtype=torch.float32)
+    records = load_omnispatial(bench, "train")[:3]
+    reasoning = {k: v["reasoning"] for k, v in read_reasoning(bench / "OmniSpatial-train").items()}
+    batch = collate([encode(proc, r, reasoning[r.id]) for r in records], tok.pad_token_id)
+    with torch.no_grad():
+        loss = response_loss(model, batch)
+        logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits.double()
+    logp = torch.log_softmax(logits, -1)
+    terms = [-logp[i, t - 1, batch["labels"][i, t]] for i in range(3)
+             for t in range(1, logits.shape[1]) if batch["labels"][i, t] != -100]
+    assert float(loss) == pytest.approx(float(sum(terms) / len(terms)), rel=1e-5)
 
 
 def test_paired_difference_matches_an_independent_computation():
@@ -166,7 +166,7 @@ def test_reduced_learning_run_changes_policy_and_controller(tmp_path):
 
     out = tmp_path / "learn"
     cmd = [sys.executable, "-m", "soft_spatial.experiments.learn", f"out={out}", "seed=1",
-           "data.train=160", "data.test=12", "data.size=64", "data.options=[2]",
+           "data.train=160", "data.test=12", "data.size=96", "data.options=[2]",
            "model.hidden_size=64", "model.intermediate_size=128", "model.num_hidden_layers=2",
            "model.head_dim=16", "model.vision_hidden_size=32", "model.vision_depth=1",
            "warmstart.steps=25", "warmstart.batch_size=16", "train.steps=3", "train.save_freq=3",
@@ -194,3 +194,4 @@ def test_reduced_learning_run_changes_policy_and_controller(tmp_path):
     assert not torch.equal(initial["fc2.weight"], trained["fc2.weight"])  # zero at init
     results = json.loads((out / "results.json").read_text())
     assert results["modes"]["adaptsoft"]["overall"]["n"] == 12
+    assert (out / "analysis" / "fig5_tau_training.png").is_file()

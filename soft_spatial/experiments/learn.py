@@ -6,13 +6,14 @@ real entry points (config: ``configs/learn.yaml``; ``budget=demo`` trains adapts
 
     1 data       python -m soft_spatial.data.synthetic        -> out/data (OmniSpatial layout)
     2 model      a tiny Qwen3-VL (small BPE knowing the benchmark's words)  -> out/models/init
-    3 warmstart  python -m soft_spatial.experiments.warmstart (verl SFT) -> out/models/warmstart
+    3 warmstart  python -m soft_spatial.experiments.warmstart (PyTorch loop) -> out/models/warmstart
     4 parquet    python -m soft_spatial.data.prepare (train, test)      -> out/parquet
     5 eval       python -m soft_spatial.eval of the warm start, per decoding mode
     6 per mode   python -m soft_spatial.train recipe=synthetic_cpu experiment=<mode>
                  -> verl.model_merger -> python -m soft_spatial.eval of the trained policy
     7 report     out/report.md (table with 95% CIs, per category, the checks of issue 11),
                  out/reward.png, out/tau.png, out/results.json
+    8 analysis   python -m soft_spatial.analysis all on the adaptsoft run -> out/analysis
 
 Every stage leaves its output under ``out`` and is skipped when the command runs again; training
 resumes from its last verl checkpoint and evaluation from its JSONL, so an interrupted run picks
@@ -353,6 +354,15 @@ class Experiment:
         os.replace(tmp, final)
         return final
 
+    def analyse(self, run: Dict) -> None:
+        """The paper's Figs. 4-7 for the trained adaptsoft policy (``python -m
+        soft_spatial.analysis all``) under ``out/analysis``."""
+        from soft_spatial.analysis.__main__ import main as analysis
+
+        self.say("8 analysis: python -m soft_spatial.analysis all (adaptsoft)")
+        analysis(["all", "--metrics", str(run["metrics"]), "--eval", str(run["after"]),
+                  "--out", str(self.out / "analysis"), "--min-steps", "3"])
+
     def run(self) -> Dict:
         from .report import write_report
 
@@ -380,6 +390,8 @@ class Experiment:
         results = write_report(self.out, runs, self.data, tau0=0.5,
                                seed=c.seed, budget=c.budget_name)
         print((self.out / "report.md").read_text())
+        if "adaptsoft" in runs:
+            self.analyse(runs["adaptsoft"])
         self.say(f"done: table {self.out / 'report.md'}, reward curve "
                  f"{self.out / 'reward.png'}, tau diagnostics {self.out / 'tau.png'}")
         return results

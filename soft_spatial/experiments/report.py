@@ -95,8 +95,7 @@ def _series(metrics: List[dict], key: str) -> List[float]:
     return [m[key] for m in metrics if key in m]
 
 
-def _plot(path: Path, curves: Dict[str, List[float]], ylabel: str, title: str,
-          bands: Dict[str, tuple] = None, hline: float = None) -> None:
+def _plot(path: Path, curves: Dict[str, List[float]], ylabel: str, title: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -105,11 +104,6 @@ def _plot(path: Path, curves: Dict[str, List[float]], ylabel: str, title: str,
     for name, ys in curves.items():
         xs = list(range(1, len(ys) + 1))
         ax.plot(xs, ys, marker=".", label=name)
-        if bands and name in bands:
-            lo, hi = bands[name]
-            ax.fill_between(xs, lo, hi, alpha=0.2)
-    if hline is not None:
-        ax.axhline(hline, color="grey", lw=0.8, ls="--")
     ax.set_xlabel("training step")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -171,9 +165,10 @@ def write_report(out, runs: Mapping[str, Mapping[str, Path]], data_dir, tau0: fl
     if "adaptsoft" in runs:
         a = results["modes"]["adaptsoft"]
         if a.get("tau_mean"):
-            _plot(out / "tau.png", {"tau mean": a["tau_mean"]}, "rollout tau (soft steps)",
-                  "AdaptSoft temperature per step: mean and min..max",
-                  bands={"tau mean": (a["tau_min"], a["tau_max"])}, hline=tau0)
+            from soft_spatial.analysis.data import load_metrics
+            from soft_spatial.analysis.training import plot_tau_over_training
+
+            plot_tau_over_training(load_metrics(runs["adaptsoft"]["metrics"]), out / "tau.png")
             md += ["", "## AdaptSoft τ per training step (rollouts; soft steps)", "",
                    "| step | τ mean | τ min | τ max | alpha_rms | controller grad norm |",
                    "|---|---|---|---|---|---|"]
@@ -182,7 +177,7 @@ def write_report(out, runs: Mapping[str, Mapping[str, Path]], data_dir, tau0: fl
                        a["tau_mean"], a["tau_min"], a["tau_max"], a.get("adaptsoft/alpha_rms", []),
                        a.get("adaptsoft/grad_norm", [])))]
     md += ["", "Figures: `reward.png` (mean training reward per step)"
-           + (", `tau.png` (τ mean with its min..max band, τ₀ dashed)" if "adaptsoft" in runs
+           + (", `tau.png` (τ mean with its min..max band: the paper's Fig. 5, drawn by `soft_spatial.analysis`), `analysis/` (Figs. 4–7 of the trained policy)" if "adaptsoft" in runs
               else "") + "."]
     (out / "report.md").write_text("\n".join(md) + "\n")
     (out / "results.json").write_text(json.dumps(results, indent=2))

@@ -12,9 +12,9 @@ Why not verl's SFT trainer: verl 0.9.1's ``verl.trainer.sft_trainer`` does serve
 ``MultiTurnSFTDataset`` reads our image chats and the engine runs on soft_spatial's CPU platform;
 the first version of this stage used it), but on a CPU its log-probability path falls back to
 ``logprobs_from_logits_v2``, a Python loop over every token of every sequence (flash-attn's
-fused cross-entropy is GPU-only). With ~200-token prompts that loop, not the model, is the step:
-``scripts/bench_warmstart.py`` measures it against this loop on the same batch. The warm start
-needs hundreds of steps, which verl's loop turns into most of the demo's 15-minute budget.
+fused cross-entropy is GPU-only), a Python loop over every token of the packed batch; with a
+model of ~1M parameters that loop, not the model, is the step, and the warm start needs over a
+hundred steps inside the demo's 15-minute budget.
 
 Progress is printed every ``log_every`` steps (loss, tokens/s); a checkpoint (model, optimizer,
 schedule, data order) is written every ``save_every`` steps and an interrupted run resumes from it.
