@@ -3,7 +3,7 @@
 # spatial benchmark (python -m soft_spatial.experiments.learn budget=demo):
 #   1. set up .venv (idempotent);
 #   2. render the synthetic benchmark (OmniSpatial layout) and build a tiny Qwen3-VL;
-#   3. warm-start it with verl's SFT trainer, then evaluate the warm start;
+#   3. warm-start it with a short supervised loop, then evaluate the warm start;
 #   4. train adaptsoft with GRPO through verl's trainer (python -m soft_spatial.train);
 #   5. evaluate the trained policy and print accuracy before and after, with a 95% CI, and
 #      where the table and the plots are.
