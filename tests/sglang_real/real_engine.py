@@ -151,7 +151,11 @@ class WireLog:
 
 
 FIELDS = ("scores", "tau", "u", "ctrl_x", "entropy")
-ATOL = 1e-3  # float32 rounding amplified over up to 16 soft steps in tame rows (measured <3e-4)
+# float32 rounding amplified over up to 16 soft steps in rows where the local fp32 run is tame:
+# measured up to 1.7e-3 (scores of the radix test's follow-up row, whose prompt KV comes from the
+# cache, summed in another order); a reused soft KV or a wrong noise stream moves records by
+# O(0.1-1) or changes the path
+ATOL = 3e-3
 AMPLIFICATION = 4.0  # see assert_parity
 
 
@@ -180,7 +184,7 @@ def assert_parity(got, want, ref, what=""):
     small fixed tolerance: soft steps feed each step's rounding back through the mixture inputs,
     so on this tiny random model float32 differences grow along a soft sequence, in any float32
     engine (the local float32 run drifts from its float64 run by ~1e-5 in tame rows and up to ~0.1
-    on the scores after 16 soft steps in others; SGLang's own drift, measured, up to ~3e-4 in
+    on the scores after 16 soft steps in others; SGLang's own drift, measured, up to ~1.7e-3 in
     tame rows). ``ATOL`` covers the tame rows, the drift term the others. A wrong noise stream,
     mixture or controller input changes candidate ids or moves records by far more. The case must be well-conditioned (``want`` takes
     ``ref``'s path exactly), or the seeds are unsuitable for an exact comparison of paths.
