@@ -5,8 +5,8 @@
 #      published layouts, and the verl training parquet from the OmniSpatial train fixture;
 #   3. train soft thinking with AdaptSoft through verl's trainer (python -m soft_spatial.train,
 #      experiment=adaptsoft, cluster=cpu) for a few steps;
-#   4. merge the final FSDP checkpoint and evaluate it with its controller on the OmniSpatial
-#      test fixture (python -m soft_spatial.eval);
+#   4. export the final checkpoint (python -m soft_spatial.export: verl's merger + controller +
+#      soft settings in one directory) and evaluate it on the OmniSpatial test fixture;
 #   5. print where the checkpoint, the metrics and the table are.
 #   bash scripts/demo.sh [extra training overrides, e.g. experiment=soft_fixed]
 set -euo pipefail
@@ -33,17 +33,14 @@ rm -rf "$RUN/checkpoints"
   "trainer.default_local_dir=$RUN/checkpoints" "$@" >"$RUN/train.log" 2>&1 || { echo "training failed, see $RUN/train.log" >&2; exit 1; }
 "$PY" scripts/metrics_summary.py "$RUN/checkpoints/metrics.jsonl"
 STEP="$(cat "$RUN/checkpoints/latest_checkpointed_iteration.txt")"
-ACTOR="$RUN/checkpoints/global_step_$STEP/actor"
-echo "== 3/4 merging $ACTOR"
-VERL_PLATFORM=cpu "$PY" -m verl.model_merger merge --backend fsdp --local_dir "$ACTOR" \
-  --target_dir "$RUN/final" >"$RUN/merge.log" 2>&1 || { echo "merge failed, see $RUN/merge.log" >&2; exit 1; }
-MODE=adaptsoft; CTRL="controller=$ACTOR/adaptsoft.pt"
-[[ -f "$ACTOR/adaptsoft.pt" ]] || { MODE=fixed; CTRL="controller=null"; }
-echo "== 4/4 evaluating the final checkpoint ($MODE)"
+echo "== 3/4 exporting global_step_$STEP (weights, controller, soft settings) to $RUN/final"
+"$PY" -m soft_spatial.export "$RUN/checkpoints" "$RUN/final" --overwrite >"$RUN/export.log" 2>&1 \
+  || { echo "export failed, see $RUN/export.log" >&2; exit 1; }
+echo "== 4/4 evaluating the exported model (its mode and controller come with it)"
 "$PY" -m soft_spatial.eval "benchmarks=[omnispatial]" "data.omnispatial=$RUN/fixtures/omnispatial" \
-  "model.path=$RUN/final" model.name=tiny-trained "mode=$MODE" "$CTRL" samples=2 \
+  "model.path=$RUN/final" model.name=tiny-trained samples=2 \
   max_new_tokens=64 "output_dir=$RUN/eval" 2>&1 | grep -v -i "warn" | tail -4
 echo
-echo "checkpoint: $RUN/checkpoints/global_step_$STEP (merged weights: $RUN/final)"
+echo "checkpoint: $RUN/checkpoints/global_step_$STEP (exported model: $RUN/final)"
 echo "metrics:    $RUN/checkpoints/metrics.jsonl"
 echo "table:      $RUN/eval/omnispatial.md"

@@ -89,8 +89,13 @@ def run(cfg) -> None:
             # joining a running cluster (scripts/ray_cluster.sh): its resources are already set
             for key in ("num_cpus", "num_gpus", "include_dashboard", "object_store_memory"):
                 ray_init.pop(key, None)
-    print("soft thinking settings (actor_rollout_ref.rollout.custom):\n"
-          + OmegaConf.to_yaml(cfg.actor_rollout_ref.rollout.custom))
+    settings = OmegaConf.to_yaml(cfg.actor_rollout_ref.rollout.custom, resolve=True)
+    print("soft thinking settings (actor_rollout_ref.rollout.custom):\n" + settings)
+    # kept beside the checkpoints: python -m soft_spatial.export carries them to the model
+    from soft_spatial.export import SETTINGS_FILE
+    tmp = ckpt_dir / (SETTINGS_FILE + ".tmp")
+    tmp.write_text(settings, encoding="utf-8")
+    os.replace(tmp, ckpt_dir / SETTINGS_FILE)
     run_ppo(cfg, task_runner_class=ray.remote(num_cpus=1)(SoftTaskRunner))
     print(f"checkpoints: {ckpt_dir}\nmetrics: {env['VERL_FILE_LOGGER_PATH']}")
 

@@ -164,10 +164,10 @@ def test_spatialab_parquet_embedded_bytes(fx: FixtureSet):
 
 
 def test_spatialab_csv_option_columns_one_based(fx: FixtureSet):
-    records = load_benchmark("spatialab", fx.spatialab / "spatialab.csv", columns=SpatialabColumns(answer_index_base=1))
+    records = load_benchmark("spatialab", fx.spatialab / "spatialab.csv")  # 1-based numbers: the default
     _check_spatialab(records, fx)
-    with pytest.raises(DataFormatError) as info:  # integer answers need an explicit base
-        load_benchmark("spatialab", fx.spatialab / "spatialab.csv")
+    with pytest.raises(DataFormatError) as info:  # integer answers can be refused
+        load_benchmark("spatialab", fx.spatialab / "spatialab.csv", columns=SpatialabColumns(answer_index_base=None))
     _assert_names(info.value, fx.spatialab / "spatialab.csv", 0, "sl_0", "answer")
     assert "answer_index_base" in str(info.value)
 

@@ -86,6 +86,13 @@ def answer_from_letter(value: Any, n_options: int, field: str, ctx: RecordContex
     return letter
 
 
+def missing_cell(value: Any) -> bool:
+    """An empty table cell: None, NaN, "" or the text "nan" (how pandas prints NaN)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return True
+    return isinstance(value, str) and value.strip().lower() in ("", "nan")
+
+
 def existing_file(path: Path, field: str, ctx: RecordContext) -> Path:
     """``path`` if it is a file; otherwise an error naming the missing image."""
     if not path.is_file():

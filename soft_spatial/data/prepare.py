@@ -187,7 +187,11 @@ def load_processor(path: str | Path) -> Any:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m soft_spatial.data.prepare", description=__doc__.splitlines()[0])
     parser.add_argument("--benchmark", required=True, choices=BENCHMARKS)
-    parser.add_argument("--root", required=True, type=Path, help="unzipped benchmark directory (or table file)")
+    parser.add_argument("--root", required=True, type=Path,
+                        help="the benchmark as downloaded: a release directory, a table file (JSONL, parquet, "
+                             "arrow, TSV, ...) or a Hugging Face snapshot; see python -m soft_spatial.data.inspect")
+    parser.add_argument("--image-root", type=Path, default=None,
+                        help="where relative image paths start, when the table is kept apart from the images")
     parser.add_argument("--split", default=None, help="benchmark split (default: its evaluation set)")
     parser.add_argument("--out", required=True, type=Path, help="output .parquet file")
     parser.add_argument("--processor", required=True, type=Path, help="local model/processor directory")
@@ -204,7 +208,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> PrepareStats:
     args = parse_args(argv)
-    records = load_benchmark(args.benchmark, args.root, args.split)
+    records = load_benchmark(args.benchmark, args.root, args.split, image_root=args.image_root)
     stats = write_parquet(
         records,
         args.out,

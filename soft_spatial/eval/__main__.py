@@ -1,6 +1,8 @@
 """Hydra entry point: ``python -m soft_spatial.eval benchmarks=[omnispatial,mindcube] mode=fixed``.
 
-Config: configs/eval.yaml (composes the shared soft_thinking group). Prints where the per-sample
+Config: configs/eval.yaml (composes the shared soft_thinking group). ``model.path`` may be a
+directory written by ``python -m soft_spatial.export``: its mode, controller and soft-thinking
+settings then apply unless given on the command line. Prints where the per-sample
 JSONL, the summary JSON and the Markdown tables are.
 """
 from __future__ import annotations
@@ -42,6 +44,14 @@ def build_config(cfg: DictConfig) -> EvalConfig:
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="eval", version_base=None)
 def main(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    from soft_spatial.export import apply_exported
+
+    # an exported model directory carries its run's mode, controller and soft settings
+    taken = apply_exported(cfg, HydraConfig.get().overrides.task)
+    if taken:
+        print(f"from {cfg.model.path}: {', '.join(taken)}")
     ecfg = build_config(cfg)
     summaries = evaluate(ecfg)
     out = Path(ecfg.output_dir).resolve()
