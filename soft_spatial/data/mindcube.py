@@ -10,7 +10,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .checks import RecordContext, answer_from_letter, existing_file, option_list, require, text_field
+from .checks import (RecordContext, answer_from_letter, check_records, option_list, require, text_field,
+                     verified_image)
 from .record import LETTERS, QuestionRecord
 from .tables import read_table
 
@@ -89,7 +90,8 @@ def load_mindcube(
     path, base = find_jsonl(root, split)
     base = Path(image_root) if image_root is not None else base
     rows = read_table(path)
-    return [_parse(row, RecordContext(path, i), base, check_images) for i, row in enumerate(rows)]
+    records = [_parse(row, RecordContext(path, i), base, check_images) for i, row in enumerate(rows)]
+    return check_records(records, path)
 
 
 def _parse(raw: dict[str, Any], ctx: RecordContext, base: Path, check_images: bool) -> QuestionRecord:
@@ -109,7 +111,7 @@ def _parse(raw: dict[str, Any], ctx: RecordContext, base: Path, check_images: bo
         raise ctx.error("images", f"expected a non-empty list of image paths, got {images!r}")
     paths = [base / p for p in images]
     if check_images:
-        paths = [existing_file(p, "images", ctx) for p in paths]
+        paths = [verified_image(p, "images", ctx) for p in paths]
     return QuestionRecord(
         id=record_id,
         images=paths,

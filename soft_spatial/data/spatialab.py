@@ -6,16 +6,14 @@ column holds what, so the real release can be read by changing the mapping, not 
 
 from __future__ import annotations
 
-import io
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from PIL import Image, UnidentifiedImageError
-
-from .checks import RecordContext, answer_from_index, answer_from_letter, existing_file, option_list, text_field
+from .checks import (RecordContext, answer_from_index, answer_from_letter, check_records, option_list, text_field,
+                     verified_image, verified_image_bytes)
 from .record import LETTERS, ImageRef, QuestionRecord
 from .tables import TABLE_SUFFIXES, read_table
 
@@ -117,9 +115,10 @@ def load_spatialab(
         raise ValueError(f"answer_index_base must be None, 0 or 1, got {columns.answer_index_base!r}")
     path = find_table(root, split)
     rows = read_table(path)
-    return [
+    records = [
         _parse(row, RecordContext(path, i), columns, strict_categories, check_images) for i, row in enumerate(rows)
     ]
+    return check_records(records, path)
 
 
 def _parse(
@@ -202,12 +201,9 @@ def _image(item: Any, field: str, ctx: RecordContext, check_images: bool) -> Ima
         else:
             raise ctx.error(field, "image struct has neither bytes nor path")
     if isinstance(item, (bytes, bytearray)):
-        try:
-            return Image.open(io.BytesIO(item))
-        except UnidentifiedImageError as exc:
-            raise ctx.error(field, "embedded bytes are not a readable image") from exc
+        return verified_image_bytes(bytes(item), field, ctx)
     if isinstance(item, str) and item.strip():
         path = Path(item)
         path = path if path.is_absolute() else ctx.file.parent / path
-        return existing_file(path, field, ctx) if check_images else path
+        return verified_image(path, field, ctx) if check_images else path
     raise ctx.error(field, f"expected a path, bytes or an image struct, got {type(item).__name__}")
