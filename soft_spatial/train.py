@@ -9,6 +9,10 @@ settings, the sampling temperatures, the model directory (a tiny random model is
 ``model.build_tiny=true``) and the training data. The run directory (``trainer.default_local_dir``)
 is locked for the run, its metrics log is kept across resumes, and a local Ray started here never
 outlives the run (`soft_spatial.trainer.ray_session`).
+
+``data.task_types=[Perspective_Taking]`` trains (and validates) on a task-type subset: the rows
+of ``data.train_files``/``data.val_files`` of those task types (or sub-types) are written to
+``<trainer.default_local_dir>/data/`` and verl reads those instead (the paper's Table 4 protocol).
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from pathlib import Path
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 PLUGIN = "soft_spatial.plugin"
+RUN_DIR_ENV = "SOFT_SPATIAL_RUN_DIR"
 
 
 def _plugin_env(device: str) -> dict:
@@ -59,6 +64,26 @@ def preflight(cfg) -> Path:
     return model
 
 
+def task_subset_files(files, task_types, out_dir: Path, split: str, min_rows: int = 1) -> list:
+    """Filtered copies of verl parquet ``files`` (a path or a list) holding only ``task_types``;
+    fewer than ``min_rows`` rows in all is an error (verl would stop with an empty dataloader)."""
+    from soft_spatial.data.subsets import filter_parquet
+
+    files = [files] if isinstance(files, str) else list(files)
+    tag = "+".join(task_types)
+    out, total = [], 0
+    for i, f in enumerate(files):
+        dst = out_dir / f"{split}{i}-{tag}.parquet"
+        n = filter_parquet(f, dst, task_types)
+        print(f"data.task_types={task_types}: {n} rows of {f} -> {dst}")
+        out.append(str(dst))
+        total += n
+    if total < min_rows:
+        raise ValueError(f"data.task_types={task_types}: {total} {split} rows, fewer than "
+                         f"{min_rows} (data.train_batch_size); lower the batch size or add data")
+    return out
+
+
 def run(cfg) -> None:
     """Start training from a composed config (also used by tests)."""
     from omegaconf import OmegaConf, open_dict
@@ -74,6 +99,7 @@ def run(cfg) -> None:
     ckpt_dir = Path(str(cfg.trainer.default_local_dir)).resolve()
     metrics = os.environ.get("VERL_FILE_LOGGER_PATH", str(ckpt_dir / "metrics.jsonl"))
     env["VERL_FILE_LOGGER_PATH"] = metrics
+    env[RUN_DIR_ENV] = str(ckpt_dir)  # workers record where they ran (trainer.worker)
     os.environ.update(env)
     with DirLock(ckpt_dir, "training run directory"):
         step = resume_step(ckpt_dir, str(cfg.trainer.resume_mode), cfg.trainer.get("resume_from_path"))
@@ -81,6 +107,14 @@ def run(cfg) -> None:
         if moved:
             print(f"{metrics}: {moved} line(s) logged after step {step} (the resumed checkpoint) "
                   f"moved to metrics.superseded.jsonl")
+        from soft_spatial.data.subsets import normalise_task_types
+        task_types = normalise_task_types(cfg.data.get("task_types"))
+        if task_types:
+            with open_dict(cfg):
+                for key, split, least in (("train_files", "train", int(cfg.data.train_batch_size)),
+                                          ("val_files", "val", 1)):
+                    cfg.data[key] = task_subset_files(cfg.data[key], task_types,
+                                                      ckpt_dir / "data", split, least)
         with open_dict(cfg):  # forward the plugin environment to every Ray process
             ray_init = cfg.ray_kwargs.setdefault("ray_init", {})
             runtime_env = ray_init.setdefault("runtime_env", {})

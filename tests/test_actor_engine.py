@@ -19,8 +19,8 @@ def rollout(tiny_qwen3_text_small):
     from soft_spatial.engines.replay import replay_completion
 
     eng, prompts, outs, _ = H.rollouts(tiny_qwen3_text_small)
-    ref = [replay_completion(eng, p, o)["loglik"] for p, o in zip(prompts, outs)]
-    return prompts, outs, ref
+    replays = [replay_completion(eng, p, o) for p, o in zip(prompts, outs)]
+    return prompts, outs, [r["loglik"] for r in replays], [r["cand_logp"] for r in replays]
 
 
 def test_registered_for_cpu_and_gpu_devices(process_group):
@@ -39,7 +39,7 @@ def test_engine_log_probs_equal_rollout_replay(process_group, rollout, tiny_qwen
                                                remove_padding):
     from verl.workers.utils.padding import no_padding_2_padding
 
-    prompts, outs, ref = rollout
+    prompts, outs, ref, _ = rollout
     soft = torch.cat([o.trace.soft for o in outs])
     assert soft.any() and (~soft).any()  # both kinds of steps are covered
     engine = H.make_engine(tiny_qwen3_text_small, remove_padding=remove_padding)
@@ -56,7 +56,7 @@ def test_batch_without_trace_is_the_stock_engine(process_group, rollout, tiny_qw
     """No trace tensors: the subclass returns exactly what verl's FSDPEngineWithLMHead returns."""
     from verl.workers.utils.padding import no_padding_2_padding
 
-    prompts, outs, _ = rollout
+    prompts, outs, _, _ = rollout
     engine = H.make_engine(tiny_qwen3_text_small, remove_padding=False)
     td = H.verl_batch(prompts, outs)
     for key in [k for k in td.keys() if k.startswith("trace_")]:
@@ -69,8 +69,29 @@ def test_batch_without_trace_is_the_stock_engine(process_group, rollout, tiny_qw
     assert torch.isfinite(lp).all() and (lp <= 0).all()
 
 
+def test_candidate_kl_reading_returns_candidate_logp(process_group, rollout,
+                                                     tiny_qwen3_text_small):
+    """kl.over=candidates: the engine also returns log p̃^θ of the recorded candidates at soft
+    steps (zeros at discrete steps), equal to the teacher-forced replay's."""
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    from soft_spatial.softthink import KLConfig
+
+    prompts, outs, _, cand = rollout
+    engine = H.make_engine(tiny_qwen3_text_small, remove_padding=True)
+    engine.configure_soft(kl=KLConfig(over="candidates"))
+    td = H.set_infer_keys(H.verl_batch(prompts, outs), 2, True)
+    with engine.eval_mode():
+        out = engine.infer_batch(td)
+    got = no_padding_2_padding(out["model_output"]["cand_logp"], td)
+    for i, (c, o) in enumerate(zip(cand, outs)):
+        soft = o.trace.soft
+        torch.testing.assert_close(got[i, : len(c)][soft], c[soft].float(), rtol=1e-5, atol=5e-5)
+        assert (got[i, : len(c)][~soft] == 0).all() and (got[i, len(c):] == 0).all()
+
+
 def test_misaligned_trace_raises(process_group, rollout, tiny_qwen3_text_small):
-    prompts, outs, _ = rollout
+    prompts, outs, _, _ = rollout
     engine = H.make_engine(tiny_qwen3_text_small, remove_padding=True)
     td = H.verl_batch(prompts, outs)
     td["trace_topk_ids"] = torch.roll(td["trace_topk_ids"], 1, dims=1)

@@ -46,3 +46,46 @@ def test_register_is_idempotent():
 
     eng.register()
     eng.register()
+
+
+def test_ref_log_prob_outputs_matches_upstream_and_keeps_extra_outputs():
+    """ref_log_prob_outputs gives verl 0.9.1's ref_log_prob bit for bit (same fake worker, same
+    batch) and also the extra per-token output, response-aligned like it."""
+    import torch
+    from verl import DataProto
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    from verl.utils import tensordict_utils as tu
+
+    from soft_spatial.trainer.verl_compat import ref_log_prob_outputs
+
+    b, p, r, k = 3, 4, 5, 2
+    g = torch.Generator().manual_seed(0)
+    attn = torch.zeros(b, p + r, dtype=torch.long)
+    for i, (pl, rl) in enumerate([(4, 5), (2, 3), (3, 1)]):
+        attn[i, p - pl: p + rl] = 1
+    ids = torch.randint(1, 100, (b, p + r), generator=g) * attn
+    batch = DataProto.from_dict(tensors=dict(
+        input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(1) - 1).clamp(min=0),
+        prompts=ids[:, :p], responses=ids[:, p:], response_mask=attn[:, p:]))
+
+    class Worker:
+        def compute_ref_log_prob(self, td):
+            x = -td["input_ids"].values().double() / 100  # value of packed token j
+            off = td["input_ids"].offsets()
+            cand = torch.stack([x * (j + 1) for j in range(k)], -1)
+            return tu.get_tensordict({
+                "log_probs": torch.nested.nested_tensor_from_jagged(x, off),
+                "cand_logp": torch.nested.nested_tensor_from_jagged(cand, off)})
+
+    class Trainer:
+        ref_in_actor = False
+        ref_policy_wg = Worker()
+
+    upstream = RayPPOTrainer._compute_ref_log_prob(Trainer(), batch)
+    ours = ref_log_prob_outputs(Trainer(), batch, {"cand_logp": "ref_cand_logp"})
+    ref = upstream.batch["ref_log_prob"]
+    assert torch.equal(ours.batch["ref_log_prob"], ref)
+    for j in range(k):
+        assert torch.equal(ours.batch["ref_cand_logp"][..., j], ref * (j + 1))
+    # response step t carries the value at the token before it (verl's shift by one)
+    assert ref[0, 0] == -ids[0, p - 1] / 100

@@ -286,3 +286,49 @@ def test_atomic_writes_leave_old_content_on_error(tmp_path: Path):
     with pytest.raises(FileExistsError):
         with atomic_dir(tmp_path / "model"):
             pass
+
+
+def test_task_types_subset_in_prepare_and_training_parquet(fx: FixtureSet, model_dir: Path, tmp_path: Path,
+                                                           capsys):
+    """--task-types keeps one task type (indices stay the benchmark's); the training path
+    (data.task_types, soft_spatial.train.task_subset_files) filters a prepared parquet to the
+    same rows; unknown names are errors that list the available ones."""
+    from soft_spatial.data.subsets import filter_parquet
+    from soft_spatial.train import task_subset_files
+
+    records = load_benchmark("omnispatial", fx.omnispatial)
+    want = [i for i, r in enumerate(records) if r.category == "Perspective_Taking"]
+    sub = tmp_path / "pt.parquet"
+    stats = main(["--benchmark", "omnispatial", "--root", str(fx.omnispatial), "--out", str(sub),
+                  "--processor", str(model_dir), "--task-types", "Perspective_Taking"])
+    assert stats.written == len(want) == 3
+    rows = pq.read_table(sub).to_pylist()
+    assert [r["extra_info"]["index"] for r in rows] == want
+    full = tmp_path / "all.parquet"
+    main(["--benchmark", "omnispatial", "--root", str(fx.omnispatial), "--out", str(full), "--processor",
+          str(model_dir)])
+    (path,) = task_subset_files(str(full), ["Perspective_Taking"], tmp_path / "run", "train")
+    assert pq.read_table(path).to_pylist() == rows
+    (ego,) = task_subset_files([str(full)], ["Egocentric", "Manipulation"], tmp_path / "run", "val")
+    assert sorted(r["extra_info"]["sub_task_type"] for r in pq.read_table(ego).to_pylist()) == [
+        "Egocentric", "Manipulation"]
+    with pytest.raises(ValueError, match="1 train rows, fewer than 2"):
+        task_subset_files(str(full), ["Egocentric"], tmp_path / "run", "train", min_rows=2)
+    with pytest.raises(ValueError, match=r"no records of task type \['Perspective'\].*Perspective_Taking"):
+        main(["--benchmark", "omnispatial", "--root", str(fx.omnispatial), "--out", str(tmp_path / "x.parquet"),
+              "--processor", str(model_dir), "--task-types", "Perspective"])
+    with pytest.raises(ValueError, match="all.parquet: no records of task type"):
+        filter_parquet(full, tmp_path / "y.parquet", ["Nope"])
+    with pytest.raises(FileNotFoundError, match="missing.parquet"):
+        filter_parquet(tmp_path / "missing.parquet", tmp_path / "y.parquet", ["Egocentric"])
+
+
+def test_train_config_accepts_task_types():
+    from hydra import compose, initialize_config_dir
+
+    from soft_spatial.train import CONFIG_DIR
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        cfg = compose(config_name="train", overrides=["model=tiny", "cluster=cpu",
+                                                      "data.task_types=[Perspective_Taking]"])
+    assert list(cfg.data.task_types) == ["Perspective_Taking"]

@@ -318,3 +318,113 @@ def test_default_output_dir_names_the_model_path(tmp_path):
             return compose(config_name="eval", overrides=[f"model.path={model}", "mode=fixed"]).output_dir
     a, b = out(tmp_path / "one" / "model"), out(tmp_path / "two" / "model")
     assert a != b and a.startswith("runs/eval/model-") and a.endswith("-fixed-ours")
+
+
+class Recording:
+    """Engine wrapper keeping every completion and the sampling settings it was called with."""
+
+    def __init__(self, engine):
+        self.engine, self.completions, self.samplings = engine, [], []
+
+    def generate(self, prompts, **kw):
+        outs = self.engine.generate(prompts, **kw)
+        self.samplings.append(kw["sampling"])
+        self.completions.extend(outs)
+        return outs
+
+
+def test_steps_jsonl_holds_every_step_of_every_sample(fixtures, tiny_qwen3_vl_small, tmp_path):
+    from soft_spatial.eval.steps import read_steps
+
+    cfg = make_cfg(fixtures, tiny_qwen3_vl_small, tmp_path / "s", limit=3)
+    rec = Recording(LocalEngine.from_pretrained(tiny_qwen3_vl_small))
+    evaluate(cfg, engine=rec, progress=False)
+    steps = read_steps(tmp_path / "s" / "steps.jsonl")
+    rows = {(r["benchmark"], r["question_index"], r["sample"]): r
+            for r in read_results(tmp_path / "s" / "samples.jsonl")}
+    assert set(steps) == set(rows) and len(rows) == 6
+    by_text = {(o.text, len(o.token_ids)): o for o in rec.completions}
+    for key, st in steps.items():
+        o = by_text[(rows[key]["text"], rows[key]["num_tokens"])]
+        tr = o.trace
+        assert (st["token"] == tr.tokens.numpy()).all() and (st["soft"] == tr.soft.numpy()).all()
+        assert (st["tau"] == tr.tau.numpy()).all() and (st["entropy"] == tr.entropy.numpy()).all()
+        assert st["soft"].sum() == rows[key]["soft_steps"] > 0
+        assert float(st["tau"][st["soft"]].mean()) == pytest.approx(rows[key]["tau_mean"])
+    # a torn last line (crash mid-write) is dropped; a bad line elsewhere names file and line
+    path = tmp_path / "s" / "steps.jsonl"
+    with open(path, "a") as f:
+        f.write('{"benchmark": "omni')
+    assert set(read_steps(path)) == set(rows)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(["{oops"] + lines[:-1]) + "\n")
+    with pytest.raises(ValueError, match="steps.jsonl: line 1"):
+        read_steps(path)
+
+
+@pytest.mark.parametrize("top_k", [5, 0])
+def test_hard_mode_decodes_with_top_k(fixtures, tiny_qwen3_vl_small, tmp_path, monkeypatch,
+                                      top_k):
+    """Table 5: hard-mode evaluation samples every token from the top-5 (top_k=5, the default);
+    top_k=0 samples from the full vocabulary (the random tiny model then leaves the top-5)."""
+    import torch
+    from engine_spy import capture_local
+
+    steps, _ = capture_local(monkeypatch)
+    cfg = make_cfg(fixtures, tiny_qwen3_vl_small, tmp_path / "h", mode="hard", limit=2,
+                   max_new_tokens=16, top_k=top_k)
+    evaluate(cfg, progress=False)
+    ranks = []
+    for logits, _, rec in steps:
+        tok = rec["topk_ids"][:, 0]
+        ranks.append((logits > logits.gather(-1, tok[:, None])).sum(-1))
+    ranks = torch.cat(ranks)
+    assert ranks.numel() > 20
+    if top_k:
+        assert (ranks < 5).all()
+    else:
+        assert (ranks >= 5).any()
+    assert json.loads((tmp_path / "h" / "summary.json").read_text())["config"][
+        "decode_top_k"] == top_k
+
+
+def test_task_type_subset_keeps_benchmark_indices(fixtures, tiny_qwen3_vl_small, tmp_path):
+    cfg = make_cfg(fixtures, tiny_qwen3_vl_small, tmp_path / "t", samples=1,
+                   task_types="[Perspective_Taking]")
+    s = evaluate(cfg, progress=False)["omnispatial"]
+    rows = read_results(tmp_path / "t" / "samples.jsonl")
+    assert {r["category"] for r in rows} == {"Perspective_Taking"}
+    assert sorted(r["question_index"] for r in rows) == [0, 1, 2]  # fixture positions
+    assert s["questions"] == 3 and set(s["categories"]) == {"Perspective_Taking"}
+    table = (tmp_path / "t" / "omnispatial.md").read_text()
+    assert "| Egocentric | Allocentric | Hypothetical | Avg. |" in table
+    bad = make_cfg(fixtures, tiny_qwen3_vl_small, tmp_path / "u", task_types="[Perspective]")
+    with pytest.raises(ValueError, match=r"no records of task type \['Perspective'\].*Egocentric"):
+        evaluate(bad, progress=False)
+
+
+def test_omnispatial_table_lists_ten_subtypes_in_order_with_weighted_average():
+    from soft_spatial.eval import markdown_table
+    from soft_spatial.data.omnispatial import TAXONOMY
+
+    order = [s for subs in TAXONOMY.values() for s in subs]
+    spec = {s: (i % 3, 2 + i) for i, s in enumerate(order)}  # (correct, total) per sub-type
+    rows = []
+    for task, subs in TAXONOMY.items():
+        for sub in subs:
+            good, total = spec[sub]
+            for j in range(total):
+                rows.append({"benchmark": "omnispatial", "question_index": len(rows),
+                             "sample": 0, "category": task, "subcategory": sub,
+                             "correct": j < good, "pred": "A", "finish_reason": "stop",
+                             "think_closed": True})
+    s = summarize(rows, "omnispatial")
+    table = markdown_table(s, "ours", [{"model": "paper", "source": "x", "overall": 49.68,
+                                        "categories": {"Egocentric": 50.0}}])
+    head, _, ours, paper = table.splitlines()[:4]
+    assert head == "| Model | " + " | ".join(o.replace("_", " ") for o in order) + " | Avg. |"
+    cells = [c.strip() for c in ours.strip("|").split("|")][1:]
+    assert cells[:-1] == [f"{100 * g / t:.2f}" for g, t in (spec[o] for o in order)]
+    avg = 100 * sum(g for g, _ in spec.values()) / sum(t for _, t in spec.values())
+    assert cells[-1] == f"{avg:.2f}"  # sample-weighted average of the sub-types = micro overall
+    assert paper.split("|")[order.index("Egocentric") + 2].strip() == "50.00"

@@ -58,12 +58,22 @@ class BiasedHead(nn.Module):
 
 
 
+_SLOTS = iter(range(10 ** 6))
+
+
 def fake_req(rid, seed, sampling):
-    """The Req fields the runtime reads (SGLang 0.5.12 ``Req``)."""
+    """The Req fields the runtime reads (SGLang 0.5.12 ``Req``); each request gets its own
+    request-pool slot, in no particular order (SGLang reuses freed slots)."""
     sp = SimpleNamespace(custom_params={PARAM_KEY: request_params(seed, sampling)},
                          temperature=sampling.temperature, top_k=sampling.top_k or -1,
                          top_p=sampling.top_p)
-    return SimpleNamespace(rid=rid, output_ids=[], is_chunked=0, sampling_params=sp)
+    return SimpleNamespace(rid=rid, output_ids=[], is_chunked=0, sampling_params=sp,
+                           req_pool_idx=(7 * next(_SLOTS)) % 61)
+
+
+def slots(reqs):
+    """``ForwardBatch.req_pool_indices`` of a batch."""
+    return torch.tensor([r.req_pool_idx for r in reqs])
 
 
 def run_local(engine, prompts, soft, sampling, seeds, monkeypatch):
@@ -147,8 +157,7 @@ def test_runtime_parity_with_local_engine(engine, mode, monkeypatch):
     rt = SoftRuntime(settings_for(engine, soft))
     if mode == "adaptsoft":
         rt.set_controller({"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()})
-    reqs = drive(rt.sample, lambda b, plain: rt.decode_inputs(b, lambda ids: engine.embed(ids),
-                                                               plain),
+    reqs = drive(rt.sample, lambda b, plain: rt.decode_inputs(slots(b), engine.embed, plain),
                  engine, steps, mixes, len(PROMPTS), seeds, sampling)
     for o, req in zip(outs, reqs):
         assert req.output_ids == o.token_ids
@@ -308,7 +317,8 @@ def fake_sglang(monkeypatch):
                                      pp_proxy_tensors=None, is_verify=False,
                                      skip_attn_backend_init=False):
             mwb = model_worker_batch
-            fb = SimpleNamespace(forward_mode=mwb.forward_mode)
+            fb = SimpleNamespace(forward_mode=mwb.forward_mode,
+                                 req_pool_indices=slots(mwb.reqs))
             if mwb.forward_mode.is_decode():  # general_mm_embed_routine's decode branch
                 self.lm(input_ids=None, positions=None, forward_batch=fb,
                         input_embeds=self.lm.embed_tokens(mwb.input_ids))
@@ -454,10 +464,13 @@ def test_settings_roundtrip_and_required_server_args(monkeypatch):
     with pytest.raises(ValueError, match="think_end_id"):
         SGLangSoftSettings(soft=SoftThinkingConfig(), adaptsoft=AdaptSoftConfig(), hidden_size=8)
     args = required_server_args({"custom_weight_loader": ["x.y"], "mem_fraction_static": 0.4})
-    assert args["sampling_backend"] == "soft_gumbel" and args["disable_radix_cache"]
+    assert args["sampling_backend"] == "soft_gumbel" and "disable_radix_cache" not in args
     assert args["disable_overlap_schedule"] and args["disable_cuda_graph"]
     assert args["custom_weight_loader"] == ["x.y", "soft_spatial.engines.sglang.compat.load_weights"]
-    for bad in ({"disable_radix_cache": False}, {"sampling_backend": "flashinfer"},
+    for radix_off in (True, False):  # prefix caching is the user's choice (compat.protect_soft_kv)
+        assert required_server_args({"disable_radix_cache": radix_off})["disable_radix_cache"] \
+            is radix_off
+    for bad in ({"disable_cuda_graph": False}, {"sampling_backend": "flashinfer"},
                 {"enable_dp_attention": True}):
         with pytest.raises(ValueError):
             required_server_args(bad)
@@ -491,7 +504,7 @@ def test_plugin_registers_sglang_soft_lazily():
 @pytest.mark.parametrize("key,value", [("enable_deterministic_inference", True),
                                        ("rl_on_policy_target", "fsdp"),
                                        ("enable_dp_attention", True),
-                                       ("disable_radix_cache", False)])
+                                       ("disable_overlap_schedule", False)])
 def test_required_server_args_refuse_settings_that_break_soft_decoding(key, value):
     """Deterministic inference makes SGLang fall back to its pytorch sampler (no soft records);
     the other flags contradict what the plugin needs. Each must raise, never be overridden."""
@@ -499,4 +512,41 @@ def test_required_server_args_refuse_settings_that_break_soft_decoding(key, valu
     with pytest.raises(ValueError, match=key):
         required_server_args({key: value})
     ok = required_server_args({})
-    assert ok["sampling_backend"] == "soft_gumbel" and ok["disable_radix_cache"] is True
+    assert ok["sampling_backend"] == "soft_gumbel" and ok["disable_overlap_schedule"] is True
+
+
+# -- decode-input buffers (what a CUDA graph would capture; docs/sglang.md) --------------------
+def test_decode_input_buffers_are_static_and_their_read_is_graph_capturable(engine):
+    """With SGLang's pool size known the buffers are allocated once and written in place (a
+    captured graph keeps their addresses); the read — gather by request-pool slot, weighted sum
+    of embedding rows — traces as one graph (no data-dependent branch, no host sync); padded
+    rows of a graph batch (slots never written) read finite zeros; the checked read refuses them
+    and, having a host sync, does not trace as one graph."""
+    soft = SoftThinkingConfig(mode="fixed", top_k=4)
+    rt = SoftRuntime(settings_for(engine, soft))
+    sampling = SamplingConfig()
+    reqs = [fake_req(f"g{i}", i, sampling) for i in range(3)]
+    v, d = engine.lm_head.weight.shape[0], engine.hidden_size
+    g = torch.Generator().manual_seed(0)
+    buf, ptrs = None, None
+    for step in range(3):
+        rt.sample(reqs, torch.randn(3, v, generator=g), torch.randn(3, d, generator=g),
+                  pool_size=64)
+        buf = rt.buffers("cpu", 64)
+        if ptrs is None:
+            ptrs = (buf.ids.data_ptr(), buf.weights.data_ptr())
+        assert (buf.ids.data_ptr(), buf.weights.data_ptr()) == ptrs and buf.size == 64
+        for r in reqs:
+            r.output_ids.append(0)
+    slots = torch.tensor([r.req_pool_idx for r in reqs] + [63])  # + a padded graph row
+    traced = torch.compile(buf.mixture, fullgraph=True, backend="eager")
+    out = traced(slots, engine.embed)
+    assert torch.equal(out, buf.mixture(slots, engine.embed))
+    assert torch.equal(out[-1], torch.zeros(d))
+    with pytest.raises(RuntimeError, match="no record"):
+        rt.decode_inputs(slots, engine.embed, torch.zeros(4, d))
+    checked = torch.compile(lambda s: rt.decode_inputs(s, engine.embed, torch.zeros(3, d)),
+                            fullgraph=True, backend="eager")
+    with pytest.raises(Exception, match="data-dependent"):  # the check reads a tensor on the host
+        checked(slots[:3])
+    torch._dynamo.reset()

@@ -21,7 +21,8 @@ response positions, DESIGN §3) in the micro-batch:
   the recorded scores, at a discrete step the token log-prob, both at the rollout temperature. It is
   computed at response steps only (prompt positions hold 0: verl's losses read response positions
   only), so old, ref and current log-probs are the same quantity and verl's PPO machinery applies
-  unchanged.
+  unchanged. With the ``candidates`` KL reading (:class:`~soft_spatial.softthink.KLConfig`) it
+  also returns ``cand_logp`` ``[nnz, K]``, the soft steps' candidate log-probs.
 * With an :class:`~soft_spatial.actor.adaptsoft_trainer.AdaptSoftTrainer` attached
   (:meth:`SoftFSDPEngine.configure_soft`), each training micro-batch runs the controller's
   alignment update after the loss and before verl's backward, and the controller steps with every
@@ -45,7 +46,7 @@ import soft_spatial.trainer.platform  # noqa: F401  (VERL_PLATFORM=cpu must reso
 from verl.utils import tensordict_utils as tu
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
-from soft_spatial.softthink import DensityConfig, step_likelihood
+from soft_spatial.softthink import DensityConfig, KLConfig, step_likelihood
 from soft_spatial.softthink.replay import soft_inputs
 from soft_spatial.trainer.verl_compat import (as_language_model, no_cpu_offload_on_cpu,
                                              register_engine)
@@ -174,18 +175,23 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
     # Soft settings; defaults are the paper's (DESIGN §2.6). Set with configure_soft().
     noise_scale: float = 1.0
     density: DensityConfig = DensityConfig()
+    kl: KLConfig = KLConfig()
     adaptsoft = None  # an AdaptSoftTrainer while the controller is trained by this engine
 
     def configure_soft(self, noise_scale: Optional[float] = None,
-                       density: Optional[DensityConfig] = None, adaptsoft=None) -> None:
-        """Set the rollout noise scale c, the density variant and (actor only) the controller's
-        trainer. Call on every rank, before the first forward."""
+                       density: Optional[DensityConfig] = None, adaptsoft=None,
+                       kl: Optional[KLConfig] = None) -> None:
+        """Set the rollout noise scale c, the density variant, the KL reading (``candidates``
+        adds ``cand_logp`` to the outputs) and (actor only) the controller's trainer. Call on
+        every rank, before the first forward."""
         if noise_scale is not None:
             if noise_scale <= 0:
                 raise ValueError(f"noise_scale must be > 0 to score soft steps, got {noise_scale}")
             self.noise_scale = float(noise_scale)
         if density is not None:
             self.density = density
+        if kl is not None:
+            self.kl = kl
         if adaptsoft is not None:
             self.adaptsoft = adaptsoft
 
@@ -292,6 +298,13 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
         cu = micro_batch["input_ids"].offsets()
         model_output = {"log_probs": torch.nested.nested_tensor_from_jagged(
             loglik.new_zeros(sb.nnz).index_put((sb.flat,), loglik), cu)}
+        if self.kl.over == "candidates":
+            # log p̃^θ of the recorded candidates at soft steps (0 elsewhere), [nnz, K]: the
+            # reference's copy travels to the loss as ref_cand_logp (candidate KL, §2.8)
+            logp = lik.cand_logp
+            model_output["cand_logp"] = torch.nested.nested_tensor_from_jagged(
+                logp.new_zeros(sb.nnz, logp.shape[-1]).index_put((sb.flat[lik.soft_rows],),
+                                                                 logp), cu)
         if tu.get_non_tensor_data(data=micro_batch, key="calculate_entropy", default=False):
             ent = self._entropy(logits, sb)  # a diagnostic: every id counts, no gradient
             model_output["entropy"] = torch.nested.nested_tensor_from_jagged(

@@ -15,6 +15,10 @@ Each row has the columns verl's ``RLHFDataset`` reads (``data.prompt_key=prompt`
   ``task_type``/``sub_task_type`` hold the record's category/subcategory for every benchmark (""
   when there is none), so parquets of different benchmarks share one schema.
 
+``--task-types Perspective_Taking`` (one or more task types or sub-types, see
+:mod:`soft_spatial.data.subsets`) keeps only those records (the paper's Table 4 protocol); the
+``index`` stays the record's position in the full benchmark.
+
 Prompts longer than ``--max-prompt-length`` tokens (chat template applied, image tokens expanded
 by the processor) are dropped and counted. verl filters again with its own
 ``filter_overlong_prompts``; counting here makes the drop visible before training.
@@ -42,6 +46,7 @@ from .errors import DataFormatError
 from .images import TRAIN_MAX_PIXELS, fit_budget, open_rgb, png_bytes
 from .prompt import SYSTEM_PROMPT, build_messages, question_text
 from .record import QuestionRecord
+from .subsets import subset_indices
 
 ABILITY = "spatial_reasoning"
 IMAGE_PLACEHOLDER = "<image>"
@@ -142,22 +147,26 @@ def write_parquet(
     max_prompt_length: int = 10240,
     max_pixels: int | None = TRAIN_MAX_PIXELS,
     limit: int | None = None,
+    task_types: Sequence[str] | None = None,
     progress: bool = True,
 ) -> PrepareStats:
-    """Write ``records`` as verl parquet to ``out``; ``max_pixels=None`` keeps native resolution."""
+    """Write ``records`` as verl parquet to ``out``; ``max_pixels=None`` keeps native resolution;
+    ``task_types`` keeps a subset (before ``limit``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     records = list(records)
+    selected = subset_indices(records, task_types, where="--task-types")
     if limit is not None:
-        records = records[:limit]
+        selected = selected[:limit]
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    stats = PrepareStats(total=len(records))
+    stats = PrepareStats(total=len(selected))
     schema = parquet_schema()
     pending: list[dict[str, Any]] = []
     with atomic_path(out) as tmp, pq.ParquetWriter(tmp, schema) as writer:
-        for index, record in enumerate(tqdm(records, desc=f"prepare {out.name}", disable=not progress)):
+        for index in tqdm(selected, desc=f"prepare {out.name}", disable=not progress):
+            record = records[index]
             images = [fit_budget(_decode(image, record), max_pixels) for image in record.images]
             length = prompt_tokens(processor, record, images)
             if length > max_prompt_length:
@@ -238,6 +247,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--max-pixels", type=int, default=TRAIN_MAX_PIXELS, help="per-image pixel budget; 0 keeps native resolution"
     )
     parser.add_argument("--limit", type=int, default=None, help="only the first N records")
+    parser.add_argument(
+        "--task-types", nargs="+", default=None, metavar="NAME",
+        help="keep only these task types or sub-types (e.g. Perspective_Taking)")
     return parser.parse_args(argv)
 
 
@@ -251,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> PrepareStats:
         max_prompt_length=args.max_prompt_length,
         max_pixels=args.max_pixels or None,
         limit=args.limit,
+        task_types=args.task_types,
     )
     print(f"{args.out}: {stats.summary()}")
     if stats.dropped_ids:

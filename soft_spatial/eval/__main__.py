@@ -67,7 +67,10 @@ def build_config(cfg: DictConfig) -> EvalConfig:
         samples=cfg.samples, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
         protocol=cfg.protocol, limit=cfg.limit, split=cfg.split, seed=cfg.seed,
         device=cfg.device, dtype=cfg.model.dtype, batch_rows=cfg.batch_rows,
-        sglang=dict(OmegaConf.to_container(cfg.sglang, resolve=True) or {}), published=published)
+        sglang=dict(OmegaConf.to_container(cfg.sglang, resolve=True) or {}), published=published,
+        top_k=cfg.top_k, analysis_steps=cfg.analysis_steps,
+        task_types=(OmegaConf.to_container(cfg.task_types) if OmegaConf.is_list(cfg.task_types)
+                    else cfg.task_types))
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="eval", version_base=None)

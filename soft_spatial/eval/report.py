@@ -4,15 +4,30 @@ Accuracy is micro (every sample of every question counts once), per category and
 overall of MindCube excludes the `translation` setting, as its official protocol does. With
 mean@k sampling each question contributes k samples, so the sample-weighted average over
 categories equals the overall micro accuracy.
+
+The OmniSpatial table has the layout of the paper's Table 1: the 10 sub-task types in the order
+of OmniSpatial's taxonomy (Dynamic Reasoning, Spatial Interaction, Complex Logic, Perspective
+Taking), then ``Avg.``, the sample-weighted average (= the micro overall). Other benchmarks list
+their categories and ``Overall``.
 """
 from __future__ import annotations
 
 from collections import OrderedDict, defaultdict
 from typing import Dict, Iterable, List, Mapping, Optional
 
-__all__ = ["summarize", "markdown_table", "EXCLUDED_FROM_OVERALL"]
+__all__ = ["summarize", "markdown_table", "EXCLUDED_FROM_OVERALL", "TABLE_LAYOUT"]
 
 EXCLUDED_FROM_OVERALL = {"mindcube": {"translation"}}
+
+
+def _omnispatial_layout():
+    from soft_spatial.data.omnispatial import TAXONOMY
+
+    return "subcategories", [s for subs in TAXONOMY.values() for s in subs], "Avg."
+
+
+#: benchmark -> () -> (summary level, fixed column order, overall column name)
+TABLE_LAYOUT = {"omnispatial": _omnispatial_layout}
 
 
 def _acc(correct: int, total: int) -> Optional[float]:
@@ -70,12 +85,16 @@ def _fmt(v: Optional[float]) -> str:
 
 def markdown_table(summary: Mapping, label: str, published: Iterable[Mapping] = (),
                    samples_per_question: int = 1) -> str:
-    """One benchmark's table: categories as columns, ours and the published rows beside it."""
-    cats = list(summary["categories"])
-    head = ["Model", *cats, "Overall"]
+    """One benchmark's table: categories (OmniSpatial: the 10 sub-task types, see the module
+    docstring) as columns, ours and the published rows beside it."""
+    layout = TABLE_LAYOUT.get(summary["benchmark"])
+    level, cats, overall = (layout() if layout else
+                            ("categories", list(summary["categories"]), "Overall"))
+    groups = summary[level]
+    head = ["Model", *[c.replace("_", " ") for c in cats], overall]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     ours = [f"{label} (mean@{samples_per_question})"]
-    ours += [_fmt(summary["categories"][c]["accuracy"]) for c in cats]
+    ours += [_fmt(groups[c]["accuracy"]) if c in groups else "–" for c in cats]
     ours.append(_fmt(summary["overall"]))
     lines.append("| " + " | ".join(ours) + " |")
     for row in published:

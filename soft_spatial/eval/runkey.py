@@ -7,7 +7,7 @@ seed). It is stored as ``run_key.json`` in the output directory when a run start
 into the same directory resumes only if its key is equal, otherwise `check_run_key` refuses and
 lists what differs.
 
-Not in the key, because no row depends on them: ``samples`` and ``limit`` (row (question, j)
+Not in the key, because no row depends on them: ``samples``, ``limit`` and ``task_types`` (row (question, j)
 depends only on the question's seed and j, so a larger value extends a run and a smaller one
 reports only the rows it asked for), ``batch_rows``, the published reference rows, and the SGLang
 server layout. Images are not hashed (the table file and the model are).
@@ -87,8 +87,8 @@ def run_key(cfg) -> Dict[str, Any]:
         "mode": cfg.soft.mode,
         "soft_thinking": asdict(cfg.soft),
         "protocol": cfg.protocol,
-        "sampling": {"temperature": cfg.temperature, "max_new_tokens": cfg.max_new_tokens,
-                     "seed": cfg.seed},
+        "sampling": {"temperature": cfg.temperature, "top_k": cfg.top_k,
+                     "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed},
     }
 
 

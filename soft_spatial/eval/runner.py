@@ -8,25 +8,33 @@ every batch of questions (flushed and fsynced), so an interrupted run resumes wh
 finished (question, sample) pairs are never redone. ``summary.json`` and one ``<benchmark>.md``
 table per benchmark are rebuilt (atomically) at the end of every run from the rows this run asked
 for: a smaller ``samples`` or ``limit`` reports only those. A prompt longer than the engine
-accepts is skipped and reported with its question id.
+accepts is skipped and reported with its question id. With ``analysis_steps`` every sample's
+per-step τ, normalised entropy, spine token and soft flag go to ``steps.jsonl`` (:mod:`.steps`,
+read by ``python -m soft_spatial.analysis``). ``task_types`` evaluates a task-type subset
+(question indices stay those of the full benchmark); ``top_k`` filters every discrete step's
+sampling (hard mode: the whole response, Table 5's decoding top-k 5; soft modes: the answer
+after ``</think>``).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from soft_spatial.atomic import write_text
 from soft_spatial.data import build_messages, extract_answer, load_benchmark
 from soft_spatial.data.record import QuestionRecord
+from soft_spatial.data.subsets import normalise_task_types, subset_indices
 from soft_spatial.dirlock import DirLock
 from soft_spatial.engines.base import PromptTooLongError
 from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
 
 from .report import group_rows, markdown_table, summarize
 from .runkey import check_run_key, run_key
+from .steps import STEPS, steps_row
 
 __all__ = ["EvalConfig", "evaluate", "read_results"]
 
@@ -57,8 +65,14 @@ class EvalConfig:
     batch_rows: int = 64
     sglang: Dict[str, Any] = field(default_factory=dict)  # ServerArgs keywords (engine=sglang)
     published: Dict[str, list] = field(default_factory=dict)
+    top_k: int = 5  # discrete steps sample from the top-k (0 = full vocabulary)
+    task_types: Optional[List[str]] = None  # a task-type subset (None = every question)
+    analysis_steps: bool = True  # write steps.jsonl
 
     def __post_init__(self):
+        self.task_types = normalise_task_types(self.task_types)
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if self.protocol not in ("ours", "official"):
             raise ValueError(f"protocol must be 'ours' or 'official', got {self.protocol!r}")
         if self.engine not in ("local", "sglang"):
@@ -134,13 +148,14 @@ def _tau_stats(trace) -> dict:
             "tau_min": float(tau.min()), "tau_max": float(tau.max())}
 
 
-def select_records(cfg: EvalConfig) -> Dict[str, List[QuestionRecord]]:
-    """The questions this run asks for, per benchmark (loaded and checked: images verified,
-    ids unique, at least one record)."""
+def select_records(cfg: EvalConfig) -> Dict[str, Tuple[List[QuestionRecord], List[int]]]:
+    """Per benchmark, its records (loaded and checked: images verified, ids unique, at least one
+    record) and the indices of the questions this run asks for (``task_types``, then ``limit``)."""
     selected = {}
     for bench in cfg.benchmarks:
         records = load_benchmark(bench, cfg.data[bench], cfg.split)
-        selected[bench] = records[: cfg.limit] if cfg.limit is not None else records
+        indices = subset_indices(records, cfg.task_types, where=f"{bench} task_types")
+        selected[bench] = (records, indices[: cfg.limit] if cfg.limit is not None else indices)
     return selected
 
 
@@ -153,24 +168,27 @@ def evaluate(cfg: EvalConfig, engine=None, progress: bool = True) -> Dict[str, d
         check_run_key(out, run_key(cfg), RESULTS)
         results_path = out / RESULTS
         _drop_torn_tail(results_path)
+        _drop_torn_tail(results_path.with_name(STEPS))
         done = {(r["benchmark"], r["question_key"], r["sample"])
                 for r in read_results(results_path)}
         skipped: Dict[str, List[str]] = {}
         owned = None
         try:
-            for bench, records in selected.items():
-                todo = [i for i, rec in enumerate(records)
-                        if any((bench, rec.key, j) not in done for j in range(cfg.samples))]
+            for bench, (records, indices) in selected.items():
+                todo = [i for i in indices
+                        if any((bench, records[i].key, j) not in done for j in range(cfg.samples))]
                 if not todo:
                     continue
                 if engine is None:
                     engine = owned = _make_engine(cfg)
                 skipped[bench] = _run_benchmark(cfg, bench, records, todo, engine, done,
-                                                results_path, progress)
+                                                results_path, progress, len(indices))
         finally:
             if owned is not None and hasattr(owned, "close"):
                 owned.close()
-        return write_reports(cfg, read_results(results_path), selected, skipped)
+        return write_reports(cfg, read_results(results_path),
+                             {b: [recs[i] for i in idx] for b, (recs, idx) in selected.items()},
+                             skipped)
 
 
 def _generate(engine, prompts: list, idx: List[int], records, skipped: List[str], **kw):
@@ -187,23 +205,27 @@ def _generate(engine, prompts: list, idx: List[int], records, skipped: List[str]
 
 
 def _run_benchmark(cfg: EvalConfig, bench: str, records, todo: List[int], engine, done: set,
-                   results_path: Path, progress: bool) -> List[str]:
+                   results_path: Path, progress: bool, total: int) -> List[str]:
     """Generate the missing samples of ``todo`` questions, appending rows after every batch;
     returns the keys of questions skipped as too long."""
-    sampling = SamplingConfig(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
+    sampling = SamplingConfig(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
+                              top_k=cfg.top_k)
     per_batch = max(1, cfg.batch_rows // cfg.samples)
     skipped: List[str] = []
     bar = None
     if progress:
         from tqdm.auto import tqdm
-        bar = tqdm(total=len(records), initial=len(records) - len(todo), desc=bench,
-                   unit="question")
-    with results_path.open("a", encoding="utf-8") as f:
+        bar = tqdm(total=total, initial=total - len(todo), desc=bench, unit="question")
+    steps_path = results_path.with_name(STEPS)
+    with results_path.open("a", encoding="utf-8") as f, (
+            steps_path.open("a", encoding="utf-8") if cfg.analysis_steps
+            else contextlib.nullcontext()) as steps_file:
         for s in range(0, len(todo), per_batch):
             batch = todo[s:s + per_batch]
             prompts = [build_messages(records[i], cfg.protocol) for i in batch]
             idx, outs = _generate(engine, prompts, batch, records, skipped, soft=cfg.soft,
                                   sampling=sampling, n=cfg.samples, seed=cfg.seed)
+            rows, steps = [], []
             for o in outs:
                 i = idx[o.prompt_index]
                 rec = records[i]
@@ -217,10 +239,15 @@ def _run_benchmark(cfg: EvalConfig, bench: str, records, todo: List[int], engine
                        "think_closed": o.think_closed, "num_tokens": len(o.token_ids),
                        "soft_steps": int(o.trace.soft.sum()), "text": o.text,
                        **_tau_stats(o.trace)}
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                rows.append(row)
+                steps.append(steps_row(bench, i, o.sample_index, o.trace))
                 done.add((bench, rec.key, o.sample_index))
-            f.flush()
-            os.fsync(f.fileno())
+            # the steps first: a sample recorded as done always has its steps
+            for g, lines in ((steps_file, steps), (f, rows)):
+                if g is not None:
+                    g.write("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
+                    g.flush()
+                    os.fsync(g.fileno())
             if bar is not None:
                 bar.update(len(batch))
     if bar is not None:
@@ -262,7 +289,8 @@ def write_reports(cfg: EvalConfig, rows: Sequence[dict],
     meta = {"mode": cfg.soft.mode, "protocol": cfg.protocol, "samples": cfg.samples,
             "limit": cfg.limit, "temperature": cfg.temperature, "top_k": cfg.soft.top_k,
             "max_new_tokens": cfg.max_new_tokens, "model": cfg.model_path,
-            "controller": cfg.controller}
+            "controller": cfg.controller, "decode_top_k": cfg.top_k,
+            "task_types": cfg.task_types}
     write_text(out / "summary.json", json.dumps({"config": meta, "benchmarks": summaries},
                                                 indent=2))
     return summaries

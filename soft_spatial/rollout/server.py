@@ -43,12 +43,13 @@ class SoftRolloutSettings:
         soft = from_mapping(SoftThinkingConfig, custom.pop("soft_thinking", {}),
                             "rollout.custom.soft_thinking")
         ada = from_mapping(AdaptSoftConfig, custom.pop("adaptsoft", {}), "rollout.custom.adaptsoft")
-        custom.pop("density", None), custom.pop("alignment", None)  # training-side groups
+        for group in ("density", "alignment", "kl"):  # training-side groups
+            custom.pop(group, None)
         known = {"seed", "batch_window_s", "max_batch_rows"}
         unknown = sorted(set(custom) - known)
         if unknown:
             raise ValueError(f"rollout.custom: unknown keys {unknown}; known: soft_thinking, "
-                             f"adaptsoft, density, alignment, {sorted(known)}")
+                             f"adaptsoft, density, alignment, kl, {sorted(known)}")
         return cls(soft=soft, adaptsoft=ada, **custom)
 
 

@@ -8,7 +8,9 @@
   Each request carries its noise seed and sampling settings in ``custom_params``; the records
   streamed back through ``customized_info`` are accumulated per request id on this side and
   returned once as ``TokenOutput.extra_fields["soft_trace"]`` (``SoftTrace.to_lists()`` format),
-  with ``log_probs`` = each step's rollout likelihood, like the local_soft server.
+  with ``log_probs`` = each step's rollout likelihood, like the local_soft server. With the
+  radix cache on (the default), the first sample of a prompt in flight first prefills the prompt
+  alone (:class:`~soft_spatial.engines.sglang.client.PromptPrefill`), so the n samples share it.
 * :class:`SGLangSoftReplica`: verl's SGLangReplica with the server class above.
 * :class:`SGLangSoftServerAdapter`: verl's SGLang ServerAdapter plus ``update_controller``,
   which sends AdaptSoft's weights to every TP worker through the custom weight loader.
@@ -18,8 +20,8 @@ Imports verl's SGLang modules (hence sglang): load it through the lazy registrat
 """
 from __future__ import annotations
 
+import contextlib
 import logging
-
 from typing import Any, Dict, Optional
 
 import ray
@@ -30,7 +32,8 @@ from verl.workers.rollout.sglang_rollout.sglang_rollout import ServerAdapter, _t
 
 from soft_spatial.engines.local import row_seed
 from soft_spatial.engines.sglang import SGLangSoftSettings, required_server_args
-from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, PARAM_KEY, TraceAccumulator,
+from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, PARAM_KEY, PREFILL_ONLY,
+                                                PromptPrefill, TraceAccumulator,
                                                 encode_controller, request_params,
                                                 sampling_config, split_records)
 from soft_spatial.engines.sglang.settings import CONTROLLER_LOADER
@@ -64,6 +67,9 @@ class SGLangSoftHttpServer(SGLangHttpServer):
         self.soft_settings = build_settings(self.config.custom, self.model_config.hf_config,
                                             self.model_config.tokenizer)
         self._traces = TraceAccumulator()
+        sgl_args = (self.config.engine_kwargs or {}).get("sglang") or {}
+        # the n samples of a prompt share its prefill through the radix cache (PromptPrefill)
+        self._prefill = None if sgl_args.get("disable_radix_cache") else PromptPrefill()
 
     async def launch_server(self, master_address: str = None, master_port: int = None):
         from soft_spatial.engines.sglang import compat
@@ -85,9 +91,19 @@ class SGLangSoftHttpServer(SGLangHttpServer):
         custom[PARAM_KEY] = request_params(seed, sampling)
         params["custom_params"] = custom
         params.pop("logprobs", None)  # log_probs are the records' likelihoods
+
+        async def prefill():  # prompt only, once per group of samples in flight
+            await super(SGLangSoftHttpServer, self).generate(
+                prompt_ids, dict(PREFILL_ONLY), f"{request_id}-prefill", image_data=image_data,
+                video_data=video_data)
+
+        shared = (contextlib.nullcontext() if self._prefill is None else
+                  self._prefill.prefilled(tuple(int(t) for t in prompt_ids), prefill))
         try:
-            out = await super().generate(prompt_ids, params, request_id, image_data=image_data,
-                                         video_data=video_data, **kwargs)
+            async with shared:
+                out = await super().generate(prompt_ids, params, request_id,
+                                             image_data=image_data, video_data=video_data,
+                                             **kwargs)
         finally:
             acc = self._traces.pop(request_id)
         trace, loglik = split_records(acc, len(out.token_ids))

@@ -4,6 +4,7 @@ Each equation lives in exactly one place:
   mixture.py    §2.1–2.4  candidates, Gumbel perturbation, mixture weights, soft embedding, spine,
                           normalised top-K entropy
   density.py    §2.6      Gumbel log-density of recorded scores (eq. 5)
+  kl.py         §2.8      KL to the reference at a soft step (candidate KL, density reading)
   controller.py §2.5,2.7  AdaptSoft and its straight-through replay temperature
   alignment.py  §2.9–2.10 exact gradient-alignment scores, scaling, centring, surrogate
   trace.py      §3        the per-step rollout record and its collation
@@ -12,15 +13,16 @@ Each equation lives in exactly one place:
 from .alignment import (AlignmentScaler, SparseGrad, alignment_loss, alignment_scores,
                         all_gather_rows, center_per_rollout, controller_surrogate,
                         select_reference)
-from .config import (AdaptSoftConfig, AlignmentConfig, DensityConfig, SamplingConfig,
+from .config import (AdaptSoftConfig, AlignmentConfig, DensityConfig, KLConfig, SamplingConfig,
                      SoftThinkingConfig, from_mapping)
 from .controller import AdaptSoft
 from .density import (StepLikelihood, candidate_logp, gumbel_log_density,
                       soft_step_log_density, step_likelihood, step_log_likelihood,
                       token_log_prob)
+from .kl import candidate_kl, gumbel_density_kl
 from .mixture import (candidates, gumbel_from_uniform, gumbel_noise, mixture_weights,
-                      normalized_entropy, perturb, record_input_embeddings, soft_embedding,
-                      soft_step, sort_by_score, spine)
+                      normalized_entropy, perturb, record_input_embeddings, record_weights,
+                      soft_embedding, soft_step, sort_by_score, spine)
 from .trace import SoftTrace, TraceRecorder, collate_traces, uncollate_traces
 
 __all__ = [
@@ -31,5 +33,7 @@ __all__ = [
     "gumbel_log_density", "gumbel_noise", "mixture_weights", "normalized_entropy", "perturb",
     "select_reference", "soft_embedding", "soft_step", "soft_step_log_density", "sort_by_score",
     "spine", "uncollate_traces", "gumbel_from_uniform", "record_input_embeddings",
+    "record_weights",
     "step_log_likelihood", "step_likelihood", "StepLikelihood", "token_log_prob",
+    "KLConfig", "candidate_kl", "gumbel_density_kl",
 ]

@@ -15,6 +15,7 @@ __all__ = [
     "AdaptSoftConfig",
     "DensityConfig",
     "AlignmentConfig",
+    "KLConfig",
     "from_mapping",
     "to_dict",
     "MODES",
@@ -131,6 +132,24 @@ class DensityConfig:
         self.clamp = _pair(self.clamp)
         if self.clamp is not None:
             _check(self.clamp[0] < self.clamp[1], n, "clamp", f"needs lo < hi, got {self.clamp}")
+
+
+@dataclass
+class KLConfig:
+    """What the KL to the frozen reference compares at soft steps (§2.8, :mod:`.kl`).
+
+    over: ``likelihood`` (default, the authors' release: the actor's ``kl_loss_type`` estimator on
+    the per-step likelihoods, Gumbel log-densities at soft steps) or ``candidates`` (the exact KL
+    between the policies' next-token distributions renormalised over the recorded top-K
+    candidates). Discrete steps use the estimator on the sampled token's log-prob in both.
+    """
+
+    over: str = "likelihood"
+
+    def __post_init__(self):
+        from .kl import KL_OVER
+        _check(self.over in KL_OVER, type(self).__name__, "over",
+               f"must be one of {KL_OVER}, got {self.over!r}")
 
 
 @dataclass

@@ -171,6 +171,7 @@ class StepLikelihood:
     cand_logits: Tensor  # [Ns, K]
     disc_rows: Tensor  # [Nd] int64
     disc_logits: Tensor  # [Nd, V]
+    cand_logp: Optional[Tensor] = None  # [Ns, K] log p̃^θ of the soft steps' candidates at T
 
 
 def step_likelihood(logits: Tensor, topk_ids: Tensor, scores: Tensor, soft: Tensor,
@@ -203,8 +204,8 @@ def step_likelihood(logits: Tensor, topk_ids: Tensor, scores: Tensor, soft: Tens
     cand = logits[rows[s_rows, None], ids_s]  # [Ns, K], gathered without an [Ns, V] copy
     disc = logits.index_select(0, rows[d_rows])  # [Nd, V]
     loglik = torch.zeros(n, dtype=dtype, device=logits.device)
+    logp = renormalise(upcast(cand) / t[s_rows, None])
     if s_rows.numel():
-        logp = renormalise(upcast(cand) / t[s_rows, None])
         dens = gumbel_log_density(scores[s_rows], logp,
                                   noise_scale=noise_scale if noise_scale > 0 else 1.0,
                                   reduce=reduce, clamp=clamp, min_logp=min_logp)
@@ -212,7 +213,7 @@ def step_likelihood(logits: Tensor, topk_ids: Tensor, scores: Tensor, soft: Tens
     if d_rows.numel():
         tok = token_log_prob(disc, topk_ids[d_rows, 0], t[d_rows], banned)
         loglik = loglik.index_put((d_rows,), tok.to(dtype))
-    return StepLikelihood(loglik, s_rows, cand, d_rows, disc)
+    return StepLikelihood(loglik, s_rows, cand, d_rows, disc, logp)
 
 
 def step_log_likelihood(logits: Tensor, topk_ids: Tensor, scores: Tensor, soft: Tensor,

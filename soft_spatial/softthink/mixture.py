@@ -26,6 +26,7 @@ __all__ = [
     "soft_step",
     "gumbel_from_uniform",
     "record_input_embeddings",
+    "record_weights",
 ]
 
 
@@ -183,6 +184,17 @@ def soft_step(logits: Tensor, k: int, temperature: float = 1.0, noise_scale: flo
     return ids, z, logp
 
 
+def record_weights(scores: Tensor, tau: Tensor, soft: Tensor) -> Tensor:
+    """The mixture weights ``[..., K]`` a sequence of records stands for (§2.3, §3): softmax(z/τ)
+    at soft records, one-hot on slot 0 (the emitted token) at discrete records (τ ignored)."""
+    soft = soft.bool()
+    tau = torch.where(soft, upcast(tau), torch.ones_like(upcast(tau)))
+    w = mixture_weights(scores, tau)
+    one_hot = torch.zeros_like(w)
+    one_hot[..., 0] = 1.0
+    return torch.where(soft.unsqueeze(-1), w, one_hot)
+
+
 def record_input_embeddings(embedding: Union[nn.Embedding, Tensor], topk_ids: Tensor,
                             scores: Tensor, tau: Tensor, soft: Tensor) -> Tensor:
     """The next-step inputs a sequence of records stands for (§2.3, §3).
@@ -191,9 +203,4 @@ def record_input_embeddings(embedding: Union[nn.Embedding, Tensor], topk_ids: Te
     is ignored). Shapes ``[..., K]`` ids/scores, ``[...]`` tau/soft → ``[..., D]``. Used both by the
     engines (next decode input) and at replay, so both sides compute identical weights.
     """
-    soft = soft.bool()
-    tau = torch.where(soft, upcast(tau), torch.ones_like(upcast(tau)))
-    w = mixture_weights(scores, tau)
-    one_hot = torch.zeros_like(w)
-    one_hot[..., 0] = 1.0
-    return soft_embedding(embedding, topk_ids, torch.where(soft.unsqueeze(-1), w, one_hot))
+    return soft_embedding(embedding, topk_ids, record_weights(scores, tau, soft))

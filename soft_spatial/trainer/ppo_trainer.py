@@ -1,9 +1,11 @@
 """verl's ``RayPPOTrainer`` with soft traces (DESIGN.md §5).
 
 Only three steps change: before the first log-prob pass the rollout's SoftTraces are collated into
-``trace_*`` tensors aligned with the response positions (with the spine check), and the actor
-update reports the rollout metrics (τ statistics, entropy, soft-step share, think length, never
-closed rate) and the rollout/replay consistency of the per-step likelihoods.
+``trace_*`` tensors aligned with the response positions (with the spine check), the reference pass
+also keeps the candidate log-probs with ``rollout.custom.kl.over=candidates`` (as
+``ref_cand_logp``), and the actor update reports the rollout metrics (τ statistics, entropy,
+soft-step share, think length, never closed rate) and the rollout/replay consistency of the
+per-step likelihoods.
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import numpy as np
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from soft_spatial.rollout.collate import attach_traces
+
+from .verl_compat import ref_log_prob_outputs
 
 __all__ = ["SoftRayPPOTrainer"]
 
@@ -43,6 +47,9 @@ class SoftRayPPOTrainer(RayPPOTrainer):
 
     def _compute_ref_log_prob(self, batch):
         attach_traces(batch)  # no-op when already attached
+        kl = (self.config.actor_rollout_ref.rollout.get("custom") or {}).get("kl") or {}
+        if kl.get("over", "likelihood") == "candidates":
+            return ref_log_prob_outputs(self, batch, {"cand_logp": "ref_cand_logp"})
         return super()._compute_ref_log_prob(batch)
 
     def _update_actor(self, batch):

@@ -16,6 +16,10 @@ fails loudly when upstream moves:
   (L1145, L1332, L1549): overridden by :class:`soft_spatial.actor.engine.SoftFSDPEngine`, which relies
   on the ``output_args`` keys ``pad_size``, ``input_ids_rmpad_rolled``, ``temperature_rmpad``
   (remove-padding path) and ``temperature`` (padded path) listed in :data:`OUTPUT_ARGS_KEYS`.
+* ``RayPPOTrainer._compute_ref_log_prob`` (``verl/trainer/ppo/ray_trainer.py`` L1266–1288) keeps
+  only the reference worker's ``log_probs``: :func:`ref_log_prob_outputs` performs the same steps
+  (same worker calls, padding conversions and metadata) and also keeps further per-token outputs
+  (the candidate KL's ``cand_logp``).
 * ``ResourcePoolManager._check_resource_available`` (``verl/single_controller/ray/base.py``)
   counts GPUs: :func:`cpu_pool_manager` overrides it to count Ray's CPUs on the CPU platform.
 * ``verl.utils.tracking.FileLogger`` (``tracking.py`` L529–548) opens its file with ``"wb"``, so
@@ -37,7 +41,8 @@ import warnings
 from typing import Iterator, Sequence
 
 __all__ = ["VERL_VERSION", "check_verl_version", "register_engine", "as_language_model",
-           "check_internals", "cpu_pool_manager", "append_file_logger", "OUTPUT_ARGS_KEYS"]
+           "check_internals", "cpu_pool_manager", "append_file_logger", "OUTPUT_ARGS_KEYS",
+           "ref_log_prob_outputs"]
 
 VERL_VERSION = "0.9.1"
 OUTPUT_ARGS_KEYS = {
@@ -179,6 +184,37 @@ def append_file_logger() -> None:
     tracking.FileLogger = AppendingFileLogger
 
 
+def ref_log_prob_outputs(trainer, batch, extra: dict):
+    """``RayPPOTrainer._compute_ref_log_prob`` (verl 0.9.1) keeping more reference outputs.
+
+    Touches the trainer's ``ref_in_actor``, ``actor_rollout_wg`` and ``ref_policy_wg`` and the
+    worker methods ``compute_log_prob`` / ``compute_ref_log_prob`` exactly as 0.9.1's method
+    does. ``extra`` maps a per-token worker output (``[nnz, ...]``) to the batch key it is stored
+    under (``[B, R, ...]``, response-aligned like ``ref_log_prob``). Returns a ``DataProto``
+    with ``ref_log_prob`` and the extra keys.
+    """
+    from verl import DataProto
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
+
+    batch_td = left_right_2_no_padding(batch.to_tensordict())
+    metadata = {"calculate_entropy": False, "compute_loss": False}
+    if trainer.ref_in_actor:
+        metadata["no_lora_adapter"] = True
+    tu.assign_non_tensor(batch_td, **metadata)
+    if trainer.ref_in_actor:
+        output = trainer.actor_rollout_wg.compute_log_prob(batch_td)
+    else:
+        output = trainer.ref_policy_wg.compute_ref_log_prob(batch_td)
+    keys = {"log_probs": "ref_log_prob", **extra}
+    missing = [k for k in keys if k not in output.keys()]
+    if missing:
+        raise KeyError(f"the reference worker returned {sorted(output.keys())}, not {missing}")
+    out = {dst: no_padding_2_padding(tu.get(output, src), batch_td).float()
+           for src, dst in keys.items()}
+    return DataProto.from_tensordict(tu.get_tensordict(out))
+
+
 def check_internals() -> list:
     """Check every internal listed in the module docstring; return a list of problems (empty = OK).
 
@@ -217,6 +253,19 @@ def check_internals() -> list:
         got = list(inspect.signature(fn).parameters)
         if got != params:
             problems.append(f"FSDPEngineWithLMHead.{name} signature changed: {got} != {params}")
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    ref = getattr(RayPPOTrainer, "_compute_ref_log_prob", None)
+    if ref is None:
+        problems.append("RayPPOTrainer._compute_ref_log_prob is gone (ref_log_prob_outputs)")
+    else:
+        src = inspect.getsource(ref)
+        for needle in ("left_right_2_no_padding", "ref_in_actor", "compute_ref_log_prob(",
+                       "compute_log_prob(", 'tu.get(output, "log_probs")', "no_padding_2_padding",
+                       '"calculate_entropy": False', '"compute_loss": False', "no_lora_adapter"):
+            if needle not in src:
+                problems.append(f"RayPPOTrainer._compute_ref_log_prob no longer contains "
+                                f"{needle!r} (ref_log_prob_outputs mirrors it)")
     src = inspect.getsource(ti.FSDPEngine._build_module)
     if '"language_model"' not in src:
         problems.append("FSDPEngine._build_module no longer branches on 'language_model'")

@@ -11,21 +11,22 @@
 * after each weight sync it also sends the controller's weights to the rollout server.
 
 The soft settings come from ``actor_rollout_ref.rollout.custom`` (one copy for the servers and
-the workers): ``soft_thinking``, ``adaptsoft``, ``density``, ``alignment``.
+the workers): ``soft_thinking``, ``adaptsoft``, ``density``, ``alignment``, ``kl``.
 """
 from __future__ import annotations
 
 import os
 from functools import partial
+from pathlib import Path
 
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils.device import get_device_id, get_device_name
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
 from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, AlignmentConfig, DensityConfig,
-                                    SoftThinkingConfig, from_mapping)
+                                    KLConfig, SoftThinkingConfig, from_mapping)
 
-__all__ = ["SoftActorRolloutRefWorker", "soft_settings"]
+__all__ = ["SoftActorRolloutRefWorker", "soft_settings", "record_placement"]
 
 
 def soft_settings(custom) -> dict:
@@ -39,7 +40,33 @@ def soft_settings(custom) -> dict:
         "density": from_mapping(DensityConfig, custom.get("density"), "rollout.custom.density"),
         "alignment": from_mapping(AlignmentConfig, custom.get("alignment"),
                                   "rollout.custom.alignment"),
+        "kl": from_mapping(KLConfig, custom.get("kl"), "rollout.custom.kl"),
     }
+
+
+def record_placement(role: str) -> dict:
+    """Log where this rank runs and, when the entry point set ``SOFT_SPATIAL_RUN_DIR`` (the run
+    directory), write it to ``<run dir>/workers/<role>-rank<R>.json`` (rank, world size, Ray node,
+    host, pid): a record of the placement that does not depend on Ray forwarding worker logs."""
+    import json
+    import socket
+
+    import ray
+
+    from soft_spatial.atomic import write_text
+
+    info = {"role": role, "rank": int(os.environ.get("RANK", 0)),
+            "world_size": int(os.environ.get("WORLD_SIZE", 1)),
+            "node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(),
+            "pid": os.getpid()}
+    print(f"soft worker rank {info['rank']}/{info['world_size']} on node {info['node_id']}",
+          flush=True)
+    run_dir = os.environ.get("SOFT_SPATIAL_RUN_DIR")
+    if run_dir:
+        path = Path(run_dir) / "workers" / f"{str(role).replace('/', '_')}-rank{info['rank']}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(path, json.dumps(info) + "\n")
+    return info
 
 
 class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
@@ -51,21 +78,19 @@ class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
                                init_method=os.environ.get("DIST_INIT_METHOD", "env://"))
         super().__init__(config, role, **kwargs)
         self.soft_cfg = soft_settings(self.config.rollout.get("custom"))
-        import ray
-        print(f"soft worker rank {os.environ.get('RANK', 0)}/{os.environ.get('WORLD_SIZE', 1)} "
-              f"on node {ray.get_runtime_context().get_node_id()}", flush=True)
+        record_placement(role)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):
         super().init_model()
         from soft_spatial.actor.engine import SoftFSDPEngine
-        from soft_spatial.actor.loss import soft_ppo_loss
+        from soft_spatial.actor.loss import check_actor_config, soft_ppo_loss
         s = self.soft_cfg
         noise = s["soft"].noise_scale if s["soft"].noise_scale > 0 else None
         for worker in (self.actor, self.ref):
             engine = getattr(worker, "engine", None)
             if isinstance(engine, SoftFSDPEngine):
-                engine.configure_soft(noise_scale=noise, density=s["density"])
+                engine.configure_soft(noise_scale=noise, density=s["density"], kl=s["kl"])
         if self.actor is not None and isinstance(self.actor.engine, SoftFSDPEngine):
             if s["soft"].mode == "adaptsoft":
                 from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
@@ -75,7 +100,8 @@ class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
                 self.actor.engine.configure_soft(adaptsoft=AdaptSoftTrainer(  # on the policy's device
                     ctrl, s["alignment"], seed=s["adaptsoft"].seed, device=get_device_id()))
             actor_config = self.loss_fn.keywords["config"]
-            self.loss_fn = partial(soft_ppo_loss, config=actor_config)
+            check_actor_config(actor_config)
+            self.loss_fn = partial(soft_ppo_loss, config=actor_config, kl=s["kl"])
             self.actor.set_loss_fn(self.loss_fn)
 
     def controller_state(self):

@@ -62,10 +62,14 @@ class ReplayTokenizerManager:
             yield list(await asyncio.gather(*(self._one(obj[i]) for i in range(obj.batch_size))))
 
     async def _one(self, obj):
+        if obj.sampling_params.get("max_new_tokens") == 0:  # prefill only: SGLang answers at once
+            return {"output_ids": [], "meta_info": {"id": obj.rid,
+                                                    "finish_reason": {"type": "length"}}}
         state = SimpleNamespace(event=asyncio.Event(), output_ids=[], out=None)
         self.rid_to_state[obj.rid] = state
-        self.reqs[obj.rid] = Req(obj.rid, "", list(obj.input_ids),
-                                 SamplingParams(**obj.sampling_params))
+        req = Req(obj.rid, "", list(obj.input_ids), SamplingParams(**obj.sampling_params))
+        req.req_pool_idx = len(self.reqs)  # the scheduler's request-pool slot
+        self.reqs[obj.rid] = req
         if self._arrival:
             self.order.append(obj.rid)
         if len(self.reqs) == self.expected:
@@ -108,7 +112,8 @@ class ReplayTokenizerManager:
                     finished[r] = {"type": "length", "length": len(reqs[r].output_ids)}
             if t < len(self.mixes):  # next-step inputs: the local engine's mixtures
                 plain = self.embed(tokens)
-                got = rt.decode_inputs(batch, self.embed, plain)
+                slots = torch.tensor([r.req_pool_idx for r in batch])
+                got = rt.decode_inputs(slots, self.embed, plain)
                 got = plain if got is None else got
                 assert torch.equal(got, self.mixes[t].to(got.dtype)), t
             emit = [r for r in active if r in finished or (t + 1) % self.interval == 0]

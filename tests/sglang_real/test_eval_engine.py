@@ -1,63 +1,61 @@
-"""``python -m soft_spatial.eval engine=sglang`` (:class:`SGLangEngine`) on SGLang's real request
-and output classes (see conftest.py and sglang_replay.py): for the same logits, an AdaptSoft
-evaluation with images writes exactly the local engine's per-sample rows."""
+"""``python -m soft_spatial.eval engine=sglang`` on SGLang 0.5.12's REAL offline engine (CPU; see
+conftest.py): the command a user runs, in its own process, on the OmniSpatial fixture (images,
+2 samples per question), writes exactly the ``samples.jsonl`` that ``engine=local`` writes, and
+leaves no process behind. Plus :class:`SGLangEngine`'s input checks (no engine needed)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import uuid
+
+import psutil
 import pytest
+from real_engine import CPU_SERVER_ARGS
 from sglang_replay import ReplayEngine, ReplayTokenizerManager
 
-from controller_helpers import trained_controller
-from engine_spy import capture_local
 from soft_spatial.data.fixtures import write_fixtures
-from soft_spatial.engines import LocalEngine
-from soft_spatial.engines.local import row_seed
-from soft_spatial.engines.sglang.client import PARAM_KEY
 from soft_spatial.engines.sglang.engine import SGLangEngine
-from soft_spatial.engines.sglang.runtime import SoftRuntime
 from soft_spatial.eval import evaluate, read_results
 from test_eval import make_cfg
 
 pytestmark = pytest.mark.sglang
 
 
-def test_sglang_eval_matches_local_eval(tiny_qwen3_vl, tmp_path, monkeypatch):
+def test_eval_cli_on_sglang_matches_local(think_tiny, tmp_path):
     fixtures = write_fixtures(tmp_path / "fixtures")
-    ckpt = tmp_path / "adaptsoft.pt"
-    trained_controller(64, seed=4).save(ckpt)
-    common = dict(benchmarks="[omnispatial]", mode="adaptsoft", controller=ckpt, limit=2,
-                  samples=2, batch_rows=64)
-    cfg_local = make_cfg(fixtures, tiny_qwen3_vl, tmp_path / "local", **common)
-    cfg_sglang = make_cfg(fixtures, tiny_qwen3_vl, tmp_path / "sglang", engine="sglang",
-                          **common)
-    assert cfg_sglang.engine == "sglang" and cfg_sglang.sglang["mem_fraction_static"] == 0.4
+    common = dict(benchmarks="[omnispatial]", mode="fixed", limit=3, samples=2, seed=3,
+                  max_new_tokens=12, temperature=0.8)
+    evaluate(make_cfg(fixtures, think_tiny, tmp_path / "local", **common), progress=False)
 
-    local = LocalEngine.from_pretrained(tiny_qwen3_vl, controller=ckpt)
-    with monkeypatch.context() as mp:
-        steps, mixes = capture_local(mp)
-        evaluate(cfg_local, engine=local, progress=False)
+    mark = uuid.uuid4().hex  # finds the CLI's processes (it starts SGLang's) after it exits
+    overrides = [f"data.omnispatial={fixtures.omnispatial}", f"model.path={think_tiny}",
+                 f"output_dir={tmp_path / 'sglang'}", "engine=sglang"]
+    overrides += [f"{k}={v}" for k, v in common.items()]
+    overrides += [f"+sglang.{k}={v}" for k, v in CPU_SERVER_ARGS.items()
+                  if k != "mem_fraction_static"]
+    env = dict(os.environ, SOFT_SPATIAL_TEST_MARK=mark)
+    out = subprocess.run([sys.executable, "-m", "soft_spatial.eval", *overrides], env=env,
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    left = [p for p in psutil.process_iter()
+            if _environ(p).get("SOFT_SPATIAL_TEST_MARK") == mark]
+    assert not left, f"the eval command left processes behind: {left}"
 
-    runtime = {}
-    tm = ReplayTokenizerManager(steps, mixes, 4, lambda: runtime["rt"], local.embed,
-                                local.eos_ids, interval=2)
-    backend = ReplayEngine(tm)
-    engine = SGLangEngine(tiny_qwen3_vl, cfg_sglang.soft, controller=ckpt, seed=cfg_sglang.seed,
-                          backend=backend)
-    assert engine.eos_ids == local.eos_ids
-    assert engine.settings.banned_ids == local.banned_ids.tolist()
-    runtime["rt"] = SoftRuntime(engine.settings)  # loads the checkpoint like a scheduler does
-    for k, v in local.controller.state_dict().items():
-        assert (runtime["rt"].controller.state_dict()[k] == v).all(), k
-    evaluate(cfg_sglang, engine=engine, progress=False)
+    local = (tmp_path / "local" / "samples.jsonl").read_text()
+    sglang = (tmp_path / "sglang" / "samples.jsonl").read_text()
+    rows = read_results(tmp_path / "local" / "samples.jsonl")
+    assert len(rows) == 6 and any(r["soft_steps"] for r in rows)
+    assert any(r["think_closed"] for r in rows) or any(r["finish_reason"] == "stop"
+                                                       for r in rows)
+    assert sglang == local
 
-    (call,) = backend.calls  # one batch: 2 questions × 2 samples, with their images
-    assert all(images for images in call["image_data"])
-    seeds = [p["custom_params"][PARAM_KEY]["seed"] for p in call["sampling_params"]]
-    assert seeds == [row_seed(cfg_sglang.seed + i, j) for i in range(2) for j in range(2)]
-    rows_local = read_results(tmp_path / "local" / "samples.jsonl")
-    rows_sglang = read_results(tmp_path / "sglang" / "samples.jsonl")
-    assert len(rows_local) == 4 and rows_sglang == rows_local
-    assert any(r["soft_steps"] > 0 for r in rows_local)
-    assert len(engine._traces) == 0
+
+def _environ(p):
+    try:
+        return p.environ()
+    except (psutil.Error, OSError):
+        return {}
 
 
 def test_sglang_engine_checks_its_inputs(tiny_qwen3_vl, tmp_path):

@@ -10,6 +10,8 @@ real ``ServerArgs`` with :func:`required_server_args`. Not run: scheduler, KV ca
 """
 from __future__ import annotations
 
+import copy
+import inspect
 import socket
 from pathlib import Path
 from types import SimpleNamespace
@@ -89,8 +91,8 @@ def installed(sgl):
 class FakeReq:
     """The Req fields the plugin reads (sglang 0.5.12 ``Req``), carrying ``custom_params``."""
 
-    def __init__(self, rid, seed, sampling):
-        self.rid, self.output_ids, self.is_chunked = rid, [], 0
+    def __init__(self, rid, seed, sampling, slot=0):
+        self.rid, self.output_ids, self.is_chunked, self.req_pool_idx = rid, [], 0, slot
         self.sampling_params = SimpleNamespace(
             custom_params={PARAM_KEY: request_params(seed, sampling)},
             temperature=sampling.temperature, top_k=sampling.top_k or -1, top_p=sampling.top_p)
@@ -157,7 +159,7 @@ def test_real_sampler_parity_with_sample_step(installed, sgl):
     banned = torch.tensor(rt.settings.banned_ids)
     sampling = SamplingConfig(temperature=1.0)
     seeds = [11, 12, 13]
-    reqs = [FakeReq(f"r{i}", s, sampling) for i, s in enumerate(seeds)]
+    reqs = [FakeReq(f"r{i}", s, sampling, slot=5 - i) for i, s in enumerate(seeds)]
     gens = [torch.Generator().manual_seed(s) for s in seeds]
     thinking = torch.ones(3, dtype=torch.bool)
     sampler = create_sampler("soft_gumbel")
@@ -239,14 +241,19 @@ def test_real_server_args_accept_required_args(installed, sgl):
     from sglang.srt.server_args import ServerArgs
     kw = required_server_args({"mem_fraction_static": 0.4})
     args = ServerArgs(model_path=str(sgl.path), device="cpu", **kw)
-    assert args.disable_overlap_schedule and args.disable_cuda_graph and args.disable_radix_cache
-    assert not args.enable_mixed_chunk
+    assert args.disable_overlap_schedule and args.disable_cuda_graph and not args.enable_mixed_chunk
+    assert not args.disable_radix_cache and args.schedule_policy == "lpm"  # prefix cache kept
     assert "soft_spatial.engines.sglang.compat.load_weights" in args.custom_weight_loader
-    # SGLang forces the pytorch sampler on CPU devices: the plugin must refuse such a server
-    # instead of silently decoding without soft records.
-    assert args.sampling_backend == "pytorch"
+    # SGLang forces the pytorch sampler on CPU devices (ServerArgs._handle_cpu_backends; the test
+    # overlay's sglang_cpu plugin undoes it in processes where SGLang loaded its plugins): the
+    # plugin must refuse such a server instead of silently decoding without soft records.
+    reset = copy.copy(args)
+    reset.sampling_backend = "soft_gumbel"
+    handle = ServerArgs._handle_cpu_backends
+    getattr(handle, "__wrapped__", handle)(reset)  # SGLang's own method
+    assert reset.sampling_backend == "pytorch"
     with pytest.raises(RuntimeError, match="sampling_backend"):
-        installed.compat.check_server_args(args)
+        installed.compat.check_server_args(reset)
     args.sampling_backend = "soft_gumbel"  # what a GPU server keeps
     installed.compat.check_server_args(args)
     with pytest.raises(ValueError):
@@ -259,11 +266,10 @@ def test_real_server_args_accept_required_args(installed, sgl):
 def test_embed_hook_with_real_embedding_and_signature(installed, sgl):
     """``_embed_hook`` through SGLang's BEFORE wrapper around a body with the real (unpatched)
     ``Qwen3LLMModel.forward`` signature, with SGLang's real ``VocabParallelEmbedding`` as
-    ``embed_tokens``: after a real sampler step, soft rows get Σ softmax(z/τ)_k E[ids_k] (the
-    local engine's :func:`record_input_embeddings`), the discrete row keeps its plain embedding,
-    prefill batches and rows without a mixture are left alone."""
-    import inspect
-
+    ``embed_tokens``: after a real sampler step, read from the decode-input buffers by the
+    batch's request-pool slots, soft rows get Σ softmax(z/τ)_k E[ids_k] (the local engine's
+    :func:`record_input_embeddings`), the discrete row exactly its plain embedding; prefill
+    batches are left alone, and a slot the sampler never wrote is refused."""
     from sglang.srt.layers.logits_processor import LogitsProcessorOutput
     from sglang.srt.layers.sampler import create_sampler
     from sglang.srt.layers.vocab_parallel_embedding import VocabParallelEmbedding
@@ -286,7 +292,7 @@ def test_embed_hook_with_real_embedding_and_signature(installed, sgl):
     assert list(inspect.signature(body).parameters) == params  # the real signature
     fwd = _wrap_fn(body, installed.compat._embed_hook, HookType.BEFORE)
     lm = SimpleNamespace(embed_tokens=embed)
-    reqs = [FakeReq(f"e{i}", 100 + i, SamplingConfig()) for i in range(3)]
+    reqs = [FakeReq(f"e{i}", 100 + i, SamplingConfig(), slot=(4 * i + 1) % 7) for i in range(3)]
     g = torch.Generator().manual_seed(9)
     sampler = create_sampler("soft_gumbel")
     for t in range(2):  # step 0: row 1 emits </think> (a soft step); step 1: row 1 discrete
@@ -302,7 +308,8 @@ def test_embed_hook_with_real_embedding_and_signature(installed, sgl):
     info = out.customized_info
     assert info[info_key("soft")] == [True, False, True] and reqs[1].output_ids[0] == te
     plain = embed(tokens)
-    fb_decode = SimpleNamespace(forward_mode=ForwardMode.DECODE)
+    fb_decode = SimpleNamespace(forward_mode=ForwardMode.DECODE,
+                                req_pool_indices=torch.tensor([r.req_pool_idx for r in reqs]))
     with batch_context(BatchContext(reqs=reqs, is_decode=True)):
         got = fwd(lm, tokens, None, fb_decode, plain)  # positional, as the VL model calls it
         got_kw = fwd(lm, input_ids=tokens, positions=None, forward_batch=fb_decode,
@@ -316,3 +323,32 @@ def test_embed_hook_with_real_embedding_and_signature(installed, sgl):
         assert fwd(lm, tokens, None, SimpleNamespace(forward_mode=ForwardMode.EXTEND),
                    plain) is plain
     assert fwd(lm, tokens, None, fb_decode, plain) is plain  # outside a batch: untouched
+    unwritten = SimpleNamespace(forward_mode=ForwardMode.DECODE,
+                                req_pool_indices=torch.tensor([6, 0, 3]))
+    assert 6 not in fb_decode.req_pool_indices.tolist()
+    with batch_context(BatchContext(reqs=reqs, is_decode=True)):
+        with pytest.raises(RuntimeError, match="no record"):
+            fwd(lm, tokens, None, unwritten, plain)
+
+
+def test_scheduler_internals_the_plugin_relies_on():
+    """Upgrade guard for compat.protect_soft_kv / request_pool_size / _embed_hook and
+    plugin_schedulers (the real-engine tests exercise them; this names what moved)."""
+    import dataclasses
+
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.managers.tp_worker import TpModelWorker
+    from sglang.srt.mem_cache import common
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+    from sglang.srt.model_executor.model_runner import ModelRunner
+    from sglang.srt.plugins import load_plugins
+    for fn in (common.release_kv_cache, common.maybe_cache_unfinished_req):
+        assert "skip_radix_cache_insert" in inspect.getsource(fn), fn.__name__
+    assert "skip_radix_cache_insert" in inspect.getsource(Req.__init__)
+    assert "req_pool_idx" in inspect.getsource(Req.__init__)
+    assert "req_pool_indices" in {f.name for f in dataclasses.fields(ForwardBatch)}
+    assert "self.model_runner" in inspect.getsource(TpModelWorker)
+    assert "self.req_to_token_pool" in inspect.getsource(ModelRunner) or \
+        "req_to_token_pool" in inspect.getsource(__import__(
+            "sglang.srt.model_executor.model_runner_kv_cache_mixin", fromlist=["x"]))
+    assert callable(load_plugins)

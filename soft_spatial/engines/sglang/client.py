@@ -11,16 +11,18 @@
 """
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import io
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Awaitable, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 import torch
 
 from soft_spatial.softthink import SamplingConfig
 from soft_spatial.softthink.trace import TRACE_KEYS
 
-__all__ = ["PARAM_KEY", "INFO_PREFIX", "INFO_KEYS", "info_key", "request_params",
+__all__ = ["PARAM_KEY", "collapse_image_pads", "PromptPrefill", "PREFILL_ONLY", "INFO_PREFIX", "INFO_KEYS", "info_key", "request_params",
            "sampling_config", "TraceAccumulator", "split_records", "encode_controller",
            "decode_controller", "CONTROLLER_NAME"]
 
@@ -44,6 +46,62 @@ def sampling_config(params: Dict[str, Any], response_length: int) -> SamplingCon
     return SamplingConfig(temperature=max(temperature, 1e-5), max_new_tokens=max_new,
                           top_k=max(0, top_k), top_p=float(params.get("top_p", 1.0) or 1.0),
                           greedy=temperature == 0)
+
+
+def collapse_image_pads(ids: Sequence[int], image_token_id: Optional[int]) -> List[int]:
+    """Prompt ids with each run of image placeholders reduced to one placeholder.
+
+    The local engine (and verl's agent loop) render prompts with the placeholders already
+    expanded (one per merged patch). SGLang 0.5.12 with its tokenizer initialised decodes such
+    ids to text and runs the model's HF processor on it again, which expands every placeholder
+    once more (transformers 5.10: ``StopIteration`` in ``get_text_with_replacements``; verl's
+    server is not affected: it runs SGLang with ``skip_tokenizer_init``, whose path collapses the
+    runs itself). With one placeholder per image the processor's expansion reproduces the
+    original ids (same processor, same images).
+    """
+    if image_token_id is None:
+        return list(ids)
+    out: List[int] = []
+    for t in ids:
+        if t == image_token_id and out and out[-1] == image_token_id:
+            continue
+        out.append(int(t))
+    return out
+
+
+PREFILL_ONLY = {"max_new_tokens": 0}  # sampling params of a request that only prefills its prompt
+
+
+class PromptPrefill:
+    """Prefill each distinct prompt once before its samples run (async, per event loop).
+
+    The n samples of a prompt arrive together; SGLang prefills requests that are scheduled in the
+    same batch each from scratch, and shares a prompt's KV through the radix cache only with
+    requests scheduled after that prompt's prefill. So, like SGLang's own parallel sampling (a
+    ``max_new_tokens=0`` request per prompt, then the n copies), the first sample of a prompt
+    sends a prefill-only request and every sample waits for it; the entry is dropped when the
+    prompt's last sample in flight is done (later requests match the radix cache anyway).
+    """
+
+    def __init__(self):
+        self._entries: Dict[Hashable, list] = {}
+
+    @contextlib.asynccontextmanager
+    async def prefilled(self, key: Hashable, prefill: Callable[[], Awaitable[Any]]):
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = [asyncio.ensure_future(prefill()), 0]
+        entry[1] += 1
+        try:
+            await asyncio.shield(entry[0])
+            yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0 and self._entries.get(key) is entry:
+                del self._entries[key]
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 def request_params(seed: int, sampling: SamplingConfig) -> Dict[str, Any]:
@@ -72,6 +130,12 @@ class TraceAccumulator:
                 acc = self._acc.setdefault(rid, {k: [] for k in keys})
                 for k in keys:
                     acc.setdefault(k, []).extend(customized_info[k][i])
+
+    def received(self, rid: str) -> int:
+        """Records received so far for request ``rid``."""
+        with self._lock:
+            acc = self._acc.get(rid)
+            return len(next(iter(acc.values()))) if acc else 0
 
     def pop(self, rid: str) -> Optional[Dict[str, list]]:
         with self._lock:

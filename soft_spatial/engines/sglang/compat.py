@@ -13,7 +13,8 @@ What is hooked, and why each server argument is required (``settings.required_se
   states (``CaptureHiddenMode.LAST`` when nothing else asked for them; AdaptSoft's input is the
   final-norm hidden state that produced the logits).
 * **BEFORE ``Qwen3LLMModel.forward``** — at decode, ``general_mm_embed_routine`` has computed the
-  plain token embeddings; rows whose last record is soft get the mixture instead.
+  plain token embeddings; in the soft modes every row gets Σ_k w_k E[ids_k] from the decode-input
+  buffers the sampler wrote (a discrete row's one-hot weights give its token's embedding exactly).
 * **Custom weight loader** :func:`load_weights` — controller weights arrive as one uint8 tensor
   named ``client.CONTROLLER_NAME`` through ``update_weights_from_tensor(load_format=<this>)``,
   which SGLang runs in every TP worker; other names go to ``model.load_weights``.
@@ -27,6 +28,10 @@ What is hooked, and why each server argument is required (``settings.required_se
   ``BatchStrOutput``/``BatchTokenIDOutput`` to ``self._handle_batch_output``, which keeps only the
   newest ``customized_info`` slice in ``meta_info``; :func:`collect_records` wraps that method on
   the instance so a :class:`~.client.TraceAccumulator` sees every slice first.
+* **Prefix (radix) caching stays on** — :func:`protect_soft_kv` keeps every request that has taken
+  a soft step out of the tree from its first decode step on, so the prompt's KV (inserted after
+  the prefill; text and image tokens) is shared by the n samples of a prompt and by later
+  requests, while KV computed from soft inputs is never inserted and never matched.
 
 Not supported in this version (rejected by ``required_server_args`` or at runtime):
 
@@ -35,16 +40,11 @@ Not supported in this version (rejected by ``required_server_args`` or at runtim
   fails) and the mixture of step t would have to flow through SGLang's future-token map instead of
   the request state.
 * **CUDA graphs** (``disable_cuda_graph=True``): the embedding hook and the capture mode change run
-  inside the model forward, which a replayed graph skips. Keeping graphs on needs the hook to write
-  into static buffers captured by the graph: a persistent ``[max_bs, K]`` id buffer and ``[max_bs,
-  K]`` weight buffer (weights 0 except slot 0 = 1 for discrete rows) filled by the sampler before
-  replay, the mixture computed inside the graph from them on every row, and
-  ``CaptureHiddenMode.LAST`` captured for every batch size.
-* **Prefix (radix) caching** (``disable_radix_cache=True``, server-wide): the KV of a soft position
-  depends on the mixture, not on the spine token that keys the radix tree, so a later request
-  sharing the token prefix would reuse KV computed from soft inputs. The cost is that the n samples
-  of a prompt each prefill it (images included). A finer version would insert only the prompt part
-  of soft requests into the tree.
+  inside the model forward, which a replayed graph skips. The decode inputs already come from
+  static per-slot buffers (:class:`~.runtime.DecodeInputBuffers`: ``[pool, K]`` ids and weights
+  written by the sampler, gathered by ``forward_batch.req_pool_indices`` in the forward, with no
+  data-dependent branch), which is what a captured graph can replay; docs/sglang.md ("CUDA
+  graphs") lists what remains (capturing the read inside the graph runner, hidden-state capture).
 * **Retraction / re-prefill after soft steps** raises :class:`SoftStateError`.
 * Mixed chunks, DP attention, speculative decoding, pipeline parallelism.
 
@@ -75,7 +75,8 @@ import torch
 
 from . import SAMPLER_BACKEND, SUPPORTED_SGLANG
 from .client import CONTROLLER_NAME, decode_controller
-from .runtime import BatchContext, SoftRuntime, batch_context, current_batch, last_hidden
+from .runtime import (STATE_ATTR, BatchContext, SoftRuntime, batch_context, current_batch,
+                      last_hidden)
 from .settings import _REQUIRED, SGLangSoftSettings
 
 logger = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ class SoftGumbelSampler(Sampler):
         logits = self._preprocess_logits(logits_output.next_token_logits, sampling_info)
         b = logits.shape[0]
         hidden = last_hidden(logits_output.hidden_states, ctx, b)
-        tokens, info = runtime().sample(ctx.reqs, logits, hidden)
+        tokens, info = runtime().sample(ctx.reqs, logits, hidden, pool_size=ctx.pool_size)
         logits_output.customized_info = {**(logits_output.customized_info or {}), **info}
         if ctx.forced_capture:
             logits_output.hidden_states = None  # nobody else asked for them
@@ -138,15 +139,45 @@ def _tp_hook(original, *args, **kwargs):
     if mwb.capture_hidden_mode in (None, CaptureHiddenMode.NULL):
         mwb.capture_hidden_mode = CaptureHiddenMode.LAST
         forced = True
-    ctx = BatchContext(reqs=mwb.reqs, is_decode=mwb.forward_mode.is_decode(),
+    is_decode = mwb.forward_mode.is_decode()
+    if is_decode:
+        for req in mwb.reqs:
+            st = getattr(req, STATE_ATTR, None)
+            if st is not None and st.had_soft:
+                protect_soft_kv(req)
+    ctx = BatchContext(reqs=mwb.reqs, is_decode=is_decode,
                        extend_seq_lens=getattr(mwb, "extend_seq_lens", None),
-                       forced_capture=forced)
+                       forced_capture=forced, pool_size=request_pool_size(args[0]))
     with batch_context(ctx):
         return original(*args, **kwargs)
 
 
+def protect_soft_kv(req) -> None:
+    """Keep ``req``'s KV out of the radix cache from now on (sglang 0.5.12: ``Req.
+    skip_radix_cache_insert``, read by ``mem_cache.common.release_kv_cache`` and
+    ``maybe_cache_unfinished_req``, the two paths that insert a request into the tree).
+
+    Called before every decode forward of a request that has taken a soft step. Its prompt was
+    inserted after the prefill (``cache_unfinished_req``: the prompt's KV is a function of the
+    prompt's tokens and images, so the G samples of a prompt and later requests share it); from
+    the first decode position on, the KV depends on mixture inputs that the tree's token keys do
+    not describe, so the request's output KV is freed instead of inserted and can never be matched.
+    """
+    req.skip_radix_cache_insert = True
+
+
+def request_pool_size(worker) -> Optional[int]:
+    """Slots of the worker's request pool (sglang 0.5.12: ``TpModelWorker.model_runner.
+    req_to_token_pool.size``; ``Req.req_pool_idx`` < this): the size of the static decode-input
+    buffers. None for stand-ins without a model runner."""
+    pool = getattr(getattr(worker, "model_runner", None), "req_to_token_pool", None)
+    return int(pool.size) if pool is not None else None
+
+
 def _embed_hook(*args, **kwargs):
-    """BEFORE Qwen3LLMModel.forward(self, input_ids, positions, forward_batch, input_embeds, ...)."""
+    """BEFORE Qwen3LLMModel.forward(self, input_ids, positions, forward_batch, input_embeds, ...):
+    at decode, every row's input becomes Σ_k w_k E[ids_k] from the decode-input buffers, gathered
+    by ``forward_batch.req_pool_indices`` (sglang 0.5.12: the batch's request-pool slots)."""
     ctx = current_batch()
     if ctx is None or not ctx.is_decode:
         return None
@@ -157,7 +188,7 @@ def _embed_hook(*args, **kwargs):
     if embeds is None or fb is None or not fb.forward_mode.is_decode():
         return None
     model = bound["self"]
-    new = runtime().decode_inputs(ctx.reqs, model.embed_tokens, embeds)
+    new = runtime().decode_inputs(fb.req_pool_indices, model.embed_tokens, embeds)
     if new is None:
         return None
     if "input_embeds" in kwargs:
@@ -243,7 +274,14 @@ def run_scheduler_process(*args, **kwargs):
 def plugin_schedulers():
     """While active, SGLang launchers that read ``sglang.srt.entrypoints.engine.
     run_scheduler_process`` at call time (verl's ``SGLangHttpServer.launch_server``) start every
-    scheduler through :func:`run_scheduler_process`."""
+    scheduler through :func:`run_scheduler_process`.
+
+    It also runs SGLang's ``load_plugins()`` first (idempotent), as SGLang's own ``Engine`` and
+    ``launch_server`` do before they build ``ServerArgs``: verl 0.9.1's ``launch_server`` builds
+    ``ServerArgs`` without it, so installed SGLang plugins would not see the server's arguments.
+    """
+    from sglang.srt.plugins import load_plugins
+    load_plugins()
     import sglang.srt.entrypoints.engine as sgl_engine
     original = sgl_engine.run_scheduler_process
     sgl_engine.run_scheduler_process = run_scheduler_process

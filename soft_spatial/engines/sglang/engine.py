@@ -13,6 +13,7 @@ starts, and ``generate(soft=...)`` must repeat them.
 """
 from __future__ import annotations
 
+import contextlib
 import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
@@ -22,8 +23,9 @@ from soft_spatial.engines.local import row_seed
 from soft_spatial.engines.prompts import load_image, render_chat
 from soft_spatial.softthink import AdaptSoftConfig, SamplingConfig, SoftThinkingConfig, SoftTrace
 
-from .client import PARAM_KEY, TraceAccumulator, request_params, split_records
-from .settings import SGLangSoftSettings, required_server_args
+from .client import (CONTROLLER_NAME, PARAM_KEY, PREFILL_ONLY, PromptPrefill, TraceAccumulator,
+                     collapse_image_pads, encode_controller, request_params, split_records)
+from .settings import CONTROLLER_LOADER, SGLangSoftSettings, required_server_args
 
 __all__ = ["SGLangEngine"]
 
@@ -81,10 +83,14 @@ class SGLangEngine:
             backend = compat.launch_engine(**args)
         self.backend = backend
         compat.collect_records(backend.tokenizer_manager, self._traces)
+        server_args = getattr(backend, "server_args", None)  # None: an injected stand-in
+        self.prefix_cache = server_args is not None and not server_args.disable_radix_cache
+        self._prefill = PromptPrefill()
 
     # -- prompts ------------------------------------------------------------------------------
-    def _prepare(self, i: int, prompt: Prompt):
-        """``(ids, images)``: chats rendered like the local engine; ids (+ images) pass through."""
+    def prepare(self, i: int, prompt: Prompt):
+        """``(ids, images)`` of prompt ``i``: chats rendered like the local engine (placeholders
+        expanded); ids (+ images) pass through."""
         if isinstance(prompt, dict):
             if "prompt_ids" not in prompt:
                 raise ValueError(f"prompt {i}: a dict prompt needs 'prompt_ids'")
@@ -105,12 +111,19 @@ class SGLangEngine:
                              f"{len(images)} images")
         return ids, images
 
-    def _sampling_params(self, sampling: SamplingConfig, seed: int) -> Dict[str, Any]:
-        return {"max_new_tokens": sampling.max_new_tokens,
-                "temperature": 0.0 if sampling.greedy else sampling.temperature,
-                "top_p": sampling.top_p, "top_k": sampling.top_k or -1,
-                "stop_token_ids": list(self.eos_ids), "skip_special_tokens": True,
-                "custom_params": {PARAM_KEY: request_params(seed, sampling)}}
+    def request(self, ids: List[int], images: list, sampling: SamplingConfig, seed: int,
+                rid: str) -> Dict[str, Any]:
+        """Keyword arguments of SGLang's ``Engine.generate`` / ``async_generate`` for one row
+        (prompt ids from :meth:`prepare`, the row's noise seed, a unique request id)."""
+        return {"input_ids": collapse_image_pads(ids, self.image_token_id),
+                "image_data": list(images), "rid": rid,
+                "sampling_params": {
+                    "max_new_tokens": sampling.max_new_tokens,
+                    "temperature": 0.0 if sampling.greedy else sampling.temperature,
+                    "top_p": sampling.top_p, "top_k": sampling.top_k or -1,
+                    "stop_token_ids": list(self.eos_ids), "ignore_eos": not self.eos_ids,
+                    "skip_special_tokens": True,
+                    "custom_params": {PARAM_KEY: request_params(seed, sampling)}}}
 
     # -- generation ---------------------------------------------------------------------------
     def generate(self, prompts: Sequence[Prompt], soft: Optional[SoftThinkingConfig] = None,
@@ -119,16 +132,14 @@ class SGLangEngine:
                  ) -> List[Completion]:
         """``n`` responses per prompt, prompt-major (prompt i's samples at ``i*n .. i*n+n-1``);
         row (i, j) draws its noise from ``row_seed(seeds[i], j)``, as in the local engine."""
-        if soft is not None and soft != self.soft:
-            raise ValueError(f"the SGLang engine was started with {self.soft}; soft settings are "
-                             f"server-wide, got {soft}")
+        self._check_soft(soft)
         sampling = sampling or SamplingConfig()
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         seeds = list(seeds) if seeds is not None else [seed + i for i in range(len(prompts))]
         if len(seeds) != len(prompts):
             raise ValueError(f"got {len(seeds)} seeds for {len(prompts)} prompts")
-        prepared = [self._prepare(i, p) for i, p in enumerate(prompts)]
+        prepared = [self.prepare(i, p) for i, p in enumerate(prompts)]
         rows = [(i, j) for i in range(len(prompts)) for j in range(n)]
         tag = uuid.uuid4().hex[:12]
         bar = None
@@ -138,29 +149,65 @@ class SGLangEngine:
         outs: List[Completion] = []
         for s in range(0, len(rows), self.max_batch_rows):
             chunk = rows[s:s + self.max_batch_rows]
-            rids = [f"soft-{tag}-{i}-{j}" for i, j in chunk]
+            reqs = [self.request(*prepared[i], sampling, row_seed(seeds[i], j),
+                                 f"soft-{tag}-{i}-{j}") for i, j in chunk]
             try:
-                results = self.backend.generate(
-                    input_ids=[prepared[i][0] for i, _ in chunk],
-                    image_data=[prepared[i][1] or None for i, _ in chunk],
-                    sampling_params=[self._sampling_params(sampling, row_seed(seeds[i], j))
-                                     for i, j in chunk],
-                    rid=rids)
+                if self.prefix_cache and n > 1:  # see PromptPrefill
+                    firsts = [r for (i, j), r in zip(chunk, reqs) if j == 0 or r is reqs[0]]
+                    self._generate([dict(r, rid=r["rid"] + "-prefill",
+                                         sampling_params=dict(PREFILL_ONLY)) for r in firsts])
+                results = self._generate(reqs)
                 if isinstance(results, dict):
                     results = [results]
-                outs += [self._completion(i, j, prepared[i][0], rid, res)
-                         for (i, j), rid, res in zip(chunk, rids, results)]
+                outs += [self.completion(i, j, prepared[i][0], r["rid"], res)
+                         for (i, j), r, res in zip(chunk, reqs, results)]
             finally:
-                for rid in rids:
-                    self._traces.pop(rid)
+                for r in reqs:
+                    self._traces.pop(r["rid"])
             if bar is not None:
                 bar.update(len(chunk))
         if bar is not None:
             bar.close()
         return outs
 
-    def _completion(self, i: int, j: int, prompt_ids: List[int], rid: str, res: Dict[str, Any]
-                    ) -> Completion:
+    def _generate(self, reqs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+        """SGLang's batch ``generate`` over requests made by :meth:`request`."""
+        batch = {key: [r[key] for r in reqs] for key in reqs[0]}
+        if not any(batch["image_data"]):  # ([] marks a text-only row among image rows: a
+            batch["image_data"] = None  # None first entry makes SGLang wrap every row again)
+        results = self.backend.generate(**batch)
+        return [results] if isinstance(results, dict) else results
+
+    async def generate_one(self, prompt: Prompt, sampling: Optional[SamplingConfig] = None,
+                           seed: int = 0, sample_index: int = 0, rid: Optional[str] = None
+                           ) -> Completion:
+        """One row through SGLang's ``async_generate`` (run it on ``self.backend.loop``): the
+        same result as row ``(0, sample_index)`` of ``generate([prompt], seeds=[seed])``.
+        Concurrent calls are batched continuously by SGLang's scheduler."""
+        sampling = sampling or SamplingConfig()
+        ids, images = self.prepare(0, prompt)
+        rid = rid or f"soft-{uuid.uuid4().hex[:12]}-0-{sample_index}"
+        req = self.request(ids, images, sampling, row_seed(seed, sample_index), rid)
+        if not images:
+            req["image_data"] = None
+
+        async def prefill():
+            await self.backend.async_generate(**dict(req, rid=rid + "-prefill",
+                                                     sampling_params=dict(PREFILL_ONLY)))
+
+        shared = (self._prefill.prefilled(tuple(req["input_ids"]), prefill)  # see PromptPrefill
+                  if self.prefix_cache else contextlib.nullcontext())
+        try:
+            async with shared:
+                res = await self.backend.async_generate(**req)
+            return self.completion(0, sample_index, ids, rid, res)
+        finally:
+            self._traces.pop(rid)
+
+    def completion(self, i: int, j: int, prompt_ids: List[int], rid: str, res: Dict[str, Any]
+                   ) -> Completion:
+        """SGLang's result for request ``rid`` (prompt i, sample j) with its accumulated
+        records, as the local engine's :class:`~soft_spatial.engines.base.Completion`."""
         tokens = [int(t) for t in res["output_ids"]]
         lists, loglik = split_records(self._traces.pop(rid), len(tokens))
         trace = SoftTrace.from_lists(lists, k=self.soft.top_k)
@@ -179,6 +226,30 @@ class SGLangEngine:
                           text=self.tokenizer.decode(tokens, skip_special_tokens=True),
                           trace=trace, finish_reason=FINISH_STOP if reason == "stop"
                           else FINISH_LENGTH, think_end=think_end, logprobs=loglik)
+
+    def _check_soft(self, soft: Optional[SoftThinkingConfig]) -> None:
+        if soft is not None and soft != self.soft:
+            raise ValueError(f"the SGLang engine was started with {self.soft}; soft settings are "
+                             f"server-wide, got {soft}")
+
+    # -- weights ------------------------------------------------------------------------------
+    def update_weights(self, state_dict: Dict[str, Any]) -> None:
+        """Copy (a subset of) policy weights in, by their Hugging Face names (what verl's weight
+        sync sends), through SGLang's ``update_weights_from_tensor``; the prefix cache is
+        flushed (its KV was computed with the old weights)."""
+        self._update([(k, v.detach()) for k, v in state_dict.items()], None, True)
+
+    def set_controller(self, state: Dict[str, Any]) -> None:
+        """Install AdaptSoft weights ``{"config", "state_dict"}`` in every scheduler process,
+        through the plugin's custom weight loader (as training does); requests scheduled from
+        now on use them."""
+        self._update([(CONTROLLER_NAME, encode_controller(state))], CONTROLLER_LOADER, False)
+
+    def _update(self, named, load_format, flush_cache) -> None:
+        ok, message = self.backend.update_weights_from_tensor(
+            named_tensors=named, load_format=load_format, flush_cache=flush_cache)[:2]
+        if not ok:
+            raise RuntimeError(f"SGLang weight update failed: {message}")
 
     def close(self) -> None:
         """Shut SGLang down (only an engine this object launched)."""

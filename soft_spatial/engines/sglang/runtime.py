@@ -11,12 +11,16 @@ step through the hooks of :mod:`.compat`:
   row generator and advanced by one block of K+1 uniforms per generated token; the number of blocks
   drawn is checked against ``len(req.output_ids)`` at every step. Rows are grouped by their
   sampling settings and passed to :func:`~soft_spatial.engines.step.sample_step` (the same function
-  the local engine calls), so the records are the local engine's records.
+  the local engine calls), so the records are the local engine's records. The next step's input of
+  every row — ids ``[K]`` and weights ``[K]`` (softmax(z/τ) at a soft step, one-hot on the token at
+  a discrete one, :func:`~soft_spatial.softthink.record_weights`) — is written into
+  :class:`DecodeInputBuffers` at the row's request-pool slot (``Req.req_pool_idx``).
 * :meth:`SoftRuntime.decode_inputs` from the hook before the language model's forward at decode:
-  rows whose last record is soft get Σ_k softmax(z/τ)_k E[ids_k] (built by
-  :func:`~soft_spatial.softthink.record_input_embeddings` from the embedding rows that SGLang's own
-  — possibly vocabulary-parallel — embedding module returns for the K ids), the others keep the
-  plain embedding of their token.
+  Σ_k w_k E[ids_k] for every row of the batch, gathered from the buffers by the batch's
+  request-pool indices, with the embedding rows that SGLang's own — possibly vocabulary-parallel —
+  embedding module returns. A discrete row's one-hot weights give exactly its token's embedding.
+  Static buffers indexed by pool slot, and no data-dependent branch in this read, are what a
+  captured CUDA graph can replay (docs/sglang.md, "CUDA graphs").
 """
 from __future__ import annotations
 
@@ -30,15 +34,15 @@ from torch import Tensor
 
 from soft_spatial.engines.local import row_seed
 from soft_spatial.engines.step import sample_step
-from soft_spatial.softthink import AdaptSoft, AdaptSoftConfig, SamplingConfig, \
-    record_input_embeddings
+from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig, record_weights,
+                                    soft_embedding)
 from soft_spatial.softthink.trace import TRACE_KEYS
 
 from .client import INFO_KEYS, PARAM_KEY, info_key
 from .settings import SGLangSoftSettings
 
 __all__ = ["SoftRuntime", "RequestState", "BatchContext", "batch_context", "current_batch",
-           "SoftStateError", "STATE_ATTR", "request_seed_for"]
+           "SoftStateError", "STATE_ATTR", "request_seed_for", "DecodeInputBuffers"]
 
 STATE_ATTR = "_soft_spatial_state"
 TOP_K_ALL = 1 << 30  # SGLang's "top-k off" value
@@ -57,6 +61,7 @@ class BatchContext:
     is_decode: bool
     extend_seq_lens: Optional[Sequence[int]] = None  # per row, extend batches only
     forced_capture: bool = False  # hidden states were captured for us only
+    pool_size: Optional[int] = None  # slots of SGLang's request pool (size of the input buffers)
 
 
 _local = threading.local()
@@ -86,14 +91,13 @@ def request_seed_for(base: int, rid: str) -> int:
 class RequestState:
     """Per-request decoding state (lives on the Req)."""
 
-    __slots__ = ("seed", "gen", "steps", "thinking", "had_soft", "pending", "sampling")
+    __slots__ = ("seed", "gen", "steps", "thinking", "had_soft", "sampling")
 
     def __init__(self, seed: int, sampling: SamplingConfig, thinking: bool):
         self.seed, self.sampling, self.thinking = int(seed), sampling, thinking
         self.gen = torch.Generator().manual_seed(self.seed)
         self.steps = 0
         self.had_soft = False
-        self.pending: Optional[Tuple[Tensor, Tensor, Tensor]] = None  # ids [K], z [K], tau []
 
     def draw(self, n: int) -> Tensor:
         self.steps += 1
@@ -119,6 +123,40 @@ def _sampling_from_req(req, params: Optional[Dict[str, Any]]) -> SamplingConfig:
                           top_p=float(sp.top_p), greedy=top_k == 1)
 
 
+class DecodeInputBuffers:
+    """The next decode step's inputs of every request-pool slot: ids ``[size, K]`` and fp32
+    weights ``[size, K]``, written by the sampler after each step and read by the decode forward.
+
+    The tensors are allocated once per device at the pool's size (the static buffers a CUDA
+    graph captures); ``written`` marks slots holding a record since the server started, so a
+    forward without CUDA graphs can refuse a row whose inputs the sampler never produced.
+    """
+
+    def __init__(self, size: int, k: int, device):
+        self.size, self.k = int(size), int(k)
+        self.ids = torch.zeros(self.size, self.k, dtype=torch.long, device=device)
+        self.weights = torch.zeros(self.size, self.k, dtype=torch.float32, device=device)
+        self.written = torch.zeros(self.size, dtype=torch.bool, device=device)
+
+    def write(self, slots: Tensor, ids: Tensor, weights: Tensor) -> None:
+        """Rows ``slots [n]`` get ``ids [n, K]`` and ``weights [n, K]``."""
+        if slots.numel() and int(slots.max()) >= self.size:
+            raise IndexError(f"soft decode buffers: slot {int(slots.max())} >= pool size "
+                             f"{self.size}")
+        self.ids[slots] = ids.to(self.ids.device)
+        self.weights[slots] = weights.to(self.weights.device, torch.float32)
+        self.written[slots] = True
+
+    def mixture(self, slots: Tensor, embed: Callable[[Tensor], Tensor]) -> Tensor:
+        """Σ_k w_k E[ids_k] ``[b, D]`` of the slots ``[b]`` (the same arithmetic as
+        :func:`~soft_spatial.softthink.record_input_embeddings`, in the embedding's dtype)."""
+        ids, w = self.ids[slots], self.weights[slots]
+        b, k = ids.shape
+        table = embed(ids.reshape(-1))  # [b*K, D] = E[ids]
+        local = torch.arange(b * k, device=table.device).view(b, k)
+        return soft_embedding(table, local, w.to(table.device))
+
+
 class SoftRuntime:
     """Soft decoding state and computation of one scheduler process."""
 
@@ -132,6 +170,7 @@ class SoftRuntime:
             ctrl = AdaptSoft.load(settings.controller_path)
             self.set_controller({"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()})
         self._banned: Dict[Any, Tensor] = {}
+        self._buffers: Dict[str, DecodeInputBuffers] = {}
 
     # -- controller ---------------------------------------------------------------------------
     @property
@@ -194,15 +233,32 @@ class SoftRuntime:
                                              device=device)
         return self._banned[key]
 
+    def buffers(self, device, pool_size: Optional[int] = None,
+                min_size: int = 0) -> DecodeInputBuffers:
+        """The decode-input buffers on ``device``: ``pool_size`` slots when SGLang reports its
+        pool size (allocated once), else grown to hold ``min_size`` slots (tests, fakes)."""
+        key = str(device)
+        buf = self._buffers.get(key)
+        want = int(pool_size) if pool_size else max(min_size, 1)
+        if buf is None or buf.size < min_size:
+            old, buf = buf, DecodeInputBuffers(max(want, min_size), self.settings.soft.top_k,
+                                               device)
+            if old is not None:  # grown (no pool size known): keep what was written
+                buf.write(torch.arange(old.size, device=device), old.ids, old.weights)
+                buf.written[: old.size] = old.written
+            self._buffers[key] = buf
+        return buf
+
     @torch.no_grad()
-    def sample(self, reqs: Sequence[Any], logits: Tensor, hidden: Optional[Tensor]
-               ) -> Tuple[Tensor, Dict[str, list]]:
+    def sample(self, reqs: Sequence[Any], logits: Tensor, hidden: Optional[Tensor],
+               pool_size: Optional[int] = None) -> Tuple[Tensor, Dict[str, list]]:
         """One step for the batch rows ``reqs`` (logits ``[B, V]``, hidden ``[B, D]``).
 
         Returns the emitted tokens ``[B]`` (the spine at soft steps) and ``customized_info``:
         ``{"soft_<key>": [value of row i]}`` for every record key and ``loglik``. Rows of requests
         whose prefill is still chunked get the argmax token and a zero record (SGLang discards
-        both); their state is untouched.
+        both); their state is untouched. In the soft modes each live row's next input is written
+        to :meth:`buffers` (``pool_size``: SGLang's request-pool size) at ``req.req_pool_idx``.
         """
         soft, k = self.settings.soft, self.settings.soft.top_k
         b, dev = logits.shape[0], logits.device
@@ -256,46 +312,38 @@ class SoftRuntime:
         soft_list = full["soft"].tolist()
         for i in live:
             st = states[i]
-            if soft_list[i]:
-                st.pending = (full["topk_ids"][i], full["scores"][i], full["tau"][i])
-                st.had_soft = True
-            else:
-                st.pending = None
+            st.had_soft |= bool(soft_list[i])
             if think_end is not None and st.thinking and tok_list[i] == think_end:
                 st.thinking = False  # the </think> step itself was soft
+        if soft.soft and live:
+            idx = torch.tensor(live, device=dev)
+            slots = torch.tensor([int(reqs[i].req_pool_idx) for i in live], device=dev)
+            buf = self.buffers(dev, pool_size, int(slots.max()) + 1)
+            buf.write(slots, full["topk_ids"][idx],
+                      record_weights(full["scores"][idx], full["tau"][idx], full["soft"][idx]))
         cpu = {key: v.cpu().tolist() for key, v in full.items()}
         info = {info_key(key): cpu[key] for key in INFO_KEYS}
         return tokens, info
 
     # -- decode inputs ------------------------------------------------------------------------
     @torch.no_grad()
-    def decode_inputs(self, reqs: Sequence[Any], embed: Callable[[Tensor], Tensor],
-                      input_embeds: Tensor) -> Optional[Tensor]:
-        """Decode-step input embeddings ``[B, D]`` with the soft rows' mixtures, or None when no
-        row's last record is soft. ``embed`` maps ids ``[N]`` to full embedding rows ``[N, D]``
-        (SGLang's embedding module, which all-reduces its vocabulary shards)."""
-        rows, pend = [], []
-        for i, req in enumerate(reqs):
-            st = getattr(req, STATE_ATTR, None)
-            if st is not None and st.pending is not None:
-                rows.append(i)
-                pend.append(st.pending)
-        if not rows:
+    def decode_inputs(self, slots: Tensor, embed: Callable[[Tensor], Tensor],
+                      input_embeds: Tensor, check: bool = True) -> Optional[Tensor]:
+        """Decode-step input embeddings ``[B, D]`` of the rows in request-pool ``slots [B]``, or
+        None in hard mode (plain token embeddings). ``embed`` maps ids ``[N]`` to full embedding
+        rows ``[N, D]`` (SGLang's embedding module, which all-reduces its vocabulary shards).
+        ``check`` (no CUDA graph) refuses rows the sampler never wrote."""
+        if not self.settings.soft.soft:
             return None
-        if len(reqs) != input_embeds.shape[0]:
-            raise ValueError(f"soft decode: {len(reqs)} requests for {input_embeds.shape[0]} "
-                             f"input rows")
-        ids = torch.stack([p[0] for p in pend])
-        z = torch.stack([p[1] for p in pend])
-        tau = torch.stack([p[2] for p in pend])
-        n, k = ids.shape
-        table = embed(ids.reshape(-1).to(input_embeds.device))  # [n*K, D] = E[ids]
-        local = torch.arange(n * k, device=table.device).view(n, k)
-        mix = record_input_embeddings(table, local, z.to(table.device), tau.to(table.device),
-                                      torch.ones(n, dtype=torch.bool, device=table.device))
-        out = input_embeds.clone()
-        out[torch.tensor(rows, device=out.device)] = mix.to(out.dtype)
-        return out
+        if slots.shape[0] != input_embeds.shape[0]:
+            raise ValueError(f"soft decode: {slots.shape[0]} request slots for "
+                             f"{input_embeds.shape[0]} input rows")
+        buf = self._buffers.get(str(input_embeds.device))
+        if check and (buf is None or int(slots.max()) >= buf.size
+                      or not bool(buf.written[slots].all())):
+            raise RuntimeError("soft decode: a decode row has no record from the soft sampler "
+                               "(is sampling_backend=soft_gumbel?)")
+        return buf.mixture(slots, embed).to(input_embeds.dtype)
 
 
 def last_hidden(hidden: Optional[Tensor], ctx: BatchContext, rows: int) -> Optional[Tensor]:

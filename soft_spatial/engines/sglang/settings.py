@@ -70,11 +70,12 @@ class SGLangSoftSettings:
         return cls.from_json(text)
 
 
-# Server arguments soft decoding needs (see the module docstring of compat.py for why).
+# Server arguments soft decoding needs (see the module docstring of compat.py for why). The
+# radix cache stays on: soft requests share their prompt's KV, and their KV from the first soft
+# input on is never inserted (compat.protect_soft_kv).
 _REQUIRED = {
     "disable_overlap_schedule": True,  # step t's mixture must exist before batch t+1 runs
     "disable_cuda_graph": True,  # the decode-embedding hook runs inside the model forward
-    "disable_radix_cache": True,  # KV of soft positions is not a function of the token ids
     "enable_mixed_chunk": False,  # decode rows must be pure decode batches to get mixtures
 }
 
@@ -82,7 +83,7 @@ _REQUIRED = {
 def required_server_args(engine_kwargs: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """``rollout.engine_kwargs.sglang`` with what the soft backend needs set.
 
-    Sets ``sampling_backend`` and the custom weight loader (controller sync), and the four flags
+    Sets ``sampling_backend`` and the custom weight loader (controller sync), and the three flags
     above; a user value that contradicts one of them raises instead of being overridden silently.
     """
     from . import SAMPLER_BACKEND
@@ -97,6 +98,10 @@ def required_server_args(engine_kwargs: Optional[Dict[str, Any]]) -> Dict[str, A
         raise ValueError(f"rollout.name=sglang_soft samples with its own backend; remove "
                          f"engine_kwargs.sglang.sampling_backend={backend!r}")
     out["sampling_backend"] = SAMPLER_BACKEND
+    # The n samples of a prompt arrive together. SGLang's default "fcfs" prefills them in one
+    # batch, each from scratch; "lpm" (cache-aware) schedules one first and lets the others
+    # match its prompt in the radix cache (prompts of more than 32 tokens).
+    out.setdefault("schedule_policy", "lpm")
     # the last two make SGLang reset sampling_backend to "pytorch" (deterministic inference)
     for key in ("enable_dp_attention", "speculative_algorithm", "enable_deterministic_inference",
                 "rl_on_policy_target"):

@@ -1,0 +1,79 @@
+"""Per-step analysis data of an evaluation, written beside ``samples.jsonl`` as ``steps.jsonl``.
+
+One JSON line per sample, keyed like its ``samples.jsonl`` row (``benchmark``,
+``question_index``, ``sample``), with the sample's L steps as little-endian base64 arrays:
+
+* ``tau``     float32 [L]  the mixture temperature τ (0 at discrete steps);
+* ``entropy`` float32 [L]  the normalised top-K entropy Ĥ (0 at discrete steps);
+* ``token``   int32   [L]  the spine token (the emitted one);
+* ``soft``    bits    [L]  numpy ``packbits`` of the soft flag.
+
+About 16 characters per step (a JSON list of rounded numbers takes more and loses precision).
+The runner writes a sample's steps before its ``samples.jsonl`` row, so a sample that is redone
+after a crash may appear twice here: :func:`read_steps` keeps the last. ``python -m
+soft_spatial.analysis`` reads this file (Figures 4, 6 and 7).
+"""
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Dict, Tuple
+
+import numpy as np
+
+__all__ = ["STEPS", "steps_row", "decode_steps", "read_steps", "StepsKey"]
+
+STEPS = "steps.jsonl"
+StepsKey = Tuple[str, int, int]
+_ARRAYS = {"tau": "<f4", "entropy": "<f4", "token": "<i4"}
+
+
+def _b64(a: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(a).tobytes()).decode("ascii")
+
+
+def steps_row(benchmark: str, question_index: int, sample: int, trace) -> dict:
+    """The ``steps.jsonl`` row of one sample from its :class:`~soft_spatial.softthink.SoftTrace`."""
+    soft = trace.soft.cpu().numpy().astype(bool)
+    return {"benchmark": benchmark, "question_index": int(question_index), "sample": int(sample),
+            "n": int(soft.shape[0]),
+            "tau": _b64(trace.tau.cpu().numpy().astype("<f4")),
+            "entropy": _b64(trace.entropy.cpu().numpy().astype("<f4")),
+            "token": _b64(trace.tokens.cpu().numpy().astype("<i4")),
+            "soft": _b64(np.packbits(soft))}
+
+
+def decode_steps(row: dict, where: str = "steps row") -> Dict[str, np.ndarray]:
+    """Arrays ``tau``, ``entropy`` (float32), ``token`` (int32), ``soft`` (bool), each [L]."""
+    try:
+        n = int(row["n"])
+        out = {k: np.frombuffer(base64.b64decode(row[k]), dtype=dt) for k, dt in _ARRAYS.items()}
+        out["soft"] = np.unpackbits(np.frombuffer(base64.b64decode(row["soft"]),
+                                                  dtype=np.uint8))[:n].astype(bool)
+    except KeyError as e:
+        raise ValueError(f"{where}: missing field {e.args[0]!r}") from None
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{where}: undecodable arrays ({e})") from None
+    for k, v in out.items():
+        if v.shape[0] != n:
+            raise ValueError(f"{where}: field {k!r} has {v.shape[0]} steps, n = {n}")
+    return out
+
+
+def read_steps(path) -> Dict[StepsKey, Dict[str, np.ndarray]]:
+    """All samples of a ``steps.jsonl`` by (benchmark, question_index, sample); a torn last line
+    is dropped, any other bad line is an error naming the file and line."""
+    from .runner import read_results
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no per-step data (evaluate with analysis_steps=true)")
+    out: Dict[StepsKey, Dict[str, np.ndarray]] = {}
+    for i, row in enumerate(read_results(path)):
+        where = f"{path}: record {i + 1}"
+        try:
+            key = (str(row["benchmark"]), int(row["question_index"]), int(row["sample"]))
+        except KeyError as e:
+            raise ValueError(f"{where}: missing field {e.args[0]!r}") from None
+        out[key] = decode_steps(row, where)
+    return out
