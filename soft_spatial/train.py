@@ -43,7 +43,7 @@ def preflight(cfg) -> Path:
     names the setting."""
     from soft_spatial.data.prepare import check_parquet
     from soft_spatial.models.loading import resolve_model_dir
-    from soft_spatial.trainer.worker import soft_settings
+    from soft_spatial.trainer.settings import soft_settings
 
     rollout = cfg.actor_rollout_ref.rollout
     soft_settings(rollout.get("custom"))  # typed soft settings: each invalid field is named

@@ -23,25 +23,11 @@ from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils.device import get_device_id, get_device_name
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
-from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, AlignmentConfig, DensityConfig,
-                                    KLConfig, SoftThinkingConfig, from_mapping)
+from soft_spatial.softthink import AdaptSoft
+
+from .settings import soft_settings
 
 __all__ = ["SoftActorRolloutRefWorker", "soft_settings", "record_placement"]
-
-
-def soft_settings(custom) -> dict:
-    """Typed soft settings from ``rollout.custom`` (missing groups take the paper defaults)."""
-    custom = dict(custom or {})
-    return {
-        "soft": from_mapping(SoftThinkingConfig, custom.get("soft_thinking"),
-                             "rollout.custom.soft_thinking"),
-        "adaptsoft": from_mapping(AdaptSoftConfig, custom.get("adaptsoft"),
-                                  "rollout.custom.adaptsoft"),
-        "density": from_mapping(DensityConfig, custom.get("density"), "rollout.custom.density"),
-        "alignment": from_mapping(AlignmentConfig, custom.get("alignment"),
-                                  "rollout.custom.alignment"),
-        "kl": from_mapping(KLConfig, custom.get("kl"), "rollout.custom.kl"),
-    }
 
 
 def record_placement(role: str) -> dict:
