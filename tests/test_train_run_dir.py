@@ -128,14 +128,25 @@ def test_resume_keeps_the_metrics_up_to_the_checkpoint(tmp_path):
 
 
 def test_resume_step_follows_verl(tmp_path):
+    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
     assert resume_step(tmp_path, "auto") == 0
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("3")  # tracker, no directory
+    assert resume_step(tmp_path, "auto") == 0 and find_latest_ckpt_path(str(tmp_path)) is None
     (tmp_path / "global_step_4").mkdir()
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("4")
     assert resume_step(tmp_path, "auto") == 4
+    assert find_latest_ckpt_path(str(tmp_path)).endswith("global_step_4")  # verl agrees
     assert resume_step(tmp_path, "disable") == 0
     assert resume_step(tmp_path, "resume_path", str(tmp_path / "global_step_2")) == 2
     with pytest.raises(ValueError, match="resume_from_path"):
         resume_step(tmp_path, "resume_path", None)
+    # the entry point of a CPU run has VERL_PLATFORM=cpu and no CPU platform plugin loaded:
+    # importing verl's checkpoint module there fails, so resume_step must not
+    res = subprocess.run([sys.executable, "-c", "import sys; from soft_spatial.trainer.run_dir "
+                          "import resume_step; print(resume_step(sys.argv[1], 'auto'))",
+                          str(tmp_path)], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, VERL_PLATFORM="cpu"))
+    assert res.returncode == 0 and res.stdout.split()[-1] == "4", res.stderr[-2000:]
 
 
 # -- a local Ray session never outlives its driver --------------------------------------------------

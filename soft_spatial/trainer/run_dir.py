@@ -30,10 +30,13 @@ def resume_step(ckpt_dir: str | os.PathLike, resume_mode: str, resume_from_path:
             raise ValueError(f"trainer.resume_mode=resume_path needs trainer.resume_from_path="
                              f".../global_step_N, got {resume_from_path!r}")
         return int(str(resume_from_path).rstrip("/").split("global_step_")[-1])
-    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
-
-    latest = find_latest_ckpt_path(str(ckpt_dir))
-    return int(latest.rstrip("/").split("global_step_")[-1]) if latest else 0
+    # verl's find_latest_ckpt_path, read here: importing verl's checkpoint module pulls in its
+    # engines, which need the CPU platform registered (in the workers, not in the entry point)
+    tracker = Path(ckpt_dir) / "latest_checkpointed_iteration.txt"
+    if not tracker.is_file():
+        return 0
+    step = int(tracker.read_text().strip())
+    return step if (Path(ckpt_dir) / f"global_step_{step}").exists() else 0
 
 
 def keep_metrics_until(path: str | os.PathLike, step: int) -> int:
