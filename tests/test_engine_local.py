@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from controller_helpers import trained_controller
-from soft_spatial.engines import LocalEngine
+from soft_spatial.engines import LocalEngine, PromptTooLongError
 from soft_spatial.engines.replay import replay_completion
 from soft_spatial.models import think_end_id
 from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig, gumbel_log_density
@@ -258,9 +258,10 @@ def test_clear_errors(engine, tiny_qwen3_vl_small):
         engine.generate([[{"role": "user", "content": [{"type": "image"},
                                                         {"type": "text", "text": "hi"}]}]],
                         soft=SoftThinkingConfig(mode="hard"))
-    with pytest.raises(ValueError, match="too long"):
+    with pytest.raises(PromptTooLongError, match="prompt 1 is too long") as info:
         LocalEngine.from_pretrained(tiny_qwen3_vl_small, max_prompt_length=8).generate(
-            [chat()], soft=SoftThinkingConfig(mode="hard"))
+            [[5, 6], chat()], soft=SoftThinkingConfig(mode="hard"))
+    assert info.value.index == 1 and info.value.limit == 8 and info.value.length > 8
     with pytest.raises(ValueError, match="single token"):
         engine.generate([chat()], soft=SoftThinkingConfig(mode="fixed", think_end="<nothink>"))
     with pytest.raises(ValueError, match="controller"):

@@ -12,6 +12,7 @@ from hydra import compose, initialize_config_dir
 
 from soft_spatial.eval.__main__ import CONFIG_DIR, build_config
 from soft_spatial.export import CONTROLLER_FILE, SETTINGS_FILE, actor_dir, apply_exported
+from soft_spatial.softthink import AdaptSoft
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,7 +23,8 @@ def _fake_export(tmp_path: Path, mode: str = "adaptsoft") -> Path:
     (out / SETTINGS_FILE).write_text(yaml.safe_dump(
         {"soft_thinking": {"mode": mode, "top_k": 3, "noise_scale": 0.5, "fixed_tau": 0.4},
          "adaptsoft": {"tau0": 0.5}}))
-    (out / CONTROLLER_FILE).write_bytes(b"")
+    AdaptSoft(hidden_size=8, width=4).save(out / CONTROLLER_FILE)
+    (out / "config.json").write_text("{}")  # evaluation checks model.path is a model directory
     return out
 
 
@@ -48,10 +50,12 @@ def test_exported_settings_apply_and_the_command_line_wins(tmp_path):
     assert (ecfg.soft.mode, ecfg.soft.top_k, ecfg.soft.noise_scale) == ("fixed", 7, 0.5)
     assert ecfg.controller is None  # no controller outside adaptsoft mode
 
-    given = [f"model.path={out}", "controller=/elsewhere/ctrl.pt"]
+    elsewhere = tmp_path / "elsewhere.pt"
+    AdaptSoft(hidden_size=8, width=4).save(elsewhere)
+    given = [f"model.path={out}", f"controller={elsewhere}"]
     cfg = _compose(given)
     apply_exported(cfg, given)
-    assert build_config(cfg).controller == "/elsewhere/ctrl.pt"
+    assert build_config(cfg).controller == str(elsewhere)
 
 
 def test_a_plain_model_directory_changes_nothing(tmp_path):

@@ -135,3 +135,14 @@ def test_save_load_round_trip(tmp_path):
     torch.save({"nope": 1}, tmp_path / "bad.pt")
     with pytest.raises(ValueError, match="bad.pt"):
         AdaptSoft.load(tmp_path / "bad.pt")
+
+
+def test_unreadable_checkpoints_are_named(tmp_path):
+    path = tmp_path / "ctrl.pt"
+    AdaptSoft(32, proj_dim=4).save(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ctrl.pt"]  # written through a temporary
+    path.write_bytes(path.read_bytes()[:100])  # a copy cut short
+    with pytest.raises(ValueError, match=r"ctrl\.pt: cannot read the AdaptSoft checkpoint"):
+        AdaptSoft.load(path)
+    with pytest.raises(FileNotFoundError, match="missing.pt"):
+        AdaptSoft.load(tmp_path / "missing.pt")

@@ -150,11 +150,19 @@ def test_checkpoint_resume_restores_policy_controller_and_scaler(tiny_qwen3_vl_s
     ckpt = tmp_path / "ckpt" / "global_step_2" / "actor" / "adaptsoft.pt"
     saved = torch.load(ckpt, weights_only=False)
     assert saved["steps"] == 2 and saved["scaler"]["m"] is not None
-    (tmp_path / "metrics.jsonl").unlink()
+    # as if the first run had been killed after logging step 3 but before saving it
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 3, "data": {"killed": 1}}) + "\n" + '{"step": 4, "da')
     resumed = run_train(tiny_qwen3_vl_small, train_data, tmp_path, "experiment=adaptsoft",
                         "trainer.total_training_steps=3", "trainer.save_freq=3",
                         "trainer.resume_mode=auto")
-    assert [m["step"] for m in resumed] == [3]
+    # the steps before the resume survive it (verl's file logger would truncate), the killed
+    # run's steps after the checkpoint moved aside, step 3 logged once by the resumed run
+    assert [m["step"] for m in resumed] == [1, 2, 3] and resumed[:2] == first
+    assert "killed" not in resumed[2]
+    superseded = (tmp_path / "metrics.superseded.jsonl").read_text().splitlines()
+    assert json.loads(superseded[0])["data"] == {"killed": 1} and len(superseded) == 2
+    resumed = resumed[2:]
     assert resumed[0]["actor/adaptsoft/optimizer_steps"] == 3  # AdamW state continued
     after = torch.load(tmp_path / "ckpt" / "global_step_3" / "actor" / "adaptsoft.pt",
                        weights_only=False)

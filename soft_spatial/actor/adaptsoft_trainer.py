@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from soft_spatial.atomic import atomic_open
 from soft_spatial.softthink import (AdaptSoft, AlignmentConfig, AlignmentScaler, SparseGrad,
                                     alignment_loss, alignment_scores, all_gather_rows,
                                     center_per_rollout, controller_surrogate, select_reference)
@@ -186,7 +187,9 @@ class AdaptSoftTrainer:
         self.generator.manual_seed(self.seed * 1_000_003 + _rank() + 7919 * self.steps)
 
     def save(self, path) -> None:
-        torch.save(self.state_dict(), path)
+        """Write the state (atomically: a crash never leaves a truncated ``adaptsoft.pt``)."""
+        with atomic_open(path, "wb") as f:
+            torch.save(self.state_dict(), f)
 
     def load(self, path) -> None:
         self.load_state_dict(torch.load(path, map_location="cpu", weights_only=False))

@@ -27,3 +27,11 @@ def load_benchmark(name: str, root: str | Path, split: str | None = None, **kwar
     if key not in DEFAULT_SPLITS:
         raise ValueError(f"unknown benchmark {name!r}; expected one of {list(BENCHMARKS)}")
     return layouts.load(root, key, split if split is not None else DEFAULT_SPLITS[key], **kwargs)
+
+
+def source_files(name: str, root: str | Path, split: str | None = None) -> tuple[Path, ...]:
+    """The table file(s) `load_benchmark` reads for ``name`` (their hashes identify the data)."""
+    key = name.lower()
+    if key not in DEFAULT_SPLITS:
+        raise ValueError(f"unknown benchmark {name!r}; expected one of {list(BENCHMARKS)}")
+    return layouts.detect(Path(root), key, split if split is not None else DEFAULT_SPLITS[key]).files

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+from PIL import Image
 
 from .errors import DataFormatError
-from .record import LETTERS
+from .record import LETTERS, QuestionRecord
 
 
 @dataclass(frozen=True)
@@ -98,3 +101,39 @@ def existing_file(path: Path, field: str, ctx: RecordContext) -> Path:
     if not path.is_file():
         raise ctx.error(field, f"image file not found: {path}")
     return path
+
+
+def verified_image(path: Path, field: str, ctx: RecordContext) -> Path:
+    """``path`` if it is a readable image (PIL's ``verify``: header, chunks, checksums, no
+    truncation); otherwise an error naming the record and the file."""
+    existing_file(path, field, ctx)
+    try:
+        with Image.open(path) as image:
+            image.verify()
+    except Exception as exc:  # PIL raises OSError, SyntaxError, ValueError, ... for bad files
+        raise ctx.error(field, f"image {path} is not a readable image: {exc}") from exc
+    return path
+
+
+def verified_image_bytes(data: bytes, field: str, ctx: RecordContext) -> Image.Image:
+    """The image embedded as ``data``, verified like `verified_image`."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.verify()
+        return Image.open(io.BytesIO(data))  # verify() leaves the image unusable: reopen
+    except Exception as exc:
+        raise ctx.error(field, f"embedded bytes are not a readable image: {exc}") from exc
+
+
+def check_records(records: Sequence[QuestionRecord], file: Path) -> list[QuestionRecord]:
+    """``records`` loaded from ``file`` (in file order), if there is at least one and no two share
+    a key (`QuestionRecord.key`); otherwise an error naming the file and both records."""
+    if not records:
+        raise DataFormatError(file, "no records (an empty benchmark cannot be prepared or evaluated)")
+    first: dict[str, int] = {}
+    for index, record in enumerate(records):
+        seen = first.setdefault(record.key, index)
+        if seen != index:
+            raise DataFormatError(file, f"duplicate id: record index {seen} has the same id "
+                                  f"{record.key!r}", index=index, record_id=record.id, field="id")
+    return list(records)

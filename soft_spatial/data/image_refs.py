@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from PIL import Image, UnidentifiedImageError
 
-from .checks import RecordContext
+from .checks import RecordContext, verified_image
 from .record import ImageRef
 
 #: a string this long that is no path is taken for base64 (VLMEvalKit: "len(image) > 64")
@@ -57,7 +57,7 @@ def resolve_path(relative: str, bases: Sequence[Path], field: str, ctx: RecordCo
         return next((c for c in candidates if c.is_file()), candidates[0])
     for candidate in candidates:
         if candidate.is_file():
-            return candidate
+            return verified_image(candidate, field, ctx)  # a truncated file fails here, not mid-run
     tried = ", ".join(str(c) for c in candidates)
     raise ctx.error(field, f"image file not found: {relative} (tried {tried})")
 

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from . import mindcube, omnispatial, spatialab
-from .checks import RecordContext, answer_from_letter, missing_cell, option_list, require, text_field
+from .checks import RecordContext, answer_from_letter, check_records, missing_cell, option_list, require, text_field
 from .errors import DataFormatError
 from .image_refs import image_refs
 from .record import LETTERS, QuestionRecord
@@ -368,4 +368,4 @@ def load(
         raise TypeError(f"unexpected arguments for layout {layout.name}: {sorted(kwargs)}")
     src = Source(file, image_bases(found.files, root, layout, image_root), check_images)
     rows = _resolve_index_images(found.rows)
-    return [layout.parse(row, RecordContext(file, i), src) for i, row in enumerate(rows)]
+    return check_records([layout.parse(row, RecordContext(file, i), src) for i, row in enumerate(rows)], file)

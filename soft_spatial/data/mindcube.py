@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .checks import RecordContext, answer_from_letter, existing_file, option_list, require, text_field
+from .checks import RecordContext, answer_from_letter, check_records, option_list, require, text_field, verified_image
 from .record import LETTERS, ImageRef, QuestionRecord
 from .tables import read_table
 
@@ -93,7 +93,7 @@ def load_mindcube(
     path, base = find_jsonl(root, split)
     base = Path(image_root) if image_root is not None else base
     rows = read_table(path)
-    return [_parse(row, RecordContext(path, i), base, check_images) for i, row in enumerate(rows)]
+    return check_records([_parse(row, RecordContext(path, i), base, check_images) for i, row in enumerate(rows)], path)
 
 
 def _parse(raw: dict[str, Any], ctx: RecordContext, base: Path, check_images: bool) -> QuestionRecord:
@@ -104,7 +104,7 @@ def _parse(raw: dict[str, Any], ctx: RecordContext, base: Path, check_images: bo
         raise ctx.error("images", f"expected a non-empty list of image paths, got {images!r}")
     paths = [base / p for p in images]
     if check_images:
-        paths = [existing_file(p, "images", ctx) for p in paths]
+        paths = [verified_image(p, "images", ctx) for p in paths]
     meta = {k: raw[k] for k in ("category", "type", "meta_info") if k in raw}
     return mindcube_record(record_id, text_field(raw, "question", ctx), "question", paths,
                            require(raw, "gt_answer", ctx), "gt_answer", ctx, meta)

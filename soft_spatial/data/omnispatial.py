@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .checks import RecordContext, answer_from_index, existing_file, option_list, require, text_field
+from .checks import (RecordContext, answer_from_index, check_records, option_list, require, text_field,
+                     verified_image)
 from .record import ImageRef, QuestionRecord
 from .tables import read_table
 
@@ -45,7 +46,8 @@ def load_omnispatial(root: str | Path, split: str = "test", *, check_images: boo
     release = find_release(root, split)
     path = release / "data.json"
     raw_records = read_table(path)
-    return [_parse(raw, RecordContext(path, i), release, check_images) for i, raw in enumerate(raw_records)]
+    records = [_parse(raw, RecordContext(path, i), release, check_images) for i, raw in enumerate(raw_records)]
+    return check_records(records, path)
 
 
 def _parse(raw: dict, ctx: RecordContext, release: Path, check_images: bool) -> QuestionRecord:
@@ -58,7 +60,7 @@ def _parse(raw: dict, ctx: RecordContext, release: Path, check_images: bool) -> 
     answer = answer_from_index(require(raw, "answer", ctx), len(options), "answer", ctx)
     image = release / task_type / f"{record_id.split('_')[0]}.png"
     if check_images:
-        existing_file(image, "image", ctx)
+        verified_image(image, "image", ctx)
     return omnispatial_record(record_id, [image], text_field(raw, "question", ctx), options, answer,
                               task_type, sub_task_type)
 

@@ -69,6 +69,13 @@ class QuestionRecord:
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def key(self) -> str:
+        """The record's identity within its benchmark split: the id, qualified by the task type
+        for OmniSpatial (whose ids restart in every task type). Loaders reject duplicate keys;
+        evaluation rows are keyed on it, never on a record's position."""
+        return f"{self.category}/{self.id}" if self.benchmark == "omnispatial" else self.id
+
+    @property
     def letters(self) -> list[str]:
         """The option letters of this question, e.g. ["A", "B", "C"]."""
         return option_letters(len(self.options))

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .checks import RecordContext, answer_from_index, answer_from_letter, missing_cell, option_list, text_field
+from .checks import (RecordContext, answer_from_index, answer_from_letter, check_records, missing_cell, option_list,
+                     text_field)
 from .image_refs import image_refs
 from .record import LETTERS, ImageRef, QuestionRecord
 from .tables import TABLE_SUFFIXES, read_table
@@ -122,9 +123,10 @@ def load_spatialab(
         raise ValueError(f"answer_index_base must be None, 0 or 1, got {columns.answer_index_base!r}")
     path = find_table(root, split)
     rows = read_table(path)
-    return [
+    records = [
         _parse(row, RecordContext(path, i), columns, strict_categories, check_images) for i, row in enumerate(rows)
     ]
+    return check_records(records, path)
 
 
 def _parse(

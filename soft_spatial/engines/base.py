@@ -12,6 +12,16 @@ from soft_spatial.softthink import SoftTrace
 # placeholders already expanded, as verl's agent loop sends them).
 Prompt = Union[Sequence[Dict[str, Any]], Sequence[int], Dict[str, Any]]
 
+
+class PromptTooLongError(ValueError):
+    """Prompt ``index`` of a ``generate`` call has ``length`` tokens, more than ``limit``; callers
+    that can drop a prompt (evaluation) catch it and retry without that prompt."""
+
+    def __init__(self, index: int, length: int, limit: int, detail: str = ""):
+        self.index, self.length, self.limit = index, length, limit
+        super().__init__(f"prompt {index} is too long: {length} tokens > {limit} allowed{detail}")
+
+
 FINISH_STOP = "stop"  # emitted an end-of-sequence token (included in token_ids)
 FINISH_LENGTH = "length"  # reached max_new_tokens
 

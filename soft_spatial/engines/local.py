@@ -35,7 +35,7 @@ from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig,
                                     SoftThinkingConfig, TraceRecorder, record_input_embeddings)
 from soft_spatial.softthink.trace import TRACE_KEYS
 
-from .base import FINISH_LENGTH, FINISH_STOP, Completion, Prompt
+from .base import FINISH_LENGTH, FINISH_STOP, Completion, Prompt, PromptTooLongError
 from .prompts import load_image, render_chat
 from .step import sample_step
 
@@ -192,9 +192,8 @@ class LocalEngine:
         if not p.ids:
             raise ValueError(f"prompt {i} is empty")
         if len(p.ids) > limit:
-            raise ValueError(f"prompt {i} is too long: {len(p.ids)} tokens > {limit} allowed "
-                             f"(context {self.context_length}, max_prompt_length "
-                             f"{self.max_prompt_length})")
+            raise PromptTooLongError(i, len(p.ids), limit, f" (context {self.context_length}, "
+                                     f"max_prompt_length {self.max_prompt_length})")
         return p
 
     def _prepare_ids_with_images(self, i: int, prompt: dict) -> _Prepared:

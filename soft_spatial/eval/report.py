@@ -61,7 +61,7 @@ def summarize(rows: Iterable[Mapping], benchmark: str) -> Dict:
         no_answer += r["pred"] is None
         truncated += r["finish_reason"] == "length"
         closed += bool(r.get("think_closed"))
-        questions.add(r["question_index"])
+        questions.add(r.get("question_key", r.get("question_index")))
         if r.get("tau_mean") is not None:
             tau_means.append(r["tau_mean"])
     return {

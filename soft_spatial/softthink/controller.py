@@ -144,21 +144,37 @@ class AdaptSoft(nn.Module):
                     use_entropy=self.use_entropy, seed=self.seed)
 
     def save(self, path, extra: Optional[dict] = None) -> None:
-        """Write ``{"config", "state_dict", **extra}`` to ``path`` with torch.save."""
-        torch.save({"config": self.config_dict(), "state_dict": self.state_dict(), **(extra or {})},
-                   path)
+        """Write ``{"config", "state_dict", **extra}`` to ``path`` with torch.save (atomically:
+        a temporary file renamed into place)."""
+        from soft_spatial.atomic import atomic_open
+        with atomic_open(path, "wb") as f:
+            torch.save({"config": self.config_dict(), "state_dict": self.state_dict(),
+                        **(extra or {})}, f)
 
-    @classmethod
-    def load(cls, path, map_location="cpu") -> "AdaptSoft":
-        """Rebuild a controller written by :meth:`save`, or the controller inside a training
-        checkpoint's ``adaptsoft.pt`` (projection included)."""
-        blob = torch.load(path, map_location=map_location, weights_only=True)
+    @staticmethod
+    def read_checkpoint(path, map_location="cpu") -> dict:
+        """``{"config", "state_dict"}`` of a file written by :meth:`save` or of a training
+        checkpoint's ``adaptsoft.pt``; an unreadable file is an error naming it."""
+        try:
+            blob = torch.load(path, map_location=map_location, weights_only=True)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"AdaptSoft checkpoint {path} does not exist") from None
+        except Exception as e:  # truncated or foreign files raise OSError, RuntimeError, ...
+            raise ValueError(f"{path}: cannot read the AdaptSoft checkpoint "
+                             f"({type(e).__name__}: {e})") from e
         if isinstance(blob, dict) and "controller_config" in blob and "controller" in blob:
             blob = {"config": blob["controller_config"], "state_dict": blob["controller"]}
         if not isinstance(blob, dict) or "config" not in blob or "state_dict" not in blob:
             raise ValueError(f"{path}: not an AdaptSoft checkpoint (expected keys 'config' and "
                              f"'state_dict', or a training checkpoint's 'controller_config' and "
                              f"'controller')")
+        return blob
+
+    @classmethod
+    def load(cls, path, map_location="cpu") -> "AdaptSoft":
+        """Rebuild a controller written by :meth:`save`, or the controller inside a training
+        checkpoint's ``adaptsoft.pt`` (projection included)."""
+        blob = cls.read_checkpoint(path, map_location)
         ctrl = cls(**blob["config"])
         ctrl.load_state_dict(blob["state_dict"])
         return ctrl

@@ -92,10 +92,10 @@ def entropy_main(args) -> Path:
     task_types = normalise_task_types(OmegaConf.to_container(cfg.data.task_types)
                                       if OmegaConf.is_list(cfg.data.task_types)
                                       else cfg.data.task_types)
-    model_path = Path(str(cfg.actor_rollout_ref.model.path))
-    if not model_path.exists() and cfg.model.get("build_tiny"):
-        from soft_spatial.models import build_tiny_model
-        build_tiny_model(model_path, family=cfg.model.build_tiny, vocab="qwen")
+    from soft_spatial.models.loading import resolve_model_dir
+    model_path = resolve_model_dir(str(cfg.actor_rollout_ref.model.path),
+                                   build_tiny=bool(cfg.model.get("build_tiny")),
+                                   tiny_family=cfg.model.get("tiny_family", "qwen3_vl"))
     prompts = parquet_prompts(files, args.prompts, seed=args.seed, task_types=task_types)
     settings = {"model": str(model_path), "train_files": [str(f) for f in files],
                 "task_types": task_types, "top_k": soft.top_k, "noise_scale": soft.noise_scale,

@@ -22,6 +22,10 @@ fails loudly when upstream moves:
   (the candidate KL's ``cand_logp``).
 * ``ResourcePoolManager._check_resource_available`` (``verl/single_controller/ray/base.py``)
   counts GPUs: :func:`cpu_pool_manager` overrides it to count Ray's CPUs on the CPU platform.
+* ``verl.utils.tracking.FileLogger`` (``tracking.py`` L529–548) opens its file with ``"wb"``, so
+  a resumed run erases the metrics of the steps before the resume: :func:`append_file_logger`
+  replaces the class ``Tracking`` instantiates (a module global it looks up at call time) by one
+  that appends.
 * For ``rollout.name=sglang_soft`` (``soft_spatial/rollout/sglang_server.py``): the private
   ``_to_ipc_device``, ``ServerAdapter._engine``, ``_init_server_adapter`` and
   ``_is_server_tp_leader`` of ``verl/workers/rollout/sglang_rollout/sglang_rollout.py``, and the
@@ -37,7 +41,8 @@ import warnings
 from typing import Iterator, Sequence
 
 __all__ = ["VERL_VERSION", "check_verl_version", "register_engine", "as_language_model",
-           "check_internals", "cpu_pool_manager", "OUTPUT_ARGS_KEYS", "ref_log_prob_outputs"]
+           "check_internals", "cpu_pool_manager", "append_file_logger", "OUTPUT_ARGS_KEYS",
+           "ref_log_prob_outputs"]
 
 VERL_VERSION = "0.9.1"
 OUTPUT_ARGS_KEYS = {
@@ -146,6 +151,39 @@ def cpu_pool_manager(manager):
                                   mapping=manager.mapping)
 
 
+def append_file_logger() -> None:
+    """Make verl's ``file`` logger append to its JSONL instead of truncating it (verl 0.9.1:
+    ``verl.utils.tracking.FileLogger.__init__`` opens ``VERL_FILE_LOGGER_PATH`` with ``"wb"``).
+
+    Replaces ``verl.utils.tracking.FileLogger``, which ``Tracking.__init__`` instantiates by its
+    module-global name, with a subclass that resolves the path the same way and opens it with
+    ``"ab"``. Idempotent; call it in the process that runs ``RayPPOTrainer.fit`` (the TaskRunner).
+    Stale steps after the resumed checkpoint are removed beforehand by the entry point
+    (``soft_spatial.trainer.run_dir.keep_metrics_until``).
+    """
+    import os
+
+    from verl.utils import tracking
+
+    if getattr(tracking.FileLogger, "_soft_spatial_appends", False):
+        return
+
+    class AppendingFileLogger(tracking.FileLogger):
+        _soft_spatial_appends = True
+
+        def __init__(self, project_name: str, experiment_name: str):  # noqa: super() truncates
+            self.project_name, self.experiment_name = project_name, experiment_name
+            self.filepath = os.getenv("VERL_FILE_LOGGER_PATH", None)
+            if self.filepath is None:
+                root = os.path.expanduser(os.getenv("VERL_FILE_LOGGER_ROOT", "."))
+                os.makedirs(os.path.join(root, project_name), exist_ok=True)
+                self.filepath = os.path.join(root, project_name, f"{experiment_name}.jsonl")
+            print(f"Appending to file logger at {os.path.abspath(self.filepath)}")
+            self.fp = open(self.filepath, "ab", buffering=0)
+
+    tracking.FileLogger = AppendingFileLogger
+
+
 def ref_log_prob_outputs(trainer, batch, extra: dict):
     """``RayPPOTrainer._compute_ref_log_prob`` (verl 0.9.1) keeping more reference outputs.
 
@@ -190,6 +228,14 @@ def check_internals() -> list:
     from verl.single_controller.ray.base import ResourcePoolManager
     if not callable(getattr(ResourcePoolManager, "_check_resource_available", None)):
         problems.append("ResourcePoolManager._check_resource_available is gone (cpu_pool_manager)")
+    from verl.utils import tracking
+    upstream = next(c for c in tracking.FileLogger.__mro__ if "_soft_spatial_appends" not in vars(c))
+    if 'open(self.filepath, "wb"' not in inspect.getsource(upstream.__init__):
+        problems.append("verl.utils.tracking.FileLogger no longer opens its file with 'wb' "
+                        "(append_file_logger may be unnecessary or wrong)")
+    if "FileLogger(project_name, experiment_name)" not in inspect.getsource(tracking.Tracking.__init__):
+        problems.append("Tracking.__init__ no longer builds FileLogger(project_name, "
+                        "experiment_name) (append_file_logger)")
     from verl.workers.engine.fsdp import transformer_impl as ti
 
     cls = getattr(ti, "FSDPEngineWithLMHead", None)

@@ -17,30 +17,42 @@ from __future__ import annotations
 
 import os
 from functools import partial
+from pathlib import Path
 
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils.device import get_device_id, get_device_name
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
-from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, AlignmentConfig, DensityConfig,
-                                    KLConfig, SoftThinkingConfig, from_mapping)
+from soft_spatial.softthink import AdaptSoft
 
-__all__ = ["SoftActorRolloutRefWorker", "soft_settings"]
+from .settings import soft_settings
+
+__all__ = ["SoftActorRolloutRefWorker", "soft_settings", "record_placement"]
 
 
-def soft_settings(custom) -> dict:
-    """Typed soft settings from ``rollout.custom`` (missing groups take the paper defaults)."""
-    custom = dict(custom or {})
-    return {
-        "soft": from_mapping(SoftThinkingConfig, custom.get("soft_thinking"),
-                             "rollout.custom.soft_thinking"),
-        "adaptsoft": from_mapping(AdaptSoftConfig, custom.get("adaptsoft"),
-                                  "rollout.custom.adaptsoft"),
-        "density": from_mapping(DensityConfig, custom.get("density"), "rollout.custom.density"),
-        "alignment": from_mapping(AlignmentConfig, custom.get("alignment"),
-                                  "rollout.custom.alignment"),
-        "kl": from_mapping(KLConfig, custom.get("kl"), "rollout.custom.kl"),
-    }
+def record_placement(role: str) -> dict:
+    """Log where this rank runs and, when the entry point set ``SOFT_SPATIAL_RUN_DIR`` (the run
+    directory), write it to ``<run dir>/workers/<role>-rank<R>.json`` (rank, world size, Ray node,
+    host, pid): a record of the placement that does not depend on Ray forwarding worker logs."""
+    import json
+    import socket
+
+    import ray
+
+    from soft_spatial.atomic import write_text
+
+    info = {"role": role, "rank": int(os.environ.get("RANK", 0)),
+            "world_size": int(os.environ.get("WORLD_SIZE", 1)),
+            "node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(),
+            "pid": os.getpid()}
+    print(f"soft worker rank {info['rank']}/{info['world_size']} on node {info['node_id']}",
+          flush=True)
+    run_dir = os.environ.get("SOFT_SPATIAL_RUN_DIR")
+    if run_dir:
+        path = Path(run_dir) / "workers" / f"{str(role).replace('/', '_')}-rank{info['rank']}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(path, json.dumps(info) + "\n")
+    return info
 
 
 class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
@@ -52,9 +64,7 @@ class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
                                init_method=os.environ.get("DIST_INIT_METHOD", "env://"))
         super().__init__(config, role, **kwargs)
         self.soft_cfg = soft_settings(self.config.rollout.get("custom"))
-        import ray
-        print(f"soft worker rank {os.environ.get('RANK', 0)}/{os.environ.get('WORLD_SIZE', 1)} "
-              f"on node {ray.get_runtime_context().get_node_id()}", flush=True)
+        record_placement(role)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):

@@ -40,8 +40,8 @@ def test_two_training_steps_with_the_sglang_rollout(tiny_qwen3_vl_small, tmp_pat
                         "trainer.save_freq=-1", "trainer.n_gpus_per_node=1",
                         "actor_rollout_ref.actor.optim.lr=1e-3",
                         "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0")
-    log = (tmp_path / "train.log").read_text()
-    assert "SGLang http server:" in log and "SGLangSoftHttpServer" in log
+    # the rollout ran on SGLang's scheduler: its batch log (a file the run writes, not a worker log
+    # line forwarded by Ray, whose arrival depends on timing) is checked below
     assert [m["step"] for m in metrics] == [1, 2]
     for m in metrics:
         assert m["soft/spine_match_rate"] == 1.0  # records and responses agree
