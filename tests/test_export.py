@@ -2,6 +2,7 @@
 the training metrics reaching a real tracker (TensorBoard)."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -80,7 +81,9 @@ def test_train_export_evaluate_and_tensorboard(tiny_qwen3_vl_small, tmp_path, mo
     monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "tb"))
     (metrics,) = run_train(tiny_qwen3_vl_small, data, tmp_path, "experiment=adaptsoft",
                            "trainer.total_training_steps=1", "trainer.save_freq=1",
-                           "trainer.n_gpus_per_node=1", "trainer.logger=[console,file,tensorboard]")
+                           "trainer.n_gpus_per_node=1", "trainer.logger=[console,file,tensorboard]",
+                           "trainer.test_freq=1", "trainer.log_val_generations=2",
+                           "actor_rollout_ref.rollout.val_kwargs.n=1")
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -91,6 +94,16 @@ def test_train_export_evaluate_and_tensorboard(tiny_qwen3_vl_small, tmp_path, mo
     for tag in ("soft/spine_match_rate", "actor/adaptsoft/grad_norm"):
         (event,) = events.Scalars(tag)
         assert event.step == 1 and event.value == pytest.approx(metrics[tag], rel=1e-6)
+
+    # validation generations, as a text table, each with its τ per soft step
+    (tag,) = [t for t in events.Tags()["tensors"] if t.startswith("val/generations")]
+    text = events.Tensors(tag)[-1].tensor_proto.string_val[0].decode()
+    notes = re.findall(r"\[(\d+) soft steps; tau per soft step:([ 0-9.]*)\]", text)
+    assert len(notes) == 2
+    tau0, delta = 0.5, 0.4  # configs/soft_thinking/paper.yaml: τ in (τ0 - Δ, τ0 + Δ)
+    for count, values in notes:
+        taus = [float(v) for v in values.split()]
+        assert len(taus) == int(count) > 0 and all(tau0 - delta < t < tau0 + delta for t in taus)
 
     out = tmp_path / "export"
     res = subprocess.run([sys.executable, "-m", "soft_spatial.export", str(tmp_path / "ckpt"), str(out)],

@@ -26,6 +26,10 @@ fails loudly when upstream moves:
   a resumed run erases the metrics of the steps before the resume: :func:`append_file_logger`
   replaces the class ``Tracking`` instantiates (a module global it looks up at call time) by one
   that appends.
+* ``RayPPOTrainer._validate`` (``ray_trainer.py`` L596–693) generates each validation batch through
+  ``self.async_rollout_manager.generate_sequences`` and hands ``_maybe_log_val_generations`` only
+  the decoded texts: :func:`validation_outputs` sees the generated batches (their soft traces) for
+  the duration of one ``_validate`` call, so the logged generations can carry their τ per step.
 * For ``rollout.name=sglang_soft`` (``soft_spatial/rollout/sglang_server.py``): the private
   ``_to_ipc_device``, ``ServerAdapter._engine``, ``_init_server_adapter`` and
   ``_is_server_tp_leader`` of ``verl/workers/rollout/sglang_rollout/sglang_rollout.py``, and the
@@ -38,7 +42,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import warnings
-from typing import Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 __all__ = ["VERL_VERSION", "check_verl_version", "register_engine", "as_language_model",
            "check_internals", "cpu_pool_manager", "append_file_logger", "OUTPUT_ARGS_KEYS",
@@ -215,6 +219,30 @@ def ref_log_prob_outputs(trainer, batch, extra: dict):
     return DataProto.from_tensordict(tu.get_tensordict(out))
 
 
+@contextlib.contextmanager
+def validation_outputs(trainer, on_output: Callable[[Any], None]):
+    """Within the block, ``on_output(batch)`` sees every batch the trainer's rollout manager
+    generates (``RayPPOTrainer._validate`` calls ``async_rollout_manager.generate_sequences`` once
+    per validation batch, padded to a multiple of the agent-loop workers; verl 0.9.1)."""
+    manager = trainer.async_rollout_manager
+    own = vars(manager).get("generate_sequences")
+    generate = manager.generate_sequences
+
+    def capturing(batch):
+        out = generate(batch)
+        on_output(out)
+        return out
+
+    manager.generate_sequences = capturing
+    try:
+        yield
+    finally:
+        if own is None:
+            del manager.generate_sequences
+        else:
+            manager.generate_sequences = own
+
+
 def check_internals() -> list:
     """Check every internal listed in the module docstring; return a list of problems (empty = OK).
 
@@ -266,6 +294,13 @@ def check_internals() -> list:
             if needle not in src:
                 problems.append(f"RayPPOTrainer._compute_ref_log_prob no longer contains "
                                 f"{needle!r} (ref_log_prob_outputs mirrors it)")
+    src = inspect.getsource(RayPPOTrainer._validate)
+    for needle in ("self.async_rollout_manager.generate_sequences(",
+                   "self.tokenizer.decode(ids, skip_special_tokens=True) for ids in output_ids",
+                   "self._maybe_log_val_generations(inputs=sample_inputs, outputs=sample_outputs"):
+        if needle not in src:
+            problems.append(f"RayPPOTrainer._validate no longer contains {needle!r} "
+                            f"(validation_outputs, SoftRayPPOTrainer._maybe_log_val_generations)")
     src = inspect.getsource(ti.FSDPEngine._build_module)
     if '"language_model"' not in src:
         problems.append("FSDPEngine._build_module no longer branches on 'language_model'")
