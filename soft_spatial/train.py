@@ -19,9 +19,22 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 PLUGIN = "soft_spatial.plugin"
 RUN_DIR_ENV = "SOFT_SPATIAL_RUN_DIR"
+
+
+def cpu_workers(cores_per_worker: int, cap: int = 8) -> int:
+    """Processes for one worker pool on this machine (``${cpu_workers:4}`` in the CPU preset): one
+    per ``cores_per_worker`` cores this process may use, at least 1, at most ``cap`` (verl's
+    default pool size)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(int(cap), (cores or 1) // int(cores_per_worker)))
+
+
+OmegaConf.register_new_resolver("cpu_workers", cpu_workers, replace=True)
 
 
 def _plugin_env(device: str) -> dict:
@@ -86,7 +99,7 @@ def task_subset_files(files, task_types, out_dir: Path, split: str, min_rows: in
 
 def run(cfg) -> None:
     """Start training from a composed config (also used by tests)."""
-    from omegaconf import OmegaConf, open_dict
+    from omegaconf import open_dict
 
     from soft_spatial.dirlock import DirLock
     from soft_spatial.trainer import ray_session
@@ -143,6 +156,7 @@ def run(cfg) -> None:
         from verl.trainer.main_ppo import run_ppo
 
         from soft_spatial.trainer.task_runner import SoftTaskRunner
+        OmegaConf.resolve(cfg)  # ${cpu_workers:...} here: Ray's processes do not know the resolver
         run_ppo(cfg, task_runner_class=ray.remote(num_cpus=1)(SoftTaskRunner))
     print(f"checkpoints: {ckpt_dir}\nmetrics: {metrics}")
 

@@ -12,8 +12,12 @@ def _pools(*overrides):
             cfg.data.dataloader_num_workers)
 
 
-def test_cpu_preset_starts_one_worker_per_pool():
-    assert _pools("cluster=cpu") == (1, 1, 0)
+def test_cpu_preset_sizes_pools_to_the_machine(monkeypatch):
+    from soft_spatial import train
+
+    for cores, want in ((1, 1), (2, 1), (7, 1), (8, 2), (16, 4), (64, 8)):
+        monkeypatch.setattr(train.os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
+        assert _pools("cluster=cpu") == (want, want, 0)  # one per 4 cores, 1 to 8
 
 
 def test_paper_preset_keeps_verl_defaults_and_overrides_win():
