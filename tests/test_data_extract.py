@@ -155,7 +155,7 @@ import re  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from soft_spatial.data.extract import ANSWER_WINDOW  # noqa: E402
+from soft_spatial.data.extract import ANSWER_WINDOW, OFFICIAL_WINDOW  # noqa: E402
 
 PROPERTY = settings(max_examples=200, deadline=None, derandomize=True)
 # pieces that steer every rule of every extractor: tags, cues, letters, option marks, runs
@@ -208,6 +208,21 @@ def test_only_the_end_of_a_long_tail_is_read():
     assert extract_ours("r</think>" + filler + "so B", OPTIONS) == "B"
     assert extract_ours("r</think>Answer: C " + "x" * ANSWER_WINDOW) is None  # the cue is out of reach
     assert extract_ours("r</think>" + "answer" + " " * 10_000_000 + "D") == "D"
+
+
+def test_official_extractors_read_the_last_mebibyte():
+    head = "My answer is D. " + "x" * OFFICIAL_WINDOW
+    assert extract_mindcube_official(head) is None  # the only "X." is out of reach
+    assert extract_mindcube_official(head[-OFFICIAL_WINDOW:] + " C") == "C"
+    assert extract_omnispatial_official("Answer: B " + "-" * OFFICIAL_WINDOW, compat=False) is None
+    # adversarial 10 MB inputs: the same answer as their last mebibyte, no recursion
+    for text in ("Answer:" + " " * 10_000_000, "A" * 10_000_000, "<Answer>" * 1_250_000,
+                 "A, " * 3_333_333, "Answer: B " * 1_000_000):
+        tail = text[-OFFICIAL_WINDOW:]
+        assert extract_mindcube_official(text) == extract_mindcube_official(tail)
+        assert extract_omnispatial_official(text) == extract_omnispatial_official(tail)
+    assert extract_mindcube_official("A, " * 3_333_333) == "A"  # a lone letter (last rule)
+    assert extract_omnispatial_official("Answer: B " * 1_000_000) == "B"
 
 
 @PROPERTY

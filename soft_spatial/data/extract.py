@@ -21,6 +21,8 @@
     follow the same rule.
     MindCube: the official raw-QA cascade, run on the whole response (no think stripping), no
     case folding; None when nothing matches.
+    Both read at most the last `OFFICIAL_WINDOW` (1 MiB) characters of a response, which changes
+    nothing for any response of the configured lengths and bounds the cost of any other.
     SpatiaLab publishes no extractor. Our stand-in: the ``ours`` parser (`parse_choice`, whose
     "Answer: X" cue rule matches the stand-in prompt's format line) on the text after the last
     ``</think>``, or on the whole response if there is none. It is the project's own protocol,
@@ -40,6 +42,10 @@ THINK_END = "</think>"
 #: of the configured lengths (2,048 training / 3,072 evaluation tokens, ~4 characters each), so
 #: only pathological inputs are cut, and every parse costs at most this much
 ANSWER_WINDOW = 32_768
+#: characters at the end of a response that the official extractors read: 1 MiB, some 80 times
+#: the longest evaluation response (3,072 tokens), so only pathological inputs are cut (they then
+#: cost what 1 MiB costs, about a tenth of a second at worst)
+OFFICIAL_WINDOW = 1 << 20
 _THINK_END_RE = re.compile(re.escape(THINK_END), re.IGNORECASE)
 
 # Words that may follow the option letter "A" ("A is correct"); any other lower-case word after a
@@ -201,7 +207,7 @@ def extract_omnispatial_official(response: str, eval_type: str = "re", *, compat
     """OmniSpatial's official extraction (see the module docstring for ``compat``)."""
     fallback = "A" if compat else None
     if eval_type == "re":
-        found = _OMNI_RE.findall(response)
+        found = _OMNI_RE.findall(response[-OFFICIAL_WINDOW:])
         if not found:
             return fallback
         return found[-1] if compat else found[-1].upper()
@@ -252,7 +258,29 @@ _MC_LATER = {"tag": _without_letter_dot(_MC_IN_ANSWER_TAG), "rules": _without_le
              "lines": _without_letter_dot([_MC_LINE_DESC, r"\b([A-E])\b"])}
 
 
+#: a literal every match of a rule contains (or one of several): a rule whose literal is absent
+#: cannot match, and `str.find` rules that out far faster than the regex scan
+_MC_NEEDS = {
+    r"[*\"]([A-E])[*\"]": ("*", '"'),
+    r"\bAnswer:?\s*([A-E])\b": ("Answer",),
+    r"[Mm]y answer is ([A-E])": ("y answer is ",),
+    r"answer is ([A-E])": ("answer is ",),
+    r"[Tt]he answer is ([A-E])": ("he answer is ",),
+}
+#: once a response has no "X.", this rule matches exactly at the capitals A-E followed by
+#: whitespace or the end (its optional "Answer: " prefix holds no such capital), so its last match
+#: is the last such capital: found by a search that starts from the end
+_MC_LETTER_WS = r"(?:Answer: )?([A-E])(?:\.|$|\s)"
+_LAST_LETTER_WS = re.compile(r"(?s:.*)([A-E])(?:\s|\Z)")
+_MC_LINE_START_LETTER_WS = r"(?:^|\n)" + _MC_LETTER_WS
+_MC_LONE_LETTER = r"\b([A-E])\b"
+_LAST_LONE_LETTER = re.compile(r"(?s:.*)" + _MC_LONE_LETTER)
+
+
 def _last(pattern: str, text: str) -> str | None:
+    needs = _MC_NEEDS.get(pattern)
+    if needs is not None and not any(n in text for n in needs):
+        return None
     found = re.findall(pattern, text)  # one group: the letters of all matches, scanned in C
     return found[-1] if found else None
 
@@ -260,18 +288,31 @@ def _last(pattern: str, text: str) -> str | None:
 def _in_last_line_with(pattern: str, text: str) -> str | None:
     """The first match of ``pattern`` in the last line that has one, as a loop over the lines in
     reverse finds it (``pattern`` never spans lines), in one scan instead of a search per line."""
-    last = None
-    for last in re.finditer(pattern, text):
-        pass
-    if last is None:
+    if pattern == _MC_LONE_LETTER:
+        # one-character matches never overlap: the last one is at the last position the pattern
+        # matches at, found by a search from the end
+        m = _LAST_LONE_LETTER.match(text)
+        at = None if m is None else m.start(1)
+    else:
+        at = None
+        for m in re.finditer(pattern, text):
+            at = m.start()
+    if at is None:
         return None
-    start = text.rfind("\n", 0, last.start()) + 1
-    end = text.find("\n", last.start())
+    start = text.rfind("\n", 0, at) + 1
+    end = text.find("\n", at)
     return re.search(pattern, text[start : end if end >= 0 else len(text)]).group(1)
 
 
 def _first_rule(patterns: Iterable[str], text: str) -> str | None:
     for pattern in patterns:
+        if pattern == _MC_LETTER_WS:
+            m = _LAST_LETTER_WS.match(text)
+            if m:
+                return m.group(1)
+            continue
+        if pattern == _MC_LINE_START_LETTER_WS:
+            continue  # its matches are a subset of the previous rule's, which found none
         found = _last(pattern, text)
         if found:
             return found
@@ -282,11 +323,14 @@ def extract_mindcube_official(response: str) -> str | None:
     """MindCube's official cascade (notes §2.2), on the raw response, no case folding."""
     if not response:
         return None
+    response = response[-OFFICIAL_WINDOW:]
+    if not any(letter in response for letter in "ABCDE"):
+        return None  # every rule captures one of these capitals
     found = _last(_MC_SIMPLE, response)
     if found:
         return found
     # from here on the response has no "X.", so rules that need one are skipped (_MC_LATER)
-    section = re.search(r"<Answer>(.*?)(?:<|$)", response, re.DOTALL)
+    section = re.search(r"<Answer>(.*?)(?:<|$)", response, re.DOTALL) if "<Answer>" in response else None
     if section:
         found = _first_rule(_MC_LATER["tag"], section.group(1))
         if found:
