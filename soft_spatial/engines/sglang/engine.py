@@ -18,7 +18,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from soft_spatial.engines.base import FINISH_LENGTH, FINISH_STOP, Completion, Prompt
+from soft_spatial.engines.base import (FINISH_LENGTH, FINISH_STOP, Completion, Prompt,
+                                       PromptTooLongError)
 from soft_spatial.engines.local import row_seed
 from soft_spatial.engines.prompts import load_image, render_chat
 from soft_spatial.softthink import AdaptSoftConfig, SamplingConfig, SoftThinkingConfig, SoftTrace
@@ -45,13 +46,17 @@ class SGLangEngine:
             ``tokenizer_manager`` (tests); by default one is launched.
         max_batch_rows: rows submitted to SGLang per call (SGLang schedules them itself; this only
             bounds the progress bar's granularity and the memory of one call's results).
+        max_prompt_length: longest accepted prompt in tokens (default: the context length, SGLang's
+            ``context_length`` or the model's, less ``max_new_tokens``); a longer one raises
+            :class:`~soft_spatial.engines.PromptTooLongError` before anything is sent, as in
+            the local engine, so evaluation skips and counts it.
     """
 
     def __init__(self, model_path: Union[str, Path], soft: SoftThinkingConfig,
                  adaptsoft: Optional[AdaptSoftConfig] = None,
                  controller: Optional[Union[str, Path]] = None, seed: int = 0,
                  server_args: Optional[Dict[str, Any]] = None, backend=None,
-                 max_batch_rows: int = 1024):
+                 max_batch_rows: int = 1024, max_prompt_length: Optional[int] = None):
         from soft_spatial.models.loading import load_processing
         from soft_spatial.models.tokens import (eos_token_ids, single_token_id,
                                                 unusable_token_ids)
@@ -65,6 +70,9 @@ class SGLangEngine:
         config, self.processor, self.tokenizer = load_processing(model_path)
         text = getattr(config, "text_config", config)
         self.image_token_id = getattr(config, "image_token_id", None)
+        self.max_prompt_length = max_prompt_length
+        self.context_length = ((server_args or {}).get("context_length")
+                               or getattr(text, "max_position_embeddings", None))
         gen = _generation_config(model_path)
         self.eos_ids = list(dict.fromkeys(eos_token_ids(gen or config)
                                           + eos_token_ids(config, self.tokenizer)))
@@ -88,9 +96,15 @@ class SGLangEngine:
         self._prefill = PromptPrefill()
 
     # -- prompts ------------------------------------------------------------------------------
-    def prepare(self, i: int, prompt: Prompt):
+    def prompt_limit(self, sampling: SamplingConfig) -> int:
+        """Longest prompt (tokens) a request with ``sampling`` may have."""
+        if self.max_prompt_length:
+            return self.max_prompt_length
+        return self.context_length - sampling.max_new_tokens if self.context_length else 10 ** 9
+
+    def prepare(self, i: int, prompt: Prompt, limit: Optional[int] = None):
         """``(ids, images)`` of prompt ``i``: chats rendered like the local engine (placeholders
-        expanded); ids (+ images) pass through."""
+        expanded); ids (+ images) pass through. More than ``limit`` ids: PromptTooLongError."""
         if isinstance(prompt, dict):
             if "prompt_ids" not in prompt:
                 raise ValueError(f"prompt {i}: a dict prompt needs 'prompt_ids'")
@@ -105,6 +119,9 @@ class SGLangEngine:
             raise TypeError(f"prompt {i}: expected a list of chat messages or of token ids")
         if not ids:
             raise ValueError(f"prompt {i} is empty")
+        if limit is not None and len(ids) > limit:
+            raise PromptTooLongError(i, len(ids), limit, f" (context {self.context_length}, "
+                                     f"max_prompt_length {self.max_prompt_length})")
         n_pad = sum(1 for t in ids if t == self.image_token_id)
         if bool(n_pad) != bool(images):
             raise ValueError(f"prompt {i}: {n_pad} image placeholder tokens and "
@@ -139,7 +156,8 @@ class SGLangEngine:
         seeds = list(seeds) if seeds is not None else [seed + i for i in range(len(prompts))]
         if len(seeds) != len(prompts):
             raise ValueError(f"got {len(seeds)} seeds for {len(prompts)} prompts")
-        prepared = [self.prepare(i, p) for i, p in enumerate(prompts)]
+        limit = self.prompt_limit(sampling)
+        prepared = [self.prepare(i, p, limit) for i, p in enumerate(prompts)]
         rows = [(i, j) for i in range(len(prompts)) for j in range(n)]
         tag = uuid.uuid4().hex[:12]
         bar = None
@@ -185,7 +203,7 @@ class SGLangEngine:
         same result as row ``(0, sample_index)`` of ``generate([prompt], seeds=[seed])``.
         Concurrent calls are batched continuously by SGLang's scheduler."""
         sampling = sampling or SamplingConfig()
-        ids, images = self.prepare(0, prompt)
+        ids, images = self.prepare(0, prompt, self.prompt_limit(sampling))
         rid = rid or f"soft-{uuid.uuid4().hex[:12]}-0-{sample_index}"
         req = self.request(ids, images, sampling, row_seed(seed, sample_index), rid)
         if not images:
