@@ -179,6 +179,49 @@ def test_theta_gets_only_grpo_and_phi_only_alignment(process_group, adaptsoft_ro
     engine.adaptsoft = None
 
 
+@pytest.mark.parametrize("ablation", ["no_hidden", "no_entropy", "no_centering"])
+def test_ablations_that_keep_alignment_train_the_controller(process_group, tiny_qwen3_text_small,
+                                                            ablation):
+    """Table 4's input and centring ablations through the real actor update (their presets compose
+    into these settings: tests/test_train_cpu.py; the full method runs end to end there)."""
+    from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
+    from soft_spatial.actor.loss import soft_ppo_loss
+    from soft_spatial.softthink import AdaptSoft, AlignmentConfig, center_per_rollout
+
+    ctrl = AdaptSoft(hidden_size=64, width=32, seed=3, use_hidden=ablation != "no_hidden",
+                     use_entropy=ablation != "no_entropy")
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():  # random (non-initial) weights, so τ varies by step
+        for p in ctrl.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    _, prompts, outs, _ = H.rollouts(tiny_qwen3_text_small, mode="adaptsoft", controller=ctrl)
+    engine = H.make_engine(tiny_qwen3_text_small)
+    td = H.train_batch_td(engine, prompts, outs, micro_batch_size=4)
+    trainer = AdaptSoftTrainer(copy.deepcopy(ctrl), AlignmentConfig(center=ablation != "no_centering"),
+                               seed=1)
+    engine.configure_soft(adaptsoft=trainer)
+    _, phi = _grads(engine, td, partial(soft_ppo_loss, config=H.actor_config()))
+    last = trainer.last
+    assert last["alpha"].abs().sum() > 0 and any(p.abs().sum() > 0 for p in phi if p is not None)
+    g_tau = last["g_tau"].to(last["g_centered"].dtype)
+    raw = torch.where(last["soft"], g_tau, torch.zeros_like(g_tau))
+    if ablation == "no_centering":  # the surrogate uses the raw τ-gradients of the soft steps
+        torch.testing.assert_close(last["g_centered"], raw)
+    else:
+        assert not torch.allclose(last["g_centered"], raw)
+    # the ablated input does not move the controller's output: perturb it in the recorded features
+    if ablation != "no_centering":
+        x = last["ctrl_x"].clone()
+        y = x.clone()
+        y[:, slice(0, -1) if ablation == "no_hidden" else slice(-1, None)] += 1.0
+        c = trainer.controller
+        torch.testing.assert_close(c(y), c(x))
+        z = x.clone()
+        z[:, slice(-1, None) if ablation == "no_hidden" else slice(0, -1)] += 1.0
+        assert not torch.allclose(c(z), c(x))  # while the kept input does
+    engine.adaptsoft = None
+
+
 def test_trainer_checkpoint_round_trip(tmp_path):
     from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
 
