@@ -1,4 +1,5 @@
-"""AdaptSoft (DESIGN §2.4, §2.5, §2.7): init, features, ablations, straight-through replay."""
+"""AdaptSoft (docs/design.md §2.4, §2.5, §2.7): init, features, ablations, straight-through
+replay."""
 
 import pytest
 import torch

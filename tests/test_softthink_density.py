@@ -1,4 +1,5 @@
-"""Gumbel log-density (DESIGN §2.6, eq. 5) against torch.distributions and float64 formulas."""
+"""Gumbel log-density (docs/design.md §2.6, eq. 5) against torch.distributions and float64
+formulas."""
 import math
 
 import pytest

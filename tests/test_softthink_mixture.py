@@ -1,4 +1,4 @@
-"""softthink.mixture against independent float64 references (DESIGN §2.1–2.4)."""
+"""softthink.mixture against independent float64 references (docs/design.md §2.1–2.4)."""
 import math
 import subprocess
 import sys

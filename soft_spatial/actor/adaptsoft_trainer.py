@@ -1,4 +1,5 @@
-"""Training AdaptSoft by gradient alignment inside the actor engine (DESIGN.md §2.7, §2.9–2.10).
+"""Training AdaptSoft by gradient alignment inside the actor engine (docs/design.md §2.7,
+§2.9–2.10).
 
 :class:`AdaptSoftTrainer` owns the controller φ, its AdamW optimizer, the alignment scaler and the
 reference-set generator. :class:`~soft_spatial.actor.engine.SoftFSDPEngine` calls it at three

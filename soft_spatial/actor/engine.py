@@ -7,7 +7,7 @@ policy shares the model config, so it gets the same treatment). A micro-batch wi
 is handled exactly like the stock engine.
 
 With the collated rollout records (``trace_*`` tensors ``[B, R, ...]``, aligned with verl's
-response positions, DESIGN §3) in the micro-batch:
+response positions, docs/design.md §3) in the micro-batch:
 
 * ``prepare_model_inputs`` lays the records out like ``input_ids`` (packed ``[1, nnz+pad]`` on the
   remove-padding path, ``[B, S]`` on the padded path). Record t of a response is the input its
@@ -172,7 +172,7 @@ def _scatter(canvas, idx: Tensor, values: Tensor) -> Tensor:
 class SoftFSDPEngine(FSDPEngineWithLMHead):
     """``FSDPEngineWithLMHead`` with soft replay and per-step likelihoods (module docstring)."""
 
-    # Soft settings; defaults are the paper's (DESIGN §2.6). Set with configure_soft().
+    # Soft settings; defaults are the paper's (docs/design.md §2.6). Set with configure_soft().
     noise_scale: float = 1.0
     density: DensityConfig = DensityConfig()
     kl: KLConfig = KLConfig()

@@ -1,4 +1,4 @@
-"""GRPO over per-step likelihoods (DESIGN.md §2.8), on verl's loss machinery.
+"""GRPO over per-step likelihoods (docs/design.md §2.8), on verl's loss machinery.
 
 The engine (:mod:`soft_spatial.actor.engine`) already returns per-step likelihoods as
 ``log_probs`` (soft steps: Gumbel log-density of the recorded scores; discrete steps: token
@@ -139,14 +139,15 @@ def soft_ppo_loss(config, model_output, data, dp_group=None, kl: Optional[KLConf
 
 
 def check_actor_config(config: Any) -> list:
-    """Warn about actor settings that depart from DESIGN §2.8 / break the controller's
+    """Warn about actor settings that depart from docs/design.md §2.8 / break the controller's
     assumptions; returns the list of messages."""
     msgs = []
     if config.loss_agg_mode not in AGG_MODES:
         msgs.append(f"loss_agg_mode={config.loss_agg_mode!r} is neither eq. 8 "
-                    f"(seq-mean-token-mean) nor the authors' release (token-mean), DESIGN §2.8")
+                    f"(seq-mean-token-mean) nor the authors' release (token-mean), "
+                    f"docs/design.md §2.8")
     if config.use_kl_loss and config.kl_loss_type != "low_var_kl":
-        msgs.append(f"kl_loss_type={config.kl_loss_type!r} (DESIGN §2.8: low_var_kl)")
+        msgs.append(f"kl_loss_type={config.kl_loss_type!r} (docs/design.md §2.8: low_var_kl)")
     if config.entropy_coeff:
         msgs.append(f"entropy_coeff={config.entropy_coeff}: the loss then depends on every logit "
                     f"of a soft step, so the controller's K-sparse d_t is no longer exact")

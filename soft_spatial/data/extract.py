@@ -12,7 +12,7 @@
     `ANSWER_WINDOW` (32,768) characters of the tail are read; finding the tail is one linear
     split, so any response parses in linear time, without recursion.
 
-``official``, per benchmark (notes/benchmarks.md):
+``official``, per benchmark (docs/notes/benchmarks.md):
     OmniSpatial ``re``: case-insensitive ``Answer\\s*:\\s*([A-D])\\b``, last match. With
     ``compat=True`` (official-compatible) the captured letter is returned as written, so
     "answer: b" yields "b", which never equals "B" (the official case bug), and no match yields
@@ -223,10 +223,11 @@ def extract_omnispatial_official(response: str, eval_type: str = "re", *, compat
     raise ValueError(f"unsupported OmniSpatial eval_type {eval_type!r}; expected re, direct or json")
 
 
-# MindCube's raw-QA cascade (notes §2.2): each rule is tried in order and the LAST match of the
-# first rule that matches wins. Letters A-E, case-sensitive. Some later rules can never fire (they
-# need an "X." that the first rule already caught); they are kept so the list reads like the spec,
-# and skipped at run time (`_MC_LATER`), which saves a scan of the response per rule.
+# MindCube's raw-QA cascade (docs/notes/benchmarks.md §2.2): each rule is tried in order and the
+# LAST match of the first rule that matches wins. Letters A-E, case-sensitive. Some later rules can
+# never fire (they need an "X." that the first rule already caught); they are kept so the list
+# reads like the spec, and skipped at run time (`_MC_LATER`), which saves a scan of the response
+# per rule.
 _MC_SIMPLE = r"([A-E])\."
 _MC_IN_ANSWER_TAG = (
     r"[Mm]y answer is ([A-E])",
@@ -320,7 +321,8 @@ def _first_rule(patterns: Iterable[str], text: str) -> str | None:
 
 
 def extract_mindcube_official(response: str) -> str | None:
-    """MindCube's official cascade (notes §2.2), on the raw response, no case folding."""
+    """MindCube's official cascade (docs/notes/benchmarks.md §2.2), on the raw response, no case
+    folding."""
     if not response:
         return None
     response = response[-OFFICIAL_WINDOW:]

@@ -1,5 +1,6 @@
 """SpatiaLab loader over a column mapping (the public schema is NOT verified: no data file,
-loader or card of ``ciol-research/SpatiaLab`` could be read; see notes/benchmark-layouts.md §3).
+loader or card of ``ciol-research/SpatiaLab`` could be read; see
+docs/notes/benchmark-layouts.md §3).
 
 One table (parquet, arrow, JSONL, JSON, CSV or TSV) with one row per question. `SpatialabColumns`
 says which column holds what, so the real release can be read by changing the mapping, not the

@@ -1,6 +1,6 @@
 """The embedded soft-decoding engine (pure PyTorch + transformers).
 
-Decoding of one batch (DESIGN.md §1, §2.1–2.5, §3):
+Decoding of one batch (docs/design.md §1, §2.1–2.5, §3):
 
 1. prompts are rendered with the chat template (images through the processor), left-padded and
    prefilled **once per prompt**; the KV cache is then repeated for the n samples of each prompt;

@@ -2,9 +2,10 @@
 
 The embedded engine and the SGLang sampler call :func:`sample_step` with the same inputs (last
 logits, last hidden states, one block of K+1 uniforms per row drawn from the row's own
-generator, which rows are still thinking) and therefore produce identical records (DESIGN §2.1–2.5,
-§3). Records are fp32 and the next-step mixture is built from the rounded record itself, so a
-replay from the trace reproduces the numbers exactly whatever the model's dtype.
+generator, which rows are still thinking) and therefore produce identical records
+(docs/design.md §2.1–2.5, §3). Records are fp32 and the next-step mixture is built from the
+rounded record itself, so a replay from the trace reproduces the numbers exactly whatever the
+model's dtype.
 """
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ After generation each sample's SoftTrace sits in ``non_tensor_batch["soft_trace"
 :func:`attach_traces` collates them into ``trace_*`` tensors ``[B, R, ...]`` (R = the padded
 response length, record t at response position t), verifies that every record's spine equals the
 response token at its position (a mismatch is a hard error naming the sample), and returns the
-rollout metrics of DESIGN §5 (τ statistics, entropy, soft-step fraction, think length, …).
+rollout metrics of docs/design.md §5.3 (τ statistics, entropy, soft-step fraction, think length,
+…).
 """
 from __future__ import annotations
 

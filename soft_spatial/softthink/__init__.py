@@ -1,4 +1,4 @@
-"""The method, in pure PyTorch (DESIGN.md §2–3). Imports neither verl nor sglang.
+"""The method, in pure PyTorch (docs/design.md §2–3). Imports neither verl nor sglang.
 
 Each equation lives in exactly one place:
   mixture.py    §2.1–2.4  candidates, Gumbel perturbation, mixture weights, soft embedding, spine,

@@ -1,4 +1,4 @@
-"""Gradient alignment for AdaptSoft (DESIGN.md §2.9, §2.10).
+"""Gradient alignment for AdaptSoft (docs/design.md §2.9, §2.10).
 
 For every step t, d_t = sg(∂L_GRPO/∂ℓ_t) ∈ R^V and v_t = h_t ∈ R^D (the input of the output layer
 W). Step t's contribution to ∂L/∂W is d_t v_tᵀ. With a reference set R,

@@ -1,4 +1,4 @@
-"""Typed settings of the method (DESIGN.md §2, §6).
+"""Typed settings of the method (docs/design.md §2, §6).
 
 The defaults are the paper's values; ``configs/`` (Hydra) sets every one of them explicitly, and
 code receives these dataclasses, never loose dicts. Each ``__post_init__`` validates and raises a

@@ -1,4 +1,4 @@
-"""AdaptSoft: the per-step mixture-temperature controller (DESIGN.md §2.4, §2.5, §2.7).
+"""AdaptSoft: the per-step mixture-temperature controller (docs/design.md §2.4, §2.5, §2.7).
 
     x = [P·LN(h) ‖ Ĥ_s]                       features, [..., d_p + 1]
     u = MLP(x) + a·Ĥ_s + b                    MLP = Linear(·, width) → GELU → Linear(width, 1)

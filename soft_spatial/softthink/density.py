@@ -1,4 +1,4 @@
-"""Gumbel log-density of recorded perturbed scores (DESIGN.md §2.6, paper eq. 5).
+"""Gumbel log-density of recorded perturbed scores (docs/design.md §2.6, paper eq. 5).
 
 At a soft step the rollout recorded z_k = log p̃_k + c·γ_k over its K candidates. Under a policy θ
 the recovered noise is γ̃_k = (z_k − log p̃^θ_k)/c and

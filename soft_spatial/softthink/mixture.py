@@ -1,6 +1,6 @@
 """Gumbel top-K soft steps: candidates, perturbation, mixture weights, soft embedding, spine.
 
-DESIGN.md §2.1–2.4. Shapes: ``[..., V]`` logits, ``[..., K]`` candidate tensors, ``[..., D]``
+docs/design.md §2.1–2.4. Shapes: ``[..., V]`` logits, ``[..., K]`` candidate tensors, ``[..., D]``
 embeddings; any leading batch shape. Everything here is pure PyTorch and computes in fp32 (fp64
 inputs stay fp64, for reference checks), whatever the model's dtype, so a rollout and its replay
 compute the same numbers.
@@ -160,7 +160,7 @@ def normalized_entropy(logp: Tensor) -> Tensor:
 
 
 def sort_by_score(z: Tensor, *tensors: Tensor) -> Tuple[Tensor, ...]:
-    """Reorder the K slots by descending z (record order, DESIGN §3: slot 0 = spine).
+    """Reorder the K slots by descending z (record order, docs/design.md §3: slot 0 = spine).
 
     Returns ``(z_sorted, *tensors_sorted)``; every tensor is ``[..., K]``.
     """

@@ -1,4 +1,4 @@
-"""Teacher-forced replay of soft inputs (DESIGN.md §2.7, §5).
+"""Teacher-forced replay of soft inputs (docs/design.md §2.7, §5).
 
 At update time the inputs a rollout fed back are rebuilt from its records. :func:`soft_inputs`
 installs a forward hook on the model's input-embedding module that overwrites the rows at recorded

@@ -1,4 +1,4 @@
-"""SoftTrace: the per-step rollout record (DESIGN.md §3).
+"""SoftTrace: the per-step rollout record (docs/design.md §3).
 
 One record per generated position, in generation order, same length as the response:
 

@@ -1,6 +1,6 @@
 """``python -m soft_spatial.stats entropy [options] [train.yaml overrides ...]``
 
-Estimates μ_H and σ_H (DESIGN.md §2.4) from the initial policy: the training configuration
+Estimates μ_H and σ_H (docs/design.md §2.4) from the initial policy: the training configuration
 (``configs/train.yaml`` composed with the given Hydra overrides: model, data files, soft
 settings, rollout temperature) decides the model, the prompts and the sampler, so the estimate
 uses the same T, K and c as training. Writes ``configs/entropy/<name>.yaml`` (compose it with

@@ -1,4 +1,4 @@
-"""μ_H and σ_H: the standardisation of AdaptSoft's entropy feature (DESIGN.md §2.4).
+"""μ_H and σ_H: the standardisation of AdaptSoft's entropy feature (docs/design.md §2.4).
 
 The paper estimates them "once from the next-token entropies of the initial policy". Here the
 initial policy decodes N training prompts with the soft sampler exactly as the first training

@@ -1,4 +1,4 @@
-"""verl's ``RayPPOTrainer`` with soft traces (DESIGN.md §5).
+"""verl's ``RayPPOTrainer`` with soft traces (docs/design.md §5).
 
 Only three steps change: before the first log-prob pass the rollout's SoftTraces are collated into
 ``trace_*`` tensors aligned with the response positions (with the spine check), the reference pass

@@ -1,4 +1,4 @@
-"""The hybrid actor/rollout/ref worker with AdaptSoft (DESIGN.md §5).
+"""The hybrid actor/rollout/ref worker with AdaptSoft (docs/design.md §5).
 
 :class:`SoftActorRolloutRefWorker` subclasses verl's ``ActorRolloutRefWorker`` and changes only:
 

@@ -1,4 +1,4 @@
-"""SGLang 0.5.12 soft-rollout plugin (DESIGN §1–3 inside SGLang's scheduler processes).
+"""SGLang 0.5.12 soft-rollout plugin (docs/design.md §1–3 inside SGLang's scheduler processes).
 
 Importing this package never imports sglang. The pieces:
 
