@@ -3,6 +3,7 @@
     python scripts/bench_alignment.py            # default size grid (long: the naive method)
     python scripts/bench_alignment.py --quick    # small grid (about a minute)
     python scripts/bench_alignment.py --quick --repeats 7 --min-seconds 0.5
+    python scripts/bench_alignment.py --quick --threads 1   # a shared machine: one torch thread
 
 Time: per size one subprocess holds the inputs and measures both methods in turns whose order
 rotates every repeat (`soft_spatial.bench.interleaved`), one measurement being the mean of as many
@@ -16,7 +17,9 @@ optimisation step; its time is measured on at most ``--naive-steps`` steps and s
 (marked `*`), because its per-step cost does not depend on N and its memory does not either.
 Setup mirrors training: the optimisation steps are soft (K-sparse d), the reference set holds 25%
 as many soft steps plus a few dense discrete steps. Goal: the memory ratio naive/ours grows with
-V·D (printed at the largest size the naive method ran).
+V·D (printed at the largest size the naive method ran). ``--threads`` sets torch's threads in
+every subprocess (0: torch's default); on a shared machine one thread reproduces better, since a
+multi-threaded region waits at each barrier for a thread whose core another job holds.
 """
 from __future__ import annotations
 
@@ -109,11 +112,15 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5, help="turns of the two methods per size")
     ap.add_argument("--min-seconds", type=float, default=0.2,
                     help="least time of one measurement (consecutive calls)")
-    ap.add_argument("--child", nargs=7, help=argparse.SUPPRESS)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    ap.add_argument("--child", nargs=8, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        kind, v, d, n, ns, reps, min_s = a.child
+        kind, v, d, n, ns, reps, min_s, threads = a.child
         v, d, n, ns = int(v), int(d), int(n), int(ns)
+        if int(threads):
+            import torch
+            torch.set_num_threads(int(threads))
         out = (_time(v, d, n, ns, int(reps), float(min_s)) if kind == "time"
                else _memory(kind, v, d, n, ns))
         print(json.dumps(out))
@@ -121,10 +128,11 @@ def main() -> None:
     from soft_spatial.bench import Timing, ratio_lines
 
     grid = QUICK if a.quick else GRID
-    print(f"{a.repeats} interleaved turns per size, each measurement ≥ {a.min_seconds:g} s of calls")
+    print(f"{a.repeats} interleaved turns per size, each measurement ≥ {a.min_seconds:g} s of "
+          f"calls, torch threads {a.threads or 'default'}")
     largest = None
     for v, d, n in grid:
-        child = (v, d, n, a.naive_steps, a.repeats, a.min_seconds)
+        child = (v, d, n, a.naive_steps, a.repeats, a.min_seconds, a.threads)
         print(f"\nV={v} D={d} N={n}")
         ours = _run_child("ours", *child)
         if "error" in ours:

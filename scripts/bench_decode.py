@@ -94,6 +94,10 @@ def main() -> None:
         print(f"{name:>10} {tokens[name] / t.min:10.1f} {tokens[name] / t.median:10.1f} | "
               f"{'':13}{per['sample']:7.2f} {per['mixture']:8.2f} {per['forward']:8.2f} "
               f"{per['other']:7.2f} | {tot.get('prefill', 0.0):.2f}")
+    for name in ("fixed", "adaptsoft"):  # the goal, as throughput ratios (same tokens per mode)
+        t, h = timings[name], timings["hard"]
+        print(f"{name}/hard throughput: {h.min / t.min:.2f} (minima), {h.median / t.median:.2f} "
+              f"(medians); goal >= 0.9")
 
 
 if __name__ == "__main__":

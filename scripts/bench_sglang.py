@@ -12,8 +12,9 @@ on PYTHONPATH (the script re-executes itself with them; nothing is imported from
 ``torch_native`` attention, fp32, CUDA graphs off. Every engine decodes the same image prompts
 for the same number of steps (end of sequence ignored).
 
-Time: the local engine and two SGLang engines (hard, soft: SGLang's soft settings are
-server-wide) live side by side, each SGLang engine in its own scheduler process started with
+Time: the local engine (in this process) and two SGLang engines (hard, soft: SGLang's soft
+settings are server-wide) live side by side, each SGLang engine in its own worker process (SGLang's
+shutdown kills every child of the process that started it), its scheduler started with
 ``sleep_on_idle`` (an idle scheduler otherwise spins on a core and would slow the others). The
 four modes are measured in turns whose order rotates every repeat
 (`soft_spatial.bench.interleaved`), one measurement being one whole batched ``generate``, after a
@@ -83,25 +84,69 @@ def prefill_per_group(log: Path, n: int):
     return sorted(per.values())
 
 
-def _sglang(path, soft, log: Path, radix: bool = True):
-    """An SGLang engine whose scheduler logs its batches to ``log``."""
+SOFT = {"hard": dict(mode="hard"), "soft": dict(mode="fixed")}  # SoftThinkingConfig per mode
+
+
+def _serve(conn, a, path: str, mode: str, log: str, radix: bool) -> None:
+    """One SGLang engine in this (spawned) process, answering the parent's requests on ``conn``:
+    "generate" -> (seconds, tokens) of one batched generate, "prefill" -> tokens prefilled per
+    prompt group (cold cache), anything else -> shut down. Its own process because SGLang's
+    ``Engine.shutdown`` kills every child of the process that started it."""
     from soft_spatial.engines.sglang.engine import SGLangEngine
-    os.environ[BATCH_LOG] = str(log)  # read by the scheduler process at its start
+    from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
+
+    os.environ[BATCH_LOG] = log  # read by the scheduler process at its start
+    soft, ps = SoftThinkingConfig(**SOFT[mode]), prompts(a.prompts)
+    eng = SGLangEngine(path, soft, server_args=dict(CPU_ARGS, disable_radix_cache=not radix))
     try:
-        eng = SGLangEngine(path, soft, server_args=dict(CPU_ARGS, disable_radix_cache=not radix))
+        eng.eos_ids = []  # fixed-length decoding (SGLang ignores eos)
+        eng.generate(ps[:1], soft=soft, sampling=SamplingConfig(temperature=1.0,
+                                                                max_new_tokens=4))  # warm-up
+        conn.send("ready")
+        sampling = SamplingConfig(temperature=1.0, max_new_tokens=a.steps)
+        while (cmd := conn.recv()) in ("generate", "prefill"):
+            if cmd == "generate":
+                t0 = time.perf_counter()
+                outs = eng.generate(ps, soft=soft, sampling=sampling, n=a.n, seed=0)
+                conn.send((time.perf_counter() - t0, sum(len(o.token_ids) for o in outs)))
+            else:
+                eng.backend.flush_cache()
+                Path(log).unlink(missing_ok=True)
+                eng.generate(ps, soft=soft, sampling=SamplingConfig(max_new_tokens=1), n=a.n,
+                             seed=0)
+                conn.send(prefill_per_group(Path(log), a.n))
     finally:
-        os.environ.pop(BATCH_LOG, None)
-    eng.eos_ids = []  # fixed-length decoding (SGLang ignores eos)
-    return eng
+        eng.close()
 
 
-def _prefill(eng, log: Path, ps, soft, n: int):
-    """Tokens prefilled per prompt group by one cold-cache 1-token generate."""
-    from soft_spatial.softthink import SamplingConfig
-    eng.backend.flush_cache()
-    log.unlink(missing_ok=True)
-    eng.generate(ps, soft=soft, sampling=SamplingConfig(max_new_tokens=1), n=n, seed=0)
-    return prefill_per_group(log, n)
+class Worker:
+    """The parent's handle on a `_serve` process."""
+
+    def __init__(self, *args):
+        import multiprocessing as mp
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(child, *args))  # not daemonic: SGLang forks
+        self.proc.start()
+
+    def ask(self, cmd: str):
+        self.conn.send(cmd)
+        return self.conn.recv()
+
+    def ready(self) -> None:
+        if self.conn.recv() != "ready":
+            raise RuntimeError("bench_sglang: an SGLang worker failed to start")
+
+    def close(self) -> None:
+        if self.proc.is_alive():
+            try:
+                self.conn.send("close")
+            except OSError:
+                pass
+            self.proc.join(timeout=120)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(timeout=30)
 
 
 def main() -> None:
@@ -123,43 +168,41 @@ def main() -> None:
     from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_sglang_"))
-    path = a.model or build_tiny_model(tmp / "tiny", family="qwen3_vl", vocab=a.vocab)
+    path = str(a.model or build_tiny_model(tmp / "tiny", family="qwen3_vl", vocab=a.vocab))
     ps = prompts(a.prompts)
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=a.steps)
-    warm = SamplingConfig(temperature=1.0, max_new_tokens=4)
-    soft_of = {"hard": SoftThinkingConfig(mode="hard"), "soft": SoftThinkingConfig(mode="fixed")}
     local = LocalEngine.from_pretrained(path, max_batch_rows=a.prompts * a.n)
     local.eos_ids = []  # fixed-length decoding
-    engines = {f"local {m}": local for m in soft_of}
-    prefill, tokens = {}, {}
+    workers, prefill, tokens = {}, {}, {}
     try:
-        for m, soft in soft_of.items():
-            engines[f"sglang {m}"] = _sglang(path, soft, tmp / f"batches-{m}.jsonl")
-        for mode, eng in engines.items():  # warm-up
-            eng.generate(ps[:1], soft=soft_of[mode.split()[1]], sampling=warm)
+        for m in SOFT:  # both start at once; each waits idle (sleep_on_idle) while others run
+            workers[f"sglang {m}"] = Worker(a, path, m, str(tmp / f"batches-{m}.jsonl"), True)
+        for m in SOFT:  # warm-up
+            local.generate(ps[:1], soft=SoftThinkingConfig(**SOFT[m]),
+                           sampling=SamplingConfig(temperature=1.0, max_new_tokens=4))
+        for w in workers.values():
+            w.ready()
 
         def measure(mode, _):
+            if mode in workers:
+                dt, tokens[mode] = workers[mode].ask("generate")
+                return dt
             t0 = time.perf_counter()
-            outs = engines[mode].generate(ps, soft=soft_of[mode.split()[1]], sampling=sampling,
-                                          n=a.n, seed=0)
+            outs = local.generate(ps, soft=SoftThinkingConfig(**SOFT[mode.split()[1]]),
+                                  sampling=sampling, n=a.n, seed=0)
             tokens[mode] = sum(len(o.token_ids) for o in outs)
             return time.perf_counter() - t0
 
-        timings = interleaved(measure, list(engines), a.repeats)
+        timings = interleaved(measure, [f"local {m}" for m in SOFT] + list(workers), a.repeats)
         if not a.no_prefill:
-            prefill["on"] = _prefill(engines["sglang soft"], tmp / "batches-soft.jsonl", ps,
-                                     soft_of["soft"], a.n)
+            prefill["on"] = workers["sglang soft"].ask("prefill")
+            workers["sglang soft, radix cache off"] = off = Worker(
+                a, path, "soft", str(tmp / "batches-off.jsonl"), False)
+            off.ready()
+            prefill["off"] = off.ask("prefill")
     finally:
-        for mode in ("sglang hard", "sglang soft"):
-            if mode in engines:
-                engines[mode].close()
-    if not a.no_prefill:
-        off = _sglang(path, soft_of["soft"], tmp / "batches-off.jsonl", radix=False)
-        try:
-            off.generate(ps[:1], soft=soft_of["soft"], sampling=warm)
-            prefill["off"] = _prefill(off, tmp / "batches-off.jsonl", ps, soft_of["soft"], a.n)
-        finally:
-            off.close()
+        for w in workers.values():
+            w.close()
 
     print(f"\ndecode, {a.prompts} image prompts × G={a.n}, {a.steps} steps, vocab {a.vocab}, "
           f"{os.cpu_count()} CPUs, {a.repeats} interleaved turns (seconds per generate):")
