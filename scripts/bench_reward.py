@@ -1,19 +1,26 @@
 """Time of the reward and every answer extractor on adversarial responses of 1 MB and 10 MB.
 
-    python scripts/bench_reward.py              # 1 MB and 10 MB
+    python scripts/bench_reward.py              # 1 MB and 10 MB, 3 turns
     python scripts/bench_reward.py --mb 1 4     # other sizes
+    python scripts/bench_reward.py --repeats 5 --min-seconds 0.2
 
 Each family is a response shape that made a parser superlinear or recursive at some point
 (repeated phrases, long whitespace or asterisk runs after a cue, nested or unclosed ``<answer>``
-tags, hedges, many ``</think>``). The table shows the seconds of the reward (``compute_score``)
-and of each extractor at the largest size, and how the slowest one grows with the size (the time
-ratio of the largest to the smallest size divided by the size ratio: about 1 for linear time).
+tags, hedges, many ``</think>``). Per family, every callable at every size is one mode; the modes
+are measured in turns whose order rotates every repeat (`soft_spatial.bench.interleaved`), one
+measurement being the mean of as many consecutive calls as fill ``--min-seconds``. The table
+shows the minimum seconds of the reward (``compute_score``) and of each extractor at the largest
+size, and how the slowest one grows with the size (the time ratio of the largest to the smallest
+size divided by the size ratio: about 1 for linear time), from the minima and from the medians,
+with the largest spread ((max - min) / median) of its measurements. Goal: growth about 1 (linear
+time) for every family.
 """
 from __future__ import annotations
 
 import argparse
-import time
+from functools import partial
 
+from soft_spatial.bench import calls_for, interleaved, mean_seconds
 from soft_spatial.data.extract import extract_answer
 from soft_spatial.reward import compute_score
 
@@ -41,32 +48,42 @@ CALLS = {
 }
 
 
-def seconds(call, text: str) -> float:
-    t = time.perf_counter()
-    call(text)
-    return time.perf_counter() - t
+def family_timings(make, sizes, repeats: int, min_seconds: float) -> dict:
+    """{(callable label, size): Timing} of one family, all callables and sizes interleaved."""
+    work = {(label, n): partial(call, make(n)) for label, call in CALLS.items() for n in sizes}
+    calls = {mode: calls_for(fn, min_seconds) for mode, fn in work.items()}
+    return interleaved(lambda mode, _: mean_seconds(work[mode], calls[mode]), list(work), repeats)
+
+
+def growth(small: float, big: float, size_ratio: float) -> float:
+    return (big / max(small, 1e-9)) / size_ratio
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, nargs="+", default=[1, 10])
+    parser.add_argument("--repeats", type=int, default=3, help="turns of all modes per family")
+    parser.add_argument("--min-seconds", type=float, default=0.1,
+                        help="least time of one measurement (consecutive calls)")
     args = parser.parse_args()
     sizes = [int(mb * 1_000_000) for mb in args.mb]
-    big = f"{args.mb[-1]:g} MB"
-    print(f"seconds at {big}; growth = (time at {big} / time at {args.mb[0]:g} MB) / size ratio, "
-          f"for the slowest callable (about 1: linear)\n")
-    print("| family | " + " | ".join(CALLS) + " | growth |")
-    print("|---|" + "---|" * (len(CALLS) + 1))
+    big, ratio = f"{args.mb[-1]:g} MB", sizes[-1] / sizes[0]
+    print(f"min seconds at {big} over {args.repeats} interleaved turns (each ≥ {args.min_seconds:g} "
+          f"s of calls); growth = (time at {big} / time at {args.mb[0]:g} MB) / size ratio, for "
+          f"the slowest callable (about 1: linear), from minima and medians; spread of its times\n")
+    print("| family | " + " | ".join(CALLS) + " | growth (min) | growth (median) | spread |")
+    print("|---|" + "---|" * (len(CALLS) + 3))
     worst = dict.fromkeys(CALLS, 0.0)
     for name, make in FAMILIES.items():
-        texts = [make(n) for n in sizes]
-        table = {label: [seconds(call, t) for t in texts] for label, call in CALLS.items()}
-        slow = max(table.values(), key=lambda ts: ts[-1])
-        growth = (slow[-1] / max(slow[0], 1e-9)) / (sizes[-1] / sizes[0])
-        for label, ts in table.items():
-            worst[label] = max(worst[label], ts[-1])
-        print(f"| {name} | " + " | ".join(f"{ts[-1]:.3f}" for ts in table.values()) + f" | {growth:.2f} |")
-    print(f"| **slowest** | " + " | ".join(f"**{t:.3f}**" for t in worst.values()) + " | |")
+        t = family_timings(make, sizes, args.repeats, args.min_seconds)
+        slow = max(CALLS, key=lambda label: t[label, sizes[-1]].min)
+        lo, hi = t[slow, sizes[0]], t[slow, sizes[-1]]
+        for label in CALLS:
+            worst[label] = max(worst[label], t[label, sizes[-1]].min)
+        print(f"| {name} | " + " | ".join(f"{t[label, sizes[-1]].min:.3f}" for label in CALLS)
+              + f" | {growth(lo.min, hi.min, ratio):.2f} | {growth(lo.median, hi.median, ratio):.2f}"
+              f" | {max(lo.spread, hi.spread):.0%} |")
+    print("| **slowest** | " + " | ".join(f"**{v:.3f}**" for v in worst.values()) + " | | | |")
 
 
 if __name__ == "__main__":

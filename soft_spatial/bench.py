@@ -5,14 +5,18 @@ timing statistics of the benchmarks.
   `verl_batch`, `train_batch_td`) and real verl FSDP2 engines on gloo (`make_engine`);
 * `random_controller`: an AdaptSoft with random weights, so τ varies by step;
 * `interleaved` and `Timing`: modes measured in turns across repeats (so a slow spell of a shared
-  machine hits every mode alike), each timing summarised by min, median and spread.
+  machine hits every mode alike), each timing summarised by min, median and spread;
+  `calls_for` and `mean_seconds`: enough calls per measurement that it dominates timer noise;
+  `ratio_lines`: the table every benchmark prints.
 """
 from __future__ import annotations
 
+import math
 import statistics
+import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, Hashable, List, Sequence
 
 import torch
 
@@ -49,8 +53,8 @@ class Timing:
         return (max(self.seconds) - min(self.seconds)) / self.median
 
 
-def interleaved(measure: Callable[[str, int], float], modes: Sequence[str], repeats: int
-                ) -> Dict[str, Timing]:
+def interleaved(measure: Callable[[Hashable, int], float], modes: Sequence[Hashable],
+                repeats: int) -> Dict[Hashable, Timing]:
     """``measure(mode, repeat)`` for every mode in every repeat, the mode order rotating each
     repeat (hard, soft, adapt / soft, adapt, hard / ...), so no mode always runs first or last."""
     out = {m: Timing([]) for m in modes}
@@ -60,14 +64,35 @@ def interleaved(measure: Callable[[str, int], float], modes: Sequence[str], repe
     return out
 
 
+def mean_seconds(fn: Callable[[], object], calls: int = 1) -> float:
+    """Mean wall seconds of ``calls`` consecutive calls of ``fn``."""
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t0) / calls
+
+
+def calls_for(fn: Callable[[], object], min_seconds: float, max_calls: int = 1_000_000) -> int:
+    """How many consecutive calls of ``fn`` take at least ``min_seconds``, capped at
+    ``max_calls``: from one call, growing by the missing factor (at least doubling) until the
+    calls fill ``min_seconds``; the calls made while counting double as a warm-up."""
+    calls = 1
+    while True:
+        total = mean_seconds(fn, calls) * calls
+        if total >= min_seconds or calls >= max_calls:
+            return calls
+        calls = min(max_calls, max(2 * calls, math.ceil(1.2 * calls * min_seconds / max(total, 1e-9))))
+
+
 def ratio_lines(timings: Dict[str, Timing], base: str) -> List[str]:
-    """A table: per mode min, median, spread and the min and median ratios to ``base``."""
+    """A table: per mode min, median (seconds), spread and the min and median ratios to ``base``."""
     b = timings[base]
-    lines = [f"{'mode':>11} {'min s':>8} {'median s':>9} {'spread':>7} {'min×' + base:>10} "
-             f"{'med×' + base:>10}"]
+    w, r = max(11, *(len(m) for m in timings)), max(10, len(base) + 4)
+    lines = [f"{'mode':>{w}} {'min s':>9} {'median s':>9} {'spread':>7} {'min×' + base:>{r}} "
+             f"{'med×' + base:>{r}}"]
     for m, t in timings.items():
-        lines.append(f"{m:>11} {t.min:8.3f} {t.median:9.3f} {t.spread:7.1%} {t.min / b.min:10.2f} "
-                     f"{t.median / b.median:10.2f}")
+        lines.append(f"{m:>{w}} {t.min:9.4g} {t.median:9.4g} {t.spread:7.1%} "
+                     f"{t.min / b.min:{r}.3f} {t.median / b.median:{r}.3f}")
     return lines
 
 
