@@ -23,6 +23,7 @@ from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils.device import get_device_id, get_device_name
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
+from soft_spatial.compat.verl import loss_config
 from soft_spatial.softthink import AdaptSoft
 
 from .settings import soft_settings
@@ -58,7 +59,7 @@ def record_placement(role: str) -> dict:
 class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
     def __init__(self, config, role: str, **kwargs):
         if get_device_name() == "cpu":
-            from .platform import init_process_group
+            from soft_spatial.platform import init_process_group
             init_process_group(rank=int(os.environ.get("RANK", 0)),
                                world_size=int(os.environ.get("WORLD_SIZE", 1)),
                                init_method=os.environ.get("DIST_INIT_METHOD", "env://"))
@@ -85,7 +86,7 @@ class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
                 ctrl = AdaptSoft.from_config(s["adaptsoft"], hidden)
                 self.actor.engine.configure_soft(adaptsoft=AdaptSoftTrainer(  # on the policy's device
                     ctrl, s["alignment"], seed=s["adaptsoft"].seed, device=get_device_id()))
-            actor_config = self.loss_fn.keywords["config"]
+            actor_config = loss_config(self.loss_fn)
             check_actor_config(actor_config)
             self.loss_fn = partial(soft_ppo_loss, config=actor_config, kl=s["kl"])
             self.actor.set_loss_fn(self.loss_fn)
