@@ -361,6 +361,15 @@ def check_sglang_internals() -> list:
             problems.append(f"verl's ServerAdapter.{name} is gone (server_adapter_engine)")
     if "self._engine" not in _inspect.getsource(sr.ServerAdapter.__init__):
         problems.append("verl's ServerAdapter no longer sets self._engine (server_adapter_engine)")
+    from verl.workers.rollout.sglang_rollout.async_sglang_server import SGLangHttpServer
+    if ("run_scheduler_process_func=sglang.srt.entrypoints.engine.run_scheduler_process"
+            not in _inspect.getsource(SGLangHttpServer.launch_server)):
+        problems.append("SGLangHttpServer.launch_server no longer reads sglang.srt.entrypoints."
+                        "engine.run_scheduler_process at launch (hooks.plugin_schedulers)")
+    params = list(_inspect.signature(SGLangHttpServer.generate).parameters)[:5]
+    if params != ["self", "prompt_ids", "sampling_params", "request_id", "image_data"]:
+        problems.append(f"SGLangHttpServer.generate's parameters changed: {params} "
+                        f"(SGLangSoftHttpServer.generate)")
     return problems
 
 

@@ -31,6 +31,7 @@ from torch import Tensor
 from soft_spatial.models.loading import load_model
 from soft_spatial.models.rope import decode_position_ids, is_mrope, prefill_position_ids
 from soft_spatial.models.tokens import eos_token_ids, single_token_id, unusable_token_ids
+from soft_spatial.settings import row_seed
 from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig,
                                     SoftThinkingConfig, TraceRecorder, record_input_embeddings)
 from soft_spatial.softthink.trace import TRACE_KEYS
@@ -39,13 +40,7 @@ from .base import FINISH_LENGTH, FINISH_STOP, Completion, Prompt, PromptTooLongE
 from .prompts import load_image, render_chat
 from .step import sample_step
 
-__all__ = ["LocalEngine", "row_seed"]
-
-
-def row_seed(prompt_seed: int, sample_index: int) -> int:
-    """Seed of one row's generator: a function of its prompt's seed and its sample index only,
-    so a row decodes the same alone or in any batch."""
-    return prompt_seed * 10_007 + sample_index
+__all__ = ["LocalEngine"]
 
 
 @dataclass
@@ -152,14 +147,9 @@ class LocalEngine:
         if isinstance(controller, (str, Path)):
             controller = AdaptSoft.load(controller)
         elif isinstance(controller, dict):
-            state = controller.get("state_dict", controller)
-            cfg = controller.get("config") if "state_dict" in controller else None
-            ctrl = self.controller
-            if ctrl is None or (cfg and cfg != ctrl.config_dict()):
-                cfg = cfg or dict(AdaptSoftConfig().__dict__, hidden_size=self.hidden_size)
-                ctrl = AdaptSoft(**cfg)
-            ctrl.load_state_dict(state)
-            controller = ctrl
+            controller = AdaptSoft.from_state(
+                controller, into=self.controller,
+                default_config=dict(AdaptSoftConfig().__dict__, hidden_size=self.hidden_size))
         if controller.hidden_size != self.hidden_size:
             raise ValueError(f"AdaptSoft was built for hidden size {controller.hidden_size}, "
                              f"{self.name} has {self.hidden_size}")

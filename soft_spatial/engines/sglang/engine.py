@@ -5,7 +5,7 @@ Prompts are rendered here exactly as the local engine renders them
 (:func:`~soft_spatial.engines.prompts.render_chat`), sent to SGLang's offline ``Engine`` as token
 ids (+ images) with each row's noise seed ``row_seed(seeds[i], j)`` in ``custom_params``, and the
 per-step records that SGLang streams back are accumulated per request
-(:func:`~soft_spatial.engines.sglang.compat.collect_records`). So for the same logits every row
+(:func:`~soft_spatial.compat.sglang.collect_records`). So for the same logits every row
 has the local engine's records, tokens and likelihoods.
 
 The soft settings (mode, K, AdaptSoft checkpoint) are server-wide: they are fixed when the engine
@@ -20,8 +20,8 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 from soft_spatial.engines.base import (FINISH_LENGTH, FINISH_STOP, Completion, Prompt,
                                        PromptTooLongError)
-from soft_spatial.engines.local import row_seed
 from soft_spatial.engines.prompts import load_image, render_chat
+from soft_spatial.settings import row_seed
 from soft_spatial.softthink import AdaptSoftConfig, SamplingConfig, SoftThinkingConfig, SoftTrace
 
 from .client import (CONTROLLER_NAME, PARAM_KEY, PREFILL_ONLY, PromptPrefill, TraceAccumulator,
@@ -60,7 +60,9 @@ class SGLangEngine:
         from soft_spatial.models.loading import load_processing
         from soft_spatial.models.tokens import (eos_token_ids, single_token_id,
                                                 unusable_token_ids)
-        from . import compat  # needs sglang: fails here, with the install hint, without it
+        from soft_spatial.compat.sglang import collect_records
+
+        from . import hooks  # needs sglang: fails here, with the install hint, without it
 
         if soft.mode == "adaptsoft" and controller is None:
             raise ValueError("mode 'adaptsoft' needs controller=<AdaptSoft checkpoint>")
@@ -88,9 +90,9 @@ class SGLangEngine:
             self.settings.export()  # read by the scheduler processes SGLang spawns
             args = required_server_args(server_args)
             args.setdefault("model_path", self.model_path)
-            backend = compat.launch_engine(**args)
+            backend = hooks.launch_engine(**args)
         self.backend = backend
-        compat.collect_records(backend.tokenizer_manager, self._traces)
+        collect_records(backend.tokenizer_manager, self._traces)
         server_args = getattr(backend, "server_args", None)  # None: an injected stand-in
         self.prefix_cache = server_args is not None and not server_args.disable_radix_cache
         self._prefill = PromptPrefill()
