@@ -36,6 +36,9 @@ fails loudly when upstream moves:
 * ``ActorRolloutRefWorker.init_model`` (``verl/workers/engine_workers.py`` L639–643) builds
   ``self.loss_fn = partial(ppo_loss, config=actor_config)``: :func:`loss_config` reads the actor
   config back from that partial.
+* ``RolloutReplica._server_handle`` / ``_server_address`` (``verl/workers/rollout/replica.py``
+  L128–129, read by the public ``server_handle`` / ``server_address`` properties, L247–254): a
+  replica's ``launch_servers`` sets them, as verl's own replicas do; :func:`set_replica_server`.
 * Private ``RayPPOTrainer`` / ``FSDPEngine`` methods overridden by soft_spatial's subclasses
   (:data:`OVERRIDDEN_PRIVATE_METHODS`: name, 0.9.1 signature, 0.9.1 line, who overrides it):
   ``_compute_old_log_prob`` (L1290), ``_compute_ref_log_prob`` (L1266), ``_update_actor``
@@ -63,7 +66,7 @@ from typing import Any, Callable, Iterator, Sequence
 __all__ = ["VERL_VERSION", "check_verl_version", "register_engine", "as_language_model",
            "check_internals", "cpu_pool_manager", "append_file_logger", "OUTPUT_ARGS_KEYS",
            "ref_log_prob_outputs", "validation_outputs", "register_rollout_adapter", "loss_config",
-           "to_ipc_device", "server_adapter_engine", "OVERRIDDEN_PRIVATE_METHODS",
+           "to_ipc_device", "server_adapter_engine", "set_replica_server", "OVERRIDDEN_PRIVATE_METHODS",
            "check_sglang_internals"]
 
 VERL_VERSION = "0.9.1"
@@ -272,6 +275,14 @@ def register_rollout_adapter(backend: str, adapter_path: str) -> None:
     base._ROLLOUT_REGISTRY[(backend, "async")] = adapter_path
 
 
+def set_replica_server(replica, handle, address: str) -> None:
+    """Publish a launched server: verl 0.9.1's ``RolloutReplica`` exposes ``server_handle`` /
+    ``server_address`` as properties over the private ``_server_handle`` / ``_server_address``
+    (``replica.py`` L128–129, L247–254), which ``launch_servers`` is expected to set."""
+    replica._server_handle = handle
+    replica._server_address = address
+
+
 def loss_config(loss_fn):
     """The actor config verl bound into the worker's loss: ``ActorRolloutRefWorker.init_model``
     (verl 0.9.1, ``engine_workers.py`` L643) sets ``self.loss_fn = partial(ppo_loss,
@@ -387,6 +398,12 @@ def check_internals() -> list:
             rollout_base.get_rollout_class):
         problems.append("get_rollout_class no longer reads _ROLLOUT_REGISTRY "
                         "(register_rollout_adapter)")
+    from verl.workers.rollout.replica import RolloutReplica
+    for prop, attr in (("server_handle", "_server_handle"), ("server_address", "_server_address")):
+        getter = getattr(vars(RolloutReplica).get(prop), "fget", None)
+        if getter is None or f"self.{attr}" not in inspect.getsource(getter):
+            problems.append(f"RolloutReplica.{prop} no longer returns self.{attr} "
+                            f"(set_replica_server)")
     from verl.workers.engine_workers import ActorRolloutRefWorker
     if "partial(ppo_loss, config=actor_config)" not in inspect.getsource(
             ActorRolloutRefWorker.init_model):
