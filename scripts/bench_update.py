@@ -39,7 +39,7 @@ def _setup(model: str, rows: int, steps: int, modes):
     import soft_spatial.bench as B
     from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
     from soft_spatial.softthink import SoftTrace
-    from soft_spatial.trainer.platform import init_process_group, use_cpu_platform
+    from soft_spatial.platform import init_process_group, use_cpu_platform
 
     use_cpu_platform()
     init_process_group(0, 1, "file://" + tempfile.mktemp())

@@ -80,7 +80,7 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 "${PIP[@]}" install --progress-bar off --no-build-isolation "$FLASH_ATTN"
 "$VENV/bin/python" - <<'PY'
 import sglang, torch, transformers, verl
-import soft_spatial.engines.sglang.compat  # noqa: F401  (version check of the plugin's hooks)
+import soft_spatial.engines.sglang.hooks  # noqa: F401  (version check of the plugin's hooks)
 print(f"setup_gpu.sh: torch {torch.__version__} (cuda {torch.version.cuda}), verl "
       f"{verl.__version__}, sglang {sglang.__version__}, transformers {transformers.__version__}")
 PY

@@ -54,7 +54,7 @@ PYTHONPATH="$OVERLAY:$ROOT/tests/sglang_stubs" SGLANG_USE_CPU_ENGINE=1 "$PY" - <
   | grep -v -i warn
 import sglang, torch
 import sglang.srt.managers.tp_worker, sglang.srt.models.qwen3_vl  # noqa: E401,F401
-import soft_spatial.engines.sglang.compat  # noqa: F401
+import soft_spatial.engines.sglang.hooks  # noqa: F401
 import soft_spatial.rollout.sglang_server  # noqa: F401  (verl's SGLang server classes)
 print(f"setup_sglang_overlay.sh: sglang {sglang.__version__} imports on torch {torch.__version__}")
 PY

@@ -56,10 +56,10 @@ def preflight(cfg) -> Path:
     names the setting."""
     from soft_spatial.data.prepare import check_parquet
     from soft_spatial.models.loading import resolve_model_dir
-    from soft_spatial.trainer.settings import soft_settings
+    from soft_spatial.settings import SoftSettings
 
     rollout = cfg.actor_rollout_ref.rollout
-    soft_settings(rollout.get("custom"))  # typed soft settings: each invalid field is named
+    SoftSettings.from_custom(rollout.get("custom"))  # typed settings: each invalid field named
     for key, value in (("actor_rollout_ref.rollout.temperature", rollout.get("temperature")),
                        ("actor_rollout_ref.rollout.val_kwargs.temperature",
                         rollout.get("val_kwargs", {}).get("temperature"))):

@@ -4,7 +4,7 @@
 * PARITY: the scheduler-side runtime, fed the logits and hidden states the local engine saw
   (same seeds), returns the local engine's records, tokens and next-step mixture embeddings over
   whole generations (soft steps, the </think> switch, discrete steps, rows finishing);
-* the SGLang glue (:mod:`soft_spatial.engines.sglang.compat`) runs on fakes of the exact SGLang
+* the SGLang glue (:mod:`soft_spatial.engines.sglang.hooks`) runs on fakes of the exact SGLang
   0.5.12 interfaces it uses (sampler base class and registry, HookRegistry semantics,
   CaptureHiddenMode, ModelWorkerBatch.reqs, Qwen3LLMModel.forward's signature,
   LogitsProcessorOutput.customized_info);
@@ -27,15 +27,16 @@ from torch import nn
 
 from controller_helpers import trained_controller
 from engine_spy import capture_local
-from soft_spatial.engines.local import LocalEngine, row_seed
+from soft_spatial.engines.local import LocalEngine
 from soft_spatial.engines.sglang import SGLangSoftSettings, required_server_args
 from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, INFO_KEYS, PARAM_KEY,
                                                 TraceAccumulator, decode_controller,
                                                 encode_controller, info_key, request_params,
-                                                sampling_config, split_records)
+                                                split_records)
 from soft_spatial.engines.sglang.runtime import (STATE_ATTR, BatchContext, SoftRuntime,
                                                  SoftStateError, last_hidden)
 from soft_spatial.models import think_end_id
+from soft_spatial.settings import row_seed, sampling_config
 from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig,
                                     SoftThinkingConfig, SoftTrace)
 
@@ -342,13 +343,13 @@ def fake_sglang(monkeypatch):
     mod("sglang.srt.managers.tp_worker", TpModelWorker=TpModelWorker)
     for name, m in mods.items():
         monkeypatch.setitem(sys.modules, name, m)
-    monkeypatch.delitem(sys.modules, "soft_spatial.engines.sglang.compat", raising=False)
+    monkeypatch.delitem(sys.modules, "soft_spatial.engines.sglang.hooks", raising=False)
     _HookRegistry._hooks, _HookRegistry._patched = {}, set()
-    import soft_spatial.engines.sglang.compat as compat
-    yield SimpleNamespace(compat=compat, backends=backends, Qwen3LLMModel=Qwen3LLMModel,
+    import soft_spatial.engines.sglang.hooks as hooks
+    yield SimpleNamespace(hooks=hooks, backends=backends, Qwen3LLMModel=Qwen3LLMModel,
                           TpModelWorker=TpModelWorker)
-    compat.set_runtime(None)
-    sys.modules.pop("soft_spatial.engines.sglang.compat", None)
+    hooks.set_runtime(None)
+    sys.modules.pop("soft_spatial.engines.sglang.hooks", None)
 
 
 def test_glue_parity_on_fake_sglang(engine, fake_sglang, monkeypatch):
@@ -360,15 +361,15 @@ def test_glue_parity_on_fake_sglang(engine, fake_sglang, monkeypatch):
     ctrl = trained_controller(engine.hidden_size, seed=3)
     engine.set_controller(ctrl)
     outs, steps, mixes = run_local(engine, PROMPTS, soft, sampling, seeds, monkeypatch)
-    compat = fake_sglang.compat
-    rt = compat.install(settings_for(engine, soft))
-    assert compat.SAMPLER_BACKEND in fake_sglang.backends
+    hooks = fake_sglang.hooks
+    rt = hooks.install(settings_for(engine, soft))
+    assert hooks.SAMPLER_BACKEND in fake_sglang.backends
     assert hasattr(fake_sglang.Qwen3LLMModel.forward, "__wrapped__")
     assert hasattr(fake_sglang.TpModelWorker.forward_batch_generation, "__wrapped__")
-    compat.load_weights(None, [(CONTROLLER_NAME, encode_controller(
+    hooks.load_weights(None, [(CONTROLLER_NAME, encode_controller(
         {"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()}))])
     assert all(torch.equal(v, ctrl.state_dict()[n]) for n, v in rt.controller.state_dict().items())
-    sampler = fake_sglang.backends[compat.SAMPLER_BACKEND]()
+    sampler = fake_sglang.backends[hooks.SAMPLER_BACKEND]()
     lm = fake_sglang.Qwen3LLMModel(engine.embed)
     it = iter(steps)
     modes = []
@@ -466,8 +467,8 @@ def test_settings_roundtrip_and_required_server_args(monkeypatch):
     args = required_server_args({"custom_weight_loader": ["x.y"], "mem_fraction_static": 0.4})
     assert args["sampling_backend"] == "soft_gumbel" and "disable_radix_cache" not in args
     assert args["disable_overlap_schedule"] and args["disable_cuda_graph"]
-    assert args["custom_weight_loader"] == ["x.y", "soft_spatial.engines.sglang.compat.load_weights"]
-    for radix_off in (True, False):  # prefix caching is the user's choice (compat.protect_soft_kv)
+    assert args["custom_weight_loader"] == ["x.y", "soft_spatial.engines.sglang.hooks.load_weights"]
+    for radix_off in (True, False):  # prefix caching is the user's choice (protect_soft_kv)
         assert required_server_args({"disable_radix_cache": radix_off})["disable_radix_cache"] \
             is radix_off
     for bad in ({"disable_cuda_graph": False}, {"sampling_backend": "flashinfer"},
@@ -479,14 +480,14 @@ def test_settings_roundtrip_and_required_server_args(monkeypatch):
 def test_rollout_sglang_config_composes():
     from hydra import compose, initialize_config_dir
     from soft_spatial.train import CONFIG_DIR
-    from soft_spatial.trainer.worker import soft_settings
+    from soft_spatial.settings import SoftSettings
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         cfg = compose(config_name="train", overrides=["rollout=sglang", "cluster=paper"])
     r = cfg.actor_rollout_ref.rollout
     assert r.name == "sglang_soft" and r.enforce_eager and r.gpu_memory_utilization == 0.4
     ek = dict(r.engine_kwargs.sglang)
     assert required_server_args(ek)["sampling_backend"] == "soft_gumbel"
-    assert soft_settings(r.custom)["soft"].mode == "adaptsoft"
+    assert SoftSettings.from_custom(r.custom).soft.mode == "adaptsoft"
 
 
 def test_plugin_registers_sglang_soft_lazily():

@@ -30,18 +30,18 @@ def compose_train(*overrides):
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_composes_into_typed_settings(preset):
-    from soft_spatial.trainer.worker import soft_settings
+    from soft_spatial.settings import SoftSettings
     cfg = compose_train(f"experiment={preset}", "model=tiny", "cluster=cpu")
-    s = soft_settings(cfg.actor_rollout_ref.rollout.custom)
+    s = SoftSettings.from_custom(cfg.actor_rollout_ref.rollout.custom)
     assert cfg.actor_rollout_ref.rollout.name == "local_soft"
     assert cfg.actor_rollout_ref.model.model_type == "soft_language_model"
     assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "soft_grpo"
     want = {"hard": "hard", "soft_fixed": "fixed"}.get(preset, "adaptsoft")
-    assert s["soft"].mode == want
-    assert s["adaptsoft"].use_hidden == (preset != "no_hidden")
-    assert s["adaptsoft"].use_entropy == (preset != "no_entropy")
-    assert s["alignment"].enabled == (preset != "no_alignment")
-    assert s["alignment"].center == (preset != "no_centering")
+    assert s.soft.mode == want
+    assert s.adaptsoft.use_hidden == (preset != "no_hidden")
+    assert s.adaptsoft.use_entropy == (preset != "no_entropy")
+    assert s.alignment.enabled == (preset != "no_alignment")
+    assert s.alignment.center == (preset != "no_centering")
 
 
 def test_paper_configuration_values():

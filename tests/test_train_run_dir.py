@@ -97,7 +97,7 @@ def metrics_lines(steps, tag):
 def test_verl_file_logger_appends(tmp_path, monkeypatch):
     from verl.utils import tracking
 
-    from soft_spatial.trainer.verl_compat import append_file_logger
+    from soft_spatial.compat.verl import append_file_logger
     path = tmp_path / "metrics.jsonl"
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
     monkeypatch.setattr(tracking, "FileLogger", tracking.FileLogger)  # restored after the test
@@ -112,7 +112,7 @@ def test_verl_file_logger_appends(tmp_path, monkeypatch):
     logger.log({"tag": "after"}, step=3)
     logger.finish()
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3]
-    # the upstream internals this relies on: test_actor_verl_compat.py (check_internals)
+    # the upstream internals this relies on: test_compat_verl.py (check_internals)
 
 
 def test_resume_keeps_the_metrics_up_to_the_checkpoint(tmp_path):

@@ -8,7 +8,7 @@ from soft_spatial.softthink import SoftTrace
 
 @pytest.fixture(scope="module")
 def trainer_module():
-    from soft_spatial.trainer.platform import use_cpu_platform
+    from soft_spatial.platform import use_cpu_platform
 
     use_cpu_platform()  # the platform must exist before verl's trainer imports
     from soft_spatial.trainer import ppo_trainer

@@ -35,17 +35,14 @@ from torch import Tensor
 from soft_spatial.atomic import atomic_open
 from soft_spatial.softthink import (AdaptSoft, AlignmentConfig, AlignmentScaler, SparseGrad,
                                     alignment_loss, alignment_scores, all_gather_rows,
-                                    center_per_rollout, controller_surrogate, select_reference)
+                                    center_per_rollout, controller_surrogate, select_reference,
+                                    world_size)
 
 __all__ = ["AdaptSoftTrainer"]
 
 
 def _rank(group=None) -> int:
     return dist.get_rank(group) if dist.is_available() and dist.is_initialized() else 0
-
-
-def _world(group=None) -> int:
-    return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
 
 
 class AdaptSoftTrainer:
@@ -146,7 +143,7 @@ class AdaptSoftTrainer:
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
                           for p in params])
-        world = _world(group)
+        world = world_size(group)
         if world > 1:
             dist.all_reduce(flat, group=group)
             flat /= world

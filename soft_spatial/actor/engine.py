@@ -42,13 +42,13 @@ from typing import Any, Dict, Optional
 import torch
 from torch import Tensor
 
-import soft_spatial.trainer.platform  # noqa: F401  (VERL_PLATFORM=cpu must resolve before verl's engines import)
+import soft_spatial.platform  # noqa: F401  (VERL_PLATFORM=cpu must resolve before verl's engines import)
 from verl.utils import tensordict_utils as tu
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
 from soft_spatial.softthink import DensityConfig, KLConfig, step_likelihood
 from soft_spatial.softthink.replay import soft_inputs
-from soft_spatial.trainer.verl_compat import (as_language_model, no_cpu_offload_on_cpu,
+from soft_spatial.compat.verl import (as_language_model, no_cpu_offload_on_cpu,
                                              register_engine)
 
 __all__ = ["SoftFSDPEngine", "MODEL_TYPE", "TRACE_PREFIX", "SoftBatch", "register",

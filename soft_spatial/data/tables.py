@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from soft_spatial.jsonl import JSONLError, read_jsonl
+
 from .errors import DataFormatError
 
 TABLE_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".csv", ".tsv")
@@ -53,16 +55,10 @@ def read_table(path: str | Path) -> list[dict[str, Any]]:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise DataFormatError(path, f"line {line_no}: invalid JSON: {exc}") from exc
-    return rows
+    try:
+        return read_jsonl(path)
+    except JSONLError as exc:
+        raise DataFormatError(path, f"line {exc.line}: invalid JSON: {exc.error}") from exc
 
 
 def _read_arrow(path: Path) -> list[dict[str, Any]]:

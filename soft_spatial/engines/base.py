@@ -1,10 +1,12 @@
-"""What every rollout engine returns."""
+"""What every rollout engine takes and returns, and the checks both engines share (prompt
+length limit, per-prompt seeds, progress)."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
-from soft_spatial.softthink import SoftTrace
+from soft_spatial.softthink import SamplingConfig, SoftTrace
 
 # A prompt is a chat (list of {"role", "content"} messages; content may hold {"type": "image",
 # "image": PIL.Image | path} items), a list of token ids (text only), or
@@ -20,6 +22,49 @@ class PromptTooLongError(ValueError):
     def __init__(self, index: int, length: int, limit: int, detail: str = ""):
         self.index, self.length, self.limit = index, length, limit
         super().__init__(f"prompt {index} is too long: {length} tokens > {limit} allowed{detail}")
+
+
+def prompt_limit(max_prompt_length: Optional[int], context_length: Optional[int],
+                 sampling: SamplingConfig) -> int:
+    """Longest prompt (tokens) a request with ``sampling`` may have: ``max_prompt_length``, else
+    the context length less ``max_new_tokens`` (no limit without either)."""
+    if max_prompt_length:
+        return max_prompt_length
+    return context_length - sampling.max_new_tokens if context_length else 10 ** 9
+
+
+def check_prompt_ids(i: int, ids: Sequence[int], limit: Optional[int],
+                     context_length: Optional[int], max_prompt_length: Optional[int]) -> None:
+    """Prompt ``i`` is not empty and has at most ``limit`` ids (PromptTooLongError)."""
+    if not ids:
+        raise ValueError(f"prompt {i} is empty")
+    if limit is not None and len(ids) > limit:
+        raise PromptTooLongError(i, len(ids), limit, f" (context {context_length}, "
+                                 f"max_prompt_length {max_prompt_length})")
+
+
+def prompt_seeds(n_prompts: int, seed: int, seeds: Optional[Sequence[int]]) -> List[int]:
+    """Each prompt's seed: ``seeds``, else ``seed + i`` (row (i, j) then uses
+    ``settings.row_seed(seeds[i], j)``)."""
+    seeds = list(seeds) if seeds is not None else [seed + i for i in range(n_prompts)]
+    if len(seeds) != n_prompts:
+        raise ValueError(f"got {len(seeds)} seeds for {n_prompts} prompts")
+    return seeds
+
+
+@contextlib.contextmanager
+def progress_bar(enabled: bool, total: int, desc: str) -> Iterator[Callable[[int], Any]]:
+    """A tqdm bar over ``total`` samples when ``enabled``; yields its ``update`` (a no-op
+    otherwise)."""
+    if not enabled:
+        yield lambda k: None
+        return
+    from tqdm.auto import tqdm
+    bar = tqdm(total=total, desc=desc, unit="sample")
+    try:
+        yield bar.update
+    finally:
+        bar.close()
 
 
 FINISH_STOP = "stop"  # emitted an end-of-sequence token (included in token_ids)

@@ -30,22 +30,18 @@ from torch import Tensor
 
 from soft_spatial.models.loading import load_model
 from soft_spatial.models.rope import decode_position_ids, is_mrope, prefill_position_ids
-from soft_spatial.models.tokens import eos_token_ids, single_token_id, unusable_token_ids
+from soft_spatial.models.tokens import single_token_id, stop_token_ids, unusable_token_ids
+from soft_spatial.settings import row_seed
 from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig,
                                     SoftThinkingConfig, TraceRecorder, record_input_embeddings)
 from soft_spatial.softthink.trace import TRACE_KEYS
 
-from .base import FINISH_LENGTH, FINISH_STOP, Completion, Prompt, PromptTooLongError
+from .base import (FINISH_LENGTH, FINISH_STOP, Completion, Prompt, check_prompt_ids,
+                   progress_bar, prompt_limit, prompt_seeds)
 from .prompts import load_image, render_chat
 from .step import sample_step
 
-__all__ = ["LocalEngine", "row_seed"]
-
-
-def row_seed(prompt_seed: int, sample_index: int) -> int:
-    """Seed of one row's generator: a function of its prompt's seed and its sample index only,
-    so a row decodes the same alone or in any batch."""
-    return prompt_seed * 10_007 + sample_index
+__all__ = ["LocalEngine"]
 
 
 @dataclass
@@ -103,9 +99,8 @@ class LocalEngine:
         cfg = getattr(model.config, "text_config", model.config)
         self.hidden_size = cfg.hidden_size
         self.context_length = getattr(cfg, "max_position_embeddings", None)
-        self.eos_ids = list(eos_ids) if eos_ids else list(dict.fromkeys(
-            eos_token_ids(getattr(model, "generation_config", None) or model.config)
-            + eos_token_ids(model.config, tokenizer)))
+        self.eos_ids = list(eos_ids) if eos_ids else stop_token_ids(
+            model.config, tokenizer, getattr(model, "generation_config", None))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.image_token_id = getattr(model.config, "image_token_id", None)
         self.max_batch_rows, self.max_prompt_length = max_batch_rows, max_prompt_length
@@ -152,14 +147,9 @@ class LocalEngine:
         if isinstance(controller, (str, Path)):
             controller = AdaptSoft.load(controller)
         elif isinstance(controller, dict):
-            state = controller.get("state_dict", controller)
-            cfg = controller.get("config") if "state_dict" in controller else None
-            ctrl = self.controller
-            if ctrl is None or (cfg and cfg != ctrl.config_dict()):
-                cfg = cfg or dict(AdaptSoftConfig().__dict__, hidden_size=self.hidden_size)
-                ctrl = AdaptSoft(**cfg)
-            ctrl.load_state_dict(state)
-            controller = ctrl
+            controller = AdaptSoft.from_state(
+                controller, into=self.controller,
+                default_config=dict(AdaptSoftConfig().__dict__, hidden_size=self.hidden_size))
         if controller.hidden_size != self.hidden_size:
             raise ValueError(f"AdaptSoft was built for hidden size {controller.hidden_size}, "
                              f"{self.name} has {self.hidden_size}")
@@ -189,11 +179,7 @@ class LocalEngine:
             p = _Prepared(ids, {})
         else:
             raise TypeError(f"prompt {i}: expected a list of chat messages or of token ids")
-        if not p.ids:
-            raise ValueError(f"prompt {i} is empty")
-        if len(p.ids) > limit:
-            raise PromptTooLongError(i, len(p.ids), limit, f" (context {self.context_length}, "
-                                     f"max_prompt_length {self.max_prompt_length})")
+        check_prompt_ids(i, p.ids, limit, self.context_length, self.max_prompt_length)
         return p
 
     def _prepare_ids_with_images(self, i: int, prompt: dict) -> _Prepared:
@@ -276,27 +262,18 @@ class LocalEngine:
             raise ValueError("mode 'adaptsoft' needs a controller: pass controller= or call "
                              "set_controller()")
         think_end = single_token_id(self.tokenizer, soft.think_end) if soft.soft else None
-        limit = self.max_prompt_length or (
-            self.context_length - sampling.max_new_tokens if self.context_length else 10 ** 9)
+        limit = prompt_limit(self.max_prompt_length, self.context_length, sampling)
         prepared = [self._prepare(i, p, limit) for i, p in enumerate(prompts)]
-        seeds = list(seeds) if seeds is not None else [seed + i for i in range(len(prompts))]
-        if len(seeds) != len(prompts):
-            raise ValueError(f"got {len(seeds)} seeds for {len(prompts)} prompts")
+        seeds = prompt_seeds(len(prompts), seed, seeds)
         per_chunk = max(1, self.max_batch_rows // n)
         chunks = [list(range(s, min(s + per_chunk, len(prompts))))
                   for s in range(0, len(prompts), per_chunk)]
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-            bar = tqdm(total=len(prompts) * n, desc="generate", unit="sample")
         outs: List[Completion] = []
-        for chunk in chunks:
-            outs += self._generate_chunk(chunk, [prepared[i] for i in chunk], soft, sampling, n,
-                                         [seeds[i] for i in chunk], think_end, debug)
-            if bar is not None:
-                bar.update(len(chunk) * n)
-        if bar is not None:
-            bar.close()
+        with progress_bar(progress, len(prompts) * n, "generate") as advance:
+            for chunk in chunks:
+                outs += self._generate_chunk(chunk, [prepared[i] for i in chunk], soft, sampling,
+                                             n, [seeds[i] for i in chunk], think_end, debug)
+                advance(len(chunk) * n)
         return outs
 
     def _generate_chunk(self, prompt_idx, prepared, soft, sampling, n, seeds, think_end, debug):

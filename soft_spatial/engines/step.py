@@ -14,9 +14,9 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor
 
-from soft_spatial.softthink import (AdaptSoft, SamplingConfig, SoftThinkingConfig, candidates,
+from soft_spatial.softthink import (AdaptSoft, SamplingConfig, SoftThinkingConfig,
                                     gumbel_from_uniform, gumbel_log_density, mixture_weights,
-                                    normalized_entropy, sort_by_score)
+                                    normalized_entropy, soft_step)
 
 __all__ = ["sample_step", "discrete_sample"]
 
@@ -56,10 +56,8 @@ def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor, soft: So
     if s_rows.numel():
         # Records are fp32 and the mixture is built from the rounded record itself, so a
         # replay from the trace reproduces these numbers exactly whatever the model's dtype.
-        ids, logp = candidates(logits[s_rows].float(), k, temperature)
         noise = gumbel_from_uniform(u[s_rows, :k], soft.noise_clamp)
-        z = logp + soft.noise_scale * noise if soft.noise_scale > 0 else logp.clone()
-        z, ids, logp = sort_by_score(z, ids, logp)
+        ids, z, logp = soft_step(logits[s_rows].float(), k, temperature, soft.noise_scale, noise)
         if controller is not None:
             x = controller.features(h[s_rows].float(), logp)
             rec["ctrl_x"][s_rows] = x

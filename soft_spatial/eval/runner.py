@@ -29,6 +29,7 @@ from soft_spatial.data import build_messages, extract_answer, load_benchmark
 from soft_spatial.data.record import QuestionRecord
 from soft_spatial.data.subsets import normalise_task_types, subset_indices
 from soft_spatial.dirlock import DirLock
+from soft_spatial.jsonl import read_jsonl
 from soft_spatial.engines.base import PromptTooLongError
 from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
 
@@ -99,20 +100,7 @@ class EvalConfig:
 
 def read_results(path: Path) -> List[dict]:
     """Rows of a results JSONL; a torn last line (crash mid-write) is dropped."""
-    rows = []
-    if not path.exists():
-        return rows
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                break
-            raise ValueError(f"{path}: line {i + 1} is not valid JSON")
-    return rows
+    return read_jsonl(path, drop_torn_tail=True) if Path(path).exists() else []
 
 
 def _drop_torn_tail(path: Path) -> None:

@@ -21,6 +21,8 @@ from typing import Dict, Tuple
 
 import numpy as np
 
+from soft_spatial.jsonl import read_jsonl
+
 __all__ = ["STEPS", "steps_row", "decode_steps", "read_steps", "StepsKey"]
 
 STEPS = "steps.jsonl"
@@ -63,13 +65,11 @@ def decode_steps(row: dict, where: str = "steps row") -> Dict[str, np.ndarray]:
 def read_steps(path) -> Dict[StepsKey, Dict[str, np.ndarray]]:
     """All samples of a ``steps.jsonl`` by (benchmark, question_index, sample); a torn last line
     is dropped, any other bad line is an error naming the file and line."""
-    from .runner import read_results
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no per-step data (evaluate with analysis_steps=true)")
     out: Dict[StepsKey, Dict[str, np.ndarray]] = {}
-    for i, row in enumerate(read_results(path)):
+    for i, row in enumerate(read_jsonl(path, drop_torn_tail=True)):
         where = f"{path}: record {i + 1}"
         try:
             key = (str(row["benchmark"]), int(row["question_index"]), int(row["sample"]))

@@ -21,6 +21,8 @@ import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica
 
+from soft_spatial.compat.verl import set_replica_server
+
 from .server import LocalSoftServer
 
 logger = logging.getLogger(__name__)
@@ -64,8 +66,7 @@ class LocalSoftReplica(RolloutReplica):
             prompt_length=cfg.prompt_length, custom=dict(cfg.custom or {}), dtype=dtype)
         await server.wake_up.remote()  # surfaces construction errors here
         self.servers = [server]
-        self._server_handle = server
-        self._server_address = f"{BACKEND}://{name}"
+        set_replica_server(self, server, f"{BACKEND}://{name}")
 
 
 def _forward_env() -> Dict[str, str]:

@@ -11,52 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import zlib
-from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 import torch
 
-from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig, SoftThinkingConfig,
-                                    from_mapping)
+from soft_spatial.settings import SoftSettings, request_seed, sampling_config
+from soft_spatial.softthink import SamplingConfig
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LocalSoftServer", "SoftRolloutSettings", "TRACE_FIELD"]
+__all__ = ["LocalSoftServer", "TRACE_FIELD"]
 
 TRACE_FIELD = "soft_trace"
-
-
-@dataclass
-class SoftRolloutSettings:
-    """What the server needs beyond verl's RolloutConfig (from ``rollout.custom``)."""
-
-    soft: SoftThinkingConfig
-    adaptsoft: AdaptSoftConfig
-    seed: int = 0
-    batch_window_s: float = 0.02
-    max_batch_rows: int = 64
-
-    @classmethod
-    def from_custom(cls, custom: Optional[Dict[str, Any]]) -> "SoftRolloutSettings":
-        custom = dict(custom or {})
-        soft = from_mapping(SoftThinkingConfig, custom.pop("soft_thinking", {}),
-                            "rollout.custom.soft_thinking")
-        ada = from_mapping(AdaptSoftConfig, custom.pop("adaptsoft", {}), "rollout.custom.adaptsoft")
-        for group in ("density", "alignment", "kl"):  # training-side groups
-            custom.pop(group, None)
-        known = {"seed", "batch_window_s", "max_batch_rows"}
-        unknown = sorted(set(custom) - known)
-        if unknown:
-            raise ValueError(f"rollout.custom: unknown keys {unknown}; known: soft_thinking, "
-                             f"adaptsoft, density, alignment, kl, {sorted(known)}")
-        return cls(soft=soft, adaptsoft=ada, **custom)
-
-
-def request_seed(base: int, request_id: str) -> int:
-    """A stable per-request seed (crc32 of the request id), so a request's noise does not depend
-    on which other requests share its batch."""
-    return (base * 1_000_003 + zlib.crc32(str(request_id).encode())) % (2 ** 62)
 
 
 class LocalSoftServer:
@@ -66,7 +32,7 @@ class LocalSoftServer:
                  custom: Optional[Dict[str, Any]] = None, dtype: str = "float32",
                  device: str = "cpu"):
         from soft_spatial.engines.local import LocalEngine
-        self.settings = SoftRolloutSettings.from_custom(custom)
+        self.settings = SoftSettings.from_custom(custom)
         self.response_length, self.prompt_length = response_length, prompt_length
         self.engine = LocalEngine.from_pretrained(
             model_path, device=device, dtype=getattr(torch, dtype),
@@ -113,7 +79,6 @@ class LocalSoftServer:
                                 req[4].set_exception(exc)
 
     def _sampling(self, params: Dict[str, Any]) -> SamplingConfig:
-        from soft_spatial.engines.sglang.client import sampling_config  # no sglang import
         return sampling_config(params, self.response_length)
 
     def _run(self, reqs):

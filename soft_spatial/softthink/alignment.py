@@ -29,6 +29,7 @@ __all__ = [
     "alignment_loss",
     "select_reference",
     "all_gather_rows",
+    "world_size",
     "AlignmentScaler",
     "center_per_rollout",
     "controller_surrogate",
@@ -177,7 +178,8 @@ def select_reference(num_sequences: int, fraction: float = 0.25,
     return mask
 
 
-def _world(group) -> int:
+def world_size(group=None) -> int:
+    """Ranks in ``group`` (1 without an initialised process group)."""
     return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
 
 
@@ -186,7 +188,7 @@ def all_gather_rows(t: Tensor, group=None) -> Tensor:
 
     Identity without an initialised process group. Rows keep rank order.
     """
-    world = _world(group)
+    world = world_size(group)
     if world == 1:
         return t
     n = torch.tensor([t.shape[0]], device=t.device, dtype=torch.long)
@@ -224,7 +226,7 @@ class AlignmentScaler:
         a = alpha.detach().double()
         local = torch.stack([a.pow(2).mean().sqrt() if a.numel() else a.new_zeros(()),
                              a.new_tensor(float(a.numel() > 0))])
-        if _world(group) > 1:
+        if world_size(group) > 1:
             dist.all_reduce(local, group=group)
         q_sum, n = float(local[0]), float(local[1])
         return q_sum / n if n > 0 else None

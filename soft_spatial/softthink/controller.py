@@ -143,13 +143,37 @@ class AdaptSoft(nn.Module):
                     entropy_std=self.entropy_std, use_hidden=self.use_hidden,
                     use_entropy=self.use_entropy, seed=self.seed)
 
+    def to_state(self) -> dict:
+        """``{"config", "state_dict"}`` (detached CPU copies): what checkpoints store and weight
+        sync sends; :meth:`from_state` rebuilds the controller from it."""
+        return {"config": self.config_dict(),
+                "state_dict": {k: v.detach().cpu().clone() for k, v in self.state_dict().items()}}
+
+    @classmethod
+    def from_state(cls, state: dict, into: Optional["AdaptSoft"] = None,
+                   default_config: Optional[dict] = None) -> "AdaptSoft":
+        """The controller of ``state`` (``{"config", "state_dict"}`` or a bare state dict).
+
+        The weights are loaded into ``into`` (in place) when it is given and ``state`` has no
+        config or the same one; otherwise into a new controller built from the config (or
+        ``default_config`` for a bare state dict)."""
+        sd = state.get("state_dict", state)
+        cfg = state.get("config") if "state_dict" in state else None
+        if into is None or (cfg and cfg != into.config_dict()):
+            cfg = cfg or default_config
+            if not cfg:
+                raise ValueError("AdaptSoft.from_state: no controller to load into and no config "
+                                 "given")
+            into = cls(**cfg)
+        into.load_state_dict(sd)
+        return into
+
     def save(self, path, extra: Optional[dict] = None) -> None:
         """Write ``{"config", "state_dict", **extra}`` to ``path`` with torch.save (atomically:
         a temporary file renamed into place)."""
         from soft_spatial.atomic import atomic_open
         with atomic_open(path, "wb") as f:
-            torch.save({"config": self.config_dict(), "state_dict": self.state_dict(),
-                        **(extra or {})}, f)
+            torch.save({**self.to_state(), **(extra or {})}, f)
 
     @staticmethod
     def read_checkpoint(path, map_location="cpu") -> dict:
@@ -174,7 +198,4 @@ class AdaptSoft(nn.Module):
     def load(cls, path, map_location="cpu") -> "AdaptSoft":
         """Rebuild a controller written by :meth:`save`, or the controller inside a training
         checkpoint's ``adaptsoft.pt`` (projection included)."""
-        blob = cls.read_checkpoint(path, map_location)
-        ctrl = cls(**blob["config"])
-        ctrl.load_state_dict(blob["state_dict"])
-        return ctrl
+        return cls.from_state(cls.read_checkpoint(path, map_location))

@@ -17,7 +17,6 @@ __all__ = [
     "candidates",
     "renormalise",
     "perturb",
-    "gumbel_noise",
     "mixture_weights",
     "soft_embedding",
     "spine",
@@ -63,16 +62,6 @@ def renormalise(scaled: Tensor) -> Tensor:
     return torch.log_softmax(upcast(scaled), dim=-1)
 
 
-def gumbel_noise(shape, *, generator: Optional[torch.Generator] = None,
-                 device=None, clamp: Optional[Tuple[float, float]] = None) -> Tensor:
-    """Standard Gumbel(0, 1) samples γ = −log E, E ~ Exp(1), in fp32 (optionally clamped)."""
-    e = torch.empty(shape, dtype=torch.float32, device=device).exponential_(generator=generator)
-    g = -torch.log(e)
-    if clamp is not None:
-        g = g.clamp(clamp[0], clamp[1])
-    return g
-
-
 def gumbel_from_uniform(u: Tensor, clamp: Optional[Tuple[float, float]] = None) -> Tensor:
     """Standard Gumbel samples γ = −log(−log U) from uniforms U ∈ [0, 1) (kept inside (0, 1)).
 
@@ -85,26 +74,21 @@ def gumbel_from_uniform(u: Tensor, clamp: Optional[Tuple[float, float]] = None) 
     return g.clamp(clamp[0], clamp[1]) if clamp is not None else g
 
 
-def perturb(logp: Tensor, noise_scale: float = 1.0, generator: Optional[torch.Generator] = None,
-            clamp: Optional[Tuple[float, float]] = None, noise: Optional[Tensor] = None) -> Tensor:
+def perturb(logp: Tensor, noise_scale: float, noise: Tensor) -> Tensor:
     """Perturbed scores z_k = log p̃_k + c·γ_k with γ_k ~ Gumbel(0, 1) i.i.d. (§2.2).
 
-    ``noise_scale`` = c ≥ 0 (0 gives z = log p̃, deterministic). ``clamp`` clips γ, and exists only
-    as the reference implementation's compatibility switch (off by default). ``noise`` supplies
-    pre-drawn standard Gumbel samples of logp's shape instead of drawing from ``generator``.
+    ``noise_scale`` = c ≥ 0 (0 gives z = log p̃, deterministic); ``noise`` holds the standard
+    Gumbel samples γ, logp's shape (:func:`gumbel_from_uniform`, which also applies the
+    reference implementation's optional clamp).
     """
     if noise_scale < 0:
         raise ValueError(f"noise_scale must be >= 0, got {noise_scale}")
     logp = upcast(logp)
     if noise_scale == 0:
         return logp.clone()
-    if noise is None:
-        g = gumbel_noise(logp.shape, generator=generator, device=logp.device, clamp=clamp)
-    else:
-        if noise.shape != logp.shape:
-            raise ValueError(f"noise shape {tuple(noise.shape)} != logp shape {tuple(logp.shape)}")
-        g = noise.clamp(clamp[0], clamp[1]) if clamp is not None else noise
-    return logp + noise_scale * g.to(logp.dtype)
+    if noise.shape != logp.shape:
+        raise ValueError(f"noise shape {tuple(noise.shape)} != logp shape {tuple(logp.shape)}")
+    return logp + noise_scale * noise.to(logp.dtype)
 
 
 def _tau_tensor(tau: Union[float, Tensor], z: Tensor) -> Tensor:
@@ -168,18 +152,17 @@ def sort_by_score(z: Tensor, *tensors: Tensor) -> Tuple[Tensor, ...]:
     return (z.gather(-1, order),) + tuple(t.gather(-1, order) for t in tensors)
 
 
-def soft_step(logits: Tensor, k: int, temperature: float = 1.0, noise_scale: float = 1.0,
-              generator: Optional[torch.Generator] = None,
-              clamp: Optional[Tuple[float, float]] = None,
-              noise: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
-    """One soft sampling step: candidates → perturbation → slots sorted by z.
+def soft_step(logits: Tensor, k: int, temperature: float, noise_scale: float,
+              noise: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """One soft sampling step: candidates → perturbation by ``noise`` (``[..., K]`` standard
+    Gumbel samples) → slots sorted by z.
 
     Returns ``(ids, z, logp)`` each ``[..., K]`` with slot 0 the spine. Mixture weights follow from
     ``mixture_weights(z, tau)`` once τ is known (the controller needs ``logp`` for its entropy
     feature first).
     """
     ids, logp = candidates(logits, k, temperature)
-    z = perturb(logp, noise_scale, generator=generator, clamp=clamp, noise=noise)
+    z = perturb(logp, noise_scale, noise)
     z, ids, logp = sort_by_score(z, ids, logp)
     return ids, z, logp
 

@@ -20,7 +20,7 @@ from soft_spatial.rollout.collate import attach_traces
 from soft_spatial.rollout.server import TRACE_FIELD
 from soft_spatial.softthink import SoftTrace
 
-from .verl_compat import ref_log_prob_outputs, validation_outputs
+from soft_spatial.compat.verl import ref_log_prob_outputs, validation_outputs
 
 __all__ = ["SoftRayPPOTrainer", "tau_note", "annotate_in_order"]
 

@@ -3,7 +3,7 @@ prepares in it before Ray starts.
 
 * `resume_step`: the step a run will resume from, found as verl finds it (0: a fresh start);
 * `keep_metrics_until`: the metrics log (``metrics.jsonl``, verl's ``file`` logger, which appends
-  through `verl_compat.append_file_logger`) keeps every step up to the resumed checkpoint; the
+  through `compat.verl.append_file_logger`) keeps every step up to the resumed checkpoint; the
   steps after it, logged by a run killed before its next checkpoint and about to be recomputed,
   move to ``metrics.superseded.jsonl`` instead of appearing twice. Nothing is deleted.
 """

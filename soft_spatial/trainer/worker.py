@@ -23,11 +23,11 @@ from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils.device import get_device_id, get_device_name
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
+from soft_spatial.compat.verl import loss_config
+from soft_spatial.settings import SoftSettings
 from soft_spatial.softthink import AdaptSoft
 
-from .settings import soft_settings
-
-__all__ = ["SoftActorRolloutRefWorker", "soft_settings", "record_placement"]
+__all__ = ["SoftActorRolloutRefWorker", "record_placement"]
 
 
 def record_placement(role: str) -> dict:
@@ -58,12 +58,12 @@ def record_placement(role: str) -> dict:
 class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
     def __init__(self, config, role: str, **kwargs):
         if get_device_name() == "cpu":
-            from .platform import init_process_group
+            from soft_spatial.platform import init_process_group
             init_process_group(rank=int(os.environ.get("RANK", 0)),
                                world_size=int(os.environ.get("WORLD_SIZE", 1)),
                                init_method=os.environ.get("DIST_INIT_METHOD", "env://"))
         super().__init__(config, role, **kwargs)
-        self.soft_cfg = soft_settings(self.config.rollout.get("custom"))
+        self.soft_cfg = SoftSettings.from_custom(self.config.rollout.get("custom"))
         record_placement(role)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -72,22 +72,22 @@ class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
         from soft_spatial.actor.engine import SoftFSDPEngine
         from soft_spatial.actor.loss import check_actor_config, soft_ppo_loss
         s = self.soft_cfg
-        noise = s["soft"].noise_scale if s["soft"].noise_scale > 0 else None
+        noise = s.soft.noise_scale if s.soft.noise_scale > 0 else None
         for worker in (self.actor, self.ref):
             engine = getattr(worker, "engine", None)
             if isinstance(engine, SoftFSDPEngine):
-                engine.configure_soft(noise_scale=noise, density=s["density"], kl=s["kl"])
+                engine.configure_soft(noise_scale=noise, density=s.density, kl=s.kl)
         if self.actor is not None and isinstance(self.actor.engine, SoftFSDPEngine):
-            if s["soft"].mode == "adaptsoft":
+            if s.soft.mode == "adaptsoft":
                 from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
                 hidden = self.actor.engine.model_config.hf_config
                 hidden = getattr(hidden, "text_config", hidden).hidden_size
-                ctrl = AdaptSoft.from_config(s["adaptsoft"], hidden)
+                ctrl = AdaptSoft.from_config(s.adaptsoft, hidden)
                 self.actor.engine.configure_soft(adaptsoft=AdaptSoftTrainer(  # on the policy's device
-                    ctrl, s["alignment"], seed=s["adaptsoft"].seed, device=get_device_id()))
-            actor_config = self.loss_fn.keywords["config"]
+                    ctrl, s.alignment, seed=s.adaptsoft.seed, device=get_device_id()))
+            actor_config = loss_config(self.loss_fn)
             check_actor_config(actor_config)
-            self.loss_fn = partial(soft_ppo_loss, config=actor_config, kl=s["kl"])
+            self.loss_fn = partial(soft_ppo_loss, config=actor_config, kl=s.kl)
             self.actor.set_loss_fn(self.loss_fn)
 
     def controller_state(self):
@@ -95,9 +95,7 @@ class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
         trainer = getattr(engine, "adaptsoft", None)
         if trainer is None:
             return None
-        ctrl = trainer.controller
-        return {"config": ctrl.config_dict(),
-                "state_dict": {k: v.detach().cpu().clone() for k, v in ctrl.state_dict().items()}}
+        return trainer.controller.to_state()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
     async def update_weights(self, global_steps: int = None, mode: str = "auto"):

@@ -37,7 +37,7 @@ def test_real_engine_runs_the_plugin(engine):
     assert not info["disable_radix_cache"] and info["schedule_policy"] == "lpm"
     assert info["disable_overlap_schedule"] and info["disable_cuda_graph"]
     assert info["attention_backend"] == "torch_native" and info["device"] == "cpu"
-    assert "soft_spatial.engines.sglang.compat.load_weights" in info["custom_weight_loader"]
+    assert "soft_spatial.engines.sglang.hooks.load_weights" in info["custom_weight_loader"]
 
 
 def test_fixed_soft_parity_with_local_engine(engine, reference):

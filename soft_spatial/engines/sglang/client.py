@@ -1,7 +1,7 @@
 """verl-server side of the SGLang soft backend (no sglang import).
 
 * :func:`request_params` — what each request carries in ``sampling_params.custom_params``: its
-  noise seed (``row_seed(request_seed(base, request_id), 0)``, exactly the local_soft server's
+  noise seed (``settings.request_row_seed(base, request_id)``, exactly the local_soft server's
   seed for that request) and the sampling settings of discrete steps;
 * :class:`TraceAccumulator` — SGLang streams ``customized_info`` in slices (non-streaming requests
   are flushed every ``SGLANG_FORCE_STREAM_INTERVAL`` tokens and the tokenizer manager keeps only
@@ -23,7 +23,7 @@ from soft_spatial.softthink import SamplingConfig
 from soft_spatial.softthink.trace import TRACE_KEYS
 
 __all__ = ["PARAM_KEY", "collapse_image_pads", "PromptPrefill", "PREFILL_ONLY", "INFO_PREFIX", "INFO_KEYS", "info_key", "request_params",
-           "sampling_config", "TraceAccumulator", "split_records", "encode_controller",
+           "TraceAccumulator", "split_records", "encode_controller",
            "decode_controller", "CONTROLLER_NAME"]
 
 PARAM_KEY = "soft_spatial"  # custom_params[PARAM_KEY] = request_params(...)
@@ -34,18 +34,6 @@ CONTROLLER_NAME = "soft_spatial.controller"  # the one "weight" the controller t
 
 def info_key(key: str) -> str:
     return INFO_PREFIX + key
-
-
-def sampling_config(params: Dict[str, Any], response_length: int) -> SamplingConfig:
-    """verl sampling params → the discrete-step settings, for both soft rollout servers
-    (local_soft and sglang_soft): temperature 0 means greedy, top_k ≤ 0 or -1 means off."""
-    max_new = params.get("max_new_tokens", params.get("max_tokens", response_length))
-    max_new = max(1, min(int(max_new), response_length))
-    temperature = float(params.get("temperature", 1.0))
-    top_k = int(params.get("top_k", -1) or -1)
-    return SamplingConfig(temperature=max(temperature, 1e-5), max_new_tokens=max_new,
-                          top_k=max(0, top_k), top_p=float(params.get("top_p", 1.0) or 1.0),
-                          greedy=temperature == 0)
 
 
 def collapse_image_pads(ids: Sequence[int], image_token_id: Optional[int]) -> List[int]:

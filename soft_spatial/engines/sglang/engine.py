@@ -5,7 +5,7 @@ Prompts are rendered here exactly as the local engine renders them
 (:func:`~soft_spatial.engines.prompts.render_chat`), sent to SGLang's offline ``Engine`` as token
 ids (+ images) with each row's noise seed ``row_seed(seeds[i], j)`` in ``custom_params``, and the
 per-step records that SGLang streams back are accumulated per request
-(:func:`~soft_spatial.engines.sglang.compat.collect_records`). So for the same logits every row
+(:func:`~soft_spatial.compat.sglang.collect_records`). So for the same logits every row
 has the local engine's records, tokens and likelihoods.
 
 The soft settings (mode, K, AdaptSoft checkpoint) are server-wide: they are fixed when the engine
@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from soft_spatial.engines.base import (FINISH_LENGTH, FINISH_STOP, Completion, Prompt,
-                                       PromptTooLongError)
-from soft_spatial.engines.local import row_seed
+                                       check_prompt_ids, progress_bar, prompt_limit, prompt_seeds)
 from soft_spatial.engines.prompts import load_image, render_chat
+from soft_spatial.settings import row_seed
 from soft_spatial.softthink import AdaptSoftConfig, SamplingConfig, SoftThinkingConfig, SoftTrace
 
 from .client import (CONTROLLER_NAME, PARAM_KEY, PREFILL_ONLY, PromptPrefill, TraceAccumulator,
@@ -58,9 +58,11 @@ class SGLangEngine:
                  server_args: Optional[Dict[str, Any]] = None, backend=None,
                  max_batch_rows: int = 1024, max_prompt_length: Optional[int] = None):
         from soft_spatial.models.loading import load_processing
-        from soft_spatial.models.tokens import (eos_token_ids, single_token_id,
+        from soft_spatial.models.tokens import (single_token_id, stop_token_ids,
                                                 unusable_token_ids)
-        from . import compat  # needs sglang: fails here, with the install hint, without it
+        from soft_spatial.compat.sglang import collect_records
+
+        from . import hooks  # needs sglang: fails here, with the install hint, without it
 
         if soft.mode == "adaptsoft" and controller is None:
             raise ValueError("mode 'adaptsoft' needs controller=<AdaptSoft checkpoint>")
@@ -74,8 +76,7 @@ class SGLangEngine:
         self.context_length = ((server_args or {}).get("context_length")
                                or getattr(text, "max_position_embeddings", None))
         gen = _generation_config(model_path)
-        self.eos_ids = list(dict.fromkeys(eos_token_ids(gen or config)
-                                          + eos_token_ids(config, self.tokenizer)))
+        self.eos_ids = stop_token_ids(config, self.tokenizer, gen)
         self.think_end = single_token_id(self.tokenizer, soft.think_end) if soft.soft else None
         self.settings = SGLangSoftSettings(
             soft=soft, adaptsoft=adaptsoft or AdaptSoftConfig(), hidden_size=int(text.hidden_size),
@@ -88,9 +89,9 @@ class SGLangEngine:
             self.settings.export()  # read by the scheduler processes SGLang spawns
             args = required_server_args(server_args)
             args.setdefault("model_path", self.model_path)
-            backend = compat.launch_engine(**args)
+            backend = hooks.launch_engine(**args)
         self.backend = backend
-        compat.collect_records(backend.tokenizer_manager, self._traces)
+        collect_records(backend.tokenizer_manager, self._traces)
         server_args = getattr(backend, "server_args", None)  # None: an injected stand-in
         self.prefix_cache = server_args is not None and not server_args.disable_radix_cache
         self._prefill = PromptPrefill()
@@ -98,9 +99,7 @@ class SGLangEngine:
     # -- prompts ------------------------------------------------------------------------------
     def prompt_limit(self, sampling: SamplingConfig) -> int:
         """Longest prompt (tokens) a request with ``sampling`` may have."""
-        if self.max_prompt_length:
-            return self.max_prompt_length
-        return self.context_length - sampling.max_new_tokens if self.context_length else 10 ** 9
+        return prompt_limit(self.max_prompt_length, self.context_length, sampling)
 
     def prepare(self, i: int, prompt: Prompt, limit: Optional[int] = None):
         """``(ids, images)`` of prompt ``i``: chats rendered like the local engine (placeholders
@@ -117,11 +116,7 @@ class SGLangEngine:
             ids, images = list(prompt), []
         else:
             raise TypeError(f"prompt {i}: expected a list of chat messages or of token ids")
-        if not ids:
-            raise ValueError(f"prompt {i} is empty")
-        if limit is not None and len(ids) > limit:
-            raise PromptTooLongError(i, len(ids), limit, f" (context {self.context_length}, "
-                                     f"max_prompt_length {self.max_prompt_length})")
+        check_prompt_ids(i, ids, limit, self.context_length, self.max_prompt_length)
         n_pad = sum(1 for t in ids if t == self.image_token_id)
         if bool(n_pad) != bool(images):
             raise ValueError(f"prompt {i}: {n_pad} image placeholder tokens and "
@@ -153,39 +148,31 @@ class SGLangEngine:
         sampling = sampling or SamplingConfig()
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        seeds = list(seeds) if seeds is not None else [seed + i for i in range(len(prompts))]
-        if len(seeds) != len(prompts):
-            raise ValueError(f"got {len(seeds)} seeds for {len(prompts)} prompts")
+        seeds = prompt_seeds(len(prompts), seed, seeds)
         limit = self.prompt_limit(sampling)
         prepared = [self.prepare(i, p, limit) for i, p in enumerate(prompts)]
         rows = [(i, j) for i in range(len(prompts)) for j in range(n)]
         tag = uuid.uuid4().hex[:12]
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-            bar = tqdm(total=len(rows), desc="generate (sglang)", unit="sample")
         outs: List[Completion] = []
-        for s in range(0, len(rows), self.max_batch_rows):
-            chunk = rows[s:s + self.max_batch_rows]
-            reqs = [self.request(*prepared[i], sampling, row_seed(seeds[i], j),
-                                 f"soft-{tag}-{i}-{j}") for i, j in chunk]
-            try:
-                if self.prefix_cache and n > 1:  # see PromptPrefill
-                    firsts = [r for (i, j), r in zip(chunk, reqs) if j == 0 or r is reqs[0]]
-                    self._generate([dict(r, rid=r["rid"] + "-prefill",
-                                         sampling_params=dict(PREFILL_ONLY)) for r in firsts])
-                results = self._generate(reqs)
-                if isinstance(results, dict):
-                    results = [results]
-                outs += [self.completion(i, j, prepared[i][0], r["rid"], res)
-                         for (i, j), r, res in zip(chunk, reqs, results)]
-            finally:
-                for r in reqs:
-                    self._traces.pop(r["rid"])
-            if bar is not None:
-                bar.update(len(chunk))
-        if bar is not None:
-            bar.close()
+        with progress_bar(progress, len(rows), "generate (sglang)") as advance:
+            for s in range(0, len(rows), self.max_batch_rows):
+                chunk = rows[s:s + self.max_batch_rows]
+                reqs = [self.request(*prepared[i], sampling, row_seed(seeds[i], j),
+                                     f"soft-{tag}-{i}-{j}") for i, j in chunk]
+                try:
+                    if self.prefix_cache and n > 1:  # see PromptPrefill
+                        firsts = [r for (i, j), r in zip(chunk, reqs) if j == 0 or r is reqs[0]]
+                        self._generate([dict(r, rid=r["rid"] + "-prefill",
+                                             sampling_params=dict(PREFILL_ONLY)) for r in firsts])
+                    results = self._generate(reqs)
+                    if isinstance(results, dict):
+                        results = [results]
+                    outs += [self.completion(i, j, prepared[i][0], r["rid"], res)
+                             for (i, j), r, res in zip(chunk, reqs, results)]
+                finally:
+                    for r in reqs:
+                        self._traces.pop(r["rid"])
+                advance(len(chunk))
         return outs
 
     def _generate(self, reqs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:

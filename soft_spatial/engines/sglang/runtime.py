@@ -1,7 +1,7 @@
 """Scheduler-side soft decoding for SGLang, with no sglang import (runs on CPU with fakes).
 
 One :class:`SoftRuntime` lives in each scheduler (TP worker) process. SGLang calls it twice per
-step through the hooks of :mod:`.compat`:
+step through the hooks of :mod:`.hooks`:
 
 * :meth:`SoftRuntime.sample` from the ``soft_gumbel`` sampler, with the batch's ``Req`` objects
   (from :func:`current_batch`, set around ``TpModelWorker.forward_batch_generation``), the logits
@@ -32,8 +32,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from soft_spatial.engines.local import row_seed
 from soft_spatial.engines.step import sample_step
+from soft_spatial.settings import request_row_seed
 from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig, record_weights,
                                     soft_embedding)
 from soft_spatial.softthink.trace import TRACE_KEYS
@@ -42,7 +42,7 @@ from .client import INFO_KEYS, PARAM_KEY, info_key
 from .settings import SGLangSoftSettings
 
 __all__ = ["SoftRuntime", "RequestState", "BatchContext", "batch_context", "current_batch",
-           "SoftStateError", "STATE_ATTR", "request_seed_for", "DecodeInputBuffers"]
+           "SoftStateError", "STATE_ATTR", "DecodeInputBuffers"]
 
 STATE_ATTR = "_soft_spatial_state"
 TOP_K_ALL = 1 << 30  # SGLang's "top-k off" value
@@ -80,12 +80,6 @@ def batch_context(ctx: BatchContext):
 def current_batch() -> Optional[BatchContext]:
     return getattr(_local, "ctx", None)
 
-
-def request_seed_for(base: int, rid: str) -> int:
-    """Fallback seed of a request that carries no soft parameters (e.g. sent over SGLang's own
-    HTTP API): the local_soft server's seed for the same request id and base seed."""
-    from soft_spatial.rollout.server import request_seed
-    return row_seed(request_seed(base, rid), 0)
 
 
 class RequestState:
@@ -168,7 +162,7 @@ class SoftRuntime:
                                                     settings.hidden_size).float().eval()
         if settings.controller_path:
             ctrl = AdaptSoft.load(settings.controller_path)
-            self.set_controller({"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()})
+            self.set_controller(ctrl.to_state())
         self._banned: Dict[Any, Tensor] = {}
         self._buffers: Dict[str, DecodeInputBuffers] = {}
 
@@ -179,19 +173,11 @@ class SoftRuntime:
 
     def set_controller(self, state: Dict[str, Any]) -> None:
         """AdaptSoft weights ``{"config", "state_dict"}`` (or a bare state dict) from training."""
-        sd = state.get("state_dict", state)
-        cfg = state.get("config")
-        if self.controller is None or (cfg and cfg != self.controller.config_dict()):
-            if not cfg:
-                raise ValueError("set_controller: no controller installed and no config given")
-            ctrl = AdaptSoft(**cfg)
-        else:
-            ctrl = self.controller
+        ctrl = AdaptSoft.from_state(state, into=self.controller)
         if ctrl.hidden_size != self.settings.hidden_size:
             raise ValueError(f"AdaptSoft hidden size {ctrl.hidden_size} != policy hidden size "
                              f"{self.settings.hidden_size}")
         dev = next(iter(self.controller.parameters())).device if self.controller else "cpu"
-        ctrl.load_state_dict({k: v for k, v in sd.items()})
         self.controller = ctrl.to(dev).float().eval()
 
     def _controller_on(self, device) -> Optional[AdaptSoft]:
@@ -206,7 +192,7 @@ class SoftRuntime:
         if st is None:
             custom = getattr(req.sampling_params, "custom_params", None) or {}
             params = custom.get(PARAM_KEY) if isinstance(custom, dict) else None
-            seed = params["seed"] if params else request_seed_for(self.settings.seed, req.rid)
+            seed = params["seed"] if params else request_row_seed(self.settings.seed, req.rid)
             st = RequestState(seed, _sampling_from_req(req, params), self.settings.soft.soft)
             setattr(req, STATE_ATTR, st)
         return st

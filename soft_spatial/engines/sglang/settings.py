@@ -3,7 +3,7 @@
 The verl server actor builds :class:`SGLangSoftSettings` from ``rollout.custom`` and the model,
 stores it as JSON in the environment variable :data:`ENV_VAR` before SGLang spawns its scheduler
 processes (they inherit the environment), and every scheduler process reads it back in
-:func:`soft_spatial.engines.sglang.compat.install`. No sglang import here.
+:func:`soft_spatial.engines.sglang.hooks.install`. No sglang import here.
 """
 from __future__ import annotations
 
@@ -14,10 +14,12 @@ from typing import Any, Dict, List, Optional
 
 from soft_spatial.softthink import AdaptSoftConfig, SoftThinkingConfig, from_mapping
 
-__all__ = ["SGLangSoftSettings", "ENV_VAR", "required_server_args", "CONTROLLER_LOADER"]
+__all__ = ["SGLangSoftSettings", "ENV_VAR", "required_server_args", "CONTROLLER_LOADER",
+           "SAMPLER_BACKEND"]
 
 ENV_VAR = "SOFT_SPATIAL_SGLANG_SETTINGS"
-CONTROLLER_LOADER = "soft_spatial.engines.sglang.compat.load_weights"
+CONTROLLER_LOADER = "soft_spatial.engines.sglang.hooks.load_weights"
+SAMPLER_BACKEND = "soft_gumbel"  # the sampling backend hooks.install registers
 
 
 @dataclass
@@ -70,9 +72,9 @@ class SGLangSoftSettings:
         return cls.from_json(text)
 
 
-# Server arguments soft decoding needs (see the module docstring of compat.py for why). The
+# Server arguments soft decoding needs (see the module docstring of hooks.py for why). The
 # radix cache stays on: soft requests share their prompt's KV, and their KV from the first soft
-# input on is never inserted (compat.protect_soft_kv).
+# input on is never inserted (soft_spatial.compat.sglang.protect_soft_kv).
 _REQUIRED = {
     "disable_overlap_schedule": True,  # step t's mixture must exist before batch t+1 runs
     "disable_cuda_graph": True,  # the decode-embedding hook runs inside the model forward
@@ -86,7 +88,6 @@ def required_server_args(engine_kwargs: Optional[Dict[str, Any]]) -> Dict[str, A
     Sets ``sampling_backend`` and the custom weight loader (controller sync), and the three flags
     above; a user value that contradicts one of them raises instead of being overridden silently.
     """
-    from . import SAMPLER_BACKEND
     out = dict(engine_kwargs or {})
     for key, value in _REQUIRED.items():
         if key in out and out[key] is not None and bool(out[key]) != value:

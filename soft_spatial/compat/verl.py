@@ -2,7 +2,7 @@
 
 Everything else in the project uses verl's public seams (registries, config dataclasses, the
 engine's overridable methods). What is *not* a documented seam lives here, each with the 0.9.1
-location it relies on, so an upgrade has one file to check and ``tests/test_actor_verl_compat.py``
+location it relies on, so an upgrade has one file to check and ``tests/test_compat_verl.py``
 fails loudly when upstream moves:
 
 * ``EngineRegistry._engines`` (``verl/workers/engine/base.py``, class ``EngineRegistry``): read to
@@ -30,12 +30,31 @@ fails loudly when upstream moves:
   ``self.async_rollout_manager.generate_sequences`` and hands ``_maybe_log_val_generations`` only
   the decoded texts: :func:`validation_outputs` sees the generated batches (their soft traces) for
   the duration of one ``_validate`` call, so the logged generations can carry their τ per step.
+* ``verl.workers.rollout.base._ROLLOUT_REGISTRY`` (``base.py`` L89–93): the map from
+  ``(rollout.name, mode)`` to the weight-sync adapter's dotted path that ``get_rollout_class``
+  reads; :func:`register_rollout_adapter` adds an entry (verl has no public registration call).
+* ``ActorRolloutRefWorker.init_model`` (``verl/workers/engine_workers.py`` L639–643) builds
+  ``self.loss_fn = partial(ppo_loss, config=actor_config)``: :func:`loss_config` reads the actor
+  config back from that partial.
+* ``RolloutReplica._server_handle`` / ``_server_address`` (``verl/workers/rollout/replica.py``
+  L128–129, read by the public ``server_handle`` / ``server_address`` properties, L247–254): a
+  replica's ``launch_servers`` sets them, as verl's own replicas do; :func:`set_replica_server`.
+* Private ``RayPPOTrainer`` / ``FSDPEngine`` methods overridden by soft_spatial's subclasses
+  (:data:`OVERRIDDEN_PRIVATE_METHODS`: name, 0.9.1 signature, 0.9.1 line, who overrides it):
+  ``_compute_old_log_prob`` (L1290), ``_compute_ref_log_prob`` (L1266), ``_update_actor``
+  (L1327), ``_validate`` (L596), ``_maybe_log_val_generations`` (L548) of ``ray_trainer.py``
+  (:class:`soft_spatial.trainer.ppo_trainer.SoftRayPPOTrainer`), and ``_build_module`` (L254),
+  ``_build_fsdp_module`` (L385) of ``transformer_impl.py``
+  (:class:`soft_spatial.actor.engine.SoftFSDPEngine`); ``check_internals`` checks each exists
+  with its signature and that ``RayPPOTrainer.fit`` / ``FSDPEngine._build_model_optimizer``
+  still call it.
 * For ``rollout.name=sglang_soft`` (``soft_spatial/rollout/sglang_server.py``): the private
-  ``_to_ipc_device``, ``ServerAdapter._engine``, ``_init_server_adapter`` and
-  ``_is_server_tp_leader`` of ``verl/workers/rollout/sglang_rollout/sglang_rollout.py``, and the
-  fact that ``SGLangHttpServer.launch_server`` reads
+  ``_to_ipc_device`` (:func:`to_ipc_device`), ``ServerAdapter._engine``, ``_init_server_adapter``
+  and ``_is_server_tp_leader`` (:func:`server_adapter_engine`) of
+  ``verl/workers/rollout/sglang_rollout/sglang_rollout.py`` (L61, L144, L208, L265), and the fact
+  that ``SGLangHttpServer.launch_server`` reads
   ``sglang.srt.entrypoints.engine.run_scheduler_process`` at launch; checked by
-  ``tests/sglang_real/test_verl_server.py`` where sglang imports.
+  :func:`check_sglang_internals` (needs sglang; ``tests/sglang_real/test_verl_server.py``).
 """
 from __future__ import annotations
 
@@ -46,7 +65,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 __all__ = ["VERL_VERSION", "check_verl_version", "register_engine", "as_language_model",
            "check_internals", "cpu_pool_manager", "append_file_logger", "OUTPUT_ARGS_KEYS",
-           "ref_log_prob_outputs"]
+           "ref_log_prob_outputs", "validation_outputs", "register_rollout_adapter", "loss_config",
+           "to_ipc_device", "server_adapter_engine", "set_replica_server", "OVERRIDDEN_PRIVATE_METHODS",
+           "check_sglang_internals"]
 
 VERL_VERSION = "0.9.1"
 OUTPUT_ARGS_KEYS = {
@@ -62,8 +83,8 @@ def check_verl_version(strict: bool = False) -> str:
     version = getattr(verl, "__version__", "unknown")
     if version != VERL_VERSION:
         msg = (f"soft_spatial is written against verl {VERL_VERSION}, found verl {version}: the "
-               f"internals listed in soft_spatial/trainer/verl_compat.py may have moved; run "
-               f"tests/test_actor_verl_compat.py")
+               f"internals listed in soft_spatial/compat/verl.py may have moved; run "
+               f"tests/test_compat_verl.py")
         if strict:
             raise RuntimeError(msg)
         warnings.warn(msg, RuntimeWarning, stacklevel=2)
@@ -76,7 +97,7 @@ def _registry():
     engines = getattr(EngineRegistry, "_engines", None)
     if not isinstance(engines, dict):
         raise RuntimeError("verl internals changed: EngineRegistry._engines is not a dict "
-                           "(see soft_spatial/trainer/verl_compat.py)")
+                           "(see soft_spatial/compat/verl.py)")
     return EngineRegistry, engines
 
 
@@ -243,12 +264,151 @@ def validation_outputs(trainer, on_output: Callable[[Any], None]):
             manager.generate_sequences = own
 
 
+def register_rollout_adapter(backend: str, adapter_path: str) -> None:
+    """Make ``get_rollout_class(backend, "async")`` load the class at ``adapter_path`` (dotted).
+
+    verl 0.9.1 keys the weight-sync adapters in the private module dict
+    ``verl.workers.rollout.base._ROLLOUT_REGISTRY`` (``base.py`` L89) and has no registration call.
+    """
+    from verl.workers.rollout import base
+
+    base._ROLLOUT_REGISTRY[(backend, "async")] = adapter_path
+
+
+def set_replica_server(replica, handle, address: str) -> None:
+    """Publish a launched server: verl 0.9.1's ``RolloutReplica`` exposes ``server_handle`` /
+    ``server_address`` as properties over the private ``_server_handle`` / ``_server_address``
+    (``replica.py`` L128–129, L247–254), which ``launch_servers`` is expected to set."""
+    replica._server_handle = handle
+    replica._server_address = address
+
+
+def loss_config(loss_fn):
+    """The actor config verl bound into the worker's loss: ``ActorRolloutRefWorker.init_model``
+    (verl 0.9.1, ``engine_workers.py`` L643) sets ``self.loss_fn = partial(ppo_loss,
+    config=actor_config)``; this reads ``loss_fn.keywords["config"]``."""
+    keywords = getattr(loss_fn, "keywords", None)
+    if not isinstance(keywords, dict) or "config" not in keywords:
+        raise RuntimeError(f"verl internals changed: the worker's loss_fn {loss_fn!r} is not a "
+                           f"partial with a config keyword (soft_spatial/compat/verl.py)")
+    return keywords["config"]
+
+
+def to_ipc_device(tensor):
+    """verl's ``_to_ipc_device`` (0.9.1, ``sglang_rollout/sglang_rollout.py`` L61): a CPU tensor
+    moved to the device (SGLang's IPC reduction needs device tensors). Imports sglang."""
+    from verl.workers.rollout.sglang_rollout.sglang_rollout import _to_ipc_device
+
+    return _to_ipc_device(tensor)
+
+
+async def server_adapter_engine(adapter):
+    """The HTTP adapter of verl's SGLang ``ServerAdapter`` if this rank is its server's TP leader,
+    else None (verl 0.9.1, ``sglang_rollout.py``: ``await self._init_server_adapter()`` (L208),
+    ``self._engine`` (L144) and ``self._is_server_tp_leader()`` (L265), as its
+    ``update_weights`` uses them)."""
+    await adapter._init_server_adapter()
+    if adapter._engine is None or not adapter._is_server_tp_leader():
+        return None
+    return adapter._engine
+
+
+# (module, class, method) -> (0.9.1 parameters, the upstream caller whose source must call it)
+OVERRIDDEN_PRIVATE_METHODS = {
+    ("verl.trainer.ppo.ray_trainer", "RayPPOTrainer", "_compute_old_log_prob"):
+        (["self", "batch"], "fit", "self._compute_old_log_prob(batch)"),
+    ("verl.trainer.ppo.ray_trainer", "RayPPOTrainer", "_compute_ref_log_prob"):
+        (["self", "batch"], "fit", "self._compute_ref_log_prob(batch)"),
+    ("verl.trainer.ppo.ray_trainer", "RayPPOTrainer", "_update_actor"):
+        (["self", "batch"], "fit", "self._update_actor(batch)"),
+    ("verl.trainer.ppo.ray_trainer", "RayPPOTrainer", "_validate"):
+        (["self", "merged"], "fit", "self._validate("),
+    ("verl.trainer.ppo.ray_trainer", "RayPPOTrainer", "_maybe_log_val_generations"):
+        (["self", "inputs", "outputs", "scores"], "_validate", "self._maybe_log_val_generations("),
+    ("verl.workers.engine.fsdp.transformer_impl", "FSDPEngine", "_build_module"):
+        (["self"], "_build_model_optimizer", "self._build_module()"),
+    ("verl.workers.engine.fsdp.transformer_impl", "FSDPEngine", "_build_fsdp_module"):
+        (["self", "module"], "_build_model_optimizer", "self._build_fsdp_module(module)"),
+}
+
+
+def _signature_problems(cls, cls_name: str, name: str, params: list, why: str = "") -> list:
+    fn = getattr(cls, name, None)
+    if fn is None:
+        return [f"{cls_name}.{name} is gone{why}"]
+    got = list(inspect.signature(fn).parameters)
+    return [] if got == params else [f"{cls_name}.{name} signature changed: {got} != {params}"]
+
+
+def _check_overrides() -> list:
+    import importlib
+
+    problems = []
+    for (module, cls_name, name), (params, caller, call) in OVERRIDDEN_PRIVATE_METHODS.items():
+        cls = getattr(importlib.import_module(module), cls_name)
+        moved = _signature_problems(cls, cls_name, name, params, " (overridden by soft_spatial)")
+        problems += moved
+        if moved:
+            continue
+        caller_fn = getattr(cls, caller, None)
+        if caller_fn is None or call not in inspect.getsource(caller_fn):
+            problems.append(f"{cls_name}.{caller} no longer calls {call!r} (soft_spatial "
+                            f"overrides {name})")
+    return problems
+
+
+def check_sglang_internals() -> list:
+    """The verl-side SGLang internals (needs sglang): ``_to_ipc_device`` and the ``ServerAdapter``
+    members :func:`server_adapter_engine` uses. Empty list = OK."""
+    import inspect as _inspect
+
+    from verl.workers.rollout.sglang_rollout import sglang_rollout as sr
+
+    problems = []
+    if not callable(getattr(sr, "_to_ipc_device", None)):
+        problems.append("verl's sglang_rollout._to_ipc_device is gone (to_ipc_device)")
+    for name in ("_init_server_adapter", "_is_server_tp_leader"):
+        if not callable(getattr(sr.ServerAdapter, name, None)):
+            problems.append(f"verl's ServerAdapter.{name} is gone (server_adapter_engine)")
+    if "self._engine" not in _inspect.getsource(sr.ServerAdapter.__init__):
+        problems.append("verl's ServerAdapter no longer sets self._engine (server_adapter_engine)")
+    from verl.workers.rollout.sglang_rollout.async_sglang_server import SGLangHttpServer
+    if ("run_scheduler_process_func=sglang.srt.entrypoints.engine.run_scheduler_process"
+            not in _inspect.getsource(SGLangHttpServer.launch_server)):
+        problems.append("SGLangHttpServer.launch_server no longer reads sglang.srt.entrypoints."
+                        "engine.run_scheduler_process at launch (hooks.plugin_schedulers)")
+    params = list(_inspect.signature(SGLangHttpServer.generate).parameters)[:5]
+    if params != ["self", "prompt_ids", "sampling_params", "request_id", "image_data"]:
+        problems.append(f"SGLangHttpServer.generate's parameters changed: {params} "
+                        f"(SGLangSoftHttpServer.generate)")
+    return problems
+
+
 def check_internals() -> list:
     """Check every internal listed in the module docstring; return a list of problems (empty = OK).
 
     Used by the compat test and at plugin registration (as a warning).
     """
-    problems = []
+    problems = _check_overrides()
+    from verl.workers.rollout import base as rollout_base
+    if not isinstance(getattr(rollout_base, "_ROLLOUT_REGISTRY", None), dict):
+        problems.append("verl.workers.rollout.base._ROLLOUT_REGISTRY is gone "
+                        "(register_rollout_adapter)")
+    elif "_ROLLOUT_REGISTRY[(rollout_name, mode)]" not in inspect.getsource(
+            rollout_base.get_rollout_class):
+        problems.append("get_rollout_class no longer reads _ROLLOUT_REGISTRY "
+                        "(register_rollout_adapter)")
+    from verl.workers.rollout.replica import RolloutReplica
+    for prop, attr in (("server_handle", "_server_handle"), ("server_address", "_server_address")):
+        getter = getattr(vars(RolloutReplica).get(prop), "fget", None)
+        if getter is None or f"self.{attr}" not in inspect.getsource(getter):
+            problems.append(f"RolloutReplica.{prop} no longer returns self.{attr} "
+                            f"(set_replica_server)")
+    from verl.workers.engine_workers import ActorRolloutRefWorker
+    if "partial(ppo_loss, config=actor_config)" not in inspect.getsource(
+            ActorRolloutRefWorker.init_model):
+        problems.append("ActorRolloutRefWorker.init_model no longer builds "
+                        "partial(ppo_loss, config=actor_config) (loss_config)")
     try:
         _registry()
     except Exception as e:  # pragma: no cover - only on an upstream change
@@ -274,13 +434,7 @@ def check_internals() -> list:
                           ["self", "output", "output_args", "micro_batch", "logits_processor_func"]),
                          ("forward_step", ["self", "micro_batch", "loss_function", "forward_only"]),
                          ("optimizer_step", ["self"]), ("optimizer_zero_grad", ["self"])):
-        fn = getattr(cls, name, None)
-        if fn is None:
-            problems.append(f"FSDPEngineWithLMHead.{name} is gone")
-            continue
-        got = list(inspect.signature(fn).parameters)
-        if got != params:
-            problems.append(f"FSDPEngineWithLMHead.{name} signature changed: {got} != {params}")
+        problems += _signature_problems(cls, "FSDPEngineWithLMHead", name, params)
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
     ref = getattr(RayPPOTrainer, "_compute_ref_log_prob", None)
