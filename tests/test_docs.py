@@ -13,6 +13,7 @@ No model, no network: it reads files only.
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -55,8 +56,16 @@ def citations(text: str, own: str, markdown: bool):
 
 
 def repo_files():
-    for path in ROOT.rglob("*"):
-        rel = path.relative_to(ROOT)
+    """The repository's own files: what git tracks or would track (not what .gitignore drops, such
+    as build outputs and egg-info); every file under ROOT less SKIP_DIRS outside a git checkout."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                             cwd=ROOT, capture_output=True, check=True).stdout
+        rels = sorted({Path(r) for r in out.decode().split("\0") if r})
+    except (OSError, subprocess.CalledProcessError):
+        rels = [p.relative_to(ROOT) for p in ROOT.rglob("*")]
+    for rel in rels:
+        path = ROOT / rel
         if any(part in SKIP_DIRS for part in rel.parts) or not path.is_file():
             continue
         yield rel, path
