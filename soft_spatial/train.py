@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 PLUGIN = "soft_spatial.plugin"
@@ -52,8 +52,8 @@ def _files(value) -> list:
 
 
 def preflight(cfg) -> Path:
-    """Check the configuration before Ray starts; returns the model directory. Every error
-    names the setting."""
+    """Check the configuration before Ray starts; returns the model directory (written back to
+    the config without a trailing "/"). Every error names the setting."""
     from soft_spatial.data.prepare import check_parquet
     from soft_spatial.models.loading import resolve_model_dir
     from soft_spatial.settings import SoftSettings
@@ -68,6 +68,10 @@ def preflight(cfg) -> Path:
     model = resolve_model_dir(cfg.actor_rollout_ref.model.path,
                               build_tiny=bool(cfg.model.get("build_tiny")),
                               tiny_family=cfg.model.get("tiny_family", "qwen3_vl"))
+    with open_dict(cfg):  # verl asserts on a trailing "/" (what shell completion leaves)
+        if Path(str(cfg.model.get("path", ""))) == model:
+            cfg.model.path = str(model)
+        cfg.actor_rollout_ref.model.path = str(model)
     for key in ("train_files", "val_files"):
         for path in _files(cfg.data.get(key)):
             try:
@@ -99,8 +103,6 @@ def task_subset_files(files, task_types, out_dir: Path, split: str, min_rows: in
 
 def run(cfg) -> None:
     """Start training from a composed config (also used by tests)."""
-    from omegaconf import open_dict
-
     from soft_spatial.dirlock import DirLock
     from soft_spatial.trainer import ray_session
     from soft_spatial.trainer.run_dir import keep_metrics_until, resume_step

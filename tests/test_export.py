@@ -75,7 +75,7 @@ def test_train_export_evaluate_and_tensorboard(tiny_qwen3_vl_small, tmp_path, mo
     """One real training step (verl on the CPU, AdaptSoft, TensorBoard logger), exported with
     verl's merger, evaluated from the export alone; the soft/* and actor/adaptsoft/* scalars are
     read back from the TensorBoard event file."""
-    from test_train_cpu import prepare_train_data, run_train
+    from test_train_cpu import assert_one_step, prepare_train_data, run_train
 
     data = prepare_train_data(tmp_path / "data", tiny_qwen3_vl_small)
     monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "tb"))
@@ -84,6 +84,7 @@ def test_train_export_evaluate_and_tensorboard(tiny_qwen3_vl_small, tmp_path, mo
                            "trainer.n_gpus_per_node=1", "trainer.logger=[console,file,tensorboard]",
                            "trainer.test_freq=1", "trainer.log_val_generations=2",
                            "actor_rollout_ref.rollout.val_kwargs.n=1")
+    assert_one_step(metrics, "adaptsoft")
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -19,14 +19,15 @@ __all__ = ["short_temp_dir"]  # the fixture, re-used from test_slurm_launch
 
 WRAPPER = r'''
 import json, sys
+from pathlib import Path
 import ray
 from hydra import compose, initialize_config_dir
 from soft_spatial.train import CONFIG_DIR, run
 with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
     cfg = compose(config_name="train", overrides=sys.argv[1:])
 run(cfg)
-print("CHECK " + json.dumps({"alive_nodes": sorted(n["NodeID"] for n in ray.nodes() if n["Alive"]),
-                             "argv": sys.argv[1:]}))
+Path(sys.argv[0]).with_suffix(".json").write_text(json.dumps(
+    {"alive_nodes": sorted(n["NodeID"] for n in ray.nodes() if n["Alive"]), "argv": sys.argv[1:]}))
 '''
 
 
@@ -42,7 +43,7 @@ def uneven_two_node_cluster(tmp_path, short_temp_dir):
 def test_one_training_step_across_two_nodes(uneven_two_node_cluster, tiny_qwen3_vl_small,
                                             tmp_path):
     sys.path.insert(0, str(ROOT / "tests"))
-    from test_train_cpu import prepare_train_data
+    from test_train_cpu import assert_one_step, prepare_train_data
     data = prepare_train_data(tmp_path / "data", tiny_qwen3_vl_small)
     wrapper = tmp_path / "train_and_check.py"
     wrapper.write_text(WRAPPER)
@@ -53,9 +54,11 @@ def test_one_training_step_across_two_nodes(uneven_two_node_cluster, tiny_qwen3_
         f"model.path={tiny_qwen3_vl_small}", f"data.train_files={data / 'train.parquet'}",
         f"data.val_files={data / 'test.parquet'}", "trainer.total_training_steps=1",
         "trainer.save_freq=-1", "actor_rollout_ref.rollout.agent.num_workers=1",
+        "experiment=soft_fixed",  # the preset's one end-to-end step (tests/test_train_cpu.py)
+        f"reward.custom_reward_function.path={ROOT / 'tests' / 'smoke_reward.py'}",
         timeout=840)
     assert res.returncode == 0, (res.stdout + res.stderr)[-6000:]
-    out = parse_check(res.stdout)
+    out = parse_check(wrapper, res)
     assert "trainer.nnodes=2" in out["argv"] and "trainer.n_gpus_per_node=1" in out["argv"]
     assert len(out["alive_nodes"]) == 2
     # each training worker records its placement in the run directory (not a forwarded log line,
@@ -67,4 +70,5 @@ def test_one_training_step_across_two_nodes(uneven_two_node_cluster, tiny_qwen3_
     assert ranks[0] != ranks[1] and set(ranks.values()) == set(out["alive_nodes"])
     metrics = json.loads((cluster.run_dir / "checkpoints" / "metrics.jsonl").read_text()
                          .splitlines()[0])
-    assert metrics["step"] == 1 and metrics["data"]["soft/spine_match_rate"] == 1.0
+    assert metrics["step"] == 1
+    assert_one_step(metrics["data"], "soft_fixed")

@@ -348,6 +348,7 @@ def test_shellcheck_clean():
 CHECK_PY = textwrap.dedent(
     """
     import json, os, sys
+    from pathlib import Path
     import ray
 
     ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
@@ -361,22 +362,24 @@ CHECK_PY = textwrap.dedent(
     for res in sys.argv[1].split(","):
         remote_env[res] = ray.get(env_of_worker.options(resources={res: 1}).remote(
             "VERL_USE_EXTERNAL_MODULES"))
-    print("CHECK " + json.dumps({
+    # a file, not a stdout line: forwarded Ray logs (tqdm's carriage returns) interleave with it
+    Path(sys.argv[0]).with_suffix(".json").write_text(json.dumps({
         "alive": len(alive),
         "resources": sorted({k for n in alive for k in n["Resources"]}),
         "remote_env": remote_env,
         "argv": sys.argv[2:],
         "run_dir": os.environ.get("RUN_DIR"),
-    }), flush=True)
+    }))
     sys.exit(int(os.environ.get("CHECK_EXIT", "0")))
     """
 )
 
 
-def parse_check(stdout: str) -> dict:
-    lines = [line for line in stdout.splitlines() if line.startswith("CHECK ")]
-    assert len(lines) == 1, stdout
-    return json.loads(lines[0][len("CHECK ") :])
+def parse_check(script: Path, res: subprocess.CompletedProcess) -> dict:
+    """What the check script ``script`` wrote next to itself (its ``.json``)."""
+    out = script.with_suffix(".json")
+    assert out.is_file(), f"{script} wrote no {out.name}:\n{res.stdout[-4000:]}{res.stderr[-4000:]}"
+    return json.loads(out.read_text())
 
 
 @dataclass
@@ -451,7 +454,7 @@ def test_two_node_cluster_runs_command(two_node_ray_cluster, tmp_path):
         "python", str(check), "node_a,node_b", "x=1",
     )  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
-    out = parse_check(res.stdout)
+    out = parse_check(check, res)
     assert out["alive"] == 2
     assert {"node_a", "node_b"} <= set(out["resources"])
     assert out["remote_env"] == {"node_a": PLUGIN, "node_b": PLUGIN}
@@ -481,7 +484,7 @@ def test_launch_local_two_nodes_end_to_end(tmp_path, short_temp_dir):
             env=env, timeout=300,
         )  # fmt: skip
         assert res.returncode == 3, res.stdout + res.stderr
-        out = parse_check(res.stdout)
+        out = parse_check(check, res)
         assert out["alive"] == 2
         assert out["remote_env"] == {"local_node_0": PLUGIN, "local_node_1": PLUGIN}
         argv = out["argv"]

@@ -55,6 +55,17 @@ def test_preflight_names_the_bad_setting(override, message, tiny_qwen3_vl_small,
         str(tiny_qwen3_vl_small))
 
 
+def test_a_trailing_slash_on_the_model_path_is_dropped(tiny_qwen3_vl_small, parquet, tmp_path):
+    """verl's copy_to_local asserts that a path does not end in "/"; shell completion adds one."""
+    from verl.utils.fs import copy_to_local
+    cfg = train_cfg(f"{tiny_qwen3_vl_small}/", parquet, tmp_path / "run")
+    with pytest.raises(AssertionError, match="last char"):
+        copy_to_local(str(cfg.actor_rollout_ref.model.path))
+    assert preflight(cfg) == Path(tiny_qwen3_vl_small)
+    assert cfg.actor_rollout_ref.model.path == cfg.model.path == str(tiny_qwen3_vl_small)
+    assert copy_to_local(str(cfg.actor_rollout_ref.model.path)) == str(tiny_qwen3_vl_small)
+
+
 def test_training_cli_fails_before_ray_on_a_mistyped_model_path(tmp_path):
     res = subprocess.run(
         [sys.executable, "-m", "soft_spatial.train", "model=tiny", "cluster=cpu",
