@@ -1,10 +1,6 @@
-"""python -m soft_spatial.export: one directory per trained model, picked up by evaluation; and
-the training metrics reaching a real tracker (TensorBoard)."""
-import json
-import os
-import re
-import subprocess
-import sys
+"""python -m soft_spatial.export: one directory per trained model, picked up by evaluation. A real
+export of a trained run, evaluated from the export alone, is part of
+tests/test_train_cpu.py::test_train_resume_export_and_evaluate."""
 from pathlib import Path
 
 import pytest
@@ -68,61 +64,3 @@ def test_a_plain_model_directory_changes_nothing(tmp_path):
 def test_actor_dir_names_what_is_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match="no FSDP actor checkpoint"):
         actor_dir(tmp_path)
-
-
-@pytest.mark.slow
-def test_train_export_evaluate_and_tensorboard(tiny_qwen3_vl_small, tmp_path, monkeypatch):
-    """One real training step (verl on the CPU, AdaptSoft, TensorBoard logger), exported with
-    verl's merger, evaluated from the export alone; the soft/* and actor/adaptsoft/* scalars are
-    read back from the TensorBoard event file."""
-    from test_train_cpu import assert_one_step, prepare_train_data, run_train
-
-    data = prepare_train_data(tmp_path / "data", tiny_qwen3_vl_small)
-    monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "tb"))
-    (metrics,) = run_train(tiny_qwen3_vl_small, data, tmp_path, "experiment=adaptsoft",
-                           "trainer.total_training_steps=1", "trainer.save_freq=1",
-                           "trainer.n_gpus_per_node=1", "trainer.logger=[console,file,tensorboard]",
-                           "trainer.test_freq=1", "trainer.log_val_generations=2",
-                           "actor_rollout_ref.rollout.val_kwargs.n=1")
-    assert_one_step(metrics, "adaptsoft")
-
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(tmp_path / "tb"))
-    events.Reload()
-    tags = set(events.Tags()["scalars"])
-    assert {t for t in tags if t.startswith("soft/")} and {t for t in tags if t.startswith("actor/adaptsoft/")}
-    for tag in ("soft/spine_match_rate", "actor/adaptsoft/grad_norm"):
-        (event,) = events.Scalars(tag)
-        assert event.step == 1 and event.value == pytest.approx(metrics[tag], rel=1e-6)
-
-    # validation generations, as a text table, each with its τ per soft step
-    (tag,) = [t for t in events.Tags()["tensors"] if t.startswith("val/generations")]
-    text = events.Tensors(tag)[-1].tensor_proto.string_val[0].decode()
-    notes = re.findall(r"\[(\d+) soft steps; tau per soft step:([ 0-9.]*)\]", text)
-    assert len(notes) == 2
-    tau0, delta = 0.5, 0.4  # configs/soft_thinking/paper.yaml: τ in (τ0 - Δ, τ0 + Δ)
-    for count, values in notes:
-        taus = [float(v) for v in values.split()]
-        assert len(taus) == int(count) > 0 and all(tau0 - delta < t < tau0 + delta for t in taus)
-
-    out = tmp_path / "export"
-    res = subprocess.run([sys.executable, "-m", "soft_spatial.export", str(tmp_path / "ckpt"), str(out)],
-                         capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert (out / "config.json").is_file() and any(out.glob("*.safetensors"))
-    assert yaml.safe_load((out / SETTINGS_FILE).read_text())["soft_thinking"]["mode"] == "adaptsoft"
-    trained = tmp_path / "ckpt" / "global_step_1" / "actor" / CONTROLLER_FILE
-    assert (out / CONTROLLER_FILE).read_bytes() == trained.read_bytes()
-    assert not (tmp_path / "export.partial").exists()
-
-    evaluated = tmp_path / "eval"
-    res = subprocess.run(
-        [sys.executable, "-m", "soft_spatial.eval", f"model.path={out}", "benchmarks=[omnispatial]",
-         f"data.omnispatial={data / 'fixtures' / 'omnispatial'}", "samples=1", "max_new_tokens=8", "limit=2",
-         f"output_dir={evaluated}"],
-        capture_output=True, text=True, timeout=600, cwd=ROOT, env=dict(os.environ, HF_HUB_OFFLINE="1"))
-    assert res.returncode == 0, res.stderr[-3000:]
-    config = json.loads((evaluated / "summary.json").read_text())["config"]
-    assert config["mode"] == "adaptsoft" and config["controller"] == str(out / CONTROLLER_FILE)
-    assert config["model"] == str(out)
