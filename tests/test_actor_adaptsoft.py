@@ -28,25 +28,26 @@ def _forward(model, td, sb, tau):
     from soft_spatial.actor.engine import _scatter
     from soft_spatial.softthink.replay import soft_inputs
 
-    b, s = sb.canvas
+    b, s = sb.embed_shape
     ids = torch.nested.to_padded_tensor(td["input_ids"], 0, output_size=(b, s))
     attn = build_attention_mask_from_nested(td["input_ids"], s)
     pos = torch.nested.to_padded_tensor(td["position_ids"], 0, output_size=(b, s))
     cap = {}
     handle = model.get_output_embeddings().register_forward_pre_hook(
         lambda m, a: cap.__setitem__("h", a[0]))
-    mask = _scatter(sb.canvas, sb.inp, torch.ones_like(sb.soft))
+    def at_inputs(values):
+        return _scatter(sb.embed_shape, sb.embed_rows, values)
+
     try:
-        with soft_inputs(model.get_input_embeddings(), mask, _scatter(sb.canvas, sb.inp, sb.topk_ids),
+        with soft_inputs(model.get_input_embeddings(), at_inputs(torch.ones_like(sb.soft_mask)),
+                         at_inputs(sb.topk_ids),
                          # fp64 scores: the mixture then runs in fp64 (fp32 would round τ ± ε)
-                         _scatter(sb.canvas, sb.inp, sb.scores.double()),
-                         _scatter(sb.canvas, sb.inp, tau),
-                         _scatter(sb.canvas, sb.inp, sb.soft)):
+                         at_inputs(sb.scores.double()), at_inputs(tau), at_inputs(sb.soft_mask)):
             out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False)
     finally:
         handle.remove()
-    logits = out.logits.reshape(-1, out.logits.shape[-1]).index_select(0, sb.row)
-    hid = cap["h"].reshape(-1, cap["h"].shape[-1]).index_select(0, sb.row)
+    logits = out.logits.reshape(-1, out.logits.shape[-1]).index_select(0, sb.logit_rows)
+    hid = cap["h"].reshape(-1, cap["h"].shape[-1]).index_select(0, sb.logit_rows)
     return logits, hid
 
 
@@ -80,13 +81,13 @@ def test_tau_gradient_of_alignment_loss_matches_finite_differences(adaptsoft_rol
     _rmsnorm_in_input_dtype(model)
     td = H.verl_batch(prompts, outs)
     s = int(td["input_ids"].offsets().diff().max())
-    sb = trace_layout(td, remove_padding=False, canvas_len=s, temperature=1.0)
+    sb = trace_layout(td, remove_padding=False, input_len=s, temperature=1.0)
     trainer = AdaptSoftTrainer(copy.deepcopy(ctrl), seed=3)
-    _, tau_upd, _ = trainer.replay_tau(sb.ctrl_x, sb.u, sb.soft, sb.tau)
+    _, tau_upd, _ = trainer.replay_tau(sb.ctrl_x, sb.u, sb.soft_mask, sb.tau)
     leaf = tau_upd.detach().double().requires_grad_(True)
     logits, hid = _forward(model, td, sb, leaf)
     adv = torch.tensor([1.0, -0.5, 0.7, -1.2], dtype=torch.float64)
-    lik = step_likelihood(logits, sb.topk_ids, sb.scores.double(), sb.soft)
+    lik = step_likelihood(logits, sb.topk_ids, sb.scores.double(), sb.soft_mask)
     loss = -(adv[sb.seq] * lik.loglik).mean()
     state = {"batch": sb, "likelihood": lik, "hidden_steps": hid, "tau_leaf": leaf,
              "tau_upd": tau_upd}
@@ -98,7 +99,7 @@ def test_tau_gradient_of_alignment_loss_matches_finite_differences(adaptsoft_rol
     # the same objective with d, R, G_ref and κ frozen at the base point, as a function of τ
     (d,) = torch.autograd.grad(loss, logits, retain_graph=True)
     in_ref = last["ref_seq"][sb.seq]
-    ref_s, ref_d, opt = in_ref & sb.soft, in_ref & ~sb.soft, ~in_ref & sb.soft
+    ref_s, ref_d, opt = in_ref & sb.soft_mask, in_ref & ~sb.soft_mask, ~in_ref & sb.soft_mask
     assert opt.any() and in_ref.any()
     ids_o, ids_r = sb.topk_ids[opt], sb.topk_ids[ref_s]
     d_o = SparseGrad(ids_o, d[opt].gather(1, ids_o))
@@ -204,7 +205,7 @@ def test_ablations_that_keep_alignment_train_the_controller(process_group, tiny_
     last = trainer.last
     assert last["alpha"].abs().sum() > 0 and any(p.abs().sum() > 0 for p in phi if p is not None)
     g_tau = last["g_tau"].to(last["g_centered"].dtype)
-    raw = torch.where(last["soft"], g_tau, torch.zeros_like(g_tau))
+    raw = torch.where(last["soft_mask"], g_tau, torch.zeros_like(g_tau))
     if ablation == "no_centering":  # the surrogate uses the raw τ-gradients of the soft steps
         torch.testing.assert_close(last["g_centered"], raw)
     else:
