@@ -81,13 +81,13 @@ def run_local(engine, prompts, soft, sampling, seeds, monkeypatch):
     """Generate with the local engine, capturing every sample_step call and next-input mixture."""
     with pytest.MonkeyPatch.context() as mp:
         steps, mixes = capture_local(mp)
-        outs = engine.generate(prompts, soft=soft, sampling=sampling, seeds=seeds)
+        outs = engine.generate(prompts, soft_thinking=soft, sampling=sampling, seeds=seeds)
     return outs, steps, mixes
 
 
 def settings_for(engine, soft, seed=0):
-    te = think_end_id(engine.tokenizer) if soft.soft else None
-    return SGLangSoftSettings(soft=soft, adaptsoft=AdaptSoftConfig(), hidden_size=engine.hidden_size,
+    te = think_end_id(engine.tokenizer) if soft.is_soft else None
+    return SGLangSoftSettings(soft_thinking=soft, adaptsoft=AdaptSoftConfig(), hidden_size=engine.hidden_size,
                               think_end_id=te, banned_ids=engine.banned_ids.tolist(), seed=seed)
 
 
@@ -458,12 +458,12 @@ def test_controller_blob_roundtrip():
 
 
 def test_settings_roundtrip_and_required_server_args(monkeypatch):
-    s = SGLangSoftSettings(soft=SoftThinkingConfig(top_k=3), adaptsoft=AdaptSoftConfig(width=8),
+    s = SGLangSoftSettings(soft_thinking=SoftThinkingConfig(top_k=3), adaptsoft=AdaptSoftConfig(width=8),
                            hidden_size=32, think_end_id=7, banned_ids=[1, 2], seed=5)
     s.export()
     assert SGLangSoftSettings.from_env() == s
     with pytest.raises(ValueError, match="think_end_id"):
-        SGLangSoftSettings(soft=SoftThinkingConfig(), adaptsoft=AdaptSoftConfig(), hidden_size=8)
+        SGLangSoftSettings(soft_thinking=SoftThinkingConfig(), adaptsoft=AdaptSoftConfig(), hidden_size=8)
     args = required_server_args({"custom_weight_loader": ["x.y"], "mem_fraction_static": 0.4})
     assert args["sampling_backend"] == "soft_gumbel" and "disable_radix_cache" not in args
     assert args["disable_overlap_schedule"] and args["disable_cuda_graph"]
@@ -487,7 +487,7 @@ def test_rollout_sglang_config_composes():
     assert r.name == "sglang_soft" and r.enforce_eager and r.gpu_memory_utilization == 0.4
     ek = dict(r.engine_kwargs.sglang)
     assert required_server_args(ek)["sampling_backend"] == "soft_gumbel"
-    assert SoftSettings.from_custom(r.custom).soft.mode == "adaptsoft"
+    assert SoftSettings.from_custom(r.custom).soft_thinking.mode == "adaptsoft"
 
 
 def test_plugin_registers_sglang_soft_lazily():

@@ -2,7 +2,7 @@
 §2.9–2.10).
 
 :class:`AdaptSoftTrainer` owns the controller φ, its AdamW optimizer, the alignment scaler and the
-reference-set generator. :class:`~soft_spatial.actor.engine.SoftFSDPEngine` calls it at three
+reference-set generator. :class:`~soft_spatial.actor.train_engine.SoftFSDPEngine` calls it at three
 points:
 
 1. ``replay_tau`` (in ``prepare_model_inputs`` of a training forward): the straight-through

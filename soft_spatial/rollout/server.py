@@ -48,7 +48,7 @@ class LocalSoftServer:
             model_path, device=device, dtype=getattr(torch, dtype),
             max_batch_rows=self.settings.max_batch_rows,
             max_prompt_length=prompt_length)
-        if self.settings.soft.mode == "adaptsoft":
+        if self.settings.soft_thinking.mode == "adaptsoft":
             from soft_spatial.softthink import AdaptSoft
             self.engine.set_controller(AdaptSoft.from_config(self.settings.adaptsoft,
                                                              self.engine.hidden_size))
@@ -96,8 +96,8 @@ class LocalSoftServer:
         sampling = self._sampling(reqs[0].sampling_params)  # the same for every request here
         prompts = [{"prompt_ids": r.prompt_ids, "images": r.images} for r in reqs]
         seeds = [request_seed(self.settings.seed, r.request_id) for r in reqs]
-        outs = self.engine.generate(prompts, soft=self.settings.soft, sampling=sampling, n=1,
-                                    seeds=seeds)
+        outs = self.engine.generate(prompts, soft_thinking=self.settings.soft_thinking,
+                                    sampling=sampling, n=1, seeds=seeds)
         results = []
         for o in outs:
             stop = "completed" if o.finish_reason == "stop" else "length"
