@@ -55,16 +55,16 @@ def with_think_bonus(engine, bonus=8.0):
 def check_replay(eng, prompt, outs, atol):
     for o in outs:
         r = replay_completion(eng, prompt, o)
-        soft = o.trace.soft
+        soft_mask = o.trace.soft
         assert torch.equal(r["weights"], o.debug["weights"])  # bit for bit
         # fp32: cached vs uncached attention differ by rounding; 1e-5 absolute or relative
         torch.testing.assert_close(r["cand_logp"].float(), o.debug["logp"].float(), rtol=atol,
                                    atol=atol)
-        d_roll = gumbel_log_density(o.trace.scores[soft], o.debug["logp"][soft])
-        d_rep = r["loglik"][soft]
+        d_roll = gumbel_log_density(o.trace.scores[soft_mask], o.debug["logp"][soft_mask])
+        d_rep = r["loglik"][soft_mask]
         assert ((d_rep - d_roll).abs() <= atol * d_roll.abs().clamp(min=1)).all()
         # discrete steps: the replayed token log-prob is a real log-probability
-        assert (r["loglik"][~soft] <= 0).all()
+        assert (r["loglik"][~soft_mask] <= 0).all()
         # the engine's own per-step likelihood (what verl gets as rollout log-probs)
         roll = torch.tensor(o.logprobs, dtype=r["loglik"].dtype)
         assert ((r["loglik"] - roll).abs() <= atol * roll.abs().clamp(min=1)).all()
@@ -125,13 +125,13 @@ def test_batch_equals_rows_alone_and_padding_is_invisible(tiny_qwen3_vl_small, d
     """
     engine = LocalEngine.from_pretrained(tiny_qwen3_vl_small, dtype=dtype)
     steps = 16 if dtype == torch.float64 else 3
-    soft = SoftThinkingConfig(mode="fixed")
+    soft_thinking = SoftThinkingConfig(mode="fixed")
     sampling = SamplingConfig(max_new_tokens=steps)
-    together = engine.generate(BATCH_PROMPTS, soft_thinking=soft, sampling=sampling, n=2, seeds=[7, 8, 9])
+    together = engine.generate(BATCH_PROMPTS, soft_thinking=soft_thinking, sampling=sampling, n=2, seeds=[7, 8, 9])
     assert [(o.prompt_index, o.sample_index) for o in together] == [
         (0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
     for i, p in enumerate(BATCH_PROMPTS):
-        alone = engine.generate([p], soft_thinking=soft, sampling=sampling, n=2, seeds=[7 + i])
+        alone = engine.generate([p], soft_thinking=soft_thinking, sampling=sampling, n=2, seeds=[7 + i])
         for j in range(2):
             a, b = together[2 * i + j], alone[j]
             assert a.token_ids == b.token_ids
@@ -143,14 +143,14 @@ def test_noise_free_tiny_tau_soft_decoding_is_greedy(engine):
     engine.lm_head = engine.model.get_output_embeddings()
     greedy = engine.generate([chat()], soft_thinking=SoftThinkingConfig(mode="hard"),
                              sampling=SamplingConfig(max_new_tokens=20, greedy=True))
-    soft = engine.generate([chat()], soft_thinking=SoftThinkingConfig(mode="fixed", noise_scale=0.0,
-                                                            fixed_tau=1e-6),
-                           sampling=SamplingConfig(max_new_tokens=20))
-    assert soft[0].token_ids == greedy[0].token_ids
-    assert soft[0].trace.soft.all() and not greedy[0].trace.soft.any()
+    soft_outs = engine.generate([chat()], soft_thinking=SoftThinkingConfig(mode="fixed", noise_scale=0.0,
+                                                                         fixed_tau=1e-6),
+                                sampling=SamplingConfig(max_new_tokens=20))
+    assert soft_outs[0].token_ids == greedy[0].token_ids
+    assert soft_outs[0].trace.soft.all() and not greedy[0].trace.soft.any()
     # with a large τ the mixture is no longer one-hot and decoding departs from greedy
     blurred = engine.generate([chat()], soft_thinking=SoftThinkingConfig(mode="fixed", noise_scale=0.0,
-                                                               fixed_tau=50.0),
+                                                                       fixed_tau=50.0),
                               sampling=SamplingConfig(max_new_tokens=20))
     assert blurred[0].token_ids != greedy[0].token_ids
 
@@ -193,11 +193,11 @@ def test_eos_stops_and_is_reported(engine):
 
 
 def test_images_change_outputs_and_seeds_reproduce(engine):
-    soft, sampling = SoftThinkingConfig(mode="fixed"), SamplingConfig(max_new_tokens=10)
-    red = engine.generate([chat()], soft_thinking=soft, sampling=sampling, seed=5)[0]
-    red2 = engine.generate([chat()], soft_thinking=soft, sampling=sampling, seed=5)[0]
-    blue = engine.generate([chat(color=(0, 0, 255))], soft_thinking=soft, sampling=sampling, seed=5)[0]
-    other = engine.generate([chat()], soft_thinking=soft, sampling=sampling, seed=6)[0]
+    soft_thinking, sampling = SoftThinkingConfig(mode="fixed"), SamplingConfig(max_new_tokens=10)
+    red = engine.generate([chat()], soft_thinking=soft_thinking, sampling=sampling, seed=5)[0]
+    red2 = engine.generate([chat()], soft_thinking=soft_thinking, sampling=sampling, seed=5)[0]
+    blue = engine.generate([chat(color=(0, 0, 255))], soft_thinking=soft_thinking, sampling=sampling, seed=5)[0]
+    other = engine.generate([chat()], soft_thinking=soft_thinking, sampling=sampling, seed=6)[0]
     assert red.trace.equal(red2.trace) and red.token_ids == red2.token_ids
     assert not torch.allclose(red.trace.scores[0], blue.trace.scores[0])
     assert not red.trace.equal(other.trace)
@@ -272,15 +272,15 @@ def test_clear_errors(engine, tiny_qwen3_vl_small):
 
 
 def test_update_weights_and_set_controller(engine, tmp_path):
-    soft, sampling = SoftThinkingConfig(mode="fixed"), SamplingConfig(max_new_tokens=5)
-    before = engine.generate([chat()], soft_thinking=soft, sampling=sampling)[0]
+    soft_thinking, sampling = SoftThinkingConfig(mode="fixed"), SamplingConfig(max_new_tokens=5)
+    before = engine.generate([chat()], soft_thinking=soft_thinking, sampling=sampling)[0]
     name = "lm_head.weight"
     old = engine.model.state_dict()[name].clone()
     engine.update_weights({name: old * 3})
-    after = engine.generate([chat()], soft_thinking=soft, sampling=sampling)[0]
+    after = engine.generate([chat()], soft_thinking=soft_thinking, sampling=sampling)[0]
     engine.update_weights({name: old})
     assert not before.trace.equal(after.trace)
-    assert engine.generate([chat()], soft_thinking=soft, sampling=sampling)[0].trace.equal(before.trace)
+    assert engine.generate([chat()], soft_thinking=soft_thinking, sampling=sampling)[0].trace.equal(before.trace)
     with pytest.raises(KeyError):
         engine.update_weights({"nope.weight": old})
     ctrl = trained_controller(engine.hidden_size, seed=4)
@@ -318,12 +318,12 @@ def test_prompt_ids_with_images_equal_the_chat_prompt(engine):
                                                 tokenize=False)
     img = chat()[0]["content"][0]["image"]
     ids = engine.processor(text=[text], images=[img], return_tensors="pt")["input_ids"][0].tolist()
-    soft, sampling = SoftThinkingConfig(mode="fixed"), SamplingConfig(max_new_tokens=8)
-    a = engine.generate([chat()], soft_thinking=soft, sampling=sampling, seeds=[3])[0]
-    b = engine.generate([{"prompt_ids": ids, "images": [img]}], soft_thinking=soft, sampling=sampling,
+    soft_thinking, sampling = SoftThinkingConfig(mode="fixed"), SamplingConfig(max_new_tokens=8)
+    a = engine.generate([chat()], soft_thinking=soft_thinking, sampling=sampling, seeds=[3])[0]
+    b = engine.generate([{"prompt_ids": ids, "images": [img]}], soft_thinking=soft_thinking, sampling=sampling,
                         seeds=[3])[0]
     assert a.prompt_ids == b.prompt_ids and a.trace.equal(b.trace)
     short = list(ids)
     short.remove(engine.image_token_id)  # one placeholder too few for the image
     with pytest.raises(ValueError, match="placeholder"):
-        engine.generate([{"prompt_ids": short, "images": [img]}], soft_thinking=soft)
+        engine.generate([{"prompt_ids": short, "images": [img]}], soft_thinking=soft_thinking)
