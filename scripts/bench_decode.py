@@ -66,14 +66,14 @@ def main() -> None:
     modes = {"hard": SoftThinkingConfig(mode="hard"), "fixed": SoftThinkingConfig(mode="fixed"),
              "adaptsoft": SoftThinkingConfig(mode="adaptsoft")}
     for soft in modes.values():  # warm-up
-        eng.generate(ps[:1], soft=soft, sampling=SamplingConfig(max_new_tokens=4))
+        eng.generate(ps[:1], soft_thinking=soft, sampling=SamplingConfig(max_new_tokens=4))
     parts = {name: Counter() for name in modes}  # seconds per part, summed over the repeats
     tokens = {}
 
     def measure(name, rep):
         totals = eng.enable_timing()
         t0 = time.perf_counter()
-        outs = eng.generate(ps, soft=modes[name], sampling=sampling, n=a.n, seed=rep)
+        outs = eng.generate(ps, soft_thinking=modes[name], sampling=sampling, n=a.n, seed=rep)
         dt = time.perf_counter() - t0
         parts[name].update(dict(totals, other=dt - sum(totals.values())))
         tokens[name] = sum(len(o.token_ids) for o in outs)

@@ -100,19 +100,19 @@ def _serve(conn, a, path: str, mode: str, log: str, radix: bool) -> None:
     eng = SGLangEngine(path, soft, server_args=dict(CPU_ARGS, disable_radix_cache=not radix))
     try:
         eng.eos_ids = []  # fixed-length decoding (SGLang ignores eos)
-        eng.generate(ps[:1], soft=soft, sampling=SamplingConfig(temperature=1.0,
+        eng.generate(ps[:1], soft_thinking=soft, sampling=SamplingConfig(temperature=1.0,
                                                                 max_new_tokens=4))  # warm-up
         conn.send("ready")
         sampling = SamplingConfig(temperature=1.0, max_new_tokens=a.steps)
         while (cmd := conn.recv()) in ("generate", "prefill"):
             if cmd == "generate":
                 t0 = time.perf_counter()
-                outs = eng.generate(ps, soft=soft, sampling=sampling, n=a.n, seed=0)
+                outs = eng.generate(ps, soft_thinking=soft, sampling=sampling, n=a.n, seed=0)
                 conn.send((time.perf_counter() - t0, sum(len(o.token_ids) for o in outs)))
             else:
                 eng.backend.flush_cache()
                 Path(log).unlink(missing_ok=True)
-                eng.generate(ps, soft=soft, sampling=SamplingConfig(max_new_tokens=1), n=a.n,
+                eng.generate(ps, soft_thinking=soft, sampling=SamplingConfig(max_new_tokens=1), n=a.n,
                              seed=0)
                 conn.send(prefill_per_group(Path(log), a.n))
     finally:
@@ -178,7 +178,7 @@ def main() -> None:
         for m in SOFT:  # both start at once; each waits idle (sleep_on_idle) while others run
             workers[f"sglang {m}"] = Worker(a, path, m, str(tmp / f"batches-{m}.jsonl"), True)
         for m in SOFT:  # warm-up
-            local.generate(ps[:1], soft=SoftThinkingConfig(**SOFT[m]),
+            local.generate(ps[:1], soft_thinking=SoftThinkingConfig(**SOFT[m]),
                            sampling=SamplingConfig(temperature=1.0, max_new_tokens=4))
         for w in workers.values():
             w.ready()
@@ -188,7 +188,7 @@ def main() -> None:
                 dt, tokens[mode] = workers[mode].ask("generate")
                 return dt
             t0 = time.perf_counter()
-            outs = local.generate(ps, soft=SoftThinkingConfig(**SOFT[mode.split()[1]]),
+            outs = local.generate(ps, soft_thinking=SoftThinkingConfig(**SOFT[mode.split()[1]]),
                                   sampling=sampling, n=a.n, seed=0)
             tokens[mode] = sum(len(o.token_ids) for o in outs)
             return time.perf_counter() - t0

@@ -34,7 +34,7 @@ MODES = ("hard", "soft_fixed", "adaptsoft")
 
 
 def _setup(model: str, rows: int, steps: int, modes):
-    """Rollouts once, then per mode (engine, batch); the hard batch has discrete traces."""
+    """Rollouts once, then per mode (train_engine, batch); the hard batch has discrete traces."""
     os.environ.setdefault("VERL_PLATFORM", "cpu")
     import soft_spatial.bench as B
     from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
@@ -52,24 +52,24 @@ def _setup(model: str, rows: int, steps: int, modes):
         o.trace = SoftTrace.discrete(o.token_ids, o.trace.k, o.trace.feature_dim)
     work = {}
     for mode in modes:
-        engine = B.make_engine(model, model_type="language_model" if mode == "hard"
+        train_engine = B.make_train_engine(model, model_type="language_model" if mode == "hard"
                                else "soft_language_model")
         if mode == "adaptsoft":
-            engine.configure_soft(adaptsoft=AdaptSoftTrainer(copy.deepcopy(ctrl), seed=1))
-        batch = B.train_batch_td(engine, prompts, hard_outs if mode == "hard" else outs,
+            train_engine.configure_soft(adaptsoft=AdaptSoftTrainer(copy.deepcopy(ctrl), seed=1))
+        batch = B.train_batch_td(train_engine, prompts, hard_outs if mode == "hard" else outs,
                                  micro_batch_size=len(outs))
-        work[mode] = (engine, batch)
+        work[mode] = (train_engine, batch)
     from soft_spatial.actor.loss import soft_ppo_loss
     loss = partial(soft_ppo_loss, config=B.actor_config())
     return work, loss, sum(len(o.token_ids) for o in outs)
 
 
 def _update(work, loss, mode: str, updates: int) -> float:
-    engine, batch = work[mode]
+    train_engine, batch = work[mode]
     t0 = time.perf_counter()
     for _ in range(updates):
-        with engine.train_mode():
-            engine.train_batch(batch, loss)
+        with train_engine.train_mode():
+            train_engine.train_batch(batch, loss)
     return (time.perf_counter() - t0) / updates
 
 

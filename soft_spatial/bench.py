@@ -2,7 +2,7 @@
 timing statistics of the benchmarks.
 
 * verl-shaped actor batches from `LocalEngine` soft rollouts of a tiny model (`rollouts`,
-  `verl_batch`, `train_batch_td`) and real verl FSDP2 engines on gloo (`make_engine`);
+  `verl_batch`, `train_batch_td`) and real verl FSDP2 engines on gloo (`make_train_engine`);
 * `random_controller`: an AdaptSoft with random weights, so τ varies by step;
 * `interleaved` and `Timing`: modes measured in turns across repeats (so a slow spell of a shared
   machine hits every mode alike), each timing summarised by min, median and spread;
@@ -104,7 +104,8 @@ def rollouts(model_dir, n=2, max_new_tokens=12, seed=1, mode="fixed", controller
 
     The random model never emits ``</think>``, so the think-end marker is a frequent spine token
     of a first rollout (re-decoding with the same seed reproduces the steps up to its first use).
-    ``prompts`` defaults to `PROMPTS`. Returns (engine, prompts, completions, soft config).
+    ``prompts`` defaults to `PROMPTS`. Returns (the LocalEngine, prompts, completions, soft-thinking
+    config).
     """
     prompts = PROMPTS if prompts is None else prompts
     from soft_spatial.engines import LocalEngine
@@ -113,8 +114,8 @@ def rollouts(model_dir, n=2, max_new_tokens=12, seed=1, mode="fixed", controller
 
     eng = LocalEngine.from_pretrained(model_dir, controller=controller)
     sampling = SamplingConfig(max_new_tokens=max_new_tokens)
-    first = eng.generate(prompts, soft=SoftThinkingConfig(mode=mode), sampling=sampling, n=n,
-                         seed=seed)
+    first = eng.generate(prompts, soft_thinking=SoftThinkingConfig(mode=mode), sampling=sampling,
+                         n=n, seed=seed)
     counts = Counter(t for o in first for t in o.token_ids[1:max_new_tokens // 2])
     marker = None
     for tok, _ in counts.most_common():
@@ -126,9 +127,9 @@ def rollouts(model_dir, n=2, max_new_tokens=12, seed=1, mode="fixed", controller
         except ValueError:
             continue
     assert marker is not None
-    soft = SoftThinkingConfig(mode=mode, think_end=marker)
-    outs = eng.generate(prompts, soft=soft, sampling=sampling, n=n, seed=seed)
-    return eng, [prompts[o.prompt_index] for o in outs], outs, soft
+    soft_thinking = SoftThinkingConfig(mode=mode, think_end=marker)
+    outs = eng.generate(prompts, soft_thinking=soft_thinking, sampling=sampling, n=n, seed=seed)
+    return eng, [prompts[o.prompt_index] for o in outs], outs, soft_thinking
 
 
 def verl_batch(prompts, completions, pad_id=0, temperature=1.0, extra=None):
@@ -172,17 +173,17 @@ def set_infer_keys(td, micro_batch_size, remove_padding):
     return td
 
 
-def make_engine(model_dir, remove_padding=True, model_type="soft_language_model",
-                strategy="fsdp2", lr=1e-3, cpu=True, param_dtype="fp32",
-                gradient_checkpointing=False):
-    """A real verl FSDP engine (needs an initialised process group; ``cpu`` selects the CPU
+def make_train_engine(model_dir, remove_padding=True, model_type="soft_language_model",
+                      strategy="fsdp2", lr=1e-3, cpu=True, param_dtype="fp32",
+                      gradient_checkpointing=False):
+    """A real verl FSDP training engine (needs an initialised process group; ``cpu`` selects the CPU
     platform, otherwise verl's own device). Master weights are fp32; ``param_dtype`` is the
     mixed-precision compute dtype ("fp32" on the CPU, "bf16" as training runs on GPUs)."""
     if cpu:
         from soft_spatial.platform import use_cpu_platform
 
         use_cpu_platform()
-    import soft_spatial.actor.engine  # noqa: F401  (registers soft_language_model)
+    import soft_spatial.actor.train_engine  # noqa: F401  (registers soft_language_model)
     from verl.trainer.config import CheckpointConfig
     from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
     from verl.workers.engine.base import EngineRegistry
@@ -197,11 +198,11 @@ def make_engine(model_dir, remove_padding=True, model_type="soft_language_model"
                                                       "buffer_dtype": "fp32"},
                                      use_remove_padding=remove_padding)
     optim = FSDPOptimizerConfig(lr=lr, total_training_steps=10, clip_grad=1.0)
-    engine = EngineRegistry.new(model_type=model_type, backend=strategy,
-                                model_config=model_config, engine_config=engine_config,
-                                optimizer_config=optim, checkpoint_config=CheckpointConfig())
-    engine.initialize()
-    return engine
+    train_engine = EngineRegistry.new(model_type=model_type, backend=strategy,
+                                      model_config=model_config, engine_config=engine_config,
+                                      optimizer_config=optim, checkpoint_config=CheckpointConfig())
+    train_engine.initialize()
+    return train_engine
 
 
 def actor_config(**kw):
@@ -212,16 +213,16 @@ def actor_config(**kw):
                        clip_ratio=0.2, policy_loss=PolicyLossConfig(loss_mode="soft_grpo"), **kw)
 
 
-def train_batch_td(engine, prompts, outs, micro_batch_size=2, remove_padding=True, seed=0,
+def train_batch_td(train_engine, prompts, outs, micro_batch_size=2, remove_padding=True, seed=0,
                    device="cpu"):
-    """A training batch: old (= current) and ref log-probs from the engine, random advantages
-    (tensors on ``device``, where verl's workers put them before the engine sees them)."""
+    """A training batch: old (= current) and ref log-probs from the verl training engine, random
+    advantages (tensors on ``device``, where verl's workers put them before the engine sees them)."""
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import no_padding_2_padding
 
     td = set_infer_keys(verl_batch(prompts, outs), micro_batch_size, remove_padding).to(device)
-    with engine.eval_mode():
-        out = engine.infer_batch(td)
+    with train_engine.eval_mode():
+        out = train_engine.infer_batch(td)
     old = no_padding_2_padding(out["model_output"]["log_probs"], td).detach().cpu()
     g = torch.Generator().manual_seed(seed)
     b, r = old.shape

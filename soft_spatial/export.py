@@ -29,7 +29,7 @@ import yaml
 
 #: written by training beside its checkpoints, copied into the export
 SETTINGS_FILE = "soft_thinking.yaml"
-CONTROLLER_FILE = "adaptsoft.pt"  # = soft_spatial.actor.engine.ADAPTSOFT_CKPT
+CONTROLLER_FILE = "adaptsoft.pt"  # = soft_spatial.actor.train_engine.ADAPTSOFT_CKPT
 LATEST = "latest_checkpointed_iteration.txt"  # verl's pointer to the last saved step
 
 
@@ -126,13 +126,13 @@ def apply_exported(cfg: Any, overrides: Sequence[str] = ()) -> list[str]:
     given = _overridden(overrides)
     taken = []
     with open_dict(cfg):
-        soft = (settings or {}).get("soft_thinking") or {}
-        for key, value in soft.items():
+        soft_thinking = (settings or {}).get("soft_thinking") or {}
+        for key, value in soft_thinking.items():
             if f"soft_thinking.{key}" not in given:
                 cfg.soft_thinking[key] = value
                 taken.append(f"soft_thinking.{key}")
-        if "mode" not in given and "soft_thinking.mode" not in given and "mode" in soft:
-            cfg.mode = soft["mode"]
+        if "mode" not in given and "soft_thinking.mode" not in given and "mode" in soft_thinking:
+            cfg.mode = soft_thinking["mode"]
             taken.append("mode")
         if "controller" not in given and cfg.get("controller") is None and controller.is_file() \
                 and cfg.mode == "adaptsoft":

@@ -18,9 +18,8 @@ from soft_spatial.softthink import (AdaptSoftConfig, AlignmentConfig, DensityCon
 
 __all__ = ["SoftSettings", "row_seed", "request_seed", "request_row_seed", "sampling_config"]
 
-_GROUPS = {"soft_thinking": ("soft", SoftThinkingConfig), "adaptsoft": ("adaptsoft", AdaptSoftConfig),
-           "density": ("density", DensityConfig), "alignment": ("alignment", AlignmentConfig),
-           "kl": ("kl", KLConfig)}
+_GROUPS = {"soft_thinking": SoftThinkingConfig, "adaptsoft": AdaptSoftConfig,
+           "density": DensityConfig, "alignment": AlignmentConfig, "kl": KLConfig}
 _SCALARS = ("seed", "batch_window_s", "max_batch_rows")
 
 
@@ -29,7 +28,7 @@ class SoftSettings:
     """``rollout.custom``: the config groups (missing groups take the paper defaults) and the
     rollout server's scalars (noise base seed, batching window, rows per batch)."""
 
-    soft: SoftThinkingConfig = field(default_factory=SoftThinkingConfig)
+    soft_thinking: SoftThinkingConfig = field(default_factory=SoftThinkingConfig)
     adaptsoft: AdaptSoftConfig = field(default_factory=AdaptSoftConfig)
     density: DensityConfig = field(default_factory=DensityConfig)
     alignment: AlignmentConfig = field(default_factory=AlignmentConfig)
@@ -45,8 +44,8 @@ class SoftSettings:
         if unknown:
             raise ValueError(f"rollout.custom: unknown keys {unknown}; known: soft_thinking, "
                              f"adaptsoft, density, alignment, kl, {sorted(_SCALARS)}")
-        groups = {name: from_mapping(cfg_cls, custom.get(key), f"rollout.custom.{key}")
-                  for key, (name, cfg_cls) in _GROUPS.items()}
+        groups = {key: from_mapping(cfg_cls, custom.get(key), f"rollout.custom.{key}")
+                  for key, cfg_cls in _GROUPS.items()}
         return cls(**groups, **{k: custom[k] for k in _SCALARS if k in custom})
 
 

@@ -10,7 +10,7 @@ os.environ.setdefault("VERL_PLATFORM", "cpu")
 from soft_spatial.bench import (  # noqa: E402,F401  (re-exported)
     PROMPTS,
     actor_config,
-    make_engine,
+    make_train_engine,
     rollouts,
     set_infer_keys,
     train_batch_td,

@@ -42,7 +42,7 @@ def test_register_is_idempotent():
 
     register()
     register()
-    import soft_spatial.actor.engine as eng
+    import soft_spatial.actor.train_engine as eng
 
     eng.register()
     eng.register()

@@ -37,14 +37,16 @@ def test_exported_settings_apply_and_the_command_line_wins(tmp_path):
     assert set(taken) == {"soft_thinking.mode", "soft_thinking.top_k", "soft_thinking.noise_scale",
                           "soft_thinking.fixed_tau", "mode", "controller"}
     ecfg = build_config(cfg)
-    assert (ecfg.soft.mode, ecfg.soft.top_k, ecfg.soft.noise_scale, ecfg.soft.fixed_tau) == ("adaptsoft", 3, 0.5, 0.4)
+    st = ecfg.soft_thinking
+    assert (st.mode, st.top_k, st.noise_scale, st.fixed_tau) == ("adaptsoft", 3, 0.5, 0.4)
     assert ecfg.controller == str(out / CONTROLLER_FILE)
 
     given = [f"model.path={out}", "mode=fixed", "soft_thinking.top_k=7"]
     cfg = _compose(given)
     apply_exported(cfg, given)
     ecfg = build_config(cfg)
-    assert (ecfg.soft.mode, ecfg.soft.top_k, ecfg.soft.noise_scale) == ("fixed", 7, 0.5)
+    st = ecfg.soft_thinking
+    assert (st.mode, st.top_k, st.noise_scale) == ("fixed", 7, 0.5)
     assert ecfg.controller is None  # no controller outside adaptsoft mode
 
     elsewhere = tmp_path / "elsewhere.pt"

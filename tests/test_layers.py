@@ -126,7 +126,7 @@ def test_the_checks_catch_an_upward_import_and_a_cycle():
              "soft_spatial.rollout.server": {"soft_spatial.engines.local": 5}}
     assert len(upward_imports(graph)) == 1 and "tier 4" in upward_imports(graph)[0]
     assert cycles(graph) == [["soft_spatial.engines.local", "soft_spatial.rollout.server"]]
-    sibling = {"soft_spatial.actor.engine": {"soft_spatial.engines.step": 1}}
+    sibling = {"soft_spatial.actor.train_engine": {"soft_spatial.engines.step": 1}}
     assert upward_imports(sibling)  # engines and actor are siblings
 
 

@@ -9,11 +9,11 @@ from soft_spatial.softthink import (AdaptSoftConfig, AlignmentConfig, DensityCon
 
 def test_from_custom_defaults_groups_and_scalars():
     s = SoftSettings.from_custom(None)
-    assert (s.soft, s.adaptsoft, s.density, s.alignment, s.kl) == (
+    assert (s.soft_thinking, s.adaptsoft, s.density, s.alignment, s.kl) == (
         SoftThinkingConfig(), AdaptSoftConfig(), DensityConfig(), AlignmentConfig(), KLConfig())
     s = SoftSettings.from_custom({"soft_thinking": {"mode": "adaptsoft"}, "seed": 7,
                                   "alignment": {"enabled": False}, "max_batch_rows": 3})
-    assert (s.soft.mode, s.seed, s.alignment.enabled, s.max_batch_rows) == ("adaptsoft", 7,
+    assert (s.soft_thinking.mode, s.seed, s.alignment.enabled, s.max_batch_rows) == ("adaptsoft", 7,
                                                                            False, 3)
 
 

@@ -77,17 +77,17 @@ def slots(reqs):
     return torch.tensor([r.req_pool_idx for r in reqs])
 
 
-def run_local(engine, prompts, soft, sampling, seeds, monkeypatch):
+def run_local(engine, prompts, soft_thinking, sampling, seeds, monkeypatch):
     """Generate with the local engine, capturing every sample_step call and next-input mixture."""
     with pytest.MonkeyPatch.context() as mp:
         steps, mixes = capture_local(mp)
-        outs = engine.generate(prompts, soft=soft, sampling=sampling, seeds=seeds)
+        outs = engine.generate(prompts, soft_thinking=soft_thinking, sampling=sampling, seeds=seeds)
     return outs, steps, mixes
 
 
-def settings_for(engine, soft, seed=0):
-    te = think_end_id(engine.tokenizer) if soft.soft else None
-    return SGLangSoftSettings(soft=soft, adaptsoft=AdaptSoftConfig(), hidden_size=engine.hidden_size,
+def settings_for(engine, soft_thinking, seed=0):
+    te = think_end_id(engine.tokenizer) if soft_thinking.is_soft else None
+    return SGLangSoftSettings(soft_thinking=soft_thinking, adaptsoft=AdaptSoftConfig(), hidden_size=engine.hidden_size,
                               think_end_id=te, banned_ids=engine.banned_ids.tolist(), seed=seed)
 
 
@@ -148,14 +148,14 @@ def test_imports_without_sglang_and_errors_clearly_on_use():
 # -- parity with the local engine -------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["adaptsoft", "fixed", "hard"])
 def test_runtime_parity_with_local_engine(engine, mode, monkeypatch):
-    soft = SoftThinkingConfig(mode=mode)
+    soft_thinking = SoftThinkingConfig(mode=mode)
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=14)
     seeds = [7, 8, 9]
     ctrl = trained_controller(engine.hidden_size, seed=1)
     if mode == "adaptsoft":
         engine.set_controller(ctrl)
-    outs, steps, mixes = run_local(engine, PROMPTS, soft, sampling, seeds, monkeypatch)
-    rt = SoftRuntime(settings_for(engine, soft))
+    outs, steps, mixes = run_local(engine, PROMPTS, soft_thinking, sampling, seeds, monkeypatch)
+    rt = SoftRuntime(settings_for(engine, soft_thinking))
     if mode == "adaptsoft":
         rt.set_controller({"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()})
     reqs = drive(rt.sample, lambda b, plain: rt.decode_inputs(slots(b), engine.embed, plain),
@@ -171,8 +171,8 @@ def test_runtime_parity_with_local_engine(engine, mode, monkeypatch):
 
 
 def test_runtime_chunked_rows_untouched_and_retraction_after_soft_steps_raises(engine):
-    soft = SoftThinkingConfig(mode="fixed")
-    rt = SoftRuntime(settings_for(engine, soft))
+    soft_thinking = SoftThinkingConfig(mode="fixed")
+    rt = SoftRuntime(settings_for(engine, soft_thinking))
     sampling = SamplingConfig()
     a, b = fake_req("a", 1, sampling), fake_req("b", 2, sampling)
     b.is_chunked = 1
@@ -188,8 +188,8 @@ def test_runtime_chunked_rows_untouched_and_retraction_after_soft_steps_raises(e
 
 
 def test_hard_requests_realign_their_noise(engine):
-    soft = SoftThinkingConfig(mode="hard")
-    rt = SoftRuntime(settings_for(engine, soft))
+    soft_thinking = SoftThinkingConfig(mode="hard")
+    rt = SoftRuntime(settings_for(engine, soft_thinking))
     logits = torch.randn(1, engine.lm_head.weight.shape[0])
     r1, r2 = fake_req("x", 3, SamplingConfig()), fake_req("x", 3, SamplingConfig())
     rt.sample([r1], logits, None)
@@ -355,14 +355,14 @@ def fake_sglang(monkeypatch):
 def test_glue_parity_on_fake_sglang(engine, fake_sglang, monkeypatch):
     """The records SGLang would stream and the embeddings its language model would receive
     equal the local engine's, through the sampler backend and both hooks."""
-    soft = SoftThinkingConfig(mode="adaptsoft")
+    soft_thinking = SoftThinkingConfig(mode="adaptsoft")
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=10)
     seeds = [4, 5, 6]
     ctrl = trained_controller(engine.hidden_size, seed=3)
     engine.set_controller(ctrl)
-    outs, steps, mixes = run_local(engine, PROMPTS, soft, sampling, seeds, monkeypatch)
+    outs, steps, mixes = run_local(engine, PROMPTS, soft_thinking, sampling, seeds, monkeypatch)
     hooks = fake_sglang.hooks
-    rt = hooks.install(settings_for(engine, soft))
+    rt = hooks.install(settings_for(engine, soft_thinking))
     assert hooks.SAMPLER_BACKEND in fake_sglang.backends
     assert hasattr(fake_sglang.Qwen3LLMModel.forward, "__wrapped__")
     assert hasattr(fake_sglang.TpModelWorker.forward_batch_generation, "__wrapped__")
@@ -458,12 +458,12 @@ def test_controller_blob_roundtrip():
 
 
 def test_settings_roundtrip_and_required_server_args(monkeypatch):
-    s = SGLangSoftSettings(soft=SoftThinkingConfig(top_k=3), adaptsoft=AdaptSoftConfig(width=8),
+    s = SGLangSoftSettings(soft_thinking=SoftThinkingConfig(top_k=3), adaptsoft=AdaptSoftConfig(width=8),
                            hidden_size=32, think_end_id=7, banned_ids=[1, 2], seed=5)
     s.export()
     assert SGLangSoftSettings.from_env() == s
     with pytest.raises(ValueError, match="think_end_id"):
-        SGLangSoftSettings(soft=SoftThinkingConfig(), adaptsoft=AdaptSoftConfig(), hidden_size=8)
+        SGLangSoftSettings(soft_thinking=SoftThinkingConfig(), adaptsoft=AdaptSoftConfig(), hidden_size=8)
     args = required_server_args({"custom_weight_loader": ["x.y"], "mem_fraction_static": 0.4})
     assert args["sampling_backend"] == "soft_gumbel" and "disable_radix_cache" not in args
     assert args["disable_overlap_schedule"] and args["disable_cuda_graph"]
@@ -487,7 +487,7 @@ def test_rollout_sglang_config_composes():
     assert r.name == "sglang_soft" and r.enforce_eager and r.gpu_memory_utilization == 0.4
     ek = dict(r.engine_kwargs.sglang)
     assert required_server_args(ek)["sampling_backend"] == "soft_gumbel"
-    assert SoftSettings.from_custom(r.custom).soft.mode == "adaptsoft"
+    assert SoftSettings.from_custom(r.custom).soft_thinking.mode == "adaptsoft"
 
 
 def test_plugin_registers_sglang_soft_lazily():
@@ -523,8 +523,8 @@ def test_decode_input_buffers_are_static_and_their_read_is_graph_capturable(engi
     of embedding rows — traces as one graph (no data-dependent branch, no host sync); padded
     rows of a graph batch (slots never written) read finite zeros; the checked read refuses them
     and, having a host sync, does not trace as one graph."""
-    soft = SoftThinkingConfig(mode="fixed", top_k=4)
-    rt = SoftRuntime(settings_for(engine, soft))
+    soft_thinking = SoftThinkingConfig(mode="fixed", top_k=4)
+    rt = SoftRuntime(settings_for(engine, soft_thinking))
     sampling = SamplingConfig()
     reqs = [fake_req(f"g{i}", i, sampling) for i in range(3)]
     v, d = engine.lm_head.weight.shape[0], engine.hidden_size

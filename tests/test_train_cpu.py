@@ -42,7 +42,7 @@ def test_every_preset_composes_into_typed_settings(preset):
     assert cfg.actor_rollout_ref.model.model_type == "soft_language_model"
     assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "soft_grpo"
     want = {"hard": "hard", "soft_fixed": "fixed"}.get(preset, "adaptsoft")
-    assert s.soft.mode == want
+    assert s.soft_thinking.mode == want
     assert s.adaptsoft.use_hidden == (preset != "no_hidden")
     assert s.adaptsoft.use_entropy == (preset != "no_entropy")
     assert s.alignment.enabled == (preset != "no_alignment")

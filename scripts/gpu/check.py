@@ -219,7 +219,7 @@ def stage_a(ctx: Ctx) -> list[str]:
     # 2. throughput, modes interleaved across repeats
     sampling = SamplingConfig(max_new_tokens=steps)
     confs = {m: SoftThinkingConfig(mode=m) for m in MODES}
-    eng.generate(prompts[:1], soft=confs["adaptsoft"], sampling=SamplingConfig(max_new_tokens=4))
+    eng.generate(prompts[:1], soft_thinking=confs["adaptsoft"], sampling=SamplingConfig(max_new_tokens=4))
     repeats = 1 if ctx.dry_run else 2
     best = {}
     for rep in range(repeats):
@@ -228,7 +228,7 @@ def stage_a(ctx: Ctx) -> list[str]:
             with PeakMemory(dev) as mem:
                 sync(dev)
                 t0 = time.perf_counter()
-                outs = eng.generate(prompts, soft=conf, sampling=sampling, n=g, seed=rep)
+                outs = eng.generate(prompts, soft_thinking=conf, sampling=sampling, n=g, seed=rep)
                 sync(dev)
                 dt = time.perf_counter() - t0
             toks = sum(len(o.token_ids) for o in outs)
@@ -269,10 +269,10 @@ def greedy_limit(eng, prompts, steps: int, ctx: Ctx) -> list[str]:
     from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
 
     greedy = SamplingConfig(max_new_tokens=steps, greedy=True)
-    hard = eng.generate(prompts, soft=SoftThinkingConfig(mode="hard"), sampling=greedy)
-    again = eng.generate(prompts, soft=SoftThinkingConfig(mode="hard"), sampling=greedy)
+    hard = eng.generate(prompts, soft_thinking=SoftThinkingConfig(mode="hard"), sampling=greedy)
+    again = eng.generate(prompts, soft_thinking=SoftThinkingConfig(mode="hard"), sampling=greedy)
     repeat = sum(a.token_ids == b.token_ids for a, b in zip(hard, again))
-    soft = eng.generate(prompts, soft=SoftThinkingConfig(mode="fixed", noise_scale=0.0,
+    soft = eng.generate(prompts, soft_thinking=SoftThinkingConfig(mode="fixed", noise_scale=0.0,
                                                          fixed_tau=1e-30), sampling=greedy,
                         debug=True)
     same = unexplained = ties = 0
@@ -400,7 +400,7 @@ def stage_c(ctx: Ctx) -> list[str]:
     ctrl = random_controller(eng.hidden_size)
     eng.set_controller(ctrl)
     prompts = [[5 + i, 9, 13, 40 + i, 41, 42, 7, 8] for i in range(rows // n)]
-    outs = eng.generate(prompts, soft=SoftThinkingConfig(mode="adaptsoft"), n=n,
+    outs = eng.generate(prompts, soft_thinking=SoftThinkingConfig(mode="adaptsoft"), n=n,
                         sampling=SamplingConfig(max_new_tokens=steps))
     batch = ctx.workdir / "actor_batch.pt"
     torch.save({"prompts": [prompts[o.prompt_index] for o in outs], "outs": outs,
@@ -466,7 +466,7 @@ def child_c(mode: str, model_dir: str, batch_path: str, dry_run: bool) -> dict:
         for o in outs:  # the same tokens, as a discrete chain of thought
             o.trace = SoftTrace.discrete(o.token_ids, o.trace.k, o.trace.feature_dim)
     precision = "fp32" if cpu else "bf16"
-    engine = H.make_engine(model_dir, model_type="language_model" if mode == "hard"
+    engine = H.make_train_engine(model_dir, model_type="language_model" if mode == "hard"
                            else "soft_language_model", cpu=cpu, param_dtype=precision,
                            gradient_checkpointing=not cpu)
     if mode == "adaptsoft":
@@ -580,21 +580,21 @@ def stage_d(ctx: Ctx) -> list[str]:
     repeats = 1 if dry else 2
 
     def throughput(eng, conf, sync_device):
-        eng.generate(prompts[:1], soft=conf, sampling=warm)
+        eng.generate(prompts[:1], soft_thinking=conf, sampling=warm)
 
         def run():  # every repeat prefills its prompts afresh
             if hasattr(eng, "backend"):
                 eng.backend.flush_cache()
-            return eng.generate(prompts, soft=conf, sampling=sampling, n=g, seed=1)
+            return eng.generate(prompts, soft_thinking=conf, sampling=sampling, n=g, seed=1)
         sec, _, outs = timed(run, sync_device, repeats=repeats, warmup=0)
         return sum(len(o.token_ids) for o in outs) / sec
 
     rows, bad, tps = [], [], {}
     for m, conf in confs.items():
-        want = local.generate(par_prompts, soft=conf, sampling=par_sampling, n=g_par, seed=7)
+        want = local.generate(par_prompts, soft_thinking=conf, sampling=par_sampling, n=g_par, seed=7)
         eng = sglang_engine(model, conf, ctrl, "float32", ctx)
         try:
-            got = eng.generate(par_prompts, soft=conf, sampling=par_sampling, n=g_par, seed=7)
+            got = eng.generate(par_prompts, soft_thinking=conf, sampling=par_sampling, n=g_par, seed=7)
             if dry:
                 tps[("sglang", m)] = throughput(eng, conf, "cpu")
         finally:

@@ -2,7 +2,7 @@
 §2.9–2.10).
 
 :class:`AdaptSoftTrainer` owns the controller φ, its AdamW optimizer, the alignment scaler and the
-reference-set generator. :class:`~soft_spatial.actor.engine.SoftFSDPEngine` calls it at three
+reference-set generator. :class:`~soft_spatial.actor.train_engine.SoftFSDPEngine` calls it at three
 points:
 
 1. ``replay_tau`` (in ``prepare_model_inputs`` of a training forward): the straight-through
@@ -75,10 +75,10 @@ class AdaptSoftTrainer:
         return self.config.enabled
 
     # -- 1. replay ---------------------------------------------------------------------------
-    def replay_tau(self, ctrl_x: Tensor, u: Tensor, soft: Tensor, tau_record: Tensor):
+    def replay_tau(self, ctrl_x: Tensor, u: Tensor, soft_mask: Tensor, tau_record: Tensor):
         """(τ for the forward, τ_upd with its graph to φ, the τ leaf or None), all ``[n]``."""
         tau_upd = self.controller.replay_temperature(ctrl_x, u)
-        tau_upd = torch.where(soft, tau_upd, tau_record.to(tau_upd.dtype))
+        tau_upd = torch.where(soft_mask, tau_upd, tau_record.to(tau_upd.dtype))
         if self.config.enabled:
             leaf = tau_upd.detach().requires_grad_(True)
             return leaf, tau_upd, leaf
@@ -98,14 +98,15 @@ class AdaptSoftTrainer:
                   else d_cand.detach().float())
         d_disc = (torch.zeros_like(lik.disc_logits, dtype=torch.float32) if d_disc is None
                   else d_disc.detach().float())
-        soft = sb.soft
-        n = soft.shape[0]
-        slot = torch.zeros(n, dtype=torch.long, device=soft.device)  # row of step t in its part
-        slot[lik.soft_rows] = torch.arange(lik.soft_rows.numel(), device=soft.device)
-        slot[lik.disc_rows] = torch.arange(lik.disc_rows.numel(), device=soft.device)
+        soft_mask = sb.soft_mask
+        n = soft_mask.shape[0]
+        dev = soft_mask.device
+        slot = torch.zeros(n, dtype=torch.long, device=dev)  # row of step t in its part
+        slot[lik.soft_rows] = torch.arange(lik.soft_rows.numel(), device=dev)
+        slot[lik.disc_rows] = torch.arange(lik.disc_rows.numel(), device=dev)
         ref_seq = select_reference(sb.num_sequences, cfg.ref_fraction, self.generator)
-        in_ref = ref_seq.to(soft.device)[sb.seq]
-        ref_s, ref_d, opt = in_ref & soft, in_ref & ~soft, ~in_ref & soft
+        in_ref = ref_seq.to(dev)[sb.seq]
+        ref_s, ref_d, opt = in_ref & soft_mask, in_ref & ~soft_mask, ~in_ref & soft_mask
         hv = hidden.detach().float()
         parts = [sb.topk_ids[ref_s], d_cand[slot[ref_s]], hv[ref_s], d_disc[slot[ref_d]], hv[ref_d]]
         ids_rs, vals_rs, v_rs, d_rd, v_rd = (all_gather_rows(p, group) for p in parts)
@@ -122,17 +123,17 @@ class AdaptSoftTrainer:
         g = torch.zeros_like(leaf) if g is None else g.detach()
         g_u = g.to(tau_upd.dtype)
         if cfg.center:
-            g_c = center_per_rollout(g_u, sb.seq, soft)
+            g_c = center_per_rollout(g_u, sb.seq, soft_mask)
         else:
-            g_c = torch.where(soft, g_u, torch.zeros_like(g_u))
+            g_c = torch.where(soft_mask, g_u, torch.zeros_like(g_u))
         controller_surrogate(g_c, tau_upd).backward()
         self.last = {"alpha": alpha.detach(), "g_tau": g, "g_centered": g_c, "ref_seq": ref_seq,
-                     "ctrl_x": sb.ctrl_x.detach(), "u": sb.u.detach(), "soft": soft,
+                     "ctrl_x": sb.ctrl_x.detach(), "u": sb.u.detach(), "soft_mask": soft_mask,
                      "kappa": torch.tensor(kappa)}
         n_opt = int(opt.sum())
         return {"adaptsoft/alpha_rms": alpha.detach().pow(2).mean().sqrt().item() if n_opt else 0.0,
                 "adaptsoft/kappa": float(kappa), "adaptsoft/num_opt_steps": float(n_opt),
-                "adaptsoft/tau_mean": tau_upd[soft].mean().item() if soft.any() else 0.0}
+                "adaptsoft/tau_mean": tau_upd[soft_mask].mean().item() if soft_mask.any() else 0.0}
 
     # -- 3. optimizer ------------------------------------------------------------------------
     def zero_grad(self) -> None:

@@ -13,7 +13,7 @@ fails loudly when upstream moves:
   ``model_config.model_type`` and asserts it is ``language_model`` or ``value_model`` (L273–294):
   :func:`as_language_model` presents a project model type as ``language_model`` for that call only.
 * ``FSDPEngineWithLMHead.prepare_model_inputs`` / ``prepare_model_outputs`` / ``forward_step``
-  (L1145, L1332, L1549): overridden by :class:`soft_spatial.actor.engine.SoftFSDPEngine`, which relies
+  (L1145, L1332, L1549): overridden by :class:`soft_spatial.actor.train_engine.SoftFSDPEngine`, which relies
   on the ``output_args`` keys ``pad_size``, ``input_ids_rmpad_rolled``, ``temperature_rmpad``
   (remove-padding path) and ``temperature`` (padded path) listed in :data:`OUTPUT_ARGS_KEYS`.
 * ``RayPPOTrainer._compute_ref_log_prob`` (``verl/trainer/ppo/ray_trainer.py`` L1266–1288) keeps
@@ -45,7 +45,7 @@ fails loudly when upstream moves:
   (L1327), ``_validate`` (L596), ``_maybe_log_val_generations`` (L548) of ``ray_trainer.py``
   (:class:`soft_spatial.trainer.ppo_trainer.SoftRayPPOTrainer`), and ``_build_module`` (L254),
   ``_build_fsdp_module`` (L385) of ``transformer_impl.py``
-  (:class:`soft_spatial.actor.engine.SoftFSDPEngine`); ``check_internals`` checks each exists
+  (:class:`soft_spatial.actor.train_engine.SoftFSDPEngine`); ``check_internals`` checks each exists
   with its signature and that ``RayPPOTrainer.fit`` / ``FSDPEngine._build_model_optimizer``
   still call it.
 * For ``rollout.name=sglang_soft`` (``soft_spatial/rollout/sglang_server.py``): the private

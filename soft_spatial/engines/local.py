@@ -243,7 +243,8 @@ class LocalEngine:
         return h, logits
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Prompt], soft: Optional[SoftThinkingConfig] = None,
+    def generate(self, prompts: Sequence[Prompt],
+                 soft_thinking: Optional[SoftThinkingConfig] = None,
                  sampling: Optional[SamplingConfig] = None, n: int = 1, seed: int = 0,
                  seeds: Optional[Sequence[int]] = None, debug: bool = False,
                  progress: bool = False) -> List[Completion]:
@@ -254,14 +255,15 @@ class LocalEngine:
         ``row_seed(seeds[i], j)``, so prompt i run alone with ``seeds=[seeds[i]]`` decodes the
         same. ``debug`` keeps per-step mixture weights and candidate log-probs.
         """
-        soft = soft or SoftThinkingConfig()
+        soft_thinking = soft_thinking or SoftThinkingConfig()
         sampling = sampling or SamplingConfig()
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        if soft.mode == "adaptsoft" and self.controller is None:
+        if soft_thinking.mode == "adaptsoft" and self.controller is None:
             raise ValueError("mode 'adaptsoft' needs a controller: pass controller= or call "
                              "set_controller()")
-        think_end = single_token_id(self.tokenizer, soft.think_end) if soft.soft else None
+        think_end = (single_token_id(self.tokenizer, soft_thinking.think_end)
+                     if soft_thinking.is_soft else None)
         limit = prompt_limit(self.max_prompt_length, self.context_length, sampling)
         prepared = [self._prepare(i, p, limit) for i, p in enumerate(prompts)]
         seeds = prompt_seeds(len(prompts), seed, seeds)
@@ -271,14 +273,16 @@ class LocalEngine:
         outs: List[Completion] = []
         with progress_bar(progress, len(prompts) * n, "generate") as advance:
             for chunk in chunks:
-                outs += self._generate_chunk(chunk, [prepared[i] for i in chunk], soft, sampling,
+                outs += self._generate_chunk(chunk, [prepared[i] for i in chunk],
+                                             soft_thinking, sampling,
                                              n, [seeds[i] for i in chunk], think_end, debug)
                 advance(len(chunk) * n)
         return outs
 
-    def _generate_chunk(self, prompt_idx, prepared, soft, sampling, n, seeds, think_end, debug):
+    def _generate_chunk(self, prompt_idx, prepared, soft_thinking, sampling, n, seeds, think_end,
+                        debug):
         tm = self.timings
-        k, fdim, dev = soft.top_k, self.feature_dim, self.device
+        k, fdim, dev = soft_thinking.top_k, self.feature_dim, self.device
         ids, mask, mm = self._batch(prepared)
         with tm("prefill"):
             pos, deltas = prefill_position_ids(self.model, ids, mask, **mm)
@@ -293,7 +297,7 @@ class LocalEngine:
         rows = len(prepared) * n
         gens = [torch.Generator().manual_seed(row_seed(seeds[r // n], r % n))
                 for r in range(rows)]
-        thinking = torch.full((rows,), soft.soft, dtype=torch.bool, device=dev)
+        thinking = torch.full((rows,), soft_thinking.is_soft, dtype=torch.bool, device=dev)
         active = torch.arange(rows, device=dev)  # original row of each live batch row
         recorder = TraceRecorder()
         lengths = [0] * rows
@@ -306,7 +310,7 @@ class LocalEngine:
             with tm("sample"):
                 u = torch.stack([torch.rand(k + 1, generator=gens[r]) for r in active.tolist()])
                 u = u.to(dev)
-                rec = sample_step(logits, h, u, thinking[active], soft, sampling,
+                rec = sample_step(logits, h, u, thinking[active], soft_thinking, sampling,
                                   self.controller, fdim, debug)
             token = rec["topk_ids"][:, 0]
             full = {key: torch.zeros((rows,) + tuple(v.shape[1:]), dtype=v.dtype, device=dev)

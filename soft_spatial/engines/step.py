@@ -21,8 +21,9 @@ from soft_spatial.softthink import (AdaptSoft, SamplingConfig, SoftThinkingConfi
 __all__ = ["sample_step", "discrete_sample"]
 
 
-def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor, soft: SoftThinkingConfig,
-                sampling: SamplingConfig, controller: Optional[AdaptSoft], feature_dim: int,
+def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor,
+                soft_thinking: SoftThinkingConfig, sampling: SamplingConfig,
+                controller: Optional[AdaptSoft], feature_dim: int,
                 debug: bool = False) -> Dict[str, Tensor]:
     """Records ``[b, ...]`` of one step for ``b`` live rows.
 
@@ -37,7 +38,7 @@ def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor, soft: So
         and, with ``debug``, ``weights`` and ``logp``.
     """
     temperature = sampling.temperature
-    b, k, dev = logits.shape[0], soft.top_k, logits.device
+    b, k, dev = logits.shape[0], soft_thinking.top_k, logits.device
     rec = {
         "topk_ids": torch.zeros(b, k, dtype=torch.long, device=dev),
         "scores": torch.zeros(b, k, device=dev),
@@ -56,21 +57,22 @@ def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor, soft: So
     if s_rows.numel():
         # Records are fp32 and the mixture is built from the rounded record itself, so a
         # replay from the trace reproduces these numbers exactly whatever the model's dtype.
-        noise = gumbel_from_uniform(u[s_rows, :k], soft.noise_clamp)
-        ids, z, logp = soft_step(logits[s_rows].float(), k, temperature, soft.noise_scale, noise)
+        noise = gumbel_from_uniform(u[s_rows, :k], soft_thinking.noise_clamp)
+        ids, z, logp = soft_step(logits[s_rows].float(), k, temperature,
+                                 soft_thinking.noise_scale, noise)
         if controller is not None:
             x = controller.features(h[s_rows].float(), logp)
             rec["ctrl_x"][s_rows] = x
-        if soft.mode == "adaptsoft":
+        if soft_thinking.mode == "adaptsoft":
             uu = controller(x)
             tau = controller.temperature(uu)
             rec["u"][s_rows] = uu
         else:
-            tau = torch.full((s_rows.numel(),), soft.fixed_tau, device=dev)
+            tau = torch.full((s_rows.numel(),), soft_thinking.fixed_tau, device=dev)
         rec["topk_ids"][s_rows], rec["scores"][s_rows] = ids, z
         rec["tau"][s_rows], rec["entropy"][s_rows] = tau, normalized_entropy(logp)
-        if soft.noise_scale > 0:
-            rec["loglik"][s_rows] = gumbel_log_density(z, logp, soft.noise_scale)
+        if soft_thinking.noise_scale > 0:
+            rec["loglik"][s_rows] = gumbel_log_density(z, logp, soft_thinking.noise_scale)
         if debug:
             rec["weights"][s_rows] = mixture_weights(z, tau)
             rec["logp"][s_rows] = logp

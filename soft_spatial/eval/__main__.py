@@ -56,15 +56,16 @@ def check_controller(cfg: DictConfig) -> None:
 
 def build_config(cfg: DictConfig) -> EvalConfig:
     """Typed EvalConfig from the composed Hydra tree (checks the model path and the controller)."""
-    soft = dict(OmegaConf.to_container(cfg.soft_thinking, resolve=True))
-    soft["mode"] = cfg.mode
+    soft_thinking = dict(OmegaConf.to_container(cfg.soft_thinking, resolve=True))
+    soft_thinking["mode"] = cfg.mode
     model_path = resolve_model_dir(cfg.model.path, build_tiny=bool(cfg.model.get("build_tiny")),
                                    tiny_family=cfg.model.get("tiny_family", "qwen3_vl"))
     check_controller(cfg)
     published = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "eval" / "published.yaml"))
     return EvalConfig(
         benchmarks=list(cfg.benchmarks), data=dict(cfg.data), model_path=str(model_path),
-        model_name=cfg.model.name, soft=from_mapping(SoftThinkingConfig, soft, "soft_thinking"),
+        model_name=cfg.model.name,
+        soft_thinking=from_mapping(SoftThinkingConfig, soft_thinking, "soft_thinking"),
         output_dir=cfg.output_dir, controller=cfg.controller, engine=cfg.engine,
         samples=cfg.samples, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
         protocol=cfg.protocol, limit=cfg.limit, split=cfg.split, seed=cfg.seed,

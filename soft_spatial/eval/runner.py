@@ -49,7 +49,7 @@ class EvalConfig:
     benchmarks: List[str]
     data: Dict[str, str]
     model_path: str
-    soft: SoftThinkingConfig
+    soft_thinking: SoftThinkingConfig
     output_dir: str
     model_name: str = "model"
     controller: Optional[str] = None
@@ -92,7 +92,7 @@ class EvalConfig:
         missing = [b for b in self.benchmarks if b not in self.data]
         if missing:
             raise ValueError(f"no data root configured for {missing} (set data.<name>=DIR)")
-        if self.soft.mode == "adaptsoft" and not self.controller:
+        if self.soft_thinking.mode == "adaptsoft" and not self.controller:
             raise ValueError("mode=adaptsoft needs controller=<AdaptSoft checkpoint>")
         if self.controller and not Path(self.controller).is_file():
             raise FileNotFoundError(f"controller checkpoint {self.controller} does not exist")
@@ -120,8 +120,8 @@ def _make_engine(cfg: EvalConfig):
     import torch
     if cfg.engine == "sglang":
         from soft_spatial.engines.sglang.engine import SGLangEngine
-        return SGLangEngine(cfg.model_path, cfg.soft, controller=cfg.controller, seed=cfg.seed,
-                            server_args=cfg.sglang)
+        return SGLangEngine(cfg.model_path, cfg.soft_thinking, controller=cfg.controller,
+                            seed=cfg.seed, server_args=cfg.sglang)
     from soft_spatial.engines.local import LocalEngine
     return LocalEngine.from_pretrained(cfg.model_path, device=cfg.device,
                                        dtype=getattr(torch, cfg.dtype), controller=cfg.controller,
@@ -211,8 +211,9 @@ def _run_benchmark(cfg: EvalConfig, bench: str, records, todo: List[int], engine
         for s in range(0, len(todo), per_batch):
             batch = todo[s:s + per_batch]
             prompts = [build_messages(records[i], cfg.protocol) for i in batch]
-            idx, outs = _generate(engine, prompts, batch, records, skipped, soft=cfg.soft,
-                                  sampling=sampling, n=cfg.samples, seed=cfg.seed)
+            idx, outs = _generate(engine, prompts, batch, records, skipped,
+                                  soft_thinking=cfg.soft_thinking, sampling=sampling,
+                                  n=cfg.samples, seed=cfg.seed)
             rows, steps = [], []
             for o in outs:
                 i = idx[o.prompt_index]
@@ -266,7 +267,7 @@ def write_reports(cfg: EvalConfig, rows: Sequence[dict],
     grouped = group_rows(rows)
     skipped = skipped or {}
     summaries = {}
-    label = f"{cfg.model_name} {cfg.soft.mode}"
+    label = f"{cfg.model_name} {cfg.soft_thinking.mode}"
     for b in cfg.benchmarks:
         s = summarize(selected_rows(grouped.get(b, []), b, selected[b], cfg.samples), b)
         s["questions_requested"] = len(selected[b])
@@ -274,8 +275,8 @@ def write_reports(cfg: EvalConfig, rows: Sequence[dict],
         summaries[b] = s
         write_text(out / f"{b}.md", f"## {b}\n\n" + markdown_table(
             s, label, cfg.published.get(b, []), cfg.samples))
-    meta = {"mode": cfg.soft.mode, "protocol": cfg.protocol, "samples": cfg.samples,
-            "limit": cfg.limit, "temperature": cfg.temperature, "top_k": cfg.soft.top_k,
+    meta = {"mode": cfg.soft_thinking.mode, "protocol": cfg.protocol, "samples": cfg.samples,
+            "limit": cfg.limit, "temperature": cfg.temperature, "top_k": cfg.soft_thinking.top_k,
             "max_new_tokens": cfg.max_new_tokens, "model": cfg.model_path,
             "controller": cfg.controller, "decode_top_k": cfg.top_k,
             "task_types": cfg.task_types}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 import torch
 
@@ -23,6 +23,16 @@ logger = logging.getLogger(__name__)
 __all__ = ["LocalSoftServer", "TRACE_FIELD"]
 
 TRACE_FIELD = "soft_trace"
+
+
+class PendingRequest(NamedTuple):
+    """One ``generate`` call waiting for the next batch."""
+
+    request_id: str
+    prompt_ids: List[int]
+    sampling_params: Dict[str, Any]
+    images: List[Any]
+    result: asyncio.Future  # resolved with the request's TokenOutput (or its batch's exception)
 
 
 class LocalSoftServer:
@@ -38,11 +48,11 @@ class LocalSoftServer:
             model_path, device=device, dtype=getattr(torch, dtype),
             max_batch_rows=self.settings.max_batch_rows,
             max_prompt_length=prompt_length)
-        if self.settings.soft.mode == "adaptsoft":
+        if self.settings.soft_thinking.mode == "adaptsoft":
             from soft_spatial.softthink import AdaptSoft
             self.engine.set_controller(AdaptSoft.from_config(self.settings.adaptsoft,
                                                              self.engine.hidden_size))
-        self._pending: List[tuple] = []
+        self._pending: List[PendingRequest] = []
         self._flush_task: Optional[asyncio.Task] = None
         self._lock = asyncio.Lock()
         self.weight_version = 0
@@ -53,8 +63,8 @@ class LocalSoftServer:
         if video_data:
             raise ValueError("the local soft rollout server does not support video inputs")
         fut = asyncio.get_running_loop().create_future()
-        self._pending.append((request_id, list(prompt_ids), dict(sampling_params),
-                              list(image_data or []), fut))
+        self._pending.append(PendingRequest(request_id, list(prompt_ids), dict(sampling_params),
+                                            list(image_data or []), fut))
         if self._flush_task is None or self._flush_task.done():
             self._flush_task = asyncio.create_task(self._flush_soon())
         return await fut
@@ -64,30 +74,30 @@ class LocalSoftServer:
         async with self._lock:
             while self._pending:
                 batch, self._pending = self._pending, []
-                groups: Dict[tuple, List[tuple]] = {}
+                groups: Dict[tuple, List[PendingRequest]] = {}
                 for req in batch:  # requests decode together when their sampling params match
-                    key = tuple(sorted((k, str(v)) for k, v in req[2].items()))
+                    key = tuple(sorted((k, str(v)) for k, v in req.sampling_params.items()))
                     groups.setdefault(key, []).append(req)
                 for reqs in groups.values():
                     try:
                         outs = await asyncio.to_thread(self._run, reqs)
                         for req, out in zip(reqs, outs):
-                            req[4].set_result(out)
+                            req.result.set_result(out)
                     except Exception as exc:  # every waiting request learns about the failure
                         for req in reqs:
-                            if not req[4].done():
-                                req[4].set_exception(exc)
+                            if not req.result.done():
+                                req.result.set_exception(exc)
 
     def _sampling(self, params: Dict[str, Any]) -> SamplingConfig:
         return sampling_config(params, self.response_length)
 
-    def _run(self, reqs):
+    def _run(self, reqs: List[PendingRequest]):
         from verl.workers.rollout.replica import TokenOutput
-        sampling = self._sampling(reqs[0][2])
-        prompts = [{"prompt_ids": r[1], "images": r[3]} for r in reqs]
-        seeds = [request_seed(self.settings.seed, r[0]) for r in reqs]
-        outs = self.engine.generate(prompts, soft=self.settings.soft, sampling=sampling, n=1,
-                                    seeds=seeds)
+        sampling = self._sampling(reqs[0].sampling_params)  # the same for every request here
+        prompts = [{"prompt_ids": r.prompt_ids, "images": r.images} for r in reqs]
+        seeds = [request_seed(self.settings.seed, r.request_id) for r in reqs]
+        outs = self.engine.generate(prompts, soft_thinking=self.settings.soft_thinking,
+                                    sampling=sampling, n=1, seeds=seeds)
         results = []
         for o in outs:
             stop = "completed" if o.finish_reason == "stop" else "length"

@@ -57,10 +57,13 @@ def build_settings(custom: Optional[Dict[str, Any]], hf_config, tokenizer) -> SG
     from soft_spatial.models.tokens import single_token_id, unusable_token_ids
     s = SoftSettings.from_custom(custom)
     text = getattr(hf_config, "text_config", hf_config)
-    think_end = single_token_id(tokenizer, s.soft.think_end) if s.soft.soft else None
+    soft_thinking = s.soft_thinking
+    think_end = (single_token_id(tokenizer, soft_thinking.think_end) if soft_thinking.is_soft
+                 else None)
     banned = unusable_token_ids(hf_config, tokenizer, int(text.vocab_size))
-    return SGLangSoftSettings(soft=s.soft, adaptsoft=s.adaptsoft, hidden_size=int(text.hidden_size),
-                              think_end_id=think_end, banned_ids=banned, seed=s.seed)
+    return SGLangSoftSettings(soft_thinking=soft_thinking, adaptsoft=s.adaptsoft,
+                              hidden_size=int(text.hidden_size), think_end_id=think_end,
+                              banned_ids=banned, seed=s.seed)
 
 
 class SGLangSoftHttpServer(SGLangHttpServer):

@@ -66,7 +66,7 @@ class SoftThinkingConfig:
                    f"needs lo < hi, got {self.noise_clamp}")
 
     @property
-    def soft(self) -> bool:
+    def is_soft(self) -> bool:
         return self.mode != "hard"
 
 

@@ -174,7 +174,7 @@ class StepLikelihood:
     cand_logp: Optional[Tensor] = None  # [Ns, K] log p̃^θ of the soft steps' candidates at T
 
 
-def step_likelihood(logits: Tensor, topk_ids: Tensor, scores: Tensor, soft: Tensor,
+def step_likelihood(logits: Tensor, topk_ids: Tensor, scores: Tensor, soft_mask: Tensor,
                     temperature: Union[float, Tensor] = 1.0, noise_scale: float = 1.0,
                     reduce: str = "sum", clamp: Optional[Tuple[float, float]] = None,
                     min_logp: Optional[float] = None, rows: Optional[Tensor] = None,
@@ -186,20 +186,20 @@ def step_likelihood(logits: Tensor, topk_ids: Tensor, scores: Tensor, soft: Tens
         logits: ``[M, V]``; step n's logits are ``logits[rows[n]]`` (``rows`` None: M = N, in
             order). Only the K candidate logits of a soft step, and the row of a discrete step,
             are read, so no [N, V] copy is made for soft steps.
-        topk_ids, scores: ``[N, K]`` records; soft: ``[N]``.
+        topk_ids, scores: ``[N, K]`` records; soft_mask: ``[N]``.
         temperature: T, a float or per-step ``[N]``. banned: ids outside every discrete step's
             normaliser (those the rollout never samples).
     Returns a :class:`StepLikelihood`; ``loglik`` is fp32 (fp64 for fp64 logits).
     """
     if rows is None:
         rows = torch.arange(logits.shape[0], device=logits.device)
-    soft = soft.bool()
-    n = soft.shape[0]
+    soft_mask = soft_mask.bool()
+    n = soft_mask.shape[0]
     dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
     t = torch.as_tensor(temperature, dtype=dtype, device=logits.device).expand(n)
     if bool((t <= 0).any()):
         raise ValueError("temperature must be > 0")
-    s_rows, d_rows = soft.nonzero().squeeze(-1), (~soft).nonzero().squeeze(-1)
+    s_rows, d_rows = soft_mask.nonzero().squeeze(-1), (~soft_mask).nonzero().squeeze(-1)
     ids_s = topk_ids[s_rows]
     cand = logits[rows[s_rows, None], ids_s]  # [Ns, K], gathered without an [Ns, V] copy
     disc = logits.index_select(0, rows[d_rows])  # [Nd, V]
@@ -216,7 +216,7 @@ def step_likelihood(logits: Tensor, topk_ids: Tensor, scores: Tensor, soft: Tens
     return StepLikelihood(loglik, s_rows, cand, d_rows, disc, logp)
 
 
-def step_log_likelihood(logits: Tensor, topk_ids: Tensor, scores: Tensor, soft: Tensor,
+def step_log_likelihood(logits: Tensor, topk_ids: Tensor, scores: Tensor, soft_mask: Tensor,
                         temperature: float = 1.0, noise_scale: float = 1.0, reduce: str = "sum",
                         clamp: Optional[Tuple[float, float]] = None,
                         min_logp: Optional[float] = None) -> Tensor:
@@ -224,8 +224,8 @@ def step_log_likelihood(logits: Tensor, topk_ids: Tensor, scores: Tensor, soft: 
     ``[...]`` of the same leading shape; returns ``[...]``."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    lead = soft.shape
+    lead = soft_mask.shape
     out = step_likelihood(logits.reshape(-1, logits.shape[-1]), topk_ids.reshape(-1, topk_ids.shape[-1]),
-                          scores.reshape(-1, scores.shape[-1]), soft.reshape(-1), temperature,
+                          scores.reshape(-1, scores.shape[-1]), soft_mask.reshape(-1), temperature,
                           noise_scale, reduce, clamp, min_logp)
     return out.loglik.reshape(lead)

@@ -167,23 +167,23 @@ def soft_step(logits: Tensor, k: int, temperature: float, noise_scale: float,
     return ids, z, logp
 
 
-def record_weights(scores: Tensor, tau: Tensor, soft: Tensor) -> Tensor:
+def record_weights(scores: Tensor, tau: Tensor, soft_mask: Tensor) -> Tensor:
     """The mixture weights ``[..., K]`` a sequence of records stands for (§2.3, §3): softmax(z/τ)
     at soft records, one-hot on slot 0 (the emitted token) at discrete records (τ ignored)."""
-    soft = soft.bool()
-    tau = torch.where(soft, upcast(tau), torch.ones_like(upcast(tau)))
+    soft_mask = soft_mask.bool()
+    tau = torch.where(soft_mask, upcast(tau), torch.ones_like(upcast(tau)))
     w = mixture_weights(scores, tau)
     one_hot = torch.zeros_like(w)
     one_hot[..., 0] = 1.0
-    return torch.where(soft.unsqueeze(-1), w, one_hot)
+    return torch.where(soft_mask.unsqueeze(-1), w, one_hot)
 
 
 def record_input_embeddings(embedding: Union[nn.Embedding, Tensor], topk_ids: Tensor,
-                            scores: Tensor, tau: Tensor, soft: Tensor) -> Tensor:
+                            scores: Tensor, tau: Tensor, soft_mask: Tensor) -> Tensor:
     """The next-step inputs a sequence of records stands for (§2.3, §3).
 
     Soft records give Σ_k softmax(z/τ)_k E[ids_k]; discrete records give E[ids_0] exactly (their τ
-    is ignored). Shapes ``[..., K]`` ids/scores, ``[...]`` tau/soft → ``[..., D]``. Used both by the
+    is ignored). Shapes ``[..., K]`` ids/scores, ``[...]`` tau/soft_mask → ``[..., D]``. Used both by the
     engines (next decode input) and at replay, so both sides compute identical weights.
     """
-    return soft_embedding(embedding, topk_ids, record_weights(scores, tau, soft))
+    return soft_embedding(embedding, topk_ids, record_weights(scores, tau, soft_mask))

@@ -41,7 +41,7 @@ class SoftTrace:
     u: Tensor  # [L]
     ctrl_x: Tensor  # [L, F]
     entropy: Tensor  # [L]
-    soft: Tensor  # [L] bool
+    soft: Tensor  # [L] bool, the soft-step mask (a record field: the name is part of the format)
 
     def __post_init__(self):
         n = self.topk_ids.shape[0]

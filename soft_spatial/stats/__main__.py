@@ -81,7 +81,7 @@ def entropy_main(args) -> Path:
     ada = from_mapping(AdaptSoftConfig, OmegaConf.to_container(cfg.adaptsoft, resolve=True),
                        "adaptsoft")
     soft_cfg.update(mode="fixed", fixed_tau=ada.tau0)  # the untrained controller's τ exactly
-    soft = from_mapping(SoftThinkingConfig, soft_cfg, "soft_thinking")
+    soft_thinking = from_mapping(SoftThinkingConfig, soft_cfg, "soft_thinking")
     rollout = cfg.actor_rollout_ref.rollout
     top_k = int(rollout.top_k)
     sampling = SamplingConfig(temperature=float(rollout.temperature),
@@ -98,8 +98,9 @@ def entropy_main(args) -> Path:
                                    tiny_family=cfg.model.get("tiny_family", "qwen3_vl"))
     prompts = parquet_prompts(files, args.prompts, seed=args.seed, task_types=task_types)
     settings = {"model": str(model_path), "train_files": [str(f) for f in files],
-                "task_types": task_types, "top_k": soft.top_k, "noise_scale": soft.noise_scale,
-                "temperature": sampling.temperature, "tau": soft.fixed_tau,
+                "task_types": task_types, "top_k": soft_thinking.top_k,
+                "noise_scale": soft_thinking.noise_scale,
+                "temperature": sampling.temperature, "tau": soft_thinking.fixed_tau,
                 "max_new_tokens": sampling.max_new_tokens, "samples": args.samples,
                 "seed": args.seed}
     partial, saved = work / "entropies.jsonl", work / "settings.json"
@@ -108,13 +109,13 @@ def entropy_main(args) -> Path:
         raise SystemExit(f"{work} holds entropies of other settings; remove it or pick "
                          f"another --work-dir")
     saved.write_text(json.dumps(settings, indent=2))
-    print(f"decoding {len(prompts)} prompts x {args.samples} with K={soft.top_k}, "
-          f"c={soft.noise_scale}, T={sampling.temperature}, tau={soft.fixed_tau} "
+    print(f"decoding {len(prompts)} prompts x {args.samples} with K={soft_thinking.top_k}, "
+          f"c={soft_thinking.noise_scale}, T={sampling.temperature}, tau={soft_thinking.fixed_tau} "
           f"({len(done)} done earlier)", flush=True)
     dtype = getattr(torch, str(cfg.model.get("dtype", "float32")))
     engine = LocalEngine.from_pretrained(model_path, device=args.device, dtype=dtype,
                                          max_batch_rows=args.batch_prompts * args.samples)
-    ent = soft_step_entropies(engine, prompts, soft, sampling, samples=args.samples,
+    ent = soft_step_entropies(engine, prompts, soft_thinking, sampling, samples=args.samples,
                               seed=args.seed, batch_prompts=args.batch_prompts, done=done,
                               on_prompt=lambda i, v: append_partial(partial, i, v),
                               progress=not args.no_progress)

@@ -101,7 +101,7 @@ def parquet_prompts(files: Iterable, n: int, seed: int = 0,
     return [_chat(rows[j][1], rows[j][0]) for j in order]
 
 
-def soft_step_entropies(engine, prompts: Sequence, soft, sampling, samples: int = 1,
+def soft_step_entropies(engine, prompts: Sequence, soft_thinking, sampling, samples: int = 1,
                         seed: int = 0, batch_prompts: int = 8, done: Optional[Dict] = None,
                         on_prompt=None, progress: bool = True) -> Dict[int, np.ndarray]:
     """Ĥ at every soft step of ``samples`` soft decodes of each prompt, by prompt index.
@@ -118,8 +118,8 @@ def soft_step_entropies(engine, prompts: Sequence, soft, sampling, samples: int 
                    unit="prompt")
     for s in range(0, len(todo), batch_prompts):
         idx = todo[s:s + batch_prompts]
-        outs = engine.generate([prompts[i] for i in idx], soft=soft, sampling=sampling,
-                               n=samples, seeds=[seed + i for i in idx])
+        outs = engine.generate([prompts[i] for i in idx], soft_thinking=soft_thinking,
+                               sampling=sampling, n=samples, seeds=[seed + i for i in idx])
         per: Dict[int, list] = {i: [] for i in idx}
         for o in outs:
             per[idx[o.prompt_index]].append(o.trace.entropy[o.trace.soft].double().numpy())

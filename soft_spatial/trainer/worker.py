@@ -4,8 +4,9 @@
 
 * on the CPU platform it opens the gloo process group itself (verl would build the invalid
   backend string ``cpu:gloo,cpu:gloo``);
-* after ``init_model`` it configures the soft engines (noise scale c, density variant), installs
-  the soft PPO loss and, in ``adaptsoft`` mode, gives the actor engine an
+* after ``init_model`` it configures the soft training engines of the actor and the ref
+  (:class:`~soft_spatial.actor.train_engine.SoftFSDPEngine`: noise scale c, density variant),
+  installs the soft PPO loss and, in ``adaptsoft`` mode, gives the actor's training engine an
   :class:`~soft_spatial.actor.adaptsoft_trainer.AdaptSoftTrainer` (controller, its AdamW, the
   alignment scaler; saved and restored with verl's checkpoints);
 * after each weight sync it also sends the controller's weights to the rollout server.
@@ -63,27 +64,28 @@ class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
                                world_size=int(os.environ.get("WORLD_SIZE", 1)),
                                init_method=os.environ.get("DIST_INIT_METHOD", "env://"))
         super().__init__(config, role, **kwargs)
-        self.soft_cfg = SoftSettings.from_custom(self.config.rollout.get("custom"))
+        self.soft_settings = SoftSettings.from_custom(self.config.rollout.get("custom"))
         record_placement(role)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):
         super().init_model()
-        from soft_spatial.actor.engine import SoftFSDPEngine
+        from soft_spatial.actor.train_engine import SoftFSDPEngine
         from soft_spatial.actor.loss import check_actor_config, soft_ppo_loss
-        s = self.soft_cfg
-        noise = s.soft.noise_scale if s.soft.noise_scale > 0 else None
+        s = self.soft_settings
+        noise = s.soft_thinking.noise_scale if s.soft_thinking.noise_scale > 0 else None
         for worker in (self.actor, self.ref):
-            engine = getattr(worker, "engine", None)
-            if isinstance(engine, SoftFSDPEngine):
-                engine.configure_soft(noise_scale=noise, density=s.density, kl=s.kl)
-        if self.actor is not None and isinstance(self.actor.engine, SoftFSDPEngine):
-            if s.soft.mode == "adaptsoft":
+            train_engine = getattr(worker, "engine", None)  # verl's training engine of the role
+            if isinstance(train_engine, SoftFSDPEngine):
+                train_engine.configure_soft(noise_scale=noise, density=s.density, kl=s.kl)
+        actor_engine = self.actor.engine if self.actor is not None else None  # verl's
+        if isinstance(actor_engine, SoftFSDPEngine):
+            if s.soft_thinking.mode == "adaptsoft":
                 from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
-                hidden = self.actor.engine.model_config.hf_config
+                hidden = actor_engine.model_config.hf_config
                 hidden = getattr(hidden, "text_config", hidden).hidden_size
                 ctrl = AdaptSoft.from_config(s.adaptsoft, hidden)
-                self.actor.engine.configure_soft(adaptsoft=AdaptSoftTrainer(  # on the policy's device
+                actor_engine.configure_soft(adaptsoft=AdaptSoftTrainer(  # on the policy's device
                     ctrl, s.alignment, seed=s.adaptsoft.seed, device=get_device_id()))
             actor_config = loss_config(self.loss_fn)
             check_actor_config(actor_config)
@@ -91,8 +93,8 @@ class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
             self.actor.set_loss_fn(self.loss_fn)
 
     def controller_state(self):
-        engine = getattr(self.actor, "engine", None)
-        trainer = getattr(engine, "adaptsoft", None)
+        actor_engine = getattr(self.actor, "engine", None)  # verl's training engine
+        trainer = getattr(actor_engine, "adaptsoft", None)
         if trainer is None:
             return None
         return trainer.controller.to_state()

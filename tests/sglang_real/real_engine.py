@@ -208,8 +208,8 @@ def reference(model, soft, controller=None):
     l64 = LocalEngine.from_pretrained(model, dtype=torch.float64, controller=controller)
 
     def run(prompts, sampling, **kw):
-        return (l32.generate(prompts, soft=soft, sampling=sampling, **kw),
-                l64.generate(prompts, soft=soft, sampling=sampling, **kw))
+        return (l32.generate(prompts, soft_thinking=soft, sampling=sampling, **kw),
+                l64.generate(prompts, soft_thinking=soft, sampling=sampling, **kw))
 
     run.l32, run.l64 = l32, l64
     return run

@@ -68,7 +68,7 @@ def test_sglang_engine_checks_its_inputs(tiny_qwen3_vl, tmp_path):
                      controller=tmp_path / "missing.pt", backend=backend)
     engine = SGLangEngine(tiny_qwen3_vl, SoftThinkingConfig(mode="fixed"), backend=backend)
     with pytest.raises(ValueError, match="server-wide"):
-        engine.generate([[1, 2]], soft=SoftThinkingConfig(mode="hard"))
+        engine.generate([[1, 2]], soft_thinking=SoftThinkingConfig(mode="hard"))
     with pytest.raises(ValueError, match="image placeholder"):
         engine.generate([[1, 2, engine.image_token_id]])
     # an overlong prompt is refused before anything reaches SGLang, naming its index (evaluation

@@ -68,7 +68,7 @@ def sgl(model_dir):
 
 
 def _settings(think_end, banned=()):
-    return SGLangSoftSettings(soft=SoftThinkingConfig(mode="adaptsoft", top_k=4),
+    return SGLangSoftSettings(soft_thinking=SoftThinkingConfig(mode="adaptsoft", top_k=4),
                               adaptsoft=AdaptSoftConfig(), hidden_size=HIDDEN,
                               think_end_id=think_end, banned_ids=list(banned), seed=0)
 
@@ -155,7 +155,7 @@ def test_real_sampler_parity_with_sample_step(installed, sgl):
     installed.hooks.load_weights(None, [(CONTROLLER_NAME, encode_controller(
         {"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()}))])
     rt = installed.rt
-    soft, k, v, te = rt.settings.soft, rt.settings.soft.top_k, sgl.vocab, sgl.think_end
+    soft, k, v, te = rt.settings.soft_thinking, rt.settings.soft_thinking.top_k, sgl.vocab, sgl.think_end
     banned = torch.tensor(rt.settings.banned_ids)
     sampling = SamplingConfig(temperature=1.0)
     seeds = [11, 12, 13]

@@ -140,7 +140,7 @@ def test_verl_server_matches_local_soft_server(server_factory, tiny_qwen3_vl_sma
     assert CONTROLLER_LOADER in args["custom_weight_loader"]
     # the scheduler processes' settings: what the server exported before the launch
     settings = SGLangSoftSettings.from_json(seen["env"])
-    assert settings == server.soft_settings and settings.soft.mode == mode
+    assert settings == server.soft_settings and settings.soft_thinking.mode == mode
     rt = runtime["rt"] = SoftRuntime(settings)
     if mode == "adaptsoft":  # the controller through the custom weight loader
         hooks.set_runtime(rt)
@@ -208,7 +208,7 @@ def test_update_controller_reaches_the_weight_loader(monkeypatch):
                                            "state_dict": ctrl.state_dict()}))
     (req,) = sent
     assert req.load_format == CONTROLLER_LOADER and len(req.serialized_named_tensors) == 2
-    rt = SoftRuntime(SGLangSoftSettings(soft=SoftThinkingConfig(mode="adaptsoft"),
+    rt = SoftRuntime(SGLangSoftSettings(soft_thinking=SoftThinkingConfig(mode="adaptsoft"),
                                         adaptsoft=AdaptSoftConfig(), hidden_size=64,
                                         think_end_id=3))
     hooks.set_runtime(rt)

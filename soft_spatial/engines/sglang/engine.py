@@ -9,7 +9,7 @@ per-step records that SGLang streams back are accumulated per request
 has the local engine's records, tokens and likelihoods.
 
 The soft settings (mode, K, AdaptSoft checkpoint) are server-wide: they are fixed when the engine
-starts, and ``generate(soft=...)`` must repeat them.
+starts, and ``generate(soft_thinking=...)`` must repeat them.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class SGLangEngine:
 
     Args:
         model_path: local model directory (SGLang loads the weights from it).
-        soft: the server-wide soft-thinking settings.
+        soft_thinking: the server-wide soft-thinking settings.
         controller: AdaptSoft checkpoint (``mode="adaptsoft"``), loaded by every scheduler process.
         seed: base seed of requests that carry no seed (SGLang's own HTTP API).
         server_args: SGLang ``ServerArgs`` keywords (``tp_size``, ``dp_size``,
@@ -52,7 +52,7 @@ class SGLangEngine:
             the local engine, so evaluation skips and counts it.
     """
 
-    def __init__(self, model_path: Union[str, Path], soft: SoftThinkingConfig,
+    def __init__(self, model_path: Union[str, Path], soft_thinking: SoftThinkingConfig,
                  adaptsoft: Optional[AdaptSoftConfig] = None,
                  controller: Optional[Union[str, Path]] = None, seed: int = 0,
                  server_args: Optional[Dict[str, Any]] = None, backend=None,
@@ -64,11 +64,12 @@ class SGLangEngine:
 
         from . import hooks  # needs sglang: fails here, with the install hint, without it
 
-        if soft.mode == "adaptsoft" and controller is None:
+        if soft_thinking.mode == "adaptsoft" and controller is None:
             raise ValueError("mode 'adaptsoft' needs controller=<AdaptSoft checkpoint>")
         if controller is not None and not Path(controller).is_file():
             raise FileNotFoundError(f"AdaptSoft checkpoint {str(controller)!r} does not exist")
-        self.model_path, self.soft, self.max_batch_rows = str(model_path), soft, max_batch_rows
+        self.model_path, self.max_batch_rows = str(model_path), max_batch_rows
+        self.soft_thinking = soft_thinking
         config, self.processor, self.tokenizer = load_processing(model_path)
         text = getattr(config, "text_config", config)
         self.image_token_id = getattr(config, "image_token_id", None)
@@ -77,9 +78,11 @@ class SGLangEngine:
                                or getattr(text, "max_position_embeddings", None))
         gen = _generation_config(model_path)
         self.eos_ids = stop_token_ids(config, self.tokenizer, gen)
-        self.think_end = single_token_id(self.tokenizer, soft.think_end) if soft.soft else None
+        self.think_end = (single_token_id(self.tokenizer, soft_thinking.think_end)
+                          if soft_thinking.is_soft else None)
         self.settings = SGLangSoftSettings(
-            soft=soft, adaptsoft=adaptsoft or AdaptSoftConfig(), hidden_size=int(text.hidden_size),
+            soft_thinking=soft_thinking, adaptsoft=adaptsoft or AdaptSoftConfig(),
+            hidden_size=int(text.hidden_size),
             think_end_id=self.think_end,
             banned_ids=unusable_token_ids(config, self.tokenizer, int(text.vocab_size)),
             seed=seed, controller_path=str(Path(controller).resolve()) if controller else None)
@@ -138,13 +141,14 @@ class SGLangEngine:
                     "custom_params": {PARAM_KEY: request_params(seed, sampling)}}}
 
     # -- generation ---------------------------------------------------------------------------
-    def generate(self, prompts: Sequence[Prompt], soft: Optional[SoftThinkingConfig] = None,
+    def generate(self, prompts: Sequence[Prompt],
+                 soft_thinking: Optional[SoftThinkingConfig] = None,
                  sampling: Optional[SamplingConfig] = None, n: int = 1, seed: int = 0,
                  seeds: Optional[Sequence[int]] = None, progress: bool = False
                  ) -> List[Completion]:
         """``n`` responses per prompt, prompt-major (prompt i's samples at ``i*n .. i*n+n-1``);
         row (i, j) draws its noise from ``row_seed(seeds[i], j)``, as in the local engine."""
-        self._check_soft(soft)
+        self._check_soft_thinking(soft_thinking)
         sampling = sampling or SamplingConfig()
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
@@ -215,7 +219,7 @@ class SGLangEngine:
         records, as the local engine's :class:`~soft_spatial.engines.base.Completion`."""
         tokens = [int(t) for t in res["output_ids"]]
         lists, loglik = split_records(self._traces.pop(rid), len(tokens))
-        trace = SoftTrace.from_lists(lists, k=self.soft.top_k)
+        trace = SoftTrace.from_lists(lists, k=self.soft_thinking.top_k)
         finish = (res.get("meta_info") or {}).get("finish_reason") or {}
         reason = finish.get("type") if isinstance(finish, dict) else str(finish)
         if reason == "abort":
@@ -232,10 +236,10 @@ class SGLangEngine:
                           trace=trace, finish_reason=FINISH_STOP if reason == "stop"
                           else FINISH_LENGTH, think_end=think_end, logprobs=loglik)
 
-    def _check_soft(self, soft: Optional[SoftThinkingConfig]) -> None:
-        if soft is not None and soft != self.soft:
-            raise ValueError(f"the SGLang engine was started with {self.soft}; soft settings are "
-                             f"server-wide, got {soft}")
+    def _check_soft_thinking(self, soft_thinking: Optional[SoftThinkingConfig]) -> None:
+        if soft_thinking is not None and soft_thinking != self.soft_thinking:
+            raise ValueError(f"the SGLang engine was started with {self.soft_thinking}; "
+                             f"soft settings are server-wide, got {soft_thinking}")
 
     # -- weights ------------------------------------------------------------------------------
     def update_weights(self, state_dict: Dict[str, Any]) -> None:

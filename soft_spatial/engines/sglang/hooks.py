@@ -211,7 +211,7 @@ def install(settings: Optional[SGLangSoftSettings] = None) -> SoftRuntime:
     HookRegistry.register(EMBED_TARGET, _embed_hook, HookType.BEFORE)
     HookRegistry.apply_hooks()
     _installed = True
-    logger.info("soft_spatial SGLang plugin installed (mode %s)", rt.settings.soft.mode)
+    logger.info("soft_spatial SGLang plugin installed (mode %s)", rt.settings.soft_thinking.mode)
     return rt
 
 

@@ -157,7 +157,7 @@ class SoftRuntime:
     def __init__(self, settings: SGLangSoftSettings):
         self.settings = settings
         self.controller: Optional[AdaptSoft] = None
-        if settings.soft.mode == "adaptsoft":
+        if settings.soft_thinking.mode == "adaptsoft":
             self.controller = AdaptSoft.from_config(settings.adaptsoft,
                                                     settings.hidden_size).float().eval()
         if settings.controller_path:
@@ -193,7 +193,8 @@ class SoftRuntime:
             custom = getattr(req.sampling_params, "custom_params", None) or {}
             params = custom.get(PARAM_KEY) if isinstance(custom, dict) else None
             seed = params["seed"] if params else request_row_seed(self.settings.seed, req.rid)
-            st = RequestState(seed, _sampling_from_req(req, params), self.settings.soft.soft)
+            st = RequestState(seed, _sampling_from_req(req, params),
+                              self.settings.soft_thinking.is_soft)
             setattr(req, STATE_ATTR, st)
         return st
 
@@ -227,8 +228,8 @@ class SoftRuntime:
         buf = self._buffers.get(key)
         want = int(pool_size) if pool_size else max(min_size, 1)
         if buf is None or buf.size < min_size:
-            old, buf = buf, DecodeInputBuffers(max(want, min_size), self.settings.soft.top_k,
-                                               device)
+            k = self.settings.soft_thinking.top_k
+            old, buf = buf, DecodeInputBuffers(max(want, min_size), k, device)
             if old is not None:  # grown (no pool size known): keep what was written
                 buf.write(torch.arange(old.size, device=device), old.ids, old.weights)
                 buf.written[: old.size] = old.written
@@ -246,7 +247,8 @@ class SoftRuntime:
         both); their state is untouched. In the soft modes each live row's next input is written
         to :meth:`buffers` (``pool_size``: SGLang's request-pool size) at ``req.req_pool_idx``.
         """
-        soft, k = self.settings.soft, self.settings.soft.top_k
+        soft_thinking = self.settings.soft_thinking
+        k = soft_thinking.top_k
         b, dev = logits.shape[0], logits.device
         if len(reqs) != b:
             raise ValueError(f"soft sampler: {len(reqs)} requests for {b} logit rows")
@@ -284,11 +286,11 @@ class SoftRuntime:
         for rows in groups.values():
             idx = torch.tensor(rows, device=dev)
             h = hidden[idx] if hidden is not None else None
-            if h is None and soft.mode == "adaptsoft" and bool(thinking[idx].any()):
+            if h is None and soft_thinking.mode == "adaptsoft" and bool(thinking[idx].any()):
                 raise RuntimeError("soft sampler: AdaptSoft needs the last hidden states")
             if h is None:
                 h = torch.zeros(len(rows), self.settings.hidden_size, device=dev)
-            rec = sample_step(logits[idx], h, u[idx], thinking[idx], soft,
+            rec = sample_step(logits[idx], h, u[idx], thinking[idx], soft_thinking,
                               states[rows[0]].sampling, controller, fdim)
             for key in full:
                 full[key][idx] = rec[key].to(full[key].dtype)
@@ -301,7 +303,7 @@ class SoftRuntime:
             st.had_soft |= bool(soft_list[i])
             if think_end is not None and st.thinking and tok_list[i] == think_end:
                 st.thinking = False  # the </think> step itself was soft
-        if soft.soft and live:
+        if soft_thinking.is_soft and live:
             idx = torch.tensor(live, device=dev)
             slots = torch.tensor([int(reqs[i].req_pool_idx) for i in live], device=dev)
             buf = self.buffers(dev, pool_size, int(slots.max()) + 1)
@@ -319,7 +321,7 @@ class SoftRuntime:
         None in hard mode (plain token embeddings). ``embed`` maps ids ``[N]`` to full embedding
         rows ``[N, D]`` (SGLang's embedding module, which all-reduces its vocabulary shards).
         ``check`` (no CUDA graph) refuses rows the sampler never wrote."""
-        if not self.settings.soft.soft:
+        if not self.settings.soft_thinking.is_soft:
             return None
         if slots.shape[0] != input_embeds.shape[0]:
             raise ValueError(f"soft decode: {slots.shape[0]} request slots for "

@@ -26,15 +26,15 @@ SAMPLER_BACKEND = "soft_gumbel"  # the sampling backend hooks.install registers
 class SGLangSoftSettings:
     """What every scheduler process needs to decode softly.
 
-    think_end_id: id of ``soft.think_end`` (None in hard mode); banned_ids: ids never sampled
-    (:func:`soft_spatial.models.tokens.unusable_token_ids`, as the local engine masks them);
+    think_end_id: id of ``soft_thinking.think_end`` (None in hard mode); banned_ids: ids never
+    sampled (:func:`soft_spatial.models.tokens.unusable_token_ids`, as the local engine masks them);
     hidden_size: the policy's final hidden size (AdaptSoft's input); seed: the base seed of the
     per-request noise (``rollout.custom.seed``); controller_path: an AdaptSoft checkpoint every
     scheduler process loads at start (evaluation; training sends the weights through the custom
     weight loader instead).
     """
 
-    soft: SoftThinkingConfig
+    soft_thinking: SoftThinkingConfig
     adaptsoft: AdaptSoftConfig
     hidden_size: int
     think_end_id: Optional[int] = None
@@ -43,8 +43,9 @@ class SGLangSoftSettings:
     controller_path: Optional[str] = None
 
     def __post_init__(self):
-        if self.soft.soft and self.think_end_id is None:
-            raise ValueError(f"SGLangSoftSettings: mode {self.soft.mode!r} needs think_end_id")
+        if self.soft_thinking.is_soft and self.think_end_id is None:
+            raise ValueError(f"SGLangSoftSettings: mode {self.soft_thinking.mode!r} needs "
+                             f"think_end_id")
         if self.hidden_size <= 0:
             raise ValueError(f"SGLangSoftSettings.hidden_size must be > 0, got {self.hidden_size}")
 
@@ -55,7 +56,8 @@ class SGLangSoftSettings:
     @classmethod
     def from_json(cls, text: str) -> "SGLangSoftSettings":
         d = json.loads(text)
-        return cls(soft=from_mapping(SoftThinkingConfig, d.pop("soft"), "soft"),
+        return cls(soft_thinking=from_mapping(SoftThinkingConfig, d.pop("soft_thinking"),
+                                              "soft_thinking"),
                    adaptsoft=from_mapping(AdaptSoftConfig, d.pop("adaptsoft"), "adaptsoft"), **d)
 
     def export(self) -> None:
