@@ -36,6 +36,7 @@ Options (environment equivalents in brackets): see `--help`. Other environment:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -323,7 +324,7 @@ def kill_gracefully(pids: list, grace: float = 30.0) -> None:
     """TERM, wait up to ``grace`` seconds, then KILL."""
     live = [p for p in pids if pid_alive(p)]
     for pid in live:
-        with _ignore_gone():
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while live and time.monotonic() < deadline:
@@ -331,16 +332,8 @@ def kill_gracefully(pids: list, grace: float = 30.0) -> None:
         live = [p for p in live if pid_alive(p)]
     for pid in live:
         log(f"killing (KILL) {pid}")
-        with _ignore_gone():
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-
-
-class _ignore_gone:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, value, tb):
-        return kind is not None and issubclass(kind, ProcessLookupError)
 
 
 @dataclass
@@ -424,8 +417,8 @@ class Run:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
                                     env=self.environ)
+        self.started.append((name, proc))  # before the pid file: a signal now still stops it
         (self.state_dir / f"{name}.pid").write_text(f"{proc.pid}\n")
-        self.started.append((name, proc))
         log(f"started {name} (pid {proc.pid}), log {logf}")
 
     def wait_started(self, name: str) -> None:
@@ -507,7 +500,7 @@ def wait_nodes(run: Run, address: str, want: int, expected: list = ()) -> None:
     timeout = run.opts.timeout
     if run.opts.dry_run:
         print(f"[dry-run] # wait until {address} reports {want} alive Ray node(s) "
-              f"(timeout {timeout:.0f}s): {' '.join(expected)}", flush=True)
+              f"(timeout {timeout:.0f}s){': ' + ' '.join(expected) if expected else ''}", flush=True)
         return
     deadline = time.monotonic() + timeout
     host, port = address.rsplit(":", 1)

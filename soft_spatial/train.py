@@ -128,7 +128,7 @@ def run(cfg) -> None:
             for k, v in env.items():
                 env_vars.setdefault(k, v)
             if os.environ.get("RAY_ADDRESS") or ray_init.get("address"):
-                # joining a running cluster (scripts/ray_cluster.sh): its resources are already set
+                # joining a running cluster (soft_spatial.launch): its resources are already set
                 for key in ("num_cpus", "num_gpus", "include_dashboard", "object_store_memory"):
                     ray_init.pop(key, None)
             else:  # a local Ray started by this process: its processes end with this process

@@ -400,6 +400,44 @@ def test_stop_by_name_needs_a_pid_file(tmp_path):
     assert launch.main(["--run-dir", str(tmp_path), "--name", "head-x", "stop"], clean_env()) == 1
 
 
+RAY_STUB = """#!/usr/bin/env bash
+# Stub ray CLI: says it started, then stays up like `ray start --block` (no cluster behind it).
+echo "Ray runtime started."
+exec sleep 1000
+"""
+
+
+def test_term_stops_the_launch_and_every_process_it_started(tmp_path):
+    """TERM while launch waits for the nodes: exit code 143, every process it started (by pid and
+    by marker) is gone and no pid file is left. The Ray CLI is a stub, so this needs no Ray."""
+    stub = tmp_path / "ray"
+    stub.write_text(RAY_STUB)
+    stub.chmod(0o755)
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "soft_spatial.launch", "--run-dir", str(run_dir), "--head-ip",
+         "127.0.0.1", "--port", str(free_port()), "--no-dashboard", "--num-cpus", "1",
+         "--local-nodes", "2", "launch", "--", "python", "-c", "print('ran')"],
+        env=clean_env(SOFT_SPATIAL_RAY_BIN=str(stub)), cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    try:
+        worker_pid = run_dir / "ray" / "worker-local1.pid"
+        while not worker_pid.exists():  # both raylets started; launch now waits for the GCS
+            assert proc.poll() is None, proc.stdout.read()
+            time.sleep(0.1)
+        assert len(marker_pids(run_dir)) == 2
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=120)[0]
+        assert proc.returncode == 143, out
+        assert_no_processes_left(run_dir)
+        assert not list((run_dir / "ray").glob("*.pid"))
+        assert "ran" not in out.splitlines()
+        assert "stopped by signal 15" in (run_dir / "logs" / "launch.log").read_text()
+    finally:
+        proc.kill()
+        kill_leftovers(run_dir)
+
+
 # --- shellcheck -----------------------------------------------------------------------------------------
 def shellcheck_binary() -> str | None:
     venv_bin = Path(sys.executable).parent / "shellcheck"
