@@ -23,7 +23,7 @@ Subcommands
                     then any process that still carries this run's marker variable). Never `ray stop`.
   nodes             Print the node list this launcher would use (count=N, then node[i]=NAME lines).
 
-Options (environment equivalents in brackets): see `--help`. Other environment:
+Options, with their environment equivalents in brackets, are listed below. Other environment:
   SOFT_SPATIAL_NODELIST="n1 n2"  node list override (else `scontrol show hostnames $SLURM_JOB_NODELIST`)
   SOFT_SPATIAL_HEAD_NODE         head node (default: the first node)
   SOFT_SPATIAL_FORWARD_ENV       extra variable names to forward (soft_spatial/ray_env.py has the list)
