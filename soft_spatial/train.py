@@ -21,8 +21,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf, open_dict
 
+from soft_spatial.ray_env import plugin_env
+
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
-PLUGIN = "soft_spatial.plugin"
 RUN_DIR_ENV = "SOFT_SPATIAL_RUN_DIR"
 
 
@@ -35,16 +36,6 @@ def cpu_workers(cores_per_worker: int, cap: int = 8) -> int:
 
 
 OmegaConf.register_new_resolver("cpu_workers", cpu_workers, replace=True)
-
-
-def _plugin_env(device: str) -> dict:
-    """Environment every Ray process needs (set before verl is imported or Ray starts)."""
-    mods = [m for m in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
-    env = {"VERL_USE_EXTERNAL_MODULES": ",".join(dict.fromkeys(mods + [PLUGIN])),
-           "TOKENIZERS_PARALLELISM": "false"}
-    if device == "cpu":
-        env["VERL_PLATFORM"] = "cpu"
-    return env
 
 
 def _files(value) -> list:
@@ -108,7 +99,7 @@ def run(cfg) -> None:
     from soft_spatial.trainer.run_dir import keep_metrics_until, resume_step
 
     device = str(cfg.trainer.get("device", "cuda"))
-    env = _plugin_env(device)
+    env = plugin_env(device)
     os.environ.update(env)
     preflight(cfg)
     ckpt_dir = Path(str(cfg.trainer.default_local_dir)).resolve()
@@ -137,7 +128,7 @@ def run(cfg) -> None:
             for k, v in env.items():
                 env_vars.setdefault(k, v)
             if os.environ.get("RAY_ADDRESS") or ray_init.get("address"):
-                # joining a running cluster (scripts/ray_cluster.sh): its resources are already set
+                # joining a running cluster (soft_spatial.launch): its resources are already set
                 for key in ("num_cpus", "num_gpus", "include_dashboard", "object_store_memory"):
                     ray_init.pop(key, None)
             else:  # a local Ray started by this process: its processes end with this process

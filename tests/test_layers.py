@@ -19,14 +19,14 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "soft_spatial"
 
 TIERS = [
-    {"atomic", "dirlock", "jsonl", "compat"},  # utilities and the upstream-internals layer
+    {"atomic", "dirlock", "jsonl", "compat", "ray_env"},  # utilities, upstream internals, Ray env
     {"platform", "softthink", "models", "data"},  # verl's CPU platform; the method; inputs
     {"settings"},  # rollout.custom, seeds, verl → engine sampling
     {"engines", "actor"},  # rollout engines; the training engine
     {"rollout"},  # the verl rollout servers around the engines
     {"plugin", "reward", "export", "bench"},  # verl registration; reward; HF export
     {"trainer", "eval"},  # verl worker/trainer/task runner; evaluation
-    {"train", "analysis"},  # entry points
+    {"train", "analysis", "launch"},  # entry points (launch: Ray across the nodes, docs/launch.md)
     {"ablation", "stats"},  # entry points built on train / eval / analysis
 ]
 TIER = {component: n for n, tier in enumerate(TIERS) for component in tier}

@@ -1,9 +1,9 @@
 """One training step with world size 2 across a two-node Ray cluster on one machine.
 
-The cluster is started with the same script that runs under Slurm (scripts/ray_cluster.sh: a
-head and a worker raylet with separate resources). The head has 2 CPUs (the TaskRunner takes one,
+The cluster is started with the launcher that runs under Slurm (python -m soft_spatial.launch:
+a head and a worker raylet with separate resources). The head has 2 CPUs (the TaskRunner takes one,
 one training worker the other) and the worker node 1, so verl's two worker placement groups must
-land on different nodes. The training command runs through `ray_cluster.sh launch`, which appends
+land on different nodes. The training command runs through `soft_spatial.launch launch`, which appends
 `trainer.nnodes=2` and the plugin environment.
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_one_training_step_across_two_nodes(uneven_two_node_cluster, tiny_qwen3_
     wrapper = tmp_path / "train_and_check.py"
     wrapper.write_text(WRAPPER)
     cluster = uneven_two_node_cluster
-    res = cluster.script(
+    res = cluster.launcher(
         "launch", "--address", cluster.address, "--nodes", "2", "--trainer-gpus-per-node", "1",
         "--", sys.executable, str(wrapper), "model=tiny", "cluster=cpu",
         f"model.path={tiny_qwen3_vl_small}", f"data.train_files={data / 'train.parquet'}",

@@ -22,6 +22,7 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica
 
 from soft_spatial.compat.verl import set_replica_server
+from soft_spatial.ray_env import forwarded_env
 
 from .server import LocalSoftServer
 
@@ -61,18 +62,12 @@ class LocalSoftReplica(RolloutReplica):
                  "fp16": "float16"}.get(str(getattr(cfg, "dtype", "float32")), "float32")
         server_cls = ray.remote(LocalSoftServer)
         server = server_cls.options(name=name, num_cpus=0, max_concurrency=self.max_concurrency,
-                                    runtime_env={"env_vars": _forward_env()}).remote(
+                                    runtime_env={"env_vars": forwarded_env()}).remote(
             model_path=_model_path(self.model_config), response_length=cfg.response_length,
             prompt_length=cfg.prompt_length, custom=dict(cfg.custom or {}), dtype=dtype)
         await server.wake_up.remote()  # surfaces construction errors here
         self.servers = [server]
         set_replica_server(self, server, f"{BACKEND}://{name}")
-
-
-def _forward_env() -> Dict[str, str]:
-    keys = ("VERL_USE_EXTERNAL_MODULES", "VERL_PLATFORM", "HF_HUB_OFFLINE", "PYTHONPATH",
-            "TOKENIZERS_PARALLELISM")
-    return {k: os.environ[k] for k in keys if k in os.environ}
 
 
 class LocalSoftServerAdapter(BaseRollout):
