@@ -42,7 +42,8 @@ def actor_dir(checkpoint: str | Path) -> Path:
     if (path / "actor").is_dir():
         path = path / "actor"
     if not path.is_dir() or not any(path.glob("model_world_size_*_rank_*.pt")):
-        raise FileNotFoundError(f"{checkpoint}: no FSDP actor checkpoint (model_world_size_*_rank_*.pt) found at {path}")
+        raise FileNotFoundError(f"{checkpoint}: no FSDP actor checkpoint (model_world_size_*_rank_*.pt) "
+                                f"found at {path}")
     return path
 
 

@@ -5,8 +5,9 @@ file for the presets (``experiment=``, ``model=``, ``rollout=``, ``cluster=``). 
 (:mod:`soft_spatial.plugin`) is loaded in every Ray process through ``VERL_USE_EXTERNAL_MODULES``.
 
 Before Ray starts, `preflight` checks what would otherwise fail late inside a worker: the soft
-settings, the sampling temperatures, the model directory (a tiny random model is built only with
-``model.build_tiny=true``) and the training data. The run directory (``trainer.default_local_dir``)
+settings, the sampling temperatures, the actor's loss settings (a warning where they depart from
+eq. 8 or break the controller's K-sparse gradient), the model directory (a tiny random model is
+built only with ``model.build_tiny=true``) and the training data. The run directory (``trainer.default_local_dir``)
 is locked for the run, its metrics log is kept across resumes, and a local Ray started here never
 outlives the run (`soft_spatial.trainer.ray_session`).
 
@@ -45,12 +46,15 @@ def _files(value) -> list:
 def preflight(cfg) -> Path:
     """Check the configuration before Ray starts; returns the model directory (written back to
     the config without a trailing "/"). Every error names the setting."""
+    from soft_spatial.actor.loss import check_actor_config
     from soft_spatial.data.prepare import check_parquet
     from soft_spatial.models.loading import resolve_model_dir
     from soft_spatial.settings import SoftSettings
 
     rollout = cfg.actor_rollout_ref.rollout
     SoftSettings.from_custom(rollout.get("custom"))  # typed settings: each invalid field named
+    # warned here, where the user sees it (the worker checks verl's built actor config again)
+    check_actor_config(cfg.actor_rollout_ref.actor)
     for key, value in (("actor_rollout_ref.rollout.temperature", rollout.get("temperature")),
                        ("actor_rollout_ref.rollout.val_kwargs.temperature",
                         rollout.get("val_kwargs", {}).get("temperature"))):

@@ -208,8 +208,9 @@ def test_ablations_that_keep_alignment_train_the_controller(process_group, tiny_
     raw = torch.where(last["soft_mask"], g_tau, torch.zeros_like(g_tau))
     if ablation == "no_centering":  # the surrogate uses the raw τ-gradients of the soft steps
         torch.testing.assert_close(last["g_centered"], raw)
-    else:
+    else:  # centred over the soft steps of each rollout (center_per_rollout's own tests: alignment)
         assert not torch.allclose(last["g_centered"], raw)
+        torch.testing.assert_close(last["g_centered"], center_per_rollout(g_tau, last["seq"], last["soft_mask"]))
     # the ablated input does not move the controller's output: perturb it in the recorded features
     if ablation != "no_centering":
         x = last["ctrl_x"].clone()

@@ -95,7 +95,8 @@ VAGEN_REAL = [
      "same direction as shown in image 1, then I turn right and move forward, will I get closer to the pink plush "
      "toy and headboard? A. Yes B. No"},
     {"id": "among_group603_q1_1_2", "setting_tag": "among",
-     "images": ["other_all_image/among/detergent_091/left_172.jpg", "other_all_image/among/detergent_091/front_268.jpg"],
+     "images": ["other_all_image/among/detergent_091/left_172.jpg",
+                "other_all_image/among/detergent_091/front_268.jpg"],
      "gt_answer": "B",
      "question_str": "<image>\n" * 2 + _VAGEN_INSTRUCTION + "Based on these two views showing the same scene: in "
      "which direction did I move from the first view to the second view? A. Directly left B. Diagonally forward and "
@@ -186,7 +187,8 @@ def test_mindcube_vlmevalkit_tsv_round_trip(fx: FixtureSet, tmp_path: Path, imag
     rows = []
     for i, r in enumerate(_mindcube_rows(fx)):
         row = {"index": i, "category": r["id"].split("_")[0].replace("aroundnew", "around"),
-               "input_prompt": "<image>" * len(r["images"]) + "[Task]\n...\n" + MINDCUBE_QUESTION_HEADER + r["question"],
+               "input_prompt": ("<image>" * len(r["images"]) + "[Task]\n...\n" + MINDCUBE_QUESTION_HEADER
+                                + r["question"]),
                "answer": r["gt_answer"]}
         if images == "image_path":
             row["image_path"] = str(list(r["images"]))
@@ -378,6 +380,7 @@ def test_evaluation_reads_an_lmms_eval_snapshot(fx: FixtureSet, tiny_qwen3_vl_sm
                      f"output_dir={tmp_path / name}", "mode=hard", "samples=1", "max_new_tokens=6", "limit=3"]
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
             evaluate(build_config(compose(config_name="eval", overrides=overrides)), progress=False)
-        texts[name] = [(r["question_id"], r["text"], r["answer"]) for r in read_results(tmp_path / name / "samples.jsonl")]
+        texts[name] = [(r["question_id"], r["text"], r["answer"])
+                       for r in read_results(tmp_path / name / "samples.jsonl")]
     # same prompts and pixels, same seeds: the same generations
     assert len(texts["release"]) == 3 and texts["lmms"] == texts["release"]

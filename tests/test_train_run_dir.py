@@ -4,10 +4,12 @@ All fast: nothing here starts Ray or verl's trainer (the slow resume test in tes
 runs the real thing)."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -53,6 +55,22 @@ def test_preflight_names_the_bad_setting(override, message, tiny_qwen3_vl_small,
         preflight(cfg)
     assert preflight(train_cfg(tiny_qwen3_vl_small, parquet, tmp_path / "run")) == Path(
         str(tiny_qwen3_vl_small))
+
+
+@pytest.mark.parametrize("override, message", [
+    # the loss would then depend on every logit of a soft step: the controller's K-sparse d_t is not exact
+    ("actor_rollout_ref.actor.entropy_coeff=0.01", "entropy_coeff=0.01"),
+    ("actor_rollout_ref.actor.loss_agg_mode=token-sum", "loss_agg_mode='token-sum'"),
+])
+def test_preflight_warns_about_actor_settings_that_break_the_method(override, message, tiny_qwen3_vl_small,
+                                                                     parquet, tmp_path):
+    cfg = train_cfg(tiny_qwen3_vl_small, parquet, tmp_path / "run", override)
+    with pytest.warns(RuntimeWarning, match=f"soft_spatial actor config: {re.escape(message)}"):
+        preflight(cfg)
+    with warnings.catch_warnings(record=True) as seen:  # the paper's configuration: no warning
+        warnings.simplefilter("always")
+        preflight(train_cfg(tiny_qwen3_vl_small, parquet, tmp_path / "run"))
+    assert not [w for w in seen if "soft_spatial actor config" in str(w.message)]
 
 
 def test_a_trailing_slash_on_the_model_path_is_dropped(tiny_qwen3_vl_small, parquet, tmp_path):

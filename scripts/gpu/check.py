@@ -301,11 +301,7 @@ def greedy_limit(eng, prompts, steps: int, ctx: Ctx) -> list[str]:
 
 # -- b: softthink at real sizes --------------------------------------------------------------
 def stage_b(ctx: Ctx) -> list[str]:
-    import torch
-
     import bench_alignment as BA
-    from soft_spatial.softthink import (alignment_scores, gumbel_log_density,
-                                        record_input_embeddings, step_log_likelihood)
 
     dev = ctx.device
     if ctx.dry_run:
@@ -318,24 +314,42 @@ def stage_b(ctx: Ctx) -> list[str]:
              f"to N): V={v}, D={d}, K={BA.K}, 25% reference steps plus {BA.N_DENSE} dense ones.", ""]
     rows = []
     for n in sizes:
-        args = [x.to(dev) if isinstance(x, torch.Tensor) else x
-                for x in BA._inputs(v, d, n, device=dev)]
-        with PeakMemory(dev) as mem:
-            t_ours, _, alpha = timed(lambda: alignment_scores(*args), dev, repeats=3)
-        with PeakMemory(dev) as mem_n:
-            t_naive, _, ref = timed(lambda: BA._naive(*args, v, naive_steps, device=dev), dev,
-                                    repeats=1, warmup=0)
-        err = float((alpha[:naive_steps] - ref).norm() / ref.norm().clamp(min=1e-30))
-        t_naive_n = t_naive * n / naive_steps
-        rows.append([n, round(t_ours * 1e3, 2), round(mem.mib, 1), round(t_naive_n, 2),
-                     round(mem_n.mib, 1), round(t_naive_n / t_ours, 1),
-                     round(mem_n.mib / max(mem.mib, 1e-3), 1), f"{err:.1e}"])
-        del args, alpha, ref
-        free_memory()
+        rows.append(_alignment_row(dev, v, d, n, naive_steps))
+        free_memory()  # the row's tensors died with its frame
     lines += table(["N", "ours ms", "ours MiB", "naive s (scaled)", "naive MiB", "time ×",
                     "memory ×", "rel. err (first steps)"], rows)
+    lines += ["", *_softthink_op_table(ctx, v, d)]
+    free_memory()
+    return lines
 
-    # density, replay and the per-step likelihood from logits
+
+def _alignment_row(dev: str, v: int, d: int, n: int, naive_steps: int) -> list:
+    """One row of stage b's alignment table: ours against the naive form at N = ``n`` steps."""
+    import torch
+
+    import bench_alignment as BA
+    from soft_spatial.softthink import alignment_scores
+
+    args = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in BA._inputs(v, d, n, device=dev)]
+    with PeakMemory(dev) as mem:
+        t_ours, _, alpha = timed(lambda: alignment_scores(*args), dev, repeats=3)
+    with PeakMemory(dev) as mem_n:
+        t_naive, _, ref = timed(lambda: BA._naive(*args, v, naive_steps, device=dev), dev,
+                                repeats=1, warmup=0)
+    err = float((alpha[:naive_steps] - ref).norm() / ref.norm().clamp(min=1e-30))
+    t_naive_n = t_naive * n / naive_steps
+    return [n, round(t_ours * 1e3, 2), round(mem.mib, 1), round(t_naive_n, 2),
+            round(mem_n.mib, 1), round(t_naive_n / t_ours, 1),
+            round(mem_n.mib / max(mem.mib, 1e-3), 1), f"{err:.1e}"]
+
+
+def _softthink_op_table(ctx: Ctx, v: int, d: int) -> list[str]:
+    """Stage b's second table: density, replay and the per-step likelihood from logits."""
+    import torch
+
+    from soft_spatial.softthink import gumbel_log_density, record_input_embeddings, step_log_likelihood
+
+    dev = ctx.device
     g = torch.Generator(device=dev).manual_seed(0)
     k, big = 5, (4096 if ctx.dry_run else 1 << 20)
     z = torch.randn(big, k, device=dev, generator=g)
@@ -360,16 +374,13 @@ def stage_b(ctx: Ctx) -> list[str]:
         t_ll, _, _ = timed(lambda: step_log_likelihood(logits, lids, lsc, lsoft).sum().backward(),
                            dev, repeats=5)
     dtype = str(ctx.dtype).replace("torch.", "")
-    lines += ["", *table(["operation (forward + backward)", "size", "ms", "rows/s", "peak extra MiB"], [
+    return table(["operation (forward + backward)", "size", "ms", "rows/s", "peak extra MiB"], [
         ["Gumbel log-density (eq. 5)", f"{big}×{k}", round(t_dens * 1e3, 3),
          f"{big / t_dens:.3g}", "–"],
         [f"replay embeddings (E {dtype} {v}×{d})", f"{nrec}×{k}", round(t_rep * 1e3, 3),
          f"{nrec / t_rep:.3g}", round(mem_r.mib, 1)],
         [f"per-step likelihood from {dtype} logits", f"{nlog}×{v}", round(t_ll * 1e3, 3),
-         f"{nlog / t_ll:.3g}", round(mem_l.mib, 1)]])]
-    del emb, logits, z, logp
-    free_memory()
-    return lines
+         f"{nlog / t_ll:.3g}", round(mem_l.mib, 1)]])
 
 
 # -- c: one actor update through verl's FSDP2 engine -----------------------------------------

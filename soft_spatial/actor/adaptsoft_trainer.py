@@ -128,7 +128,7 @@ class AdaptSoftTrainer:
             g_c = torch.where(soft_mask, g_u, torch.zeros_like(g_u))
         controller_surrogate(g_c, tau_upd).backward()
         self.last = {"alpha": alpha.detach(), "g_tau": g, "g_centered": g_c, "ref_seq": ref_seq,
-                     "ctrl_x": sb.ctrl_x.detach(), "u": sb.u.detach(), "soft_mask": soft_mask,
+                     "seq": sb.seq, "ctrl_x": sb.ctrl_x.detach(), "u": sb.u.detach(), "soft_mask": soft_mask,
                      "kappa": torch.tensor(kappa)}
         n_opt = int(opt.sum())
         return {"adaptsoft/alpha_rms": alpha.detach().pow(2).mean().sqrt().item() if n_opt else 0.0,

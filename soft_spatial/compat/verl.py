@@ -196,7 +196,7 @@ def append_file_logger() -> None:
     class AppendingFileLogger(tracking.FileLogger):
         _soft_spatial_appends = True
 
-        def __init__(self, project_name: str, experiment_name: str):  # noqa: super() truncates
+        def __init__(self, project_name: str, experiment_name: str):  # not super().__init__: it truncates
             self.project_name, self.experiment_name = project_name, experiment_name
             self.filepath = os.getenv("VERL_FILE_LOGGER_PATH", None)
             if self.filepath is None:

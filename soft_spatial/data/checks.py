@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -113,16 +112,6 @@ def verified_image(path: Path, field: str, ctx: RecordContext) -> Path:
     except Exception as exc:  # PIL raises OSError, SyntaxError, ValueError, ... for bad files
         raise ctx.error(field, f"image {path} is not a readable image: {exc}") from exc
     return path
-
-
-def verified_image_bytes(data: bytes, field: str, ctx: RecordContext) -> Image.Image:
-    """The image embedded as ``data``, verified like `verified_image`."""
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            image.verify()
-        return Image.open(io.BytesIO(data))  # verify() leaves the image unusable: reopen
-    except Exception as exc:
-        raise ctx.error(field, f"embedded bytes are not a readable image: {exc}") from exc
 
 
 def check_records(records: Sequence[QuestionRecord], file: Path) -> list[QuestionRecord]:

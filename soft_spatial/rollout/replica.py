@@ -11,7 +11,6 @@ Both are registered by :mod:`soft_spatial.plugin` under ``rollout.name=local_sof
 """
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any, Dict, Optional
 
@@ -25,8 +24,6 @@ from soft_spatial.compat.verl import set_replica_server
 from soft_spatial.ray_env import forwarded_env
 
 from .server import LocalSoftServer
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["LocalSoftReplica", "LocalSoftServerAdapter", "server_name", "BACKEND"]
 

@@ -10,15 +10,12 @@ each with a verl ``TokenOutput`` whose ``extra_fields["soft_trace"]`` holds the 
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any, Dict, List, NamedTuple, Optional
 
 import torch
 
 from soft_spatial.settings import SoftSettings, request_seed, sampling_config
 from soft_spatial.softthink import SamplingConfig
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["LocalSoftServer", "TRACE_FIELD"]
 
@@ -117,10 +114,6 @@ class LocalSoftServer:
     def set_controller(self, state: Dict[str, Any]) -> None:
         """AdaptSoft weights from the trainer (``{"config", "state_dict"}`` or a state dict)."""
         self.engine.set_controller(state)
-
-    def controller_state(self) -> Optional[Dict[str, torch.Tensor]]:
-        c = self.engine.controller
-        return None if c is None else {k: v.clone() for k, v in c.state_dict().items()}
 
     # -- lifecycle hooks verl calls on every server (nothing to free on the CPU) -------------
     async def wake_up(self):

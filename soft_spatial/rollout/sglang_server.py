@@ -21,7 +21,6 @@ Imports verl's SGLang modules (hence sglang): load it through the lazy registrat
 from __future__ import annotations
 
 import contextlib
-import logging
 from typing import Any, Dict, Optional
 
 import ray
@@ -43,8 +42,6 @@ from soft_spatial.engines.sglang.settings import CONTROLLER_LOADER
 from soft_spatial.settings import SoftSettings, request_row_seed, sampling_config
 
 from .server import TRACE_FIELD
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["SGLangSoftHttpServer", "SGLangSoftReplica", "SGLangSoftServerAdapter", "BACKEND",
            "build_settings"]
@@ -143,6 +140,3 @@ class SGLangSoftServerAdapter(ServerAdapter):
         req = tensor_update_request([(CONTROLLER_NAME, to_ipc_device(encode_controller(state)))],
                                     copies=tp, load_format=CONTROLLER_LOADER, flush_cache=False)
         await engine.update_weights_from_tensor(req)
-
-
-

@@ -6,7 +6,7 @@ code receives these dataclasses, never loose dicts. Each ``__post_init__`` valid
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any, Mapping, Optional, Tuple, Type, TypeVar
 
 __all__ = [
@@ -17,7 +17,6 @@ __all__ = [
     "AlignmentConfig",
     "KLConfig",
     "from_mapping",
-    "to_dict",
     "MODES",
 ]
 
@@ -194,9 +193,3 @@ def from_mapping(cls: Type[T], data: Optional[Mapping[str, Any]], where: str = "
         loc = f" at {where}" if where else ""
         raise ValueError(f"{cls.__name__}{loc}: unknown keys {unknown}; known: {sorted(known)}")
     return cls(**data)
-
-
-def to_dict(cfg) -> dict:
-    """Plain dict of a config dataclass (for logging and checkpoints)."""
-    return asdict(cfg)
-

@@ -186,8 +186,9 @@ def assert_parity(got, want, ref, what=""):
     engine (the local float32 run drifts from its float64 run by ~1e-5 in tame rows and up to ~0.1
     on the scores after 16 soft steps in others; SGLang's own drift, measured, up to ~1.7e-3 in
     tame rows). ``ATOL`` covers the tame rows, the drift term the others. A wrong noise stream,
-    mixture or controller input changes candidate ids or moves records by far more. The case must be well-conditioned (``want`` takes
-    ``ref``'s path exactly), or the seeds are unsuitable for an exact comparison of paths.
+    mixture or controller input changes candidate ids or moves records by far more. The case must be
+    well-conditioned (``want`` takes ``ref``'s path exactly), or the seeds are unsuitable for an
+    exact comparison of paths.
     """
     assert len(got) == len(want) == len(ref), what
     for r, (g, w, x) in enumerate(zip(got, want, ref)):

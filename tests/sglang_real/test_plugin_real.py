@@ -148,7 +148,8 @@ def test_controller_weight_loader(installed):
 def test_real_sampler_parity_with_sample_step(installed, sgl):
     """Three requests, three steps through the registered backend's real ``forward``: records and
     tokens equal ``sample_step`` on the same logits, hidden states and per-request noise. Row 1
-    emits </think> at step 0, so from step 1 on it samples discretely."""
+    emits </think> at step 0, so from step 1 on it samples discretely. At step 2 the hidden states
+    were captured for the plugin only (forced by the TP hook): the sampler drops them after use."""
     from sglang.srt.layers.logits_processor import LogitsProcessorOutput
     from sglang.srt.layers.sampler import create_sampler
     ctrl = _random_controller()
@@ -170,7 +171,8 @@ def test_real_sampler_parity_with_sample_step(installed, sgl):
             logits[1, te] += 50.0  # row 1's spine emits </think> now
         hidden = torch.randn(3, HIDDEN, generator=g)
         out = LogitsProcessorOutput(next_token_logits=logits.clone(), hidden_states=hidden)
-        with batch_context(BatchContext(reqs=reqs, is_decode=t > 0)):
+        forced = t == 2  # the TP hook asked for the hidden states for the controller only
+        with batch_context(BatchContext(reqs=reqs, is_decode=t > 0, forced_capture=forced)):
             tokens = sampler(out, _sampling_info(3, v), True, [0, 0, 0], [None] * 3, None)
         u = torch.stack([torch.rand(k + 1, generator=gen) for gen in gens])
         masked = logits.index_fill(-1, banned, float("-inf"))
@@ -182,7 +184,8 @@ def test_real_sampler_parity_with_sample_step(installed, sgl):
         assert torch.equal(tokens, rec["topk_ids"][:, 0]), t
         assert out.next_token_logprobs is not None and out.next_token_logprobs.shape == (3,)
         assert torch.isfinite(out.next_token_logprobs).all()
-        assert out.hidden_states is hidden  # the model asked for them: not dropped
+        # kept where the model asked for them, dropped where only the plugin did
+        assert out.hidden_states is (None if forced else hidden)
         if t == 0:
             assert int(tokens[1]) == te
         for r, tok in zip(reqs, tokens.tolist()):

@@ -11,8 +11,8 @@ accommodations are the test overlay's (tests/sglang_stubs/README.md): SGLang's s
 CPU tensors in SGLang's CUDA-IPC weight serialiser.
 
 With the radix cache on (the default), the 2 samples of a prompt share its prefill (checked in the
-scheduler's batch log). The server starts from dummy weights (verl's hybrid mode), so the per-step likelihoods the trainer
-recomputes agree with SGLang's only if the weight sync works: with a broken sync the replay
+scheduler's batch log). The server starts from dummy weights (verl's hybrid mode), so the per-step
+likelihoods the trainer recomputes agree with SGLang's only if the weight sync works: with a broken sync the replay
 difference was measured at ~40 (nats) on the first step; and with a learning rate of 1e-3 the
 second step checks that the first step's update reached SGLang.
 """

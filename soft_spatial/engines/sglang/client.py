@@ -22,8 +22,8 @@ import torch
 from soft_spatial.softthink import SamplingConfig
 from soft_spatial.softthink.trace import TRACE_KEYS
 
-__all__ = ["PARAM_KEY", "collapse_image_pads", "PromptPrefill", "PREFILL_ONLY", "INFO_PREFIX", "INFO_KEYS", "info_key", "request_params",
-           "TraceAccumulator", "split_records", "encode_controller",
+__all__ = ["PARAM_KEY", "collapse_image_pads", "PromptPrefill", "PREFILL_ONLY", "INFO_PREFIX", "INFO_KEYS",
+           "info_key", "request_params", "TraceAccumulator", "split_records", "encode_controller",
            "decode_controller", "CONTROLLER_NAME"]
 
 PARAM_KEY = "soft_spatial"  # custom_params[PARAM_KEY] = request_params(...)

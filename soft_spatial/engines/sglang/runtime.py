@@ -36,7 +36,6 @@ from soft_spatial.engines.step import sample_step
 from soft_spatial.settings import request_row_seed
 from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig, record_weights,
                                     soft_embedding)
-from soft_spatial.softthink.trace import TRACE_KEYS
 
 from .client import INFO_KEYS, PARAM_KEY, info_key
 from .settings import SGLangSoftSettings
@@ -347,4 +346,3 @@ def last_hidden(hidden: Optional[Tensor], ctx: BatchContext, rows: int) -> Optio
 
 
 __all__.append("last_hidden")
-_ = TRACE_KEYS  # records follow SoftTrace's keys (plus loglik)
