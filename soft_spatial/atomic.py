@@ -17,7 +17,8 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
+from collections.abc import Iterator
 
 __all__ = ["atomic_path", "atomic_open", "atomic_dir", "write_text", "write_bytes", "fsync_dir"]
 

@@ -16,7 +16,7 @@ import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Dict, Hashable, List, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import torch
 
@@ -37,7 +37,7 @@ def random_controller(hidden, seed=0, width=32):
 class Timing:
     """Seconds of repeated measurements of one mode."""
 
-    seconds: List[float]
+    seconds: list[float]
 
     @property
     def min(self) -> float:
@@ -54,7 +54,7 @@ class Timing:
 
 
 def interleaved(measure: Callable[[Hashable, int], float], modes: Sequence[Hashable],
-                repeats: int) -> Dict[Hashable, Timing]:
+                repeats: int) -> dict[Hashable, Timing]:
     """``measure(mode, repeat)`` for every mode in every repeat, the mode order rotating each
     repeat (hard, soft, adapt / soft, adapt, hard / ...), so no mode always runs first or last."""
     out = {m: Timing([]) for m in modes}
@@ -84,7 +84,7 @@ def calls_for(fn: Callable[[], object], min_seconds: float, max_calls: int = 1_0
         calls = min(max_calls, max(2 * calls, math.ceil(1.2 * calls * min_seconds / max(total, 1e-9))))
 
 
-def ratio_lines(timings: Dict[str, Timing], base: str) -> List[str]:
+def ratio_lines(timings: dict[str, Timing], base: str) -> list[str]:
     """A table: per mode min, median (seconds), spread and the min and median ratios to ``base``."""
     b = timings[base]
     w, r = max(11, *(len(m) for m in timings)), max(10, len(base) + 4)

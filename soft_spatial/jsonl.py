@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from os import PathLike
 from pathlib import Path
-from typing import Any, List, Union
+from typing import Any
 
 __all__ = ["JSONLError", "read_jsonl"]
 
@@ -18,7 +18,7 @@ class JSONLError(ValueError):
         super().__init__(f"{path}: line {line}: invalid JSON: {error}")
 
 
-def read_jsonl(path: Union[str, PathLike], *, drop_torn_tail: bool = False) -> List[Any]:
+def read_jsonl(path: str | PathLike, *, drop_torn_tail: bool = False) -> list[Any]:
     """The records of ``path``, one per line (blank lines skipped; lines end at ``"\\n"`` only,
     so a record may hold any other line separator).
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import types
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -117,7 +117,7 @@ class PlatformCPU(PlatformBase):
     def set_device(self, device_index: int) -> None:
         return None
 
-    def synchronize(self, device_index: Optional[int] = None) -> None:
+    def synchronize(self, device_index: int | None = None) -> None:
         return None
 
     def manual_seed(self, seed: int) -> None:

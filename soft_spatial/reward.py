@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 from soft_spatial.data.extract import extract_ours, normalise_option_text, think_ends
 from soft_spatial.data.record import LETTERS

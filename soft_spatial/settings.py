@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any
 
 from soft_spatial.softthink import (AdaptSoftConfig, AlignmentConfig, DensityConfig, KLConfig,
                                     SamplingConfig, SoftThinkingConfig, from_mapping)
@@ -38,7 +38,7 @@ class SoftSettings:
     max_batch_rows: int = 64
 
     @classmethod
-    def from_custom(cls, custom: Optional[Dict[str, Any]]) -> "SoftSettings":
+    def from_custom(cls, custom: dict[str, Any] | None) -> "SoftSettings":
         custom = dict(custom or {})
         unknown = sorted(set(custom) - set(_GROUPS) - set(_SCALARS))
         if unknown:
@@ -67,7 +67,7 @@ def request_row_seed(base: int, request_id: str) -> int:
     return row_seed(request_seed(base, request_id), 0)
 
 
-def sampling_config(params: Dict[str, Any], response_length: int) -> SamplingConfig:
+def sampling_config(params: dict[str, Any], response_length: int) -> SamplingConfig:
     """verl sampling params → the discrete-step settings, for both soft rollout servers
     (local_soft and sglang_soft): temperature 0 means greedy, top_k ≤ 0 or -1 means off."""
     max_new = params.get("max_new_tokens", params.get("max_tokens", response_length))

@@ -26,7 +26,7 @@ depends on every rank's hidden states and τ leaf), which FSDP requires.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -54,7 +54,7 @@ class AdaptSoftTrainer:
         seed: seeds the reference-set generator (offset by the rank).
     """
 
-    def __init__(self, controller: AdaptSoft, config: Optional[AlignmentConfig] = None,
+    def __init__(self, controller: AdaptSoft, config: AlignmentConfig | None = None,
                  seed: int = 0, device=None):
         self.config = config or AlignmentConfig()
         # device 0 is cuda:0, not "no device": only None means the CPU
@@ -67,7 +67,7 @@ class AdaptSoftTrainer:
         self.seed = seed
         self.generator = torch.Generator().manual_seed(seed * 1_000_003 + _rank())
         self.steps = 0
-        self.last: Dict[str, Tensor] = {}  # detached diagnostics of the last micro-batch
+        self.last: dict[str, Tensor] = {}  # detached diagnostics of the last micro-batch
 
     @property
     def needs_loss_hook(self) -> bool:
@@ -85,7 +85,7 @@ class AdaptSoftTrainer:
         return tau_upd, tau_upd, None
 
     # -- 2. alignment ------------------------------------------------------------------------
-    def alignment_step(self, loss: Tensor, state: Dict[str, Any], group=None) -> Dict[str, float]:
+    def alignment_step(self, loss: Tensor, state: dict[str, Any], group=None) -> dict[str, float]:
         """One micro-batch of the controller update; accumulates into φ's ``.grad``."""
         cfg = self.config
         sb = state["batch"]
@@ -139,7 +139,7 @@ class AdaptSoftTrainer:
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
 
-    def step(self, group=None) -> Dict[str, float]:
+    def step(self, group=None) -> dict[str, float]:
         """Average φ's gradients over ranks, drop non-finite ones, clip, AdamW step."""
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
@@ -165,13 +165,13 @@ class AdaptSoftTrainer:
                 "adaptsoft/optimizer_steps": float(self.steps)}
 
     # -- checkpoint --------------------------------------------------------------------------
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         return {"controller_config": self.controller.config_dict(),
                 "controller": self.controller.state_dict(),  # projection P included (a buffer)
                 "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
                 "alignment": dict(vars(self.config)), "steps": self.steps, "seed": self.seed}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         # the seed only sets the initial weights and P, which the state dict restores
         mine = {k: v for k, v in self.controller.config_dict().items() if k != "seed"}
         theirs = {k: v for k, v in state["controller_config"].items() if k != "seed"}

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -54,7 +54,7 @@ AGG_MODES = {"seq-mean-token-mean": "eq. 8 (paper)", "token-mean": "authors' rel
 def soft_grpo_policy_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor,
                           advantages: torch.Tensor, response_mask: torch.Tensor,
                           loss_agg_mode: str = "token-mean", config=None,
-                          rollout_is_weights: Optional[torch.Tensor] = None):
+                          rollout_is_weights: torch.Tensor | None = None):
     """Clipped surrogate over per-step likelihoods (verl ``PolicyLossFn`` signature).
 
     All tensors ``[B, R]``; δ from ``config.clip_ratio`` (``clip_ratio_low``/``_high`` if set).
@@ -95,7 +95,7 @@ def step_kl(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, cand_logp: torch
     return torch.where(soft_mask.bool(), cand, token)
 
 
-def soft_ppo_loss(config, model_output, data, dp_group=None, kl: Optional[KLConfig] = None):
+def soft_ppo_loss(config, model_output, data, dp_group=None, kl: KLConfig | None = None):
     """verl's ``ppo_loss`` (policy loss from the registry, KL, entropy, aggregation) plus metrics
     on the soft steps of the micro-batch (their share and mean log-ratio to the old policy).
 

@@ -37,7 +37,7 @@ import os
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Dict, Optional
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -196,9 +196,9 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
     kl: KLConfig = KLConfig()
     adaptsoft = None  # an AdaptSoftTrainer while the controller is trained by this engine
 
-    def configure_soft(self, noise_scale: Optional[float] = None,
-                       density: Optional[DensityConfig] = None, adaptsoft=None,
-                       kl: Optional[KLConfig] = None) -> None:
+    def configure_soft(self, noise_scale: float | None = None,
+                       density: DensityConfig | None = None, adaptsoft=None,
+                       kl: KLConfig | None = None) -> None:
         """Set the rollout noise scale c, the density variant, the KL reading (``candidates``
         adds ``cand_logp`` to the outputs) and (actor only) the controller's trainer. Call on
         every rank, before the first forward."""
@@ -225,7 +225,7 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
     # -- forward -----------------------------------------------------------------------------
     def forward_step(self, micro_batch, loss_function, forward_only):
         self._soft_stack = ExitStack()
-        self._soft_state: Optional[Dict[str, Any]] = None
+        self._soft_state: dict[str, Any] | None = None
         trainer = self.adaptsoft
         if (loss_function is not None and not forward_only and trainer is not None
                 and trainer.needs_loss_hook):
@@ -266,7 +266,7 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
             tau, tau_upd, tau_leaf = trainer.replay_tau(sb.ctrl_x, sb.u, sb.soft_mask, sb.tau)
         module = self.module
         embed = module.get_input_embeddings()
-        state: Dict[str, Any] = {"batch": sb, "tau_upd": tau_upd, "tau_leaf": tau_leaf}
+        state: dict[str, Any] = {"batch": sb, "tau_upd": tau_upd, "tau_leaf": tau_leaf}
         stack = getattr(self, "_soft_stack", None)
         if stack is None:  # prepare_model_inputs called outside forward_step (e.g. a unit test)
             stack = self._soft_stack = ExitStack()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from typing import Callable, Optional
+from collections.abc import Callable
 
 __all__ = ["SUPPORTED_SGLANG", "check_version", "preprocess_logits", "attach_logprobs",
            "sync_token_ids_across_tp", "protect_soft_kv", "request_pool_size",
@@ -68,7 +68,7 @@ def protect_soft_kv(req) -> None:
     req.skip_radix_cache_insert = True
 
 
-def request_pool_size(worker) -> Optional[int]:
+def request_pool_size(worker) -> int | None:
     """Slots of the worker's request pool (sglang 0.5.12: ``TpModelWorker.model_runner.
     req_to_token_pool.size``, ``mem_cache/memory_pool.py`` L142; ``Req.req_pool_idx`` < this):
     the size of the static decode-input buffers. None for stand-ins without a model runner."""
@@ -134,7 +134,7 @@ def collect_records(tokenizer_manager, accumulator) -> None:
 
 
 # -- weight updates over HTTP ----------------------------------------------------------------
-def tensor_update_request(named_tensors, copies: int, load_format: Optional[str],
+def tensor_update_request(named_tensors, copies: int, load_format: str | None,
                           flush_cache: bool):
     """An ``UpdateWeightsFromTensorReqInput`` carrying ``named_tensors`` serialized once per TP
     worker (``copies``), as verl's SGLang ``ServerAdapter.update_weights`` builds it (sglang

@@ -61,7 +61,8 @@ from __future__ import annotations
 import contextlib
 import inspect
 import warnings
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
+from collections.abc import Callable, Iterator, Sequence
 
 __all__ = ["VERL_VERSION", "check_verl_version", "register_engine", "as_language_model",
            "check_internals", "cpu_pool_manager", "append_file_logger", "OUTPUT_ARGS_KEYS",

@@ -18,7 +18,8 @@ import base64
 import binascii
 import io
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from PIL import Image, UnidentifiedImageError
 

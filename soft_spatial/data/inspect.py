@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 from PIL import Image
 

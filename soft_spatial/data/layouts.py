@@ -41,7 +41,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 from . import mindcube, omnispatial, spatialab
 from .checks import RecordContext, answer_from_letter, check_records, missing_cell, option_list, require, text_field

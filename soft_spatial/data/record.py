@@ -5,14 +5,14 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from PIL import Image
 
 #: Option letters in order; option i is shown as LETTERS[i].
 LETTERS = string.ascii_uppercase
 
-ImageRef = Union[Path, Image.Image]
+ImageRef = Path | Image.Image
 """An image as a loader hands it out: a file path, or a decoded image for embedded bytes."""
 
 

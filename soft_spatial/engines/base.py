@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any
+from collections.abc import Callable, Iterator, Sequence
 
 from soft_spatial.softthink import SamplingConfig, SoftTrace
 
@@ -12,7 +13,7 @@ from soft_spatial.softthink import SamplingConfig, SoftTrace
 # "image": PIL.Image | path} items), a list of token ids (text only), or
 # {"prompt_ids": [...], "images": [...]} (ids rendered by a chat template with the image
 # placeholders already expanded, as verl's agent loop sends them).
-Prompt = Union[Sequence[Dict[str, Any]], Sequence[int], Dict[str, Any]]
+Prompt = Sequence[dict[str, Any]] | Sequence[int] | dict[str, Any]
 
 
 class PromptTooLongError(ValueError):
@@ -24,7 +25,7 @@ class PromptTooLongError(ValueError):
         super().__init__(f"prompt {index} is too long: {length} tokens > {limit} allowed{detail}")
 
 
-def prompt_limit(max_prompt_length: Optional[int], context_length: Optional[int],
+def prompt_limit(max_prompt_length: int | None, context_length: int | None,
                  sampling: SamplingConfig) -> int:
     """Longest prompt (tokens) a request with ``sampling`` may have: ``max_prompt_length``, else
     the context length less ``max_new_tokens`` (no limit without either)."""
@@ -33,8 +34,8 @@ def prompt_limit(max_prompt_length: Optional[int], context_length: Optional[int]
     return context_length - sampling.max_new_tokens if context_length else 10 ** 9
 
 
-def check_prompt_ids(i: int, ids: Sequence[int], limit: Optional[int],
-                     context_length: Optional[int], max_prompt_length: Optional[int]) -> None:
+def check_prompt_ids(i: int, ids: Sequence[int], limit: int | None,
+                     context_length: int | None, max_prompt_length: int | None) -> None:
     """Prompt ``i`` is not empty and has at most ``limit`` ids (PromptTooLongError)."""
     if not ids:
         raise ValueError(f"prompt {i} is empty")
@@ -43,7 +44,7 @@ def check_prompt_ids(i: int, ids: Sequence[int], limit: Optional[int],
                                  f"max_prompt_length {max_prompt_length})")
 
 
-def prompt_seeds(n_prompts: int, seed: int, seeds: Optional[Sequence[int]]) -> List[int]:
+def prompt_seeds(n_prompts: int, seed: int, seeds: Sequence[int] | None) -> list[int]:
     """Each prompt's seed: ``seeds``, else ``seed + i`` (row (i, j) then uses
     ``settings.row_seed(seeds[i], j)``)."""
     seeds = list(seeds) if seeds is not None else [seed + i for i in range(n_prompts)]
@@ -85,14 +86,14 @@ class Completion:
 
     prompt_index: int
     sample_index: int
-    prompt_ids: List[int]
-    token_ids: List[int]
+    prompt_ids: list[int]
+    token_ids: list[int]
     text: str
     trace: SoftTrace
     finish_reason: str
-    think_end: Optional[int] = None
-    logprobs: List[float] = field(default_factory=list)
-    debug: Dict[str, Any] = field(default_factory=dict)
+    think_end: int | None = None
+    logprobs: list[float] = field(default_factory=list)
+    debug: dict[str, Any] = field(default_factory=dict)
 
     @property
     def think_closed(self) -> bool:

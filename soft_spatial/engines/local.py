@@ -23,7 +23,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -48,8 +48,8 @@ __all__ = ["LocalEngine"]
 class _Prepared:
     """One rendered prompt: token ids and its processor tensors (images), unbatched."""
 
-    ids: List[int]
-    mm: Dict[str, Tensor]
+    ids: list[int]
+    mm: dict[str, Tensor]
 
 
 class _Timer:
@@ -85,9 +85,9 @@ class LocalEngine:
             length minus ``max_new_tokens``).
     """
 
-    def __init__(self, model, tokenizer, processor=None, controller: Optional[AdaptSoft] = None,
-                 eos_ids: Optional[Sequence[int]] = None, max_batch_rows: int = 64,
-                 max_prompt_length: Optional[int] = None, name: str = "model"):
+    def __init__(self, model, tokenizer, processor=None, controller: AdaptSoft | None = None,
+                 eos_ids: Sequence[int] | None = None, max_batch_rows: int = 64,
+                 max_prompt_length: int | None = None, name: str = "model"):
         self.model, self.tokenizer, self.processor = model, tokenizer, processor
         self.name = name
         self.device = next(model.parameters()).device
@@ -107,14 +107,14 @@ class LocalEngine:
         self.banned_ids = torch.tensor(  # never sampled: see models.tokens.unusable_token_ids
             unusable_token_ids(model.config, tokenizer, self.lm_head.weight.shape[0]),
             dtype=torch.long, device=self.device)
-        self.controller: Optional[AdaptSoft] = None
+        self.controller: AdaptSoft | None = None
         if controller is not None:
             self.set_controller(controller)
         self.timings = _Timer(False)
 
     # -- construction and weights -------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, path: Union[str, Path], device="cpu", dtype=torch.float32,
+    def from_pretrained(cls, path: str | Path, device="cpu", dtype=torch.float32,
                         controller=None, **kwargs) -> "LocalEngine":
         """Load a local model directory (no downloads); ``controller`` as in :meth:`set_controller`."""
         model, processor, tokenizer = load_model(path, device=device, dtype=dtype)
@@ -124,7 +124,7 @@ class LocalEngine:
         return engine
 
     @torch.no_grad()
-    def update_weights(self, state_dict: Dict[str, Tensor]) -> None:
+    def update_weights(self, state_dict: dict[str, Tensor]) -> None:
         """Copy (a subset of) policy weights in, e.g. after an actor update. Unknown names raise."""
         own = self.model.state_dict()
         unknown = sorted(k for k in state_dict if k not in own)
@@ -137,7 +137,7 @@ class LocalEngine:
                                  f"{tuple(own[k].shape)}")
             own[k].copy_(v.to(own[k].device, own[k].dtype))
 
-    def set_controller(self, controller: Union[AdaptSoft, dict, str, Path, None]) -> None:
+    def set_controller(self, controller: AdaptSoft | dict | str | Path | None) -> None:
         """Install AdaptSoft: a module, its state dict, a checkpoint path (:meth:`AdaptSoft.save`),
         or None to remove it. A state dict (or ``{"config", "state_dict"}``) is loaded into the
         current controller, or into a new one when none is installed or its config differs."""
@@ -155,7 +155,7 @@ class LocalEngine:
                              f"{self.name} has {self.hidden_size}")
         self.controller = controller.to(self.device).float().eval()
 
-    def enable_timing(self, enabled: bool = True) -> Dict[str, float]:
+    def enable_timing(self, enabled: bool = True) -> dict[str, float]:
         """Accumulate wall time per decoding phase (prefill, sample, mixture, forward) in the
         returned dict (used by scripts/bench_decode.py); resets the totals."""
         self.timings = _Timer(enabled, self.device)
@@ -212,14 +212,14 @@ class LocalEngine:
                                  self.image_token_id, self.name)
         return _Prepared(ids, mm)
 
-    def _batch(self, prepared: List[_Prepared]):
+    def _batch(self, prepared: list[_Prepared]):
         n = max(len(p.ids) for p in prepared)
         ids = torch.full((len(prepared), n), self.pad_id, dtype=torch.long)
         mask = torch.zeros(len(prepared), n, dtype=torch.long)
         for r, p in enumerate(prepared):
             ids[r, n - len(p.ids):] = torch.tensor(p.ids)
             mask[r, n - len(p.ids):] = 1
-        mm: Dict[str, Tensor] = {}
+        mm: dict[str, Tensor] = {}
         if any(p.mm for p in prepared):
             for key in ("pixel_values", "image_grid_thw"):
                 parts = [p.mm[key] for p in prepared if key in p.mm]
@@ -244,10 +244,10 @@ class LocalEngine:
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Prompt],
-                 soft_thinking: Optional[SoftThinkingConfig] = None,
-                 sampling: Optional[SamplingConfig] = None, n: int = 1, seed: int = 0,
-                 seeds: Optional[Sequence[int]] = None, debug: bool = False,
-                 progress: bool = False) -> List[Completion]:
+                 soft_thinking: SoftThinkingConfig | None = None,
+                 sampling: SamplingConfig | None = None, n: int = 1, seed: int = 0,
+                 seeds: Sequence[int] | None = None, debug: bool = False,
+                 progress: bool = False) -> list[Completion]:
         """Sample ``n`` responses per prompt. Returns completions ordered prompt-major
         (prompt i's samples at ``i*n .. i*n+n-1``).
 
@@ -270,7 +270,7 @@ class LocalEngine:
         per_chunk = max(1, self.max_batch_rows // n)
         chunks = [list(range(s, min(s + per_chunk, len(prompts))))
                   for s in range(0, len(prompts), per_chunk)]
-        outs: List[Completion] = []
+        outs: list[Completion] = []
         with progress_bar(progress, len(prompts) * n, "generate") as advance:
             for chunk in chunks:
                 outs += self._generate_chunk(chunk, [prepared[i] for i in chunk],
@@ -302,9 +302,9 @@ class LocalEngine:
         recorder = TraceRecorder()
         lengths = [0] * rows
         finish = [FINISH_LENGTH] * rows
-        think_pos: List[Optional[int]] = [None] * rows
+        think_pos: list[int | None] = [None] * rows
         dbg = defaultdict(list)
-        loglik: List[Tensor] = []
+        loglik: list[Tensor] = []
         for step in range(sampling.max_new_tokens):
             b = active.numel()
             with tm("sample"):

@@ -8,7 +8,6 @@ what the engine recorded while decoding (tests/test_engine_local.py).
 """
 from __future__ import annotations
 
-from typing import Dict
 
 import torch
 
@@ -25,7 +24,7 @@ __all__ = ["replay_completion"]
 @torch.no_grad()
 def replay_completion(engine, prompt: Prompt, completion: Completion, temperature: float = 1.0,
                       noise_scale: float = 1.0, density: DensityConfig = DensityConfig()
-                      ) -> Dict[str, torch.Tensor]:
+                      ) -> dict[str, torch.Tensor]:
     """Recompute every step of ``completion`` with one forward of ``engine``'s model.
 
     Returns ``logits`` [L, V], ``hidden`` [L, D], ``cand_logp`` [L, K] (of the recorded ids),

@@ -9,7 +9,6 @@ model's dtype.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
 
 import torch
 from torch import Tensor
@@ -23,8 +22,8 @@ __all__ = ["sample_step", "discrete_sample"]
 
 def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor,
                 soft_thinking: SoftThinkingConfig, sampling: SamplingConfig,
-                controller: Optional[AdaptSoft], feature_dim: int,
-                debug: bool = False) -> Dict[str, Tensor]:
+                controller: AdaptSoft | None, feature_dim: int,
+                debug: bool = False) -> dict[str, Tensor]:
     """Records ``[b, ...]`` of one step for ``b`` live rows.
 
     Args:

@@ -18,7 +18,7 @@ import hashlib
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 from soft_spatial.atomic import write_text
 from soft_spatial.data.benchmarks import source_files
@@ -70,7 +70,7 @@ def weights_fingerprint(model_dir: str | Path) -> str:
     return h.hexdigest()
 
 
-def run_key(cfg) -> Dict[str, Any]:
+def run_key(cfg) -> dict[str, Any]:
     """The identity of the evaluation ``cfg`` (an `EvalConfig`), as a JSON-able dict."""
     model = Path(cfg.model_path).resolve()
     controller = Path(cfg.controller).resolve() if cfg.controller else None
@@ -93,16 +93,16 @@ def run_key(cfg) -> Dict[str, Any]:
     }
 
 
-def _flatten(value: Any, prefix: str = "") -> Dict[str, Any]:
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(value, dict):
-        out: Dict[str, Any] = {}
+        out: dict[str, Any] = {}
         for k, v in value.items():
             out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
         return out
     return {prefix: value}
 
 
-def differences(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
+def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """``"key: old -> new"`` for every leaf that differs (dotted keys)."""
     a, b = _flatten(old), _flatten(new)
     show = lambda d, k: d[k] if k in d else "(absent)"  # noqa: E731
@@ -110,7 +110,7 @@ def differences(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
             if k not in a or k not in b or a[k] != b[k]]
 
 
-def check_run_key(out_dir: str | Path, key: Dict[str, Any], results: str) -> None:
+def check_run_key(out_dir: str | Path, key: dict[str, Any], results: str) -> None:
     """Record ``key`` in a new output directory, accept an equal one, refuse anything else.
 
     Refused: a directory whose ``run_key.json`` differs (the message lists each difference), and

@@ -22,7 +22,8 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any
+from collections.abc import Sequence
 
 from soft_spatial.atomic import write_text
 from soft_spatial.data import build_messages, extract_answer, load_benchmark
@@ -46,28 +47,28 @@ RESULTS = "samples.jsonl"
 class EvalConfig:
     """Typed evaluation settings (built from configs/eval.yaml)."""
 
-    benchmarks: List[str]
-    data: Dict[str, str]
+    benchmarks: list[str]
+    data: dict[str, str]
     model_path: str
     soft_thinking: SoftThinkingConfig
     output_dir: str
     model_name: str = "model"
-    controller: Optional[str] = None
+    controller: str | None = None
     engine: str = "local"
     samples: int = 8
     temperature: float = 0.6
     max_new_tokens: int = 3072
     protocol: str = "ours"
-    limit: Optional[int] = None
-    split: Optional[str] = None
+    limit: int | None = None
+    split: str | None = None
     seed: int = 0
     device: str = "cpu"
     dtype: str = "float32"
     batch_rows: int = 64
-    sglang: Dict[str, Any] = field(default_factory=dict)  # ServerArgs keywords (engine=sglang)
-    published: Dict[str, list] = field(default_factory=dict)
+    sglang: dict[str, Any] = field(default_factory=dict)  # ServerArgs keywords (engine=sglang)
+    published: dict[str, list] = field(default_factory=dict)
     top_k: int = 5  # discrete steps sample from the top-k (0 = full vocabulary)
-    task_types: Optional[List[str]] = None  # a task-type subset (None = every question)
+    task_types: list[str] | None = None  # a task-type subset (None = every question)
     analysis_steps: bool = True  # write steps.jsonl
 
     def __post_init__(self):
@@ -98,7 +99,7 @@ class EvalConfig:
             raise FileNotFoundError(f"controller checkpoint {self.controller} does not exist")
 
 
-def read_results(path: Path) -> List[dict]:
+def read_results(path: Path) -> list[dict]:
     """Rows of a results JSONL; a torn last line (crash mid-write) is dropped."""
     return read_jsonl(path, drop_torn_tail=True) if Path(path).exists() else []
 
@@ -136,7 +137,7 @@ def _tau_stats(trace) -> dict:
             "tau_min": float(tau.min()), "tau_max": float(tau.max())}
 
 
-def select_records(cfg: EvalConfig) -> Dict[str, Tuple[List[QuestionRecord], List[int]]]:
+def select_records(cfg: EvalConfig) -> dict[str, tuple[list[QuestionRecord], list[int]]]:
     """Per benchmark, its records (loaded and checked: images verified, ids unique, at least one
     record) and the indices of the questions this run asks for (``task_types``, then ``limit``)."""
     selected = {}
@@ -147,7 +148,7 @@ def select_records(cfg: EvalConfig) -> Dict[str, Tuple[List[QuestionRecord], Lis
     return selected
 
 
-def evaluate(cfg: EvalConfig, engine=None, progress: bool = True) -> Dict[str, dict]:
+def evaluate(cfg: EvalConfig, engine=None, progress: bool = True) -> dict[str, dict]:
     """Run (or resume) the evaluation; returns the summary per benchmark. An engine made here
     (none is made when everything is done) is closed here, on errors too."""
     out = Path(cfg.output_dir)
@@ -159,7 +160,7 @@ def evaluate(cfg: EvalConfig, engine=None, progress: bool = True) -> Dict[str, d
         _drop_torn_tail(results_path.with_name(STEPS))
         done = {(r["benchmark"], r["question_key"], r["sample"])
                 for r in read_results(results_path)}
-        skipped: Dict[str, List[str]] = {}
+        skipped: dict[str, list[str]] = {}
         owned = None
         try:
             for bench, (records, indices) in selected.items():
@@ -179,7 +180,7 @@ def evaluate(cfg: EvalConfig, engine=None, progress: bool = True) -> Dict[str, d
                              skipped)
 
 
-def _generate(engine, prompts: list, idx: List[int], records, skipped: List[str], **kw):
+def _generate(engine, prompts: list, idx: list[int], records, skipped: list[str], **kw):
     """``engine.generate`` on the prompts of questions ``idx``; a prompt the engine finds too
     long is dropped (its question key added to ``skipped``) and the rest retried."""
     while idx:
@@ -192,14 +193,14 @@ def _generate(engine, prompts: list, idx: List[int], records, skipped: List[str]
     return idx, []
 
 
-def _run_benchmark(cfg: EvalConfig, bench: str, records, todo: List[int], engine, done: set,
-                   results_path: Path, progress: bool, total: int) -> List[str]:
+def _run_benchmark(cfg: EvalConfig, bench: str, records, todo: list[int], engine, done: set,
+                   results_path: Path, progress: bool, total: int) -> list[str]:
     """Generate the missing samples of ``todo`` questions, appending rows after every batch;
     returns the keys of questions skipped as too long."""
     sampling = SamplingConfig(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
                               top_k=cfg.top_k)
     per_batch = max(1, cfg.batch_rows // cfg.samples)
-    skipped: List[str] = []
+    skipped: list[str] = []
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -245,7 +246,7 @@ def _run_benchmark(cfg: EvalConfig, bench: str, records, todo: List[int], engine
 
 
 def selected_rows(rows: Sequence[dict], bench: str, records: Sequence[QuestionRecord],
-                  samples: int) -> List[dict]:
+                  samples: int) -> list[dict]:
     """The rows of ``bench`` this run asked for: its questions, samples ``0..samples-1``, one row
     per (question, sample) (the first, should a file hold two)."""
     wanted = {rec.key for rec in records}
@@ -260,8 +261,8 @@ def selected_rows(rows: Sequence[dict], bench: str, records: Sequence[QuestionRe
 
 
 def write_reports(cfg: EvalConfig, rows: Sequence[dict],
-                  selected: Dict[str, List[QuestionRecord]],
-                  skipped: Optional[Dict[str, List[str]]] = None) -> Dict[str, dict]:
+                  selected: dict[str, list[QuestionRecord]],
+                  skipped: dict[str, list[str]] | None = None) -> dict[str, dict]:
     """summary.json and <benchmark>.md from the rows this run asked for (atomic writes)."""
     out = Path(cfg.output_dir)
     grouped = group_rows(rows)

@@ -12,7 +12,7 @@ Both are registered by :mod:`soft_spatial.plugin` under ``rollout.name=local_sof
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Optional
+from typing import Any
 
 import ray
 import torch
@@ -95,14 +95,14 @@ class LocalSoftServerAdapter(BaseRollout):
         if wire_format != "named_tensors":
             raise NotImplementedError(f"local_soft rollout only accepts named tensors, got "
                                       f"{wire_format!r}")
-        state: Dict[str, torch.Tensor] = {}
+        state: dict[str, torch.Tensor] = {}
         for name, tensor in weights:  # every rank drains the (collective) generator
             if self.is_leader:
                 state[name] = tensor.detach().to("cpu", copy=True)
         if self.is_leader and state:
             await self._handle().update_weights.remote(state)
 
-    async def update_controller(self, state: Optional[Dict[str, Any]]):
+    async def update_controller(self, state: dict[str, Any] | None):
         """Send AdaptSoft's weights (``{"config", "state_dict"}``) to the server."""
         if self.is_leader and state is not None:
             await self._handle().set_controller.remote(state)

@@ -10,7 +10,7 @@ each with a verl ``TokenOutput`` whose ``extra_fields["soft_trace"]`` holds the 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import torch
 
@@ -26,9 +26,9 @@ class PendingRequest(NamedTuple):
     """One ``generate`` call waiting for the next batch."""
 
     request_id: str
-    prompt_ids: List[int]
-    sampling_params: Dict[str, Any]
-    images: List[Any]
+    prompt_ids: list[int]
+    sampling_params: dict[str, Any]
+    images: list[Any]
     result: asyncio.Future  # resolved with the request's TokenOutput (or its batch's exception)
 
 
@@ -36,7 +36,7 @@ class LocalSoftServer:
     """Ray actor body (wrap with ``ray.remote``) hosting one LocalEngine."""
 
     def __init__(self, model_path: str, response_length: int, prompt_length: int,
-                 custom: Optional[Dict[str, Any]] = None, dtype: str = "float32",
+                 custom: dict[str, Any] | None = None, dtype: str = "float32",
                  device: str = "cpu"):
         from soft_spatial.engines.local import LocalEngine
         self.settings = SoftSettings.from_custom(custom)
@@ -49,8 +49,8 @@ class LocalSoftServer:
             from soft_spatial.softthink import AdaptSoft
             self.engine.set_controller(AdaptSoft.from_config(self.settings.adaptsoft,
                                                              self.engine.hidden_size))
-        self._pending: List[PendingRequest] = []
-        self._flush_task: Optional[asyncio.Task] = None
+        self._pending: list[PendingRequest] = []
+        self._flush_task: asyncio.Task | None = None
         self._lock = asyncio.Lock()
         self.weight_version = 0
 
@@ -71,7 +71,7 @@ class LocalSoftServer:
         async with self._lock:
             while self._pending:
                 batch, self._pending = self._pending, []
-                groups: Dict[tuple, List[PendingRequest]] = {}
+                groups: dict[tuple, list[PendingRequest]] = {}
                 for req in batch:  # requests decode together when their sampling params match
                     key = tuple(sorted((k, str(v)) for k, v in req.sampling_params.items()))
                     groups.setdefault(key, []).append(req)
@@ -85,10 +85,10 @@ class LocalSoftServer:
                             if not req.result.done():
                                 req.result.set_exception(exc)
 
-    def _sampling(self, params: Dict[str, Any]) -> SamplingConfig:
+    def _sampling(self, params: dict[str, Any]) -> SamplingConfig:
         return sampling_config(params, self.response_length)
 
-    def _run(self, reqs: List[PendingRequest]):
+    def _run(self, reqs: list[PendingRequest]):
         from verl.workers.rollout.replica import TokenOutput
         sampling = self._sampling(reqs[0].sampling_params)  # the same for every request here
         prompts = [{"prompt_ids": r.prompt_ids, "images": r.images} for r in reqs]
@@ -106,12 +106,12 @@ class LocalSoftServer:
         return results
 
     # -- weights ------------------------------------------------------------------------------
-    def update_weights(self, state_dict: Dict[str, torch.Tensor]) -> int:
+    def update_weights(self, state_dict: dict[str, torch.Tensor]) -> int:
         self.engine.update_weights(state_dict)
         self.weight_version += 1
         return self.weight_version
 
-    def set_controller(self, state: Dict[str, Any]) -> None:
+    def set_controller(self, state: dict[str, Any]) -> None:
         """AdaptSoft weights from the trainer (``{"config", "state_dict"}`` or a state dict)."""
         self.engine.set_controller(state)
 

@@ -21,7 +21,7 @@ Imports verl's SGLang modules (hence sglang): load it through the lazy registrat
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Dict, Optional
+from typing import Any
 
 import ray
 
@@ -49,7 +49,7 @@ __all__ = ["SGLangSoftHttpServer", "SGLangSoftReplica", "SGLangSoftServerAdapter
 BACKEND = "sglang_soft"
 
 
-def build_settings(custom: Optional[Dict[str, Any]], hf_config, tokenizer) -> SGLangSoftSettings:
+def build_settings(custom: dict[str, Any] | None, hf_config, tokenizer) -> SGLangSoftSettings:
     """Soft settings for the scheduler processes from ``rollout.custom`` and the model."""
     from soft_spatial.models.tokens import single_token_id, unusable_token_ids
     s = SoftSettings.from_custom(custom)
@@ -130,7 +130,7 @@ class SGLangSoftReplica(SGLangReplica):
 class SGLangSoftServerAdapter(ServerAdapter):
     """Weight sync as verl's SGLang adapter, plus the AdaptSoft controller."""
 
-    async def update_controller(self, state: Optional[Dict[str, Any]]):
+    async def update_controller(self, state: dict[str, Any] | None):
         if state is None:
             return
         engine = await server_adapter_engine(self)

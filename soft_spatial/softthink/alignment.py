@@ -17,7 +17,6 @@ gathering, RMS scaling with an EMA (§2.10), per-rollout centring and the surrog
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -59,10 +58,10 @@ class SparseGrad:
         return out.scatter_add_(1, self.ids.long(), self.values)
 
 
-GradLike = Union[Tensor, SparseGrad, Tuple[Tensor, Tensor]]
+GradLike = Tensor | SparseGrad | tuple[Tensor, Tensor]
 
 
-def _as_parts(d, v, what: str) -> List[Tuple[Union[Tensor, SparseGrad], Tensor]]:
+def _as_parts(d, v, what: str) -> list[tuple[Tensor | SparseGrad, Tensor]]:
     """Normalise (d, v) into a list of (SparseGrad | dense [N, V], v [N, D]) parts."""
     if isinstance(d, list):
         if not isinstance(v, list) or len(v) != len(d):
@@ -81,7 +80,7 @@ def _as_parts(d, v, what: str) -> List[Tuple[Union[Tensor, SparseGrad], Tensor]]
     return [(d, v)]
 
 
-def _hits(block_ids: Tensor, ids: Tensor) -> Tuple[Tensor, Tensor]:
+def _hits(block_ids: Tensor, ids: Tensor) -> tuple[Tensor, Tensor]:
     """For flat ``ids``, which entries fall in the sorted ``block_ids``, and at which position."""
     pos = torch.searchsorted(block_ids, ids).clamp(max=block_ids.numel() - 1)
     hit = block_ids[pos] == ids
@@ -157,7 +156,7 @@ def alignment_scores(d_opt, v_opt, d_ref, v_ref, *, vocab_block: int = 8192,
     return torch.cat([(w * v.to(dtype)).sum(-1) for w, (_, v) in zip(w_parts, opt)])
 
 
-def alignment_loss(alpha: Tensor, scale: Union[float, Tensor]) -> Tensor:
+def alignment_loss(alpha: Tensor, scale: float | Tensor) -> Tensor:
     """κ/|O| · L_AS with L_AS = −Σ_{t∈O} α_t (§2.10); 0 when O is empty."""
     if alpha.numel() == 0:
         return alpha.sum()
@@ -165,7 +164,7 @@ def alignment_loss(alpha: Tensor, scale: Union[float, Tensor]) -> Tensor:
 
 
 def select_reference(num_sequences: int, fraction: float = 0.25,
-                     generator: Optional[torch.Generator] = None) -> Tensor:
+                     generator: torch.Generator | None = None) -> Tensor:
     """Random reference set R: ``max(1, round(fraction·N))`` of N sequences (bool mask ``[N]``)."""
     if num_sequences <= 0:
         raise ValueError(f"num_sequences must be positive, got {num_sequences}")
@@ -217,11 +216,11 @@ class AlignmentScaler:
         if target <= 0 or max_scale <= 0 or eps <= 0:
             raise ValueError("target, max_scale and eps must be positive")
         self.beta, self.target, self.max_scale, self.eps = beta, target, max_scale, eps
-        self.m: Optional[float] = None
+        self.m: float | None = None
         self.updates = 0
 
     @staticmethod
-    def rms(alpha: Tensor, group=None) -> Optional[float]:
+    def rms(alpha: Tensor, group=None) -> float | None:
         """RMS of α on this rank, averaged over ranks with a non-empty O; None if all are empty."""
         a = alpha.detach().double()
         local = torch.stack([a.pow(2).mean().sqrt() if a.numel() else a.new_zeros(()),

@@ -7,7 +7,8 @@ code receives these dataclasses, never loose dicts. Each ``__post_init__`` valid
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Mapping, Optional, Tuple, Type, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Mapping
 
 __all__ = [
     "SoftThinkingConfig",
@@ -29,7 +30,7 @@ def _check(cond: bool, cls: str, name: str, msg: str) -> None:
         raise ValueError(f"{cls}.{name}: {msg}")
 
 
-def _pair(value) -> Optional[Tuple[float, float]]:
+def _pair(value) -> tuple[float, float] | None:
     if value is None:
         return None
     lo, hi = (float(v) for v in value)
@@ -50,7 +51,7 @@ class SoftThinkingConfig:
     top_k: int = 5
     noise_scale: float = 1.0
     fixed_tau: float = 0.5
-    noise_clamp: Optional[Tuple[float, float]] = None
+    noise_clamp: tuple[float, float] | None = None
     think_end: str = "</think>"
 
     def __post_init__(self):
@@ -121,8 +122,8 @@ class DensityConfig:
     implementation compatibility switches: reduce='mean', clamp=(-1.5, 3), min_logp=-3."""
 
     reduce: str = "sum"
-    clamp: Optional[Tuple[float, float]] = None
-    min_logp: Optional[float] = None
+    clamp: tuple[float, float] | None = None
+    min_logp: float | None = None
 
     def __post_init__(self):
         n = type(self).__name__
@@ -181,7 +182,7 @@ class AlignmentConfig:
         _check(self.weight_decay >= 0, n, "weight_decay", f"must be >= 0, got {self.weight_decay}")
 
 
-def from_mapping(cls: Type[T], data: Optional[Mapping[str, Any]], where: str = "") -> T:
+def from_mapping(cls: type[T], data: Mapping[str, Any] | None, where: str = "") -> T:
     """Build dataclass ``cls`` from a mapping (e.g. an OmegaConf node), rejecting unknown keys.
 
     ``where`` names the config location in error messages (e.g. ``"soft_thinking"``).

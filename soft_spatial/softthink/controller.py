@@ -11,7 +11,6 @@ initialisation. The features are always recorded in full (``[d_p + 1]``); the ab
 """
 from __future__ import annotations
 
-from typing import Optional
 
 import torch
 from torch import Tensor, nn
@@ -150,8 +149,8 @@ class AdaptSoft(nn.Module):
                 "state_dict": {k: v.detach().cpu().clone() for k, v in self.state_dict().items()}}
 
     @classmethod
-    def from_state(cls, state: dict, into: Optional["AdaptSoft"] = None,
-                   default_config: Optional[dict] = None) -> "AdaptSoft":
+    def from_state(cls, state: dict, into: "AdaptSoft" | None = None,
+                   default_config: dict | None = None) -> "AdaptSoft":
         """The controller of ``state`` (``{"config", "state_dict"}`` or a bare state dict).
 
         The weights are loaded into ``into`` (in place) when it is given and ``state`` has no
@@ -168,7 +167,7 @@ class AdaptSoft(nn.Module):
         into.load_state_dict(sd)
         return into
 
-    def save(self, path, extra: Optional[dict] = None) -> None:
+    def save(self, path, extra: dict | None = None) -> None:
         """Write ``{"config", "state_dict", **extra}`` to ``path`` with torch.save (atomically:
         a temporary file renamed into place)."""
         from soft_spatial.atomic import atomic_open

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -88,8 +87,8 @@ class _TokenLogProb(torch.autograd.Function):
         return grad, None, None, None, None
 
 
-def token_log_prob(logits: Tensor, tokens: Tensor, temperature: Union[float, Tensor] = 1.0,
-                   banned: Optional[Tensor] = None, chunk_elements: int = 1 << 25) -> Tensor:
+def token_log_prob(logits: Tensor, tokens: Tensor, temperature: float | Tensor = 1.0,
+                   banned: Tensor | None = None, chunk_elements: int = 1 << 25) -> Tensor:
     """log softmax(ℓ/T)[token] of each row (a discrete step's likelihood, §2.8).
 
     Args:
@@ -111,8 +110,8 @@ def token_log_prob(logits: Tensor, tokens: Tensor, temperature: Union[float, Ten
 
 
 def gumbel_log_density(z: Tensor, logp: Tensor, noise_scale: float = 1.0, reduce: str = "sum",
-                       clamp: Optional[Tuple[float, float]] = None,
-                       min_logp: Optional[float] = None) -> Tensor:
+                       clamp: tuple[float, float] | None = None,
+                       min_logp: float | None = None) -> Tensor:
     """Log-density of recorded scores z under candidate log-probs log p̃^θ (eq. 5).
 
     Args:
@@ -171,14 +170,14 @@ class StepLikelihood:
     cand_logits: Tensor  # [Ns, K]
     disc_rows: Tensor  # [Nd] int64
     disc_logits: Tensor  # [Nd, V]
-    cand_logp: Optional[Tensor] = None  # [Ns, K] log p̃^θ of the soft steps' candidates at T
+    cand_logp: Tensor | None = None  # [Ns, K] log p̃^θ of the soft steps' candidates at T
 
 
 def step_likelihood(logits: Tensor, topk_ids: Tensor, scores: Tensor, soft_mask: Tensor,
-                    temperature: Union[float, Tensor] = 1.0, noise_scale: float = 1.0,
-                    reduce: str = "sum", clamp: Optional[Tuple[float, float]] = None,
-                    min_logp: Optional[float] = None, rows: Optional[Tensor] = None,
-                    banned: Optional[Tensor] = None) -> StepLikelihood:
+                    temperature: float | Tensor = 1.0, noise_scale: float = 1.0,
+                    reduce: str = "sum", clamp: tuple[float, float] | None = None,
+                    min_logp: float | None = None, rows: Tensor | None = None,
+                    banned: Tensor | None = None) -> StepLikelihood:
     """Per-step likelihood used by GRPO (§2.8): log P_θ(z) at soft steps, log p_θ(token) at T at
     discrete steps (token = ``topk_ids[:, 0]``), for N steps.
 
@@ -218,8 +217,8 @@ def step_likelihood(logits: Tensor, topk_ids: Tensor, scores: Tensor, soft_mask:
 
 def step_log_likelihood(logits: Tensor, topk_ids: Tensor, scores: Tensor, soft_mask: Tensor,
                         temperature: float = 1.0, noise_scale: float = 1.0, reduce: str = "sum",
-                        clamp: Optional[Tuple[float, float]] = None,
-                        min_logp: Optional[float] = None) -> Tensor:
+                        clamp: tuple[float, float] | None = None,
+                        min_logp: float | None = None) -> Tensor:
     """:func:`step_likelihood`'s values for logits ``[..., V]`` and records ``[..., K]`` /
     ``[...]`` of the same leading shape; returns ``[...]``."""
     if temperature <= 0:

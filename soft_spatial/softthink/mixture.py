@@ -8,7 +8,6 @@ compute the same numbers.
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -34,7 +33,7 @@ def upcast(x: Tensor) -> Tensor:
     return x if x.dtype == torch.float64 else x.float()
 
 
-def candidates(logits: Tensor, k: int, temperature: float = 1.0) -> Tuple[Tensor, Tensor]:
+def candidates(logits: Tensor, k: int, temperature: float = 1.0) -> tuple[Tensor, Tensor]:
     """Top-K candidates and their renormalised log-probabilities (§2.1).
 
     C = the K ids of largest softmax(ℓ/T); log p̃_k = ℓ_k/T − logsumexp_{j∈C} ℓ_j/T.
@@ -62,7 +61,7 @@ def renormalise(scaled: Tensor) -> Tensor:
     return torch.log_softmax(upcast(scaled), dim=-1)
 
 
-def gumbel_from_uniform(u: Tensor, clamp: Optional[Tuple[float, float]] = None) -> Tensor:
+def gumbel_from_uniform(u: Tensor, clamp: tuple[float, float] | None = None) -> Tensor:
     """Standard Gumbel samples γ = −log(−log U) from uniforms U ∈ [0, 1) (kept inside (0, 1)).
 
     Lets an engine draw one block of uniforms per row and step from the row's own generator, so a
@@ -91,7 +90,7 @@ def perturb(logp: Tensor, noise_scale: float, noise: Tensor) -> Tensor:
     return logp + noise_scale * noise.to(logp.dtype)
 
 
-def _tau_tensor(tau: Union[float, Tensor], z: Tensor) -> Tensor:
+def _tau_tensor(tau: float | Tensor, z: Tensor) -> Tensor:
     if isinstance(tau, Tensor):
         t = tau.to(device=z.device, dtype=z.dtype)
         if t.dim() == z.dim():  # already [..., 1]
@@ -102,7 +101,7 @@ def _tau_tensor(tau: Union[float, Tensor], z: Tensor) -> Tensor:
     return torch.tensor(float(tau), dtype=z.dtype, device=z.device)
 
 
-def mixture_weights(z: Tensor, tau: Union[float, Tensor]) -> Tensor:
+def mixture_weights(z: Tensor, tau: float | Tensor) -> Tensor:
     """Mixture weights w = softmax(z/τ) over the last dim, in fp32 (§2.3).
 
     ``tau`` is a float or a tensor broadcastable to z's leading shape (``[...]`` or ``[..., 1]``).
@@ -112,7 +111,7 @@ def mixture_weights(z: Tensor, tau: Union[float, Tensor]) -> Tensor:
     return torch.softmax(z / _tau_tensor(tau, z), dim=-1)
 
 
-def soft_embedding(embedding: Union[nn.Embedding, Tensor], ids: Tensor, weights: Tensor) -> Tensor:
+def soft_embedding(embedding: nn.Embedding | Tensor, ids: Tensor, weights: Tensor) -> Tensor:
     """Soft input s = Σ_k w_k E[C_k] (§2.3).
 
     Args:
@@ -143,7 +142,7 @@ def normalized_entropy(logp: Tensor) -> Tensor:
     return h.clamp(0.0, 1.0)
 
 
-def sort_by_score(z: Tensor, *tensors: Tensor) -> Tuple[Tensor, ...]:
+def sort_by_score(z: Tensor, *tensors: Tensor) -> tuple[Tensor, ...]:
     """Reorder the K slots by descending z (record order, docs/design.md §3: slot 0 = spine).
 
     Returns ``(z_sorted, *tensors_sorted)``; every tensor is ``[..., K]``.
@@ -153,7 +152,7 @@ def sort_by_score(z: Tensor, *tensors: Tensor) -> Tuple[Tensor, ...]:
 
 
 def soft_step(logits: Tensor, k: int, temperature: float, noise_scale: float,
-              noise: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+              noise: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """One soft sampling step: candidates → perturbation by ``noise`` (``[..., K]`` standard
     Gumbel samples) → slots sorted by z.
 
@@ -178,7 +177,7 @@ def record_weights(scores: Tensor, tau: Tensor, soft_mask: Tensor) -> Tensor:
     return torch.where(soft_mask.unsqueeze(-1), w, one_hot)
 
 
-def record_input_embeddings(embedding: Union[nn.Embedding, Tensor], topk_ids: Tensor,
+def record_input_embeddings(embedding: nn.Embedding | Tensor, topk_ids: Tensor,
                             scores: Tensor, tau: Tensor, soft_mask: Tensor) -> Tensor:
     """The next-step inputs a sequence of records stands for (§2.3, §3).
 

@@ -11,7 +11,7 @@ matches ``mask``: padded ``[B, L]`` or verl's packed ``[1, nnz]``.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from collections.abc import Iterator
 
 from torch import Tensor, nn
 

@@ -18,7 +18,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from soft_spatial.train import CONFIG_DIR
 
@@ -148,7 +148,7 @@ def _histogram_png(est, path: Path) -> Path:
     return save(fig, path)
 
 
-def main(argv: Optional[Sequence[str]] = None):
+def main(argv: Sequence[str] | None = None):
     args = _parser().parse_args(argv)
     if args.command == "entropy":
         return entropy_main(args)

@@ -10,7 +10,7 @@ carry their τ per soft step after the text.
 """
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -31,7 +31,7 @@ def tau_note(trace: SoftTrace) -> str:
     return f"[{len(taus)} soft steps; tau per soft step: {' '.join(f'{t:.3f}' for t in taus)}]"
 
 
-def annotate_in_order(outputs: Sequence[str], generated: Sequence[Tuple[str, str]]) -> List[str]:
+def annotate_in_order(outputs: Sequence[str], generated: Sequence[tuple[str, str]]) -> list[str]:
     """``outputs`` (the texts verl logs, in generation order) with the note of their generated row.
 
     ``generated`` holds (text, note) for every generated row, in order, including the padding rows
@@ -83,7 +83,7 @@ class SoftRayPPOTrainer(RayPPOTrainer):
         return super()._compute_ref_log_prob(batch)
 
     def _validate(self, *args, **kwargs):
-        self._val_notes: List[Tuple[str, str]] = []
+        self._val_notes: list[tuple[str, str]] = []
 
         def keep(out):
             raw = out.non_tensor_batch.get(TRACE_FIELD)

@@ -24,7 +24,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
 
 __all__ = ["runs_root", "run_ray_dir", "session_pids", "kill_session", "reap_orphans",
            "start_watchdog"]
@@ -37,7 +36,7 @@ def runs_root() -> Path:
     return Path("/tmp") / f"ssray-{os.getuid()}"
 
 
-def _start_time(pid: int) -> Optional[str]:
+def _start_time(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (with the pid: a unique identity)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -46,7 +45,7 @@ def _start_time(pid: int) -> Optional[str]:
     return stat.rsplit(")", 1)[1].split()[19]  # field 22; the name in parentheses may hold spaces
 
 
-def run_ray_dir(pid: Optional[int] = None) -> Path:
+def run_ray_dir(pid: int | None = None) -> Path:
     """The Ray temporary directory of the driver ``pid`` (default: this process), created."""
     pid = os.getpid() if pid is None else pid
     path = runs_root() / f"{pid}-{_start_time(pid)}"
@@ -59,7 +58,7 @@ def _driver_alive(path: Path) -> bool:
     return pid.isdigit() and _start_time(int(pid)) == start
 
 
-def session_pids(path: Path) -> List[int]:
+def session_pids(path: Path) -> list[int]:
     """Pids of this user's processes whose command line mentions ``path`` (not this process)."""
     needle = str(path).encode()
     pids = []
@@ -76,10 +75,10 @@ def session_pids(path: Path) -> List[int]:
     return pids
 
 
-def kill_session(path: Path, timeout: float = 30.0) -> List[int]:
+def kill_session(path: Path, timeout: float = 30.0) -> list[int]:
     """SIGKILL every process of the run directory ``path`` until none is left (a dying raylet may
     still start a worker), then remove the directory. Returns the pids killed."""
-    killed: List[int] = []
+    killed: list[int] = []
     deadline = time.monotonic() + timeout
     while True:
         pids = session_pids(path)
@@ -96,11 +95,11 @@ def kill_session(path: Path, timeout: float = 30.0) -> List[int]:
     return sorted(set(killed))
 
 
-def reap_orphans(root: Optional[Path] = None) -> List[int]:
+def reap_orphans(root: Path | None = None) -> list[int]:
     """Kill the processes of every run directory under ``root`` whose driver is gone; returns
     the pids killed."""
     root = runs_root() if root is None else root
-    killed: List[int] = []
+    killed: list[int] = []
     if not root.is_dir():
         return killed
     for path in sorted(root.iterdir()):
@@ -118,7 +117,7 @@ def start_watchdog(path: Path) -> subprocess.Popen:
     return proc
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m soft_spatial.trainer.ray_session",
                                      description=__doc__.splitlines()[0])
     group = parser.add_mutually_exclusive_group(required=True)

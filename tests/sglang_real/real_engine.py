@@ -23,7 +23,6 @@ import os
 import random
 import shutil
 from pathlib import Path
-from typing import Dict, List
 
 import psutil
 import torch
@@ -99,7 +98,7 @@ def running_engine(model, soft, tmp_path, controller=None, **server_args):
         assert_gone(engine.started)
 
 
-def assert_gone(procs: List[psutil.Process]) -> None:
+def assert_gone(procs: list[psutil.Process]) -> None:
     """Every process in ``procs`` has exited (zombies are reaped first)."""
     for p in procs:
         with contextlib.suppress(ChildProcessError, OSError):
@@ -109,13 +108,13 @@ def assert_gone(procs: List[psutil.Process]) -> None:
     assert not alive, f"SGLang left processes behind: {[(p.pid, p.name()) for p in alive]}"
 
 
-def stub_calls(engine) -> List[str]:
+def stub_calls(engine) -> list[str]:
     """The sgl_kernel placeholders any process of the engine called."""
     f = engine.tmp_path / "stub_calls.txt"
     return f.read_text().split() if f.exists() else []
 
 
-def batch_log(engine_or_file) -> List[dict]:
+def batch_log(engine_or_file) -> list[dict]:
     """The scheduler's batches (of a :func:`running_engine`, or from a log file)."""
     f = getattr(engine_or_file, "tmp_path", None)
     f = f / "batches.jsonl" if f is not None else Path(engine_or_file)
@@ -131,7 +130,7 @@ class WireLog:
     collection) and keeps, per request id, the list of (new output ids, record slices)."""
 
     def __init__(self, engine):
-        self.slices: Dict[str, List[tuple]] = {}
+        self.slices: dict[str, list[tuple]] = {}
         tm = engine.backend.tokenizer_manager
         handle = tm._handle_batch_output
 

@@ -15,7 +15,7 @@ import asyncio
 import dataclasses
 from collections import defaultdict
 from types import SimpleNamespace
-from typing import Callable, List, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from sglang.srt.managers.io_struct import BatchTokenIDOutput
@@ -91,7 +91,7 @@ class ReplayTokenizerManager:
                 state.event.set()
 
     async def _replay(self):
-        reqs: List[Req] = [self.reqs[r] for r in self.order]
+        reqs: list[Req] = [self.reqs[r] for r in self.order]
         rt = self.runtime()
         active = list(range(len(reqs)))
         sent = [0] * len(reqs)

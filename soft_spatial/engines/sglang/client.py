@@ -15,7 +15,8 @@ import asyncio
 import contextlib
 import io
 import threading
-from typing import Any, Awaitable, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import Any
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 import torch
 
@@ -36,7 +37,7 @@ def info_key(key: str) -> str:
     return INFO_PREFIX + key
 
 
-def collapse_image_pads(ids: Sequence[int], image_token_id: Optional[int]) -> List[int]:
+def collapse_image_pads(ids: Sequence[int], image_token_id: int | None) -> list[int]:
     """Prompt ids with each run of image placeholders reduced to one placeholder.
 
     The local engine (and verl's agent loop) render prompts with the placeholders already
@@ -49,7 +50,7 @@ def collapse_image_pads(ids: Sequence[int], image_token_id: Optional[int]) -> Li
     """
     if image_token_id is None:
         return list(ids)
-    out: List[int] = []
+    out: list[int] = []
     for t in ids:
         if t == image_token_id and out and out[-1] == image_token_id:
             continue
@@ -72,7 +73,7 @@ class PromptPrefill:
     """
 
     def __init__(self):
-        self._entries: Dict[Hashable, list] = {}
+        self._entries: dict[Hashable, list] = {}
 
     @contextlib.asynccontextmanager
     async def prefilled(self, key: Hashable, prefill: Callable[[], Awaitable[Any]]):
@@ -92,7 +93,7 @@ class PromptPrefill:
         return len(self._entries)
 
 
-def request_params(seed: int, sampling: SamplingConfig) -> Dict[str, Any]:
+def request_params(seed: int, sampling: SamplingConfig) -> dict[str, Any]:
     """The per-request soft parameters (JSON-able) the scheduler-side runtime reads."""
     return {"seed": int(seed), "temperature": sampling.temperature, "top_k": sampling.top_k,
             "top_p": sampling.top_p, "greedy": sampling.greedy}
@@ -102,10 +103,10 @@ class TraceAccumulator:
     """Per-request concatenation of the streamed ``customized_info`` slices (thread-safe)."""
 
     def __init__(self):
-        self._acc: Dict[str, Dict[str, list]] = {}
+        self._acc: dict[str, dict[str, list]] = {}
         self._lock = threading.Lock()
 
-    def feed(self, rids: Sequence[str], customized_info: Optional[Dict[str, List[Any]]]) -> None:
+    def feed(self, rids: Sequence[str], customized_info: dict[str, list[Any]] | None) -> None:
         """One batch output: ``customized_info[key][i]`` is the list of new per-step values of
         request ``rids[i]`` (SGLang's ``BatchTokenIDOutput``/``BatchStrOutput`` layout)."""
         if not customized_info:
@@ -125,7 +126,7 @@ class TraceAccumulator:
             acc = self._acc.get(rid)
             return len(next(iter(acc.values()))) if acc else 0
 
-    def pop(self, rid: str) -> Optional[Dict[str, list]]:
+    def pop(self, rid: str) -> dict[str, list] | None:
         with self._lock:
             return self._acc.pop(rid, None)
 
@@ -133,8 +134,8 @@ class TraceAccumulator:
         return len(self._acc)
 
 
-def split_records(acc: Optional[Dict[str, list]], n_tokens: int
-                  ) -> Tuple[Dict[str, list], List[float]]:
+def split_records(acc: dict[str, list] | None, n_tokens: int
+                  ) -> tuple[dict[str, list], list[float]]:
     """Accumulated info → (``SoftTrace.to_lists()``-format dict, per-step log-likelihoods).
     The number of records must equal the number of emitted tokens."""
     if acc is None:
@@ -152,7 +153,7 @@ def split_records(acc: Optional[Dict[str, list]], n_tokens: int
     return trace, [float(x) for x in acc[info_key("loglik")]]
 
 
-def encode_controller(state: Dict[str, Any]) -> torch.Tensor:
+def encode_controller(state: dict[str, Any]) -> torch.Tensor:
     """AdaptSoft ``{"config", "state_dict"}`` → one uint8 tensor (travels like a weight)."""
     buf = io.BytesIO()
     torch.save({"config": state.get("config"),
@@ -160,6 +161,6 @@ def encode_controller(state: Dict[str, Any]) -> torch.Tensor:
     return torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
 
 
-def decode_controller(blob: torch.Tensor) -> Dict[str, Any]:
+def decode_controller(blob: torch.Tensor) -> dict[str, Any]:
     data = bytes(blob.detach().to("cpu", torch.uint8).numpy().tobytes())
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)

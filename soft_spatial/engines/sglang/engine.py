@@ -16,7 +16,8 @@ from __future__ import annotations
 import contextlib
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any
+from collections.abc import Sequence
 
 from soft_spatial.engines.base import (FINISH_LENGTH, FINISH_STOP, Completion, Prompt,
                                        check_prompt_ids, progress_bar, prompt_limit, prompt_seeds)
@@ -52,11 +53,11 @@ class SGLangEngine:
             the local engine, so evaluation skips and counts it.
     """
 
-    def __init__(self, model_path: Union[str, Path], soft_thinking: SoftThinkingConfig,
-                 adaptsoft: Optional[AdaptSoftConfig] = None,
-                 controller: Optional[Union[str, Path]] = None, seed: int = 0,
-                 server_args: Optional[Dict[str, Any]] = None, backend=None,
-                 max_batch_rows: int = 1024, max_prompt_length: Optional[int] = None):
+    def __init__(self, model_path: str | Path, soft_thinking: SoftThinkingConfig,
+                 adaptsoft: AdaptSoftConfig | None = None,
+                 controller: str | Path | None = None, seed: int = 0,
+                 server_args: dict[str, Any] | None = None, backend=None,
+                 max_batch_rows: int = 1024, max_prompt_length: int | None = None):
         from soft_spatial.models.loading import load_processing
         from soft_spatial.models.tokens import (single_token_id, stop_token_ids,
                                                 unusable_token_ids)
@@ -104,7 +105,7 @@ class SGLangEngine:
         """Longest prompt (tokens) a request with ``sampling`` may have."""
         return prompt_limit(self.max_prompt_length, self.context_length, sampling)
 
-    def prepare(self, i: int, prompt: Prompt, limit: Optional[int] = None):
+    def prepare(self, i: int, prompt: Prompt, limit: int | None = None):
         """``(ids, images)`` of prompt ``i``: chats rendered like the local engine (placeholders
         expanded); ids (+ images) pass through. More than ``limit`` ids: PromptTooLongError."""
         if isinstance(prompt, dict):
@@ -126,8 +127,8 @@ class SGLangEngine:
                              f"{len(images)} images")
         return ids, images
 
-    def request(self, ids: List[int], images: list, sampling: SamplingConfig, seed: int,
-                rid: str) -> Dict[str, Any]:
+    def request(self, ids: list[int], images: list, sampling: SamplingConfig, seed: int,
+                rid: str) -> dict[str, Any]:
         """Keyword arguments of SGLang's ``Engine.generate`` / ``async_generate`` for one row
         (prompt ids from :meth:`prepare`, the row's noise seed, a unique request id)."""
         return {"input_ids": collapse_image_pads(ids, self.image_token_id),
@@ -142,10 +143,10 @@ class SGLangEngine:
 
     # -- generation ---------------------------------------------------------------------------
     def generate(self, prompts: Sequence[Prompt],
-                 soft_thinking: Optional[SoftThinkingConfig] = None,
-                 sampling: Optional[SamplingConfig] = None, n: int = 1, seed: int = 0,
-                 seeds: Optional[Sequence[int]] = None, progress: bool = False
-                 ) -> List[Completion]:
+                 soft_thinking: SoftThinkingConfig | None = None,
+                 sampling: SamplingConfig | None = None, n: int = 1, seed: int = 0,
+                 seeds: Sequence[int] | None = None, progress: bool = False
+                 ) -> list[Completion]:
         """``n`` responses per prompt, prompt-major (prompt i's samples at ``i*n .. i*n+n-1``);
         row (i, j) draws its noise from ``row_seed(seeds[i], j)``, as in the local engine."""
         self._check_soft_thinking(soft_thinking)
@@ -157,7 +158,7 @@ class SGLangEngine:
         prepared = [self.prepare(i, p, limit) for i, p in enumerate(prompts)]
         rows = [(i, j) for i in range(len(prompts)) for j in range(n)]
         tag = uuid.uuid4().hex[:12]
-        outs: List[Completion] = []
+        outs: list[Completion] = []
         with progress_bar(progress, len(rows), "generate (sglang)") as advance:
             for s in range(0, len(rows), self.max_batch_rows):
                 chunk = rows[s:s + self.max_batch_rows]
@@ -179,7 +180,7 @@ class SGLangEngine:
                 advance(len(chunk))
         return outs
 
-    def _generate(self, reqs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    def _generate(self, reqs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """SGLang's batch ``generate`` over requests made by :meth:`request`."""
         batch = {key: [r[key] for r in reqs] for key in reqs[0]}
         if not any(batch["image_data"]):  # ([] marks a text-only row among image rows: a
@@ -187,8 +188,8 @@ class SGLangEngine:
         results = self.backend.generate(**batch)
         return [results] if isinstance(results, dict) else results
 
-    async def generate_one(self, prompt: Prompt, sampling: Optional[SamplingConfig] = None,
-                           seed: int = 0, sample_index: int = 0, rid: Optional[str] = None
+    async def generate_one(self, prompt: Prompt, sampling: SamplingConfig | None = None,
+                           seed: int = 0, sample_index: int = 0, rid: str | None = None
                            ) -> Completion:
         """One row through SGLang's ``async_generate`` (run it on ``self.backend.loop``): the
         same result as row ``(0, sample_index)`` of ``generate([prompt], seeds=[seed])``.
@@ -213,7 +214,7 @@ class SGLangEngine:
         finally:
             self._traces.pop(rid)
 
-    def completion(self, i: int, j: int, prompt_ids: List[int], rid: str, res: Dict[str, Any]
+    def completion(self, i: int, j: int, prompt_ids: list[int], rid: str, res: dict[str, Any]
                    ) -> Completion:
         """SGLang's result for request ``rid`` (prompt i, sample j) with its accumulated
         records, as the local engine's :class:`~soft_spatial.engines.base.Completion`."""
@@ -236,19 +237,19 @@ class SGLangEngine:
                           trace=trace, finish_reason=FINISH_STOP if reason == "stop"
                           else FINISH_LENGTH, think_end=think_end, logprobs=loglik)
 
-    def _check_soft_thinking(self, soft_thinking: Optional[SoftThinkingConfig]) -> None:
+    def _check_soft_thinking(self, soft_thinking: SoftThinkingConfig | None) -> None:
         if soft_thinking is not None and soft_thinking != self.soft_thinking:
             raise ValueError(f"the SGLang engine was started with {self.soft_thinking}; "
                              f"soft settings are server-wide, got {soft_thinking}")
 
     # -- weights ------------------------------------------------------------------------------
-    def update_weights(self, state_dict: Dict[str, Any]) -> None:
+    def update_weights(self, state_dict: dict[str, Any]) -> None:
         """Copy (a subset of) policy weights in, by their Hugging Face names (what verl's weight
         sync sends), through SGLang's ``update_weights_from_tensor``; the prefix cache is
         flushed (its KV was computed with the old weights)."""
         self._update([(k, v.detach()) for k, v in state_dict.items()], None, True)
 
-    def set_controller(self, state: Dict[str, Any]) -> None:
+    def set_controller(self, state: dict[str, Any]) -> None:
         """Install AdaptSoft weights ``{"config", "state_dict"}`` in every scheduler process,
         through the plugin's custom weight loader (as training does); requests scheduled from
         now on use them."""

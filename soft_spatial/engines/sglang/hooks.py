@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import Optional
 
 try:
     from sglang.srt.layers.sampler import Sampler, register_sampler_backend
@@ -87,8 +86,8 @@ sgl_compat.check_version()  # the hook targets below are version-specific
 TP_TARGET = "sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation"
 EMBED_TARGET = "sglang.srt.models.qwen3_vl.Qwen3LLMModel.forward"
 
-_runtime: Optional[SoftRuntime] = None
-_embed_params: Optional[list] = None
+_runtime: SoftRuntime | None = None
+_embed_params: list | None = None
 
 
 def runtime() -> SoftRuntime:
@@ -98,7 +97,7 @@ def runtime() -> SoftRuntime:
     return _runtime
 
 
-def set_runtime(rt: Optional[SoftRuntime]) -> None:
+def set_runtime(rt: SoftRuntime | None) -> None:
     """Install a runtime explicitly (tests; normally built from the environment)."""
     global _runtime
     _runtime = rt
@@ -194,7 +193,7 @@ def load_weights(model, named_tensors):
 _installed = False
 
 
-def install(settings: Optional[SGLangSoftSettings] = None) -> SoftRuntime:
+def install(settings: SGLangSoftSettings | None = None) -> SoftRuntime:
     """Register the sampler backend and the hooks in this process (idempotent)."""
     global _installed, _embed_params
     if settings is not None:

@@ -27,7 +27,8 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import astuple, dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -58,9 +59,9 @@ class BatchContext:
 
     reqs: Sequence[Any]  # SGLang Req objects, in batch-row order
     is_decode: bool
-    extend_seq_lens: Optional[Sequence[int]] = None  # per row, extend batches only
+    extend_seq_lens: Sequence[int] | None = None  # per row, extend batches only
     forced_capture: bool = False  # hidden states were captured for us only
-    pool_size: Optional[int] = None  # slots of SGLang's request pool (size of the input buffers)
+    pool_size: int | None = None  # slots of SGLang's request pool (size of the input buffers)
 
 
 _local = threading.local()
@@ -76,7 +77,7 @@ def batch_context(ctx: BatchContext):
         _local.ctx = prev
 
 
-def current_batch() -> Optional[BatchContext]:
+def current_batch() -> BatchContext | None:
     return getattr(_local, "ctx", None)
 
 
@@ -104,7 +105,7 @@ class RequestState:
             self.draw(n)
 
 
-def _sampling_from_req(req, params: Optional[Dict[str, Any]]) -> SamplingConfig:
+def _sampling_from_req(req, params: dict[str, Any] | None) -> SamplingConfig:
     if params is not None:
         return SamplingConfig(temperature=float(params["temperature"]), max_new_tokens=1,
                               top_k=int(params["top_k"]), top_p=float(params["top_p"]),
@@ -155,22 +156,22 @@ class SoftRuntime:
 
     def __init__(self, settings: SGLangSoftSettings):
         self.settings = settings
-        self.controller: Optional[AdaptSoft] = None
+        self.controller: AdaptSoft | None = None
         if settings.soft_thinking.mode == "adaptsoft":
             self.controller = AdaptSoft.from_config(settings.adaptsoft,
                                                     settings.hidden_size).float().eval()
         if settings.controller_path:
             ctrl = AdaptSoft.load(settings.controller_path)
             self.set_controller(ctrl.to_state())
-        self._banned: Dict[Any, Tensor] = {}
-        self._buffers: Dict[str, DecodeInputBuffers] = {}
+        self._banned: dict[Any, Tensor] = {}
+        self._buffers: dict[str, DecodeInputBuffers] = {}
 
     # -- controller ---------------------------------------------------------------------------
     @property
     def feature_dim(self) -> int:
         return self.controller.feature_dim if self.controller else AdaptSoftConfig().proj_dim + 1
 
-    def set_controller(self, state: Dict[str, Any]) -> None:
+    def set_controller(self, state: dict[str, Any]) -> None:
         """AdaptSoft weights ``{"config", "state_dict"}`` (or a bare state dict) from training."""
         ctrl = AdaptSoft.from_state(state, into=self.controller)
         if ctrl.hidden_size != self.settings.hidden_size:
@@ -179,7 +180,7 @@ class SoftRuntime:
         dev = next(iter(self.controller.parameters())).device if self.controller else "cpu"
         self.controller = ctrl.to(dev).float().eval()
 
-    def _controller_on(self, device) -> Optional[AdaptSoft]:
+    def _controller_on(self, device) -> AdaptSoft | None:
         c = self.controller
         if c is not None and next(iter(c.parameters())).device != torch.device(device):
             self.controller = c = c.to(device)
@@ -210,7 +211,7 @@ class SoftRuntime:
         st.rewind(t, k1)
 
     # -- sampling -----------------------------------------------------------------------------
-    def _banned_ids(self, device) -> Optional[Tensor]:
+    def _banned_ids(self, device) -> Tensor | None:
         if not self.settings.banned_ids:
             return None
         key = str(device)
@@ -219,7 +220,7 @@ class SoftRuntime:
                                              device=device)
         return self._banned[key]
 
-    def buffers(self, device, pool_size: Optional[int] = None,
+    def buffers(self, device, pool_size: int | None = None,
                 min_size: int = 0) -> DecodeInputBuffers:
         """The decode-input buffers on ``device``: ``pool_size`` slots when SGLang reports its
         pool size (allocated once), else grown to hold ``min_size`` slots (tests, fakes)."""
@@ -236,8 +237,8 @@ class SoftRuntime:
         return buf
 
     @torch.no_grad()
-    def sample(self, reqs: Sequence[Any], logits: Tensor, hidden: Optional[Tensor],
-               pool_size: Optional[int] = None) -> Tuple[Tensor, Dict[str, list]]:
+    def sample(self, reqs: Sequence[Any], logits: Tensor, hidden: Tensor | None,
+               pool_size: int | None = None) -> tuple[Tensor, dict[str, list]]:
         """One step for the batch rows ``reqs`` (logits ``[B, V]``, hidden ``[B, D]``).
 
         Returns the emitted tokens ``[B]`` (the spine at soft steps) and ``customized_info``:
@@ -254,8 +255,8 @@ class SoftRuntime:
         banned = self._banned_ids(dev)
         if banned is not None:
             logits = logits.index_fill(-1, banned, float("-inf"))
-        live: List[int] = []
-        states: Dict[int, RequestState] = {}
+        live: list[int] = []
+        states: dict[int, RequestState] = {}
         u = torch.zeros(b, k + 1)
         thinking = torch.zeros(b, dtype=torch.bool)
         for i, req in enumerate(reqs):
@@ -278,7 +279,7 @@ class SoftRuntime:
         chunked = [i for i in range(b) if i not in states]
         if chunked:
             full["topk_ids"][chunked, 0] = logits[chunked].argmax(-1)
-        groups: Dict[tuple, List[int]] = {}
+        groups: dict[tuple, list[int]] = {}
         for i in live:
             groups.setdefault(astuple(states[i].sampling), []).append(i)
         controller = self._controller_on(dev)
@@ -315,7 +316,7 @@ class SoftRuntime:
     # -- decode inputs ------------------------------------------------------------------------
     @torch.no_grad()
     def decode_inputs(self, slots: Tensor, embed: Callable[[Tensor], Tensor],
-                      input_embeds: Tensor, check: bool = True) -> Optional[Tensor]:
+                      input_embeds: Tensor, check: bool = True) -> Tensor | None:
         """Decode-step input embeddings ``[B, D]`` of the rows in request-pool ``slots [B]``, or
         None in hard mode (plain token embeddings). ``embed`` maps ids ``[N]`` to full embedding
         rows ``[N, D]`` (SGLang's embedding module, which all-reduces its vocabulary shards).
@@ -333,7 +334,7 @@ class SoftRuntime:
         return buf.mixture(slots, embed).to(input_embeds.dtype)
 
 
-def last_hidden(hidden: Optional[Tensor], ctx: BatchContext, rows: int) -> Optional[Tensor]:
+def last_hidden(hidden: Tensor | None, ctx: BatchContext, rows: int) -> Tensor | None:
     """The last position's hidden state per row: SGLang returns ``[rows, D]`` with
     CaptureHiddenMode.LAST, every extend position with FULL (then take each row's last)."""
     if hidden is None or hidden.shape[0] == rows:

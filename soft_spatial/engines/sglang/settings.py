@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from soft_spatial.softthink import AdaptSoftConfig, SoftThinkingConfig, from_mapping
 
@@ -37,10 +37,10 @@ class SGLangSoftSettings:
     soft_thinking: SoftThinkingConfig
     adaptsoft: AdaptSoftConfig
     hidden_size: int
-    think_end_id: Optional[int] = None
-    banned_ids: List[int] = field(default_factory=list)
+    think_end_id: int | None = None
+    banned_ids: list[int] = field(default_factory=list)
     seed: int = 0
-    controller_path: Optional[str] = None
+    controller_path: str | None = None
 
     def __post_init__(self):
         if self.soft_thinking.is_soft and self.think_end_id is None:
@@ -84,7 +84,7 @@ _REQUIRED = {
 }
 
 
-def required_server_args(engine_kwargs: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+def required_server_args(engine_kwargs: dict[str, Any] | None) -> dict[str, Any]:
     """``rollout.engine_kwargs.sglang`` with what the soft backend needs set.
 
     Sets ``sampling_backend`` and the custom weight loader (controller sync), and the three flags
