@@ -9,7 +9,7 @@ Time: per size one subprocess holds the inputs and measures both methods in turn
 rotates every repeat (`soft_spatial.bench.interleaved`), one measurement being the mean of as many
 consecutive calls as fill ``--min-seconds``, after those calls were counted (a warm-up). Printed
 per size: min, median and spread ((max - min) / median) of the seconds per method and the time
-ratios naive/ours of the minima and of the medians. Peak memory: one fresh subprocess per method
+ratios naive/ours of the minima, of the medians and paired per turn. Peak memory: one fresh subprocess per method
 and size, the growth of its maximum resident set size over the inputs (`ru_maxrss`), so it counts
 every temporary; the two methods' results are compared there (a mismatch is printed). The naive
 method builds G_ref = Σ_s d_s v_sᵀ as a dense V×D matrix and one V×D outer product per

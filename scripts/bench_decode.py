@@ -9,7 +9,8 @@ so every row runs `--steps` tokens) with a tiny random Qwen3-VL, in one engine. 
 one whole batched ``generate`` (seconds, so the same token count per mode); the modes are measured
 in turns whose order rotates every repeat (`soft_spatial.bench.interleaved`), after a warm-up
 generate per mode. Prints min, median and spread of the seconds per mode with the time ratios to
-hard of the minima and of the medians, tokens/s (from the minima and the medians), and where the
+hard of the minima, of the medians and paired per turn (`soft_spatial.bench.paired_ratio`),
+tokens/s (from the minima and the medians), and where the
 time goes per decode step, averaged over the repeats (prefill, sampling incl. top-K / Gumbel /
 controller, mixture embedding, transformer forward). Goal on a CPU: soft/hard throughput >= 0.9
 (time ratio <= 1.11).

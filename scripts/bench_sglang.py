@@ -19,7 +19,8 @@ shutdown kills every child of the process that started it), its scheduler starte
 four modes are measured in turns whose order rotates every repeat
 (`soft_spatial.bench.interleaved`), one measurement being one whole batched ``generate``, after a
 warm-up per mode. Printed: min, median and spread ((max - min) / median) of the seconds per mode,
-the time ratios to SGLang hard, tokens/s, and the throughput ratios SGLang soft / SGLang hard,
+the time ratios to SGLang hard (of minima, medians and paired per turn), tokens/s, and the
+throughput ratios SGLang soft / SGLang hard,
 SGLang / local (soft and hard) and local soft / local hard, of the minima and of the medians.
 Prefill (counts, not time; skipped with ``--no-prefill``): from the scheduler's batch log, the
 tokens prefilled per prompt group of G samples with the radix cache on (the default: the prompt is

@@ -11,7 +11,7 @@ scores Gumbel densities; `adaptsoft` adds the controller's gradient-alignment pa
 Time: the three engines live in one process and are measured in turns, the order rotating every
 repeat (so a slow spell of a shared machine hits every mode alike); one measurement is the mean of
 ``--updates`` consecutive updates after a warm-up update per engine. Printed: min, median and
-spread ((max - min) / median) per mode and the ratios to hard of the minima and of the medians.
+spread ((max - min) / median) per mode and the ratios to hard of the minima, of the medians and paired per turn.
 Peak memory: one fresh subprocess per mode (growth of ``ru_maxrss`` during its updates).
 Goals: adaptsoft <= 1.5x hard time and <= 1.2x hard peak memory. Reproducing a ratio to ±10%
 needs a quiet machine: on a shared one, compare the minima.

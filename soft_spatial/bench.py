@@ -7,7 +7,8 @@ timing statistics of the benchmarks.
 * `interleaved` and `Timing`: modes measured in turns across repeats (so a slow spell of a shared
   machine hits every mode alike), each timing summarised by min, median and spread;
   `calls_for` and `mean_seconds`: enough calls per measurement that it dominates timer noise;
-  `ratio_lines`: the table every benchmark prints.
+  `paired_ratio`: the median of per-turn ratios (drift between turns cancels; what reproduces
+  run to run on a 2-core VM); `ratio_lines`: the table every benchmark prints.
 """
 from __future__ import annotations
 
@@ -84,15 +85,24 @@ def calls_for(fn: Callable[[], object], min_seconds: float, max_calls: int = 1_0
         calls = min(max_calls, max(2 * calls, math.ceil(1.2 * calls * min_seconds / max(total, 1e-9))))
 
 
+def paired_ratio(t: Timing, base: Timing) -> float:
+    """Median over turns of ``t``'s seconds ÷ ``base``'s seconds in the same turn (the i-th
+    measurements of :func:`interleaved`): two modes measured back to back share the machine's
+    state, so drift between turns cancels."""
+    return statistics.median(a / b for a, b in zip(t.seconds, base.seconds, strict=True))
+
+
 def ratio_lines(timings: dict[str, Timing], base: str) -> list[str]:
-    """A table: per mode min, median (seconds), spread and the min and median ratios to ``base``."""
+    """A table: per mode min, median (seconds), spread, the min and median ratios to ``base`` and
+    the :func:`paired_ratio` to it."""
     b = timings[base]
     w, r = max(11, *(len(m) for m in timings)), max(10, len(base) + 4)
     lines = [f"{'mode':>{w}} {'min s':>9} {'median s':>9} {'spread':>7} {'min×' + base:>{r}} "
-             f"{'med×' + base:>{r}}"]
+             f"{'med×' + base:>{r}} {'paired×' + base:>{r + 3}}"]
     for m, t in timings.items():
         lines.append(f"{m:>{w}} {t.min:9.4g} {t.median:9.4g} {t.spread:7.1%} "
-                     f"{t.min / b.min:{r}.3f} {t.median / b.median:{r}.3f}")
+                     f"{t.min / b.min:{r}.3f} {t.median / b.median:{r}.3f} "
+                     f"{paired_ratio(t, b):{r + 3}.3f}")
     return lines
 
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 import soft_spatial.bench as bench
-from soft_spatial.bench import Timing, calls_for, interleaved, mean_seconds, ratio_lines
+from soft_spatial.bench import Timing, calls_for, interleaved, mean_seconds, paired_ratio, ratio_lines
 
 
 class FakeClock:
@@ -85,8 +85,19 @@ def test_ratio_lines_report_min_median_spread_and_both_ratios():
     timings = {"hard": Timing([2.0, 4.0, 3.0]), "a long mode name": Timing([5.0, 9.0, 6.0])}
     header, hard, other = ratio_lines(timings, "hard")
     assert header.split()[:5] == ["mode", "min", "s", "median", "s"]
-    assert hard.split() == ["hard", "2", "3", "66.7%", "1.000", "1.000"]
+    assert hard.split() == ["hard", "2", "3", "66.7%", "1.000", "1.000", "1.000"]
     # min 5, median 6, spread (9 - 5) / 6, ratios 5/2 of the minima and 6/3 of the medians
-    assert other.split()[-5:] == ["5", "6", "66.7%", "2.500", "2.000"]
+    # paired: per turn 5/2, 9/4, 6/3 -> median 2.25
+    assert other.split()[-6:] == ["5", "6", "66.7%", "2.500", "2.000", "2.250"]
     assert other.startswith("a long mode name")
     assert len({len(header), len(hard), len(other)}) == 1  # columns aligned
+
+
+def test_paired_ratio_cancels_drift_between_turns():
+    """The machine is slow in turn 2 for both modes: the ratio of medians mixes turns (2.6), the
+    median of the per-turn ratios does not (2.0)."""
+    base, mode = Timing([1.0, 2.0, 1.0]), Timing([2.0, 4.0, 2.6])
+    assert mode.median / base.median == pytest.approx(2.6)
+    assert paired_ratio(mode, base) == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        paired_ratio(Timing([1.0]), base)  # every turn has both modes
