@@ -52,6 +52,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from soft_spatial.procs import alive as pid_alive
+from soft_spatial.procs import find_pids
 from soft_spatial.ray_env import forwarded_env
 
 ROOT = Path(os.environ.get("SOFT_SPATIAL_ROOT") or Path(__file__).resolve().parents[1])
@@ -226,8 +228,8 @@ def resolve_resources(opts: Options, environ=os.environ) -> None:
         opts.num_cpus = int(slurm) if slurm else len(os.sched_getaffinity(0))
     if opts.num_gpus is None:
         for spec in (environ.get("SLURM_GPUS_PER_NODE"), environ.get("SLURM_GPUS_ON_NODE")):
-            if spec and gpu_count_from_spec(spec) is not None:
-                opts.num_gpus = gpu_count_from_spec(spec)
+            if spec and (count := gpu_count_from_spec(spec)) is not None:
+                opts.num_gpus = count
                 break
     if opts.num_gpus is None and environ.get("CUDA_VISIBLE_DEVICES"):
         opts.num_gpus = len(environ["CUDA_VISIBLE_DEVICES"].split(","))
@@ -313,13 +315,6 @@ def trainer_overrides(cmd: list, nnodes: int, gpus_per_node: int, run_dir: Path,
 
 
 # --- the run: directory, environment, processes -------------------------------------------------------
-def pid_alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def kill_gracefully(pids: list, grace: float = 30.0) -> None:
     """TERM, wait up to ``grace`` seconds, then KILL."""
     live = [p for p in pids if pid_alive(p)]
@@ -441,14 +436,8 @@ class Run:
 
     def marker_pids(self) -> list:
         """Live processes on this machine that carry this run's marker."""
-        marker, pids = self.marker.encode(), []
-        for proc in Path("/proc").iterdir():
-            if proc.name.isdigit() and int(proc.name) != os.getpid():
-                try:
-                    if marker in (proc / "environ").read_bytes().split(b"\0"):
-                        pids.append(int(proc.name))
-                except OSError:
-                    continue
+        marker = self.marker.encode()
+        pids = find_pids("environ", lambda environ: marker in environ.split(b"\0"))
         return [p for p in pids if pid_alive(p)]
 
     def teardown(self) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "soft_spatial"
 
 TIERS = [
-    {"atomic", "dirlock", "jsonl", "compat", "ray_env"},  # utilities, upstream internals, Ray env
+    {"atomic", "dirlock", "jsonl", "compat", "ray_env", "procs"},  # utilities, upstream internals, Ray env, /proc
     {"platform", "softthink", "models", "data"},  # verl's CPU platform; the method; inputs
     {"settings"},  # rollout.custom, seeds, verl → engine sampling
     {"engines", "actor"},  # rollout engines; the training engine

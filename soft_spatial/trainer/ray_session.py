@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from soft_spatial.procs import find_pids, start_time
+
 __all__ = ["runs_root", "run_ray_dir", "session_pids", "kill_session", "reap_orphans",
            "start_watchdog"]
 
@@ -36,43 +38,24 @@ def runs_root() -> Path:
     return Path("/tmp") / f"ssray-{os.getuid()}"
 
 
-def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (with the pid: a unique identity)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]  # field 22; the name in parentheses may hold spaces
-
-
 def run_ray_dir(pid: int | None = None) -> Path:
     """The Ray temporary directory of the driver ``pid`` (default: this process), created."""
     pid = os.getpid() if pid is None else pid
-    path = runs_root() / f"{pid}-{_start_time(pid)}"
+    path = runs_root() / f"{pid}-{start_time(pid)}"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def _driver_alive(path: Path) -> bool:
     pid, _, start = path.name.partition("-")
-    return pid.isdigit() and _start_time(int(pid)) == start
+    return pid.isdigit() and start_time(int(pid)) == start
 
 
 def session_pids(path: Path) -> list[int]:
     """Pids of this user's processes whose command line mentions ``path`` (not this process)."""
     needle = str(path).encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if entry.stat().st_uid != os.getuid():
-                continue
-            if needle in (entry / "cmdline").read_bytes():  # empty for zombies: they are gone
-                pids.append(int(entry.name))
-        except OSError:
-            continue
-    return pids
+    # a zombie's cmdline is empty: the exited are not listed
+    return find_pids("cmdline", lambda cmdline: needle in cmdline, same_user=True)
 
 
 def kill_session(path: Path, timeout: float = 30.0) -> list[int]:
