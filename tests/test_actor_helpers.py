@@ -6,6 +6,9 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VERL_PLATFORM", "cpu")
+# selecting the CPU platform registers it too: a verl import elsewhere in this process (any
+# test module collected after this one) would otherwise find "cpu" selected but unknown
+import soft_spatial.platform  # noqa: E402,F401
 
 from soft_spatial.bench import (  # noqa: E402,F401  (re-exported)
     PROMPTS,
