@@ -422,10 +422,14 @@ def test_term_stops_the_launch_and_every_process_it_started(tmp_path):
         stderr=subprocess.STDOUT, text=True)
     try:
         worker_pid = run_dir / "ray" / "worker-local1.pid"
-        while not worker_pid.exists():  # both raylets started; launch now waits for the GCS
+        # both raylets started (launch now waits for the GCS) and both exec'd the stub: the pid
+        # file is written as soon as `env MARKER=... ray` is spawned, before the marker is in its
+        # environment
+        while not worker_pid.exists() or len(marker_pids(run_dir)) < 2:
             assert proc.poll() is None, proc.stdout.read()
             time.sleep(0.1)
         assert len(marker_pids(run_dir)) == 2
+        assert int(worker_pid.read_text()) in marker_pids(run_dir)
         proc.send_signal(signal.SIGTERM)
         out = proc.communicate(timeout=120)[0]
         assert proc.returncode == 143, out
