@@ -1,15 +1,25 @@
 """Time and peak memory of `alignment_scores` against the naive per-step outer products.
 
-    python scripts/bench_alignment.py            # default size grid
-    python scripts/bench_alignment.py --quick    # small grid (seconds)
+    python scripts/bench_alignment.py            # default size grid (long: the naive method)
+    python scripts/bench_alignment.py --quick    # small grid (about a minute)
+    python scripts/bench_alignment.py --quick --repeats 7 --min-seconds 0.5
+    python scripts/bench_alignment.py --quick --threads 1   # a shared machine: one torch thread
 
-Each measurement runs in a fresh subprocess; peak memory is the growth of the process's maximum
-resident set size over the inputs (`ru_maxrss`), so it counts every temporary. The naive method
-builds G_ref = Σ_s d_s v_sᵀ as a dense V×D matrix and one V×D outer product per optimisation step;
-its time is measured on at most `--naive-steps` steps and scaled to N (marked `*`), because its
-per-step cost does not depend on N and its memory does not either. Setup mirrors training: the
-optimisation steps are soft (K-sparse d), the reference set holds 25% as many soft steps plus a
-few dense discrete steps.
+Time: per size one subprocess holds the inputs and measures both methods in turns whose order
+rotates every repeat (`soft_spatial.bench.interleaved`), one measurement being the mean of as many
+consecutive calls as fill ``--min-seconds``, after those calls were counted (a warm-up). Printed
+per size: min, median and spread ((max - min) / median) of the seconds per method and the time
+ratios naive/ours of the minima, of the medians and paired per turn. Peak memory: one fresh subprocess per method
+and size, the growth of its maximum resident set size over the inputs (`ru_maxrss`), so it counts
+every temporary; the two methods' results are compared there (a mismatch is printed). The naive
+method builds G_ref = Σ_s d_s v_sᵀ as a dense V×D matrix and one V×D outer product per
+optimisation step; its time is measured on at most ``--naive-steps`` steps and scaled to N
+(marked `*`), because its per-step cost does not depend on N and its memory does not either.
+Setup mirrors training: the optimisation steps are soft (K-sparse d), the reference set holds 25%
+as many soft steps plus a few dense discrete steps. Goal: the memory ratio naive/ours grows with
+V·D (printed at the largest size the naive method ran). ``--threads`` sets torch's threads in
+every subprocess (0: torch's default); on a shared machine one thread reproduces better, since a
+multi-threaded region waits at each barrier for a thread whose core another job holds.
 """
 from __future__ import annotations
 
@@ -18,7 +28,6 @@ import json
 import resource
 import subprocess
 import sys
-import time
 
 GRID = [  # (V, D, N optimisation steps)
     (1_000, 64, 256),
@@ -61,27 +70,33 @@ def _naive(d_opt, v_opt, d_ref, v_ref, v, steps, device="cpu"):
     return torch.stack(out)
 
 
-def _measure(method: str, v: int, d: int, n: int, naive_steps: int) -> dict:
-    import torch
+def _memory(method: str, v: int, d: int, n: int, naive_steps: int) -> dict:
+    """Peak resident-set growth (MiB) of one call of ``method`` in this fresh process."""
     from soft_spatial.softthink import alignment_scores
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     args = _inputs(v, d, n)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    t0 = time.perf_counter()
-    if method == "ours":
-        out = alignment_scores(*args)
-        steps = n
-    else:
-        steps = min(n, naive_steps)
-        out = _naive(*args, v, steps)
-    dt = time.perf_counter() - t0
+    steps = n if method == "ours" else min(n, naive_steps)
+    out = alignment_scores(*args) if method == "ours" else _naive(*args, v, steps)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base
-    return {"time_s": dt * n / steps, "scaled": steps < n, "peak_mib": peak / 1024,
-            "checksum": float(out[: min(steps, 16)].double().sum())}
+    return {"peak_mib": peak / 1024, "checksum": float(out[: min(steps, 16)].double().sum())}
 
 
-def _run_child(method, v, d, n, naive_steps):
-    cmd = [sys.executable, __file__, "--child", method, str(v), str(d), str(n), str(naive_steps)]
+def _time(v: int, d: int, n: int, naive_steps: int, repeats: int, min_seconds: float) -> dict:
+    """Seconds per method (naive scaled to N), the methods interleaved across repeats."""
+    from soft_spatial.bench import calls_for, interleaved, mean_seconds
+    from soft_spatial.softthink import alignment_scores
+    args = _inputs(v, d, n)
+    steps = min(n, naive_steps)
+    work = {"ours": lambda: alignment_scores(*args), "naive": lambda: _naive(*args, v, steps)}
+    scale = {"ours": 1.0, "naive": n / steps}
+    calls = {m: calls_for(fn, min_seconds) for m, fn in work.items()}
+    timings = interleaved(lambda m, _: mean_seconds(work[m], calls[m]) * scale[m], list(work),
+                          repeats)
+    return {"seconds": {m: t.seconds for m, t in timings.items()}, "scaled": steps < n}
+
+
+def _run_child(kind, *args):
+    cmd = [sys.executable, __file__, "--child", kind, *map(str, args)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         return {"error": (res.stderr.strip().splitlines() or ["killed"])[-1]}
@@ -94,37 +109,51 @@ def main() -> None:
     ap.add_argument("--naive-steps", type=int, default=16)
     ap.add_argument("--naive-max-bytes", type=float, default=8e9,
                     help="skip the naive method when 2·V·D·4 bytes exceed this")
-    ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    ap.add_argument("--repeats", type=int, default=5, help="turns of the two methods per size")
+    ap.add_argument("--min-seconds", type=float, default=0.2,
+                    help="least time of one measurement (consecutive calls)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    ap.add_argument("--child", nargs=8, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        method, v, d, n, ns = a.child
-        print(json.dumps(_measure(method, int(v), int(d), int(n), int(ns))))
+        kind, v, d, n, ns, reps, min_s, threads = a.child
+        v, d, n, ns = int(v), int(d), int(n), int(ns)
+        if int(threads):
+            import torch
+            torch.set_num_threads(int(threads))
+        out = (_time(v, d, n, ns, int(reps), float(min_s)) if kind == "time"
+               else _memory(kind, v, d, n, ns))
+        print(json.dumps(out))
         return
+    from soft_spatial.bench import Timing, ratio_lines
+
     grid = QUICK if a.quick else GRID
-    print(f"{'V':>8} {'D':>5} {'N':>6} | {'ours s':>8} {'ours MiB':>9} | {'naive s':>9} "
-          f"{'naive MiB':>9} | {'time ×':>7} {'mem ×':>7}")
+    print(f"{a.repeats} interleaved turns per size, each measurement ≥ {a.min_seconds:g} s of "
+          f"calls, torch threads {a.threads or 'default'}")
     largest = None
     for v, d, n in grid:
-        ours = _run_child("ours", v, d, n, a.naive_steps)
-        if 2 * v * d * 4 <= a.naive_max_bytes:
-            naive = _run_child("naive", v, d, n, a.naive_steps)
-        else:
-            naive = {"error": "skipped (too large)"}
+        child = (v, d, n, a.naive_steps, a.repeats, a.min_seconds, a.threads)
+        print(f"\nV={v} D={d} N={n}")
+        ours = _run_child("ours", *child)
         if "error" in ours:
-            print(f"{v:>8} {d:>5} {n:>6} | ours failed: {ours['error']}")
+            print(f"  ours failed: {ours['error']}")
             continue
-        if "error" in naive:
-            print(f"{v:>8} {d:>5} {n:>6} | {ours['time_s']:8.3f} {ours['peak_mib']:9.1f} | "
-                  f"{'—':>9} {'—':>9} | naive {naive['error']}")
+        if 2 * v * d * 4 > a.naive_max_bytes:
+            print(f"  ours peak {ours['peak_mib']:.1f} MiB; naive skipped (too large)")
+            continue
+        naive = _run_child("naive", *child)
+        timed = _run_child("time", *child)
+        if "error" in naive or "error" in timed:
+            print(f"  naive failed: {naive.get('error') or timed.get('error')}")
             continue
         if abs(ours["checksum"] - naive["checksum"]) > 1e-3 * (1 + abs(naive["checksum"])):
             print(f"  mismatch: ours {ours['checksum']} vs naive {naive['checksum']}")
-        star = "*" if naive["scaled"] else " "
-        t_ratio = naive["time_s"] / max(ours["time_s"], 1e-9)
+        timings = {m + ("*" if m == "naive" and timed["scaled"] else ""): Timing(s)
+                   for m, s in timed["seconds"].items()}
+        print("\n".join("  " + line for line in ratio_lines(timings, "ours")))
         m_ratio = naive["peak_mib"] / max(ours["peak_mib"], 1e-3)
-        print(f"{v:>8} {d:>5} {n:>6} | {ours['time_s']:8.3f} {ours['peak_mib']:9.1f} | "
-              f"{naive['time_s']:8.2f}{star} {naive['peak_mib']:9.1f} | {t_ratio:7.1f} "
-              f"{m_ratio:7.1f}")
+        print(f"  peak MiB: ours {ours['peak_mib']:.1f}, naive {naive['peak_mib']:.1f} "
+              f"(naive/ours {m_ratio:.1f}x)")
         largest = (v, d, n, m_ratio)
     if largest:
         v, d, n, r = largest

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
-KEYS = ["critic/score/mean", "reward/acc_mean", "reward/format_mean", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm",
+KEYS = ["critic/score/mean", "reward/acc_mean", "reward/format_mean", "actor/pg_loss", "actor/kl_loss",
+        "actor/grad_norm",
         "soft/tau_mean", "soft/tau_std", "soft/tau_within_trace_std", "soft/entropy_mean",
         "soft/tau_entropy_corr", "soft/soft_step_fraction", "soft/think_length_mean",
         "soft/never_closed_rate", "soft/spine_match_rate", "soft/replay_max_abs_diff",

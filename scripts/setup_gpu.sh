@@ -13,7 +13,7 @@
 # from its wheel's METADATA for linux x86_64, transformers removed) together with verl and
 # transformers 5.9.0 in one resolution, then sglang itself without dependencies. The plugin only
 # touches the sampler, hook registry, batch structures and Qwen3-VL model of sglang, which import
-# and run with transformers 5.9/5.10 (notes/sglang-on-cpu.md).
+# and run with transformers 5.9/5.10 (docs/sglang.md, "Running the real engine on a CPU").
 # flash-attn 2.8.3 ships as a source distribution that builds against the installed torch and
 # CUDA: it is installed last with --no-build-isolation (needs nvcc), and --check only verifies
 # that the version exists on the index.
@@ -80,7 +80,7 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 "${PIP[@]}" install --progress-bar off --no-build-isolation "$FLASH_ATTN"
 "$VENV/bin/python" - <<'PY'
 import sglang, torch, transformers, verl
-import soft_spatial.engines.sglang.compat  # noqa: F401  (version check of the plugin's hooks)
+import soft_spatial.engines.sglang.hooks  # noqa: F401  (version check of the plugin's hooks)
 print(f"setup_gpu.sh: torch {torch.__version__} (cuda {torch.version.cuda}), verl "
       f"{verl.__version__}, sglang {sglang.__version__}, transformers {transformers.__version__}")
 PY

@@ -11,7 +11,8 @@
 # front of .venv (torch 2.14.1, triton, torchvision, transformers 5.10.4, verl 0.9.1). The only
 # missing import is the CUDA kernel package sgl_kernel, for which tests/sglang_stubs/ has an
 # import-only stand-in. .venv itself is never changed, so the main suite keeps running without
-# sglang. See shared/notes/sglang-on-cpu.md for what runs on a CPU and what does not.
+# sglang. See docs/sglang.md ("Running the real engine on a CPU") for what runs on a CPU and what
+# does not.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -53,7 +54,7 @@ PYTHONPATH="$OVERLAY:$ROOT/tests/sglang_stubs" SGLANG_USE_CPU_ENGINE=1 "$PY" - <
   | grep -v -i warn
 import sglang, torch
 import sglang.srt.managers.tp_worker, sglang.srt.models.qwen3_vl  # noqa: E401,F401
-import soft_spatial.engines.sglang.compat  # noqa: F401
+import soft_spatial.engines.sglang.hooks  # noqa: F401
 import soft_spatial.rollout.sglang_server  # noqa: F401  (verl's SGLang server classes)
 print(f"setup_sglang_overlay.sh: sglang {sglang.__version__} imports on torch {torch.__version__}")
 PY

@@ -32,7 +32,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from collections.abc import Sequence
 
 from soft_spatial.train import CONFIG_DIR
 
@@ -46,15 +46,15 @@ class Row:
     key: str
     name: str
     experiment: str
-    paper: Dict[str, Optional[float]] = field(default_factory=dict)
+    paper: dict[str, float | None] = field(default_factory=dict)
 
 
 @dataclass
 class Sweep:
     benchmark: str
-    task_types: List[str]
-    columns: List[str]
-    rows: List[Row]
+    task_types: list[str]
+    columns: list[str]
+    rows: list[Row]
 
 
 def load_sweep(path=DEFAULT_CONFIG) -> Sweep:
@@ -120,7 +120,7 @@ class RowRun:
                           f"model.path={self.model_dir}", f"output_dir={self.eval_dir}",
                           f"model.name=table4-{row.key}"]
 
-    def train_cmd(self) -> List[str]:
+    def train_cmd(self) -> list[str]:
         return [self.python, "-m", "soft_spatial.train", *self.train_args]
 
     def actor_dir(self) -> Path:
@@ -130,12 +130,12 @@ class RowRun:
                                     f"trainer.save_freq > 0)")
         return self.train_dir / f"global_step_{marker.read_text().strip()}" / "actor"
 
-    def merge_cmd(self, actor: Optional[Path] = None) -> List[str]:
+    def merge_cmd(self, actor: Path | None = None) -> list[str]:
         actor = actor or self.train_dir / "global_step_<last>" / "actor"
         return [self.python, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
                 "--local_dir", str(actor), "--target_dir", str(self.model_dir)]
 
-    def eval_cmd(self, actor: Optional[Path] = None) -> List[str]:
+    def eval_cmd(self, actor: Path | None = None) -> list[str]:
         args = list(self.eval_args)
         if self.mode == "adaptsoft":
             actor = actor or self.train_dir / "global_step_<last>" / "actor"
@@ -143,7 +143,7 @@ class RowRun:
         return [self.python, "-m", "soft_spatial.eval", *args]
 
 
-def _run(cmd: List[str], log: Path, what: str, env: Optional[dict] = None) -> None:
+def _run(cmd: list[str], log: Path, what: str, env: dict | None = None) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, **(env or {}))
     with log.open("a", encoding="utf-8") as f:
@@ -182,7 +182,7 @@ def _has_cuda() -> bool:
         return False
 
 
-def row_result(summary_path: Path, sweep: Sweep) -> Optional[dict]:
+def row_result(summary_path: Path, sweep: Sweep) -> dict | None:
     """{"avg": …, <column>: …} from an evaluation's summary.json (None if not there yet)."""
     if not summary_path.is_file():
         return None
@@ -198,7 +198,7 @@ def row_result(summary_path: Path, sweep: Sweep) -> Optional[dict]:
     return out
 
 
-def table_markdown(sweep: Sweep, results: Dict[str, Optional[dict]]) -> str:
+def table_markdown(sweep: Sweep, results: dict[str, dict | None]) -> str:
     """Table 4 in the paper's layout; each cell "ours (paper)", – where missing."""
     f = lambda v: "–" if v is None else f"{v:.2f}"  # noqa: E731
     cols = ["avg", *sweep.columns]
@@ -243,7 +243,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Optional[Sequence[str]] = None) -> Path:
+def main(argv: Sequence[str] | None = None) -> Path:
     args = _parser().parse_args(argv)
     sweep = load_sweep(args.config)
     if args.rows:

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import os
 
-from soft_spatial.trainer import platform as _platform  # first: verl's engines read the device
+from soft_spatial import platform as _platform  # first: verl's engines read the device
 
 if os.environ.get("VERL_PLATFORM") == _platform.PLATFORM_NAME:
     _platform.use_cpu_platform()
 
-from verl.workers.rollout.base import _ROLLOUT_REGISTRY  # noqa: E402
 from verl.workers.rollout.replica import RolloutReplicaRegistry  # noqa: E402
 
-import soft_spatial.actor.engine  # noqa: E402,F401  (registers soft_language_model)
+from soft_spatial.compat.verl import register_rollout_adapter  # noqa: E402
+import soft_spatial.actor.train_engine  # noqa: E402,F401  (registers soft_language_model)
 import soft_spatial.actor.loss  # noqa: E402,F401  (registers soft_grpo)
 import soft_spatial.rollout.agent_loop  # noqa: E402,F401  (registers soft_thinking_agent)
 from soft_spatial.rollout.replica import BACKEND  # noqa: E402
@@ -33,7 +33,7 @@ def _load_local_soft():
 
 
 RolloutReplicaRegistry.register(BACKEND, _load_local_soft)
-_ROLLOUT_REGISTRY[(BACKEND, "async")] = "soft_spatial.rollout.replica.LocalSoftServerAdapter"
+register_rollout_adapter(BACKEND, "soft_spatial.rollout.replica.LocalSoftServerAdapter")
 
 
 def _load_sglang_soft():
@@ -42,5 +42,5 @@ def _load_sglang_soft():
 
 
 RolloutReplicaRegistry.register("sglang_soft", _load_sglang_soft)
-_ROLLOUT_REGISTRY[("sglang_soft", "async")] = \
-    "soft_spatial.rollout.sglang_server.SGLangSoftServerAdapter"
+register_rollout_adapter("sglang_soft",
+                         "soft_spatial.rollout.sglang_server.SGLangSoftServerAdapter")

@@ -4,7 +4,8 @@ score = answer + format, in {0, 0.2, 1.0, 1.2} with the default weights:
 
 * answer (1.0): the letter our extractor reads after the LAST ``</think>`` (see
   `soft_spatial.data.extract.parse_choice`) equals the gold letter, or names an option whose text
-  equals the gold option's text (duplicate options). No ``</think>`` means no answer credit.
+  equals the gold option's text (duplicate options). No ``</think>`` means no answer credit, and
+  so does a hedge that names several different letters ("A or B", "B, C, D").
 * format (0.2): exactly one ``</think>``, followed only by one capital letter A-D (surrounding
   whitespace allowed). Nothing else may follow: no "Answer:", no period.
 
@@ -15,22 +16,22 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
-from soft_spatial.data.extract import THINK_END, extract_ours, normalise_option_text
+from soft_spatial.data.extract import extract_ours, normalise_option_text, think_ends
 from soft_spatial.data.record import LETTERS
 
 ANSWER_REWARD = 1.0
 FORMAT_REWARD = 0.2
 
 _FORMAT_TAIL = re.compile(r"\s*[A-D]\s*")
-_THINK_END_RE = re.compile(re.escape(THINK_END), re.IGNORECASE)
 
 
-def format_ok(response: str) -> bool:
+def format_ok(response: str | None) -> bool:
     """Exactly one ``</think>``, then a single capital letter A-D and nothing else but whitespace."""
-    parts = _THINK_END_RE.split(response)
-    return len(parts) == 2 and _FORMAT_TAIL.fullmatch(parts[1]) is not None
+    count, tail = think_ends(response)
+    return count == 1 and _FORMAT_TAIL.fullmatch(tail) is not None
 
 
 def options_from_extra_info(extra_info: Mapping[str, Any] | None) -> list[str] | None:
@@ -54,6 +55,8 @@ def options_from_extra_info(extra_info: Mapping[str, Any] | None) -> list[str] |
 
 def _gold_letter(ground_truth: Any, options: Sequence[str] | None) -> str | None:
     """The gold letter from a letter (any case) or, failing that, from the gold option's text."""
+    if ground_truth is None:
+        return None
     text = str(ground_truth).strip()
     if len(text) == 1 and text.upper() in LETTERS:
         return text.upper()
@@ -81,7 +84,7 @@ def is_correct(predicted: str | None, gold: str | None, options: Sequence[str] |
 
 def compute_score(
     data_source: str,
-    solution_str: str,
+    solution_str: str | None,
     ground_truth: Any,
     extra_info: Mapping[str, Any] | None = None,
     answer_reward: float = ANSWER_REWARD,
@@ -91,7 +94,8 @@ def compute_score(
     """``{"score", "acc", "format"}`` for one response (verl custom-reward signature).
 
     ``acc`` is 1.0/0.0 (answer correctness), ``format`` is the format reward actually given, and
-    ``score = answer_reward * acc + format``. Extra keyword arguments from verl are ignored.
+    ``score = answer_reward * acc + format``. Extra keyword arguments from verl are ignored. A
+    missing response or gold answer (None) scores 0. Linear time in the response length.
     """
     options = options_from_extra_info(extra_info)
     gold = _gold_letter(ground_truth, options)

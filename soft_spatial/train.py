@@ -4,6 +4,13 @@ Composes verl's config tree (``pkg://verl.trainer.config``) with ``configs/train
 file for the presets (``experiment=``, ``model=``, ``rollout=``, ``cluster=``). The plugin
 (:mod:`soft_spatial.plugin`) is loaded in every Ray process through ``VERL_USE_EXTERNAL_MODULES``.
 
+Before Ray starts, `preflight` checks what would otherwise fail late inside a worker: the soft
+settings, the sampling temperatures, the actor's loss settings (a warning where they depart from
+eq. 8 or break the controller's K-sparse gradient), the model directory (a tiny random model is
+built only with ``model.build_tiny=true``) and the training data. The run directory (``trainer.default_local_dir``)
+is locked for the run, its metrics log is kept across resumes, and a local Ray started here never
+outlives the run (`soft_spatial.trainer.ray_session`).
+
 ``data.task_types=[Perspective_Taking]`` trains (and validates) on a task-type subset: the rows
 of ``data.train_files``/``data.val_files`` of those task types (or sub-types) are written to
 ``<trainer.default_local_dir>/data/`` and verl reads those instead (the paper's Table 4 protocol).
@@ -13,18 +20,60 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from omegaconf import OmegaConf, open_dict
+
+from soft_spatial.ray_env import plugin_env
+
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
-PLUGIN = "soft_spatial.plugin"
+RUN_DIR_ENV = "SOFT_SPATIAL_RUN_DIR"
 
 
-def _plugin_env(device: str) -> dict:
-    """Environment every Ray process needs (set before verl is imported or Ray starts)."""
-    mods = [m for m in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
-    env = {"VERL_USE_EXTERNAL_MODULES": ",".join(dict.fromkeys(mods + [PLUGIN])),
-           "TOKENIZERS_PARALLELISM": "false"}
-    if device == "cpu":
-        env["VERL_PLATFORM"] = "cpu"
-    return env
+def cpu_workers(cores_per_worker: int, cap: int = 8) -> int:
+    """Processes for one worker pool on this machine (``${cpu_workers:4}`` in the CPU preset): one
+    per ``cores_per_worker`` cores this process may use, at least 1, at most ``cap`` (verl's
+    default pool size)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(int(cap), (cores or 1) // int(cores_per_worker)))
+
+
+OmegaConf.register_new_resolver("cpu_workers", cpu_workers, replace=True)
+
+
+def _files(value) -> list:
+    return [value] if isinstance(value, str) else list(value or [])
+
+
+def preflight(cfg) -> Path:
+    """Check the configuration before Ray starts; returns the model directory (written back to
+    the config without a trailing "/"). Every error names the setting."""
+    from soft_spatial.actor.loss import check_actor_config
+    from soft_spatial.data.prepare import check_parquet
+    from soft_spatial.models.loading import resolve_model_dir
+    from soft_spatial.settings import SoftSettings
+
+    rollout = cfg.actor_rollout_ref.rollout
+    SoftSettings.from_custom(rollout.get("custom"))  # typed settings: each invalid field named
+    # warned here, where the user sees it (the worker checks verl's built actor config again)
+    check_actor_config(cfg.actor_rollout_ref.actor)
+    for key, value in (("actor_rollout_ref.rollout.temperature", rollout.get("temperature")),
+                       ("actor_rollout_ref.rollout.val_kwargs.temperature",
+                        rollout.get("val_kwargs", {}).get("temperature"))):
+        if value is not None and not float(value) >= 0:
+            raise ValueError(f"{key} must be >= 0 (0 = greedy), got {value}")
+    model = resolve_model_dir(cfg.actor_rollout_ref.model.path,
+                              build_tiny=bool(cfg.model.get("build_tiny")),
+                              tiny_family=cfg.model.get("tiny_family", "qwen3_vl"))
+    with open_dict(cfg):  # verl asserts on a trailing "/" (what shell completion leaves)
+        if Path(str(cfg.model.get("path", ""))) == model:
+            cfg.model.path = str(model)
+        cfg.actor_rollout_ref.model.path = str(model)
+    for key in ("train_files", "val_files"):
+        for path in _files(cfg.data.get(key)):
+            try:
+                check_parquet(path)
+            except FileNotFoundError as e:
+                raise FileNotFoundError(f"data.{key}: {e}") from None
+    return model
 
 
 def task_subset_files(files, task_types, out_dir: Path, split: str, min_rows: int = 1) -> list:
@@ -49,50 +98,64 @@ def task_subset_files(files, task_types, out_dir: Path, split: str, min_rows: in
 
 def run(cfg) -> None:
     """Start training from a composed config (also used by tests)."""
-    from omegaconf import OmegaConf, open_dict
+    from soft_spatial.dirlock import DirLock
+    from soft_spatial.trainer import ray_session
+    from soft_spatial.trainer.run_dir import keep_metrics_until, resume_step
 
     device = str(cfg.trainer.get("device", "cuda"))
-    env = _plugin_env(device)
+    env = plugin_env(device)
     os.environ.update(env)
-    import ray
-
-    import soft_spatial.plugin  # noqa: F401
-    from verl.trainer.main_ppo import run_ppo
-
-    from soft_spatial.models import build_tiny_model
-    from soft_spatial.trainer.task_runner import SoftTaskRunner
-
-    model_path = Path(cfg.actor_rollout_ref.model.path)
-    if not model_path.exists() and cfg.model.get("build_tiny"):
-        print(f"building tiny {cfg.model.build_tiny} model at {model_path}")
-        build_tiny_model(model_path, family=cfg.model.build_tiny, vocab="qwen")
+    preflight(cfg)
     ckpt_dir = Path(str(cfg.trainer.default_local_dir)).resolve()
-    env.setdefault("VERL_FILE_LOGGER_PATH",
-                   os.environ.get("VERL_FILE_LOGGER_PATH", str(ckpt_dir / "metrics.jsonl")))
+    metrics = os.environ.get("VERL_FILE_LOGGER_PATH", str(ckpt_dir / "metrics.jsonl"))
+    env["VERL_FILE_LOGGER_PATH"] = metrics
+    env[RUN_DIR_ENV] = str(ckpt_dir)  # workers record where they ran (trainer.worker)
     os.environ.update(env)
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    from soft_spatial.data.subsets import normalise_task_types
-    task_types = normalise_task_types(cfg.data.get("task_types"))
-    if task_types:
-        with open_dict(cfg):
-            for key, split, least in (("train_files", "train", int(cfg.data.train_batch_size)),
-                                      ("val_files", "val", 1)):
-                cfg.data[key] = task_subset_files(cfg.data[key], task_types, ckpt_dir / "data",
-                                                  split, least)
-    with open_dict(cfg):  # forward the plugin environment to every Ray process
-        ray_init = cfg.ray_kwargs.setdefault("ray_init", {})
-        runtime_env = ray_init.setdefault("runtime_env", {})
-        env_vars = runtime_env.setdefault("env_vars", {})
-        for k, v in env.items():
-            env_vars.setdefault(k, v)
-        if os.environ.get("RAY_ADDRESS") or ray_init.get("address"):
-            # joining a running cluster (scripts/ray_cluster.sh): its resources are already set
-            for key in ("num_cpus", "num_gpus", "include_dashboard", "object_store_memory"):
-                ray_init.pop(key, None)
-    print("soft thinking settings (actor_rollout_ref.rollout.custom):\n"
-          + OmegaConf.to_yaml(cfg.actor_rollout_ref.rollout.custom))
-    run_ppo(cfg, task_runner_class=ray.remote(num_cpus=1)(SoftTaskRunner))
-    print(f"checkpoints: {ckpt_dir}\nmetrics: {env['VERL_FILE_LOGGER_PATH']}")
+    with DirLock(ckpt_dir, "training run directory"):
+        step = resume_step(ckpt_dir, str(cfg.trainer.resume_mode), cfg.trainer.get("resume_from_path"))
+        moved = keep_metrics_until(metrics, step)
+        if moved:
+            print(f"{metrics}: {moved} line(s) logged after step {step} (the resumed checkpoint) "
+                  f"moved to metrics.superseded.jsonl")
+        from soft_spatial.data.subsets import normalise_task_types
+        task_types = normalise_task_types(cfg.data.get("task_types"))
+        if task_types:
+            with open_dict(cfg):
+                for key, split, least in (("train_files", "train", int(cfg.data.train_batch_size)),
+                                          ("val_files", "val", 1)):
+                    cfg.data[key] = task_subset_files(cfg.data[key], task_types,
+                                                      ckpt_dir / "data", split, least)
+        with open_dict(cfg):  # forward the plugin environment to every Ray process
+            ray_init = cfg.ray_kwargs.setdefault("ray_init", {})
+            runtime_env = ray_init.setdefault("runtime_env", {})
+            env_vars = runtime_env.setdefault("env_vars", {})
+            for k, v in env.items():
+                env_vars.setdefault(k, v)
+            if os.environ.get("RAY_ADDRESS") or ray_init.get("address"):
+                # joining a running cluster (soft_spatial.launch): its resources are already set
+                for key in ("num_cpus", "num_gpus", "include_dashboard", "object_store_memory"):
+                    ray_init.pop(key, None)
+            else:  # a local Ray started by this process: its processes end with this process
+                ray_session.reap_orphans()
+                ray_dir = ray_session.run_ray_dir()
+                os.environ["RAY_TMPDIR"] = str(ray_dir)
+                ray_session.start_watchdog(ray_dir)
+        settings = OmegaConf.to_yaml(cfg.actor_rollout_ref.rollout.custom, resolve=True)
+        print("soft thinking settings (actor_rollout_ref.rollout.custom):\n" + settings)
+        # kept beside the checkpoints: python -m soft_spatial.export carries them to the model
+        from soft_spatial.export import SETTINGS_FILE
+        tmp = ckpt_dir / (SETTINGS_FILE + ".tmp")
+        tmp.write_text(settings, encoding="utf-8")
+        os.replace(tmp, ckpt_dir / SETTINGS_FILE)
+        import ray
+
+        import soft_spatial.plugin  # noqa: F401
+        from verl.trainer.main_ppo import run_ppo
+
+        from soft_spatial.trainer.task_runner import SoftTaskRunner
+        OmegaConf.resolve(cfg)  # ${cpu_workers:...} here: Ray's processes do not know the resolver
+        run_ppo(cfg, task_runner_class=ray.remote(num_cpus=1)(SoftTaskRunner))
+    print(f"checkpoints: {ckpt_dir}\nmetrics: {metrics}")
 
 
 def main() -> None:

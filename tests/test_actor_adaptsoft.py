@@ -25,28 +25,29 @@ def adaptsoft_rollout(tiny_qwen3_text_small):
 def _forward(model, td, sb, tau):
     from verl.workers.utils.padding import build_attention_mask_from_nested
 
-    from soft_spatial.actor.engine import _scatter
+    from soft_spatial.actor.train_engine import _scatter
     from soft_spatial.softthink.replay import soft_inputs
 
-    b, s = sb.canvas
+    b, s = sb.embed_shape
     ids = torch.nested.to_padded_tensor(td["input_ids"], 0, output_size=(b, s))
     attn = build_attention_mask_from_nested(td["input_ids"], s)
     pos = torch.nested.to_padded_tensor(td["position_ids"], 0, output_size=(b, s))
     cap = {}
     handle = model.get_output_embeddings().register_forward_pre_hook(
         lambda m, a: cap.__setitem__("h", a[0]))
-    mask = _scatter(sb.canvas, sb.inp, torch.ones_like(sb.soft))
+    def at_inputs(values):
+        return _scatter(sb.embed_shape, sb.embed_rows, values)
+
     try:
-        with soft_inputs(model.get_input_embeddings(), mask, _scatter(sb.canvas, sb.inp, sb.topk_ids),
+        with soft_inputs(model.get_input_embeddings(), at_inputs(torch.ones_like(sb.soft_mask)),
+                         at_inputs(sb.topk_ids),
                          # fp64 scores: the mixture then runs in fp64 (fp32 would round τ ± ε)
-                         _scatter(sb.canvas, sb.inp, sb.scores.double()),
-                         _scatter(sb.canvas, sb.inp, tau),
-                         _scatter(sb.canvas, sb.inp, sb.soft)):
+                         at_inputs(sb.scores.double()), at_inputs(tau), at_inputs(sb.soft_mask)):
             out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False)
     finally:
         handle.remove()
-    logits = out.logits.reshape(-1, out.logits.shape[-1]).index_select(0, sb.row)
-    hid = cap["h"].reshape(-1, cap["h"].shape[-1]).index_select(0, sb.row)
+    logits = out.logits.reshape(-1, out.logits.shape[-1]).index_select(0, sb.logit_rows)
+    hid = cap["h"].reshape(-1, cap["h"].shape[-1]).index_select(0, sb.logit_rows)
     return logits, hid
 
 
@@ -70,7 +71,7 @@ def _rmsnorm_in_input_dtype(model):
 def test_tau_gradient_of_alignment_loss_matches_finite_differences(adaptsoft_rollout,
                                                                    tiny_qwen3_text_small):
     from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
-    from soft_spatial.actor.engine import trace_layout
+    from soft_spatial.actor.train_engine import trace_layout
     from soft_spatial.models import load_model
     from soft_spatial.softthink import (SparseGrad, alignment_loss, alignment_scores,
                                         step_likelihood)
@@ -80,13 +81,13 @@ def test_tau_gradient_of_alignment_loss_matches_finite_differences(adaptsoft_rol
     _rmsnorm_in_input_dtype(model)
     td = H.verl_batch(prompts, outs)
     s = int(td["input_ids"].offsets().diff().max())
-    sb = trace_layout(td, remove_padding=False, canvas_len=s, temperature=1.0)
+    sb = trace_layout(td, remove_padding=False, input_len=s, temperature=1.0)
     trainer = AdaptSoftTrainer(copy.deepcopy(ctrl), seed=3)
-    _, tau_upd, _ = trainer.replay_tau(sb.ctrl_x, sb.u, sb.soft, sb.tau)
+    _, tau_upd, _ = trainer.replay_tau(sb.ctrl_x, sb.u, sb.soft_mask, sb.tau)
     leaf = tau_upd.detach().double().requires_grad_(True)
     logits, hid = _forward(model, td, sb, leaf)
     adv = torch.tensor([1.0, -0.5, 0.7, -1.2], dtype=torch.float64)
-    lik = step_likelihood(logits, sb.topk_ids, sb.scores.double(), sb.soft)
+    lik = step_likelihood(logits, sb.topk_ids, sb.scores.double(), sb.soft_mask)
     loss = -(adv[sb.seq] * lik.loglik).mean()
     state = {"batch": sb, "likelihood": lik, "hidden_steps": hid, "tau_leaf": leaf,
              "tau_upd": tau_upd}
@@ -98,7 +99,7 @@ def test_tau_gradient_of_alignment_loss_matches_finite_differences(adaptsoft_rol
     # the same objective with d, R, G_ref and κ frozen at the base point, as a function of τ
     (d,) = torch.autograd.grad(loss, logits, retain_graph=True)
     in_ref = last["ref_seq"][sb.seq]
-    ref_s, ref_d, opt = in_ref & sb.soft, in_ref & ~sb.soft, ~in_ref & sb.soft
+    ref_s, ref_d, opt = in_ref & sb.soft_mask, in_ref & ~sb.soft_mask, ~in_ref & sb.soft_mask
     assert opt.any() and in_ref.any()
     ids_o, ids_r = sb.topk_ids[opt], sb.topk_ids[ref_s]
     d_o = SparseGrad(ids_o, d[opt].gather(1, ids_o))
@@ -124,18 +125,18 @@ def test_tau_gradient_of_alignment_loss_matches_finite_differences(adaptsoft_rol
 
 
 # -- 2. θ only from GRPO, φ only from alignment ---------------------------------------------
-def _grads(engine, td, loss_fn):
+def _grads(train_engine, td, loss_fn):
     """θ's and φ's gradients after one forward/backward (read before the train context zeroes
     them on exit)."""
-    engine.optimizer_zero_grad()
-    with engine.train_mode():
-        engine.forward_backward_batch(td, loss_fn, forward_only=False)
-        theta = {n: p.grad.full_tensor().clone() for n, p in engine.module.named_parameters()
+    train_engine.optimizer_zero_grad()
+    with train_engine.train_mode():
+        train_engine.forward_backward_batch(td, loss_fn, forward_only=False)
+        theta = {n: p.grad.full_tensor().clone() for n, p in train_engine.module.named_parameters()
                  if p.grad is not None}
         phi = None
-        if engine.adaptsoft is not None:
+        if train_engine.adaptsoft is not None:
             phi = [None if p.grad is None else p.grad.clone()
-                   for p in engine.adaptsoft.controller.parameters()]
+                   for p in train_engine.adaptsoft.controller.parameters()]
     assert theta
     return theta, phi
 
@@ -148,13 +149,13 @@ def test_theta_gets_only_grpo_and_phi_only_alignment(process_group, adaptsoft_ro
 
     ctrl, prompts, outs = adaptsoft_rollout
     loss_fn = partial(soft_ppo_loss, config=H.actor_config())
-    engine = H.make_engine(tiny_qwen3_text_small)
-    td = H.train_batch_td(engine, prompts, outs, micro_batch_size=4)  # one micro-batch
-    base, _ = _grads(engine, copy.copy(td), loss_fn)
+    train_engine = H.make_train_engine(tiny_qwen3_text_small)
+    td = H.train_batch_td(train_engine, prompts, outs, micro_batch_size=4)  # one micro-batch
+    base, _ = _grads(train_engine, copy.copy(td), loss_fn)
 
     trainer = AdaptSoftTrainer(copy.deepcopy(ctrl), seed=1)
-    engine.configure_soft(adaptsoft=trainer)
-    aligned, got = _grads(engine, copy.copy(td), loss_fn)
+    train_engine.configure_soft(adaptsoft=trainer)
+    aligned, got = _grads(train_engine, copy.copy(td), loss_fn)
     assert base.keys() == aligned.keys()
     for n in base:
         torch.testing.assert_close(aligned[n], base[n], rtol=0, atol=0)
@@ -171,12 +172,56 @@ def test_theta_gets_only_grpo_and_phi_only_alignment(process_group, adaptsoft_ro
 
     # ablation: no alignment -> φ gets the GRPO loss's own gradient through τ; θ unchanged
     ablation = AdaptSoftTrainer(copy.deepcopy(ctrl), AlignmentConfig(enabled=False))
-    engine.adaptsoft = ablation
-    ablated, phi_grpo = _grads(engine, copy.copy(td), loss_fn)
+    train_engine.adaptsoft = ablation
+    ablated, phi_grpo = _grads(train_engine, copy.copy(td), loss_fn)
     for n in base:
         torch.testing.assert_close(ablated[n], base[n], rtol=0, atol=0)
     assert any(g is not None and g.abs().sum() > 0 for g in phi_grpo)
-    engine.adaptsoft = None
+    train_engine.adaptsoft = None
+
+
+@pytest.mark.parametrize("ablation", ["no_hidden", "no_entropy", "no_centering"])
+def test_ablations_that_keep_alignment_train_the_controller(process_group, tiny_qwen3_text_small,
+                                                            ablation):
+    """Table 4's input and centring ablations through the real actor update (their presets compose
+    into these settings: tests/test_train_cpu.py; the full method runs end to end there)."""
+    from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
+    from soft_spatial.actor.loss import soft_ppo_loss
+    from soft_spatial.softthink import AdaptSoft, AlignmentConfig, center_per_rollout
+
+    ctrl = AdaptSoft(hidden_size=64, width=32, seed=3, use_hidden=ablation != "no_hidden",
+                     use_entropy=ablation != "no_entropy")
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():  # random (non-initial) weights, so τ varies by step
+        for p in ctrl.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    _, prompts, outs, _ = H.rollouts(tiny_qwen3_text_small, mode="adaptsoft", controller=ctrl)
+    train_engine = H.make_train_engine(tiny_qwen3_text_small)
+    td = H.train_batch_td(train_engine, prompts, outs, micro_batch_size=4)
+    trainer = AdaptSoftTrainer(copy.deepcopy(ctrl), AlignmentConfig(center=ablation != "no_centering"),
+                               seed=1)
+    train_engine.configure_soft(adaptsoft=trainer)
+    _, phi = _grads(train_engine, td, partial(soft_ppo_loss, config=H.actor_config()))
+    last = trainer.last
+    assert last["alpha"].abs().sum() > 0 and any(p.abs().sum() > 0 for p in phi if p is not None)
+    g_tau = last["g_tau"].to(last["g_centered"].dtype)
+    raw = torch.where(last["soft_mask"], g_tau, torch.zeros_like(g_tau))
+    if ablation == "no_centering":  # the surrogate uses the raw τ-gradients of the soft steps
+        torch.testing.assert_close(last["g_centered"], raw)
+    else:  # centred over the soft steps of each rollout (center_per_rollout's own tests: alignment)
+        assert not torch.allclose(last["g_centered"], raw)
+        torch.testing.assert_close(last["g_centered"], center_per_rollout(g_tau, last["seq"], last["soft_mask"]))
+    # the ablated input does not move the controller's output: perturb it in the recorded features
+    if ablation != "no_centering":
+        x = last["ctrl_x"].clone()
+        y = x.clone()
+        y[:, slice(0, -1) if ablation == "no_hidden" else slice(-1, None)] += 1.0
+        c = trainer.controller
+        torch.testing.assert_close(c(y), c(x))
+        z = x.clone()
+        z[:, slice(-1, None) if ablation == "no_hidden" else slice(0, -1)] += 1.0
+        assert not torch.allclose(c(z), c(x))  # while the kept input does
+    train_engine.adaptsoft = None
 
 
 def test_trainer_checkpoint_round_trip(tmp_path):
@@ -205,7 +250,7 @@ def _rank_main(rank, world, init_file, model_dir, out_dir):
     import test_actor_helpers as H2
     from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
     from soft_spatial.actor.loss import soft_ppo_loss
-    from soft_spatial.trainer.platform import init_process_group, use_cpu_platform
+    from soft_spatial.platform import init_process_group, use_cpu_platform
 
     torch.set_num_threads(1)
     use_cpu_platform()
@@ -213,16 +258,16 @@ def _rank_main(rank, world, init_file, model_dir, out_dir):
     ctrl = H2.trained_controller(64)
     _, prompts, outs, _ = H2.rollouts(model_dir, mode="adaptsoft", controller=ctrl)
     mine = slice(rank * 2, rank * 2 + 2)  # the DP split of 4 sequences
-    engine = H2.make_engine(model_dir)
+    train_engine = H2.make_train_engine(model_dir)
     trainer = AdaptSoftTrainer(copy.deepcopy(ctrl), seed=7)
-    engine.configure_soft(adaptsoft=trainer)
-    td = H2.train_batch_td(engine, prompts[mine], outs[mine], micro_batch_size=1, seed=rank)
+    train_engine.configure_soft(adaptsoft=trainer)
+    td = H2.train_batch_td(train_engine, prompts[mine], outs[mine], micro_batch_size=1, seed=rank)
     from verl.utils import tensordict_utils as tu
 
     tu.assign_non_tensor(td, global_batch_size=4)
     before = [p.detach().clone() for p in trainer.controller.parameters()]
-    with engine.train_mode():
-        out = engine.train_batch(td, partial(soft_ppo_loss, config=H2.actor_config()))
+    with train_engine.train_mode():
+        out = train_engine.train_batch(td, partial(soft_ppo_loss, config=H2.actor_config()))
     after = torch.cat([p.detach().reshape(-1) for p in trainer.controller.parameters()])
     gathered = [torch.zeros_like(after) for _ in range(world)]
     dist.all_gather(gathered, after)

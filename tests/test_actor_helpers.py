@@ -1,152 +1,22 @@
-"""Helpers shared by the tests/test_actor_*.py modules (no tests here).
-
-Builds verl-shaped batches from LocalEngine rollouts and real verl FSDP2 engines on gloo.
-"""
+"""Helpers shared by the tests/test_actor_*.py modules (no tests here): they live in
+`soft_spatial.bench`, shared with the benchmarks."""
 from __future__ import annotations
 
 import os
-from collections import Counter
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VERL_PLATFORM", "cpu")
+# selecting the CPU platform registers it too: a verl import elsewhere in this process (any
+# test module collected after this one) would otherwise find "cpu" selected but unknown
+import soft_spatial.platform  # noqa: E402,F401
 
-import torch  # noqa: E402
-from controller_helpers import trained_controller  # noqa: E402,F401  (re-exported)
-
-PROMPTS = [[5, 9, 13, 40, 41, 42], [7, 8, 9, 10, 11, 12, 13, 14, 15]]
-
-
-def rollouts(model_dir, n=2, max_new_tokens=12, seed=1, mode="fixed", controller=None):
-    """Soft rollouts of a tiny text model that contain soft and discrete steps.
-
-    The random model never emits ``</think>``, so the think-end marker is a frequent spine token
-    of a first rollout (re-decoding with the same seed reproduces the steps up to its first use).
-    Returns (engine, prompts, completions, soft config).
-    """
-    from soft_spatial.engines import LocalEngine
-    from soft_spatial.models.tokens import single_token_id
-    from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
-
-    eng = LocalEngine.from_pretrained(model_dir, controller=controller)
-    sampling = SamplingConfig(max_new_tokens=max_new_tokens)
-    first = eng.generate(PROMPTS, soft=SoftThinkingConfig(mode=mode), sampling=sampling, n=n,
-                         seed=seed)
-    counts = Counter(t for o in first for t in o.token_ids[1:max_new_tokens // 2])
-    marker = None
-    for tok, _ in counts.most_common():
-        text = eng.tokenizer.decode([tok])
-        try:
-            if single_token_id(eng.tokenizer, text) == tok and tok not in eng.eos_ids:
-                marker = text
-                break
-        except ValueError:
-            continue
-    assert marker is not None
-    soft = SoftThinkingConfig(mode=mode, think_end=marker)
-    outs = eng.generate(PROMPTS, soft=soft, sampling=sampling, n=n, seed=seed)
-    return eng, [PROMPTS[o.prompt_index] for o in outs], outs, soft
-
-
-def verl_batch(prompts, completions, pad_id=0, temperature=1.0, extra=None):
-    """A TensorDict as verl's legacy trainer hands it to the workers (left-padded prompts,
-    right-padded responses, collated traces), converted with verl's ``left_right_2_no_padding``."""
-    from tensordict import TensorDict
-    from verl.utils import tensordict_utils as tu
-    from verl.workers.utils.padding import left_right_2_no_padding
-
-    from soft_spatial.softthink import collate_traces
-
-    b = len(completions)
-    p = max(len(x) for x in prompts)
-    r = max(len(c.token_ids) for c in completions)
-    prompt_t = torch.full((b, p), pad_id, dtype=torch.long)
-    resp_t = torch.full((b, r), pad_id, dtype=torch.long)
-    attn = torch.zeros(b, p + r, dtype=torch.long)
-    for i, (x, c) in enumerate(zip(prompts, completions)):
-        prompt_t[i, p - len(x):] = torch.tensor(x)
-        resp_t[i, : len(c.token_ids)] = torch.tensor(c.token_ids)
-        attn[i, p - len(x): p + len(c.token_ids)] = 1
-    input_ids = torch.cat([prompt_t, resp_t], 1)
-    position_ids = (attn.cumsum(1) - 1).clamp(min=0)
-    resp_mask = attn[:, p:].clone()
-    tensors = dict(input_ids=input_ids, attention_mask=attn, position_ids=position_ids,
-                   prompts=prompt_t, responses=resp_t, response_mask=resp_mask,
-                   **collate_traces([c.trace for c in completions], length=r))
-    tensors.update(extra or {})
-    td = TensorDict(tensors, batch_size=[b])
-    td = left_right_2_no_padding(td)
-    tu.assign_non_tensor(td, temperature=temperature)
-    return td
-
-
-def set_infer_keys(td, micro_batch_size, remove_padding):
-    from verl.utils import tensordict_utils as tu
-
-    tu.assign_non_tensor(td, use_remove_padding=remove_padding, use_dynamic_bsz=False,
-                         micro_batch_size_per_gpu=micro_batch_size, use_fused_kernels=False,
-                         max_token_len_per_gpu=4096)
-    return td
-
-
-def make_engine(model_dir, remove_padding=True, model_type="soft_language_model",
-                strategy="fsdp2", lr=1e-3, cpu=True, param_dtype="fp32",
-                gradient_checkpointing=False):
-    """A real verl FSDP engine (needs an initialised process group; ``cpu`` selects the CPU
-    platform, otherwise verl's own device). Master weights are fp32; ``param_dtype`` is the
-    mixed-precision compute dtype ("fp32" on the CPU, "bf16" as training runs on GPUs)."""
-    if cpu:
-        from soft_spatial.trainer.platform import use_cpu_platform
-
-        use_cpu_platform()
-    import soft_spatial.actor.engine  # noqa: F401  (registers soft_language_model)
-    from verl.trainer.config import CheckpointConfig
-    from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
-    from verl.workers.engine.base import EngineRegistry
-
-    model_config = HFModelConfig(path=str(model_dir), model_type=model_type,
-                                 use_remove_padding=remove_padding,
-                                 enable_gradient_checkpointing=gradient_checkpointing,
-                                 override_config={"attn_implementation": "sdpa"})
-    engine_config = FSDPEngineConfig(strategy=strategy, use_torch_compile=False, model_dtype="fp32",
-                                     mixed_precision={"param_dtype": param_dtype,
-                                                      "reduce_dtype": "fp32",
-                                                      "buffer_dtype": "fp32"},
-                                     use_remove_padding=remove_padding)
-    optim = FSDPOptimizerConfig(lr=lr, total_training_steps=10, clip_grad=1.0)
-    engine = EngineRegistry.new(model_type=model_type, backend=strategy,
-                                model_config=model_config, engine_config=engine_config,
-                                optimizer_config=optim, checkpoint_config=CheckpointConfig())
-    engine.initialize()
-    return engine
-
-
-
-
-
-def actor_config(**kw):
-    from verl.workers.config import ActorConfig, PolicyLossConfig
-
-    return ActorConfig(strategy="fsdp2", ppo_micro_batch_size_per_gpu=2, rollout_n=1,
-                       use_kl_loss=True, kl_loss_type="low_var_kl", kl_loss_coef=1e-3,
-                       clip_ratio=0.2, policy_loss=PolicyLossConfig(loss_mode="soft_grpo"), **kw)
-
-
-def train_batch_td(engine, prompts, outs, micro_batch_size=2, remove_padding=True, seed=0,
-                   device="cpu"):
-    """A training batch: old (= current) and ref log-probs from the engine, random advantages
-    (tensors on ``device``, where verl's workers put them before the engine sees them)."""
-    from verl.utils import tensordict_utils as tu
-    from verl.workers.utils.padding import no_padding_2_padding
-
-    td = set_infer_keys(verl_batch(prompts, outs), micro_batch_size, remove_padding).to(device)
-    with engine.eval_mode():
-        out = engine.infer_batch(td)
-    old = no_padding_2_padding(out["model_output"]["log_probs"], td).detach().cpu()
-    g = torch.Generator().manual_seed(seed)
-    b, r = old.shape
-    adv = torch.randn(b, 1, generator=g).expand(b, r).contiguous()
-    td = set_infer_keys(verl_batch(prompts, outs, extra=dict(
-        old_log_probs=old, ref_log_prob=old + 0.01 * torch.randn(b, r, generator=g),
-        advantages=adv)), micro_batch_size, remove_padding).to(device)
-    tu.assign_non_tensor(td, global_batch_size=b)
-    return td
+from soft_spatial.bench import (  # noqa: E402,F401  (re-exported)
+    PROMPTS,
+    actor_config,
+    make_train_engine,
+    rollouts,
+    set_infer_keys,
+    train_batch_td,
+    verl_batch,
+)
+from soft_spatial.bench import random_controller as trained_controller  # noqa: E402,F401

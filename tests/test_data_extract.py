@@ -147,3 +147,157 @@ def test_dispatcher():
         extract_answer("mindcube", "B", "lmms")
     with pytest.raises(ValueError, match="benchmark"):
         extract_answer("vsibench", "B", "official")
+
+
+# --- adversarial inputs: no recursion, linear-time patterns, hedges -----------------------------
+import re  # noqa: E402
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from soft_spatial.data.extract import ANSWER_WINDOW, OFFICIAL_WINDOW  # noqa: E402
+
+PROPERTY = settings(max_examples=200, deadline=None, derandomize=True)
+# pieces that steer every rule of every extractor: tags, cues, letters, option marks, runs
+PIECES = ["</think>", "<answer>", "</answer>", "<Answer>", "answer", "Answer:", "the answer is ",
+          "I choose ", "correct option", " or ", ", ", "/", " and ", "A", "B", "C", "D", "E", "a",
+          "b", "c", " ", "  ", "\n", "*", "**", "(", ")", ".", ":", "A cat ", "is ", "left",
+          "right", '"', "My answer is ", "X"]
+adversarial = st.lists(st.sampled_from(PIECES), max_size=60).map("".join)
+
+
+def test_nested_answer_tags_parse_without_recursion():
+    nested = "r</think>" + "<answer>" * 1_000 + "B" + "</answer>" * 1_000  # 2,003 tokens
+    assert extract_ours(nested) == "B"
+    assert extract_answer("omnispatial", nested) == "B"
+    assert extract_spatialab(nested, OPTIONS) == "B"
+    assert extract_ours("r</think>" + "<answer>" * 1_000 + "C") == "C"  # unclosed
+    deep = "r</think>" + "<answer>" * 100_000 + "B" + "</answer>" * 100_000  # 1.7 MB
+    assert extract_ours(deep) is None  # no RecursionError; the letter is beyond ANSWER_WINDOW
+    assert extract_mindcube_official(deep) == "B"
+
+
+@pytest.mark.parametrize(
+    "tail",
+    ["A or B", "B, C, D", "<answer>A or B</answer>", "Answer: A or B", "answer: B/C",
+     "Answer: (B) or (C)", "The answer is B, C or D", "I choose **A** and **B**", "A and B"],
+)
+def test_hedges_name_no_answer(tail):
+    assert extract_ours("r</think> " + tail, OPTIONS) is None
+    assert extract_spatialab("r</think> " + tail, OPTIONS) is None
+
+
+@pytest.mark.parametrize(
+    "tail, expected",
+    [("Answer: B or rather B", "B"), ("A cat is on the left, so B", "B"),
+     ("I choose C because A is wrong", "C"), ("Answer: B. A and C are wrong", "B")],
+)
+def test_one_letter_among_words_is_not_a_hedge(tail, expected):
+    assert extract_ours("r</think> " + tail, OPTIONS) == expected
+
+
+def test_missing_response_is_no_answer():
+    assert extract_ours(None) is None and answer_tail(None) is None
+    for bench in ("omnispatial", "mindcube", "spatialab"):
+        extract_answer(bench, None, "official")  # no TypeError
+        assert extract_answer(bench, None, "ours") is None
+
+
+def test_only_the_end_of_a_long_tail_is_read():
+    filler = "A cat is on the left. " * 500_000  # 11 MB of articles
+    assert extract_ours("r</think>" + filler + "so B", OPTIONS) == "B"
+    assert extract_ours("r</think>Answer: C " + "x" * ANSWER_WINDOW) is None  # the cue is out of reach
+    assert extract_ours("r</think>" + "answer" + " " * 10_000_000 + "D") == "D"
+
+
+def test_official_extractors_read_the_last_mebibyte():
+    head = "My answer is D. " + "x" * OFFICIAL_WINDOW
+    assert extract_mindcube_official(head) is None  # the only "X." is out of reach
+    assert extract_mindcube_official(head[-OFFICIAL_WINDOW:] + " C") == "C"
+    assert extract_omnispatial_official("Answer: B " + "-" * OFFICIAL_WINDOW, compat=False) is None
+    # adversarial 10 MB inputs: the same answer as their last mebibyte, no recursion
+    for text in ("Answer:" + " " * 10_000_000, "A" * 10_000_000, "<Answer>" * 1_250_000,
+                 "A, " * 3_333_333, "Answer: B " * 1_000_000):
+        tail = text[-OFFICIAL_WINDOW:]
+        assert extract_mindcube_official(text) == extract_mindcube_official(tail)
+        assert extract_omnispatial_official(text) == extract_omnispatial_official(tail)
+    assert extract_mindcube_official("A, " * 3_333_333) == "A"  # a lone letter (last rule)
+    assert extract_omnispatial_official("Answer: B " * 1_000_000) == "B"
+
+
+@PROPERTY
+@given(adversarial)
+def test_every_extractor_returns_an_allowed_letter_or_none(text):
+    for found in (extract_ours(text, OPTIONS), extract_spatialab(text, OPTIONS),
+                  extract_answer("omnispatial", text, "official", compat=False),
+                  extract_mindcube_official(text), parse_choice(text)):
+        assert found is None or found in "ABCDE"
+    assert extract_ours(text, OPTIONS) in (None, "A", "B", "C", "D")
+
+
+@PROPERTY
+@given(adversarial, st.sampled_from("ABCD"),
+       st.sampled_from(["{}", " {} ", "({})", "{}.", "**{}**", "<answer>{}</answer>", "Answer: {}"]))
+def test_a_clean_answer_after_the_last_think_end_is_read(junk, letter, shape):
+    assert extract_ours(junk + "</think>" + shape.format(letter)) == letter
+
+
+# The cue grammar before it was made linear (two adjacent whitespace quantifiers): every cue it
+# accepted is still read, with the same letter.
+OLD_CUE = (r"(?i:\b(?:answer|correct\s+(?:option|choice)|i\s+(?:choose|pick|select))"
+           r"(?:\s+(?:is|would\s+be|should\s+be))?\s*[:=\-]?[\s*]*(?:option\s*)?)"
+           r"[(\[*\"']*\s*([A-D])(?![\w'’-])")
+
+
+@PROPERTY
+@given(st.sampled_from(["answer", "Answer", "the answer is", "final answer would be",
+                        "correct option", "I choose", "i pick"]),
+       st.text(" \n\t", max_size=3), st.sampled_from(["", ":", "=", "-"]), st.text(" *", max_size=3),
+       st.sampled_from(["", "option", "option "]), st.text("([*\"'", max_size=2),
+       st.text(" ", max_size=2), st.sampled_from("ABCD"))
+def test_cues_of_the_former_grammar_are_still_read(cue, ws1, punct, ws2, opt, brackets, ws3, letter):
+    text = f"some words {cue}{ws1}{punct}{ws2}{opt}{brackets}{ws3}{letter}"
+    old = re.findall(OLD_CUE, text)
+    assert old and old[-1] == letter  # the generator stays inside the former grammar
+    assert parse_choice(text) == letter
+
+
+def _mindcube_reference(response):
+    """MindCube's official cascade exactly as the spec lists it: every rule, one search per line."""
+    def last(pattern, text):
+        found = list(re.finditer(pattern, text))
+        return found[-1].group(1) if found else None
+
+    def first_rule(patterns, text):
+        for pattern in patterns:
+            found = last(pattern, text)
+            if found:
+                return found
+        return None
+
+    from soft_spatial.data.extract import _MC_IN_ANSWER_TAG, _MC_LINE_DESC, _MC_RULES, _MC_SIMPLE
+    if not response:
+        return None
+    found = last(_MC_SIMPLE, response)
+    if found:
+        return found
+    section = re.search(r"<Answer>(.*?)(?:<|$)", response, re.DOTALL)
+    if section:
+        found = first_rule(_MC_IN_ANSWER_TAG, section.group(1))
+        if found:
+            return found
+    found = first_rule(_MC_RULES, response)
+    if found:
+        return found
+    for pattern in (_MC_LINE_DESC, r"\b([A-E])\b"):
+        for line in reversed(response.split("\n")):
+            match = re.search(pattern, line)
+            if match:
+                return match.group(1)
+    return None
+
+
+@PROPERTY
+@given(adversarial)
+def test_mindcube_official_matches_the_rule_by_rule_cascade(text):
+    assert extract_mindcube_official(text) == _mindcube_reference(text)

@@ -164,10 +164,10 @@ def test_spatialab_parquet_embedded_bytes(fx: FixtureSet):
 
 
 def test_spatialab_csv_option_columns_one_based(fx: FixtureSet):
-    records = load_benchmark("spatialab", fx.spatialab / "spatialab.csv", columns=SpatialabColumns(answer_index_base=1))
+    records = load_benchmark("spatialab", fx.spatialab / "spatialab.csv")  # 1-based numbers: the default
     _check_spatialab(records, fx)
-    with pytest.raises(DataFormatError) as info:  # integer answers need an explicit base
-        load_benchmark("spatialab", fx.spatialab / "spatialab.csv")
+    with pytest.raises(DataFormatError) as info:  # integer answers can be refused
+        load_benchmark("spatialab", fx.spatialab / "spatialab.csv", columns=SpatialabColumns(answer_index_base=None))
     _assert_names(info.value, fx.spatialab / "spatialab.csv", 0, "sl_0", "answer")
     assert "answer_index_base" in str(info.value)
 
@@ -296,3 +296,65 @@ def test_load_benchmark_unknown_name(fx: FixtureSet):
 def test_spatialab_parquet_fixture_is_hf_image_struct(fx: FixtureSet):
     column = pq.read_table(fx.spatialab / "spatialab.parquet").column("image").to_pylist()
     assert set(column[0]) == {"bytes", "path"}
+
+
+# --- images verified at load, unique ids, no empty benchmark -----------------------------------
+
+
+def _truncate(path: Path, keep: int = 40) -> None:
+    path.write_bytes(path.read_bytes()[:keep])
+
+
+@pytest.mark.parametrize("keep", [40, -20])  # no header left / the last chunks cut off
+def test_corrupt_image_is_named_with_its_record(fx: FixtureSet, keep):
+    image = fx.omnispatial_test / "Complex_Logic" / "8.png"
+    _truncate(image, keep if keep > 0 else image.stat().st_size + keep)
+    with pytest.raises(DataFormatError) as info:
+        load_benchmark("omnispatial", fx.omnispatial)
+    _assert_names(info.value, fx.omnispatial_test / "data.json", 9, "8_0", "image")
+    assert "not a readable image" in str(info.value) and str(image) in str(info.value)
+
+
+def test_corrupt_images_in_mindcube_and_spatialab(fx: FixtureSet):
+    first = json.loads((fx.mindcube / "raw" / "MindCube_tinybench.jsonl").read_text().splitlines()[0])
+    _truncate(fx.mindcube / first["images"][-1])
+    with pytest.raises(DataFormatError) as info:
+        load_benchmark("mindcube", fx.mindcube)
+    _assert_names(info.value, fx.mindcube / "raw" / "MindCube_tinybench.jsonl", 0, first["id"], "images")
+    rows = pq.read_table(fx.spatialab / "spatialab.parquet").to_pylist()
+    rows[2]["image"] = {"bytes": rows[2]["image"]["bytes"][:40], "path": None}
+    bad = fx.spatialab / "bad.parquet"
+    pq.write_table(pq.read_table(fx.spatialab / "spatialab.parquet").from_pylist(rows), bad)
+    with pytest.raises(DataFormatError) as info:
+        load_benchmark("spatialab", bad)
+    _assert_names(info.value, bad, 2, str(rows[2]["id"]), "image")
+
+
+def test_duplicate_ids_are_an_error_naming_both_records(fx: FixtureSet):
+    path = _edit_omni(fx, 4, id="1_0", task_type="Perspective_Taking", sub_task_type="Hypothetical")
+    with pytest.raises(DataFormatError) as info:
+        load_benchmark("omnispatial", fx.omnispatial)
+    _assert_names(info.value, path, 4, "1_0", "id")
+    assert "record index 2" in str(info.value)
+    lines = (fx.mindcube / "raw" / "MindCube_tinybench.jsonl").read_text().splitlines()
+    (fx.mindcube / "raw" / "MindCube_tinybench.jsonl").write_text("\n".join(lines + [lines[1]]) + "\n")
+    with pytest.raises(DataFormatError, match=r"index 6.*duplicate id: record index 1"):
+        load_benchmark("mindcube", fx.mindcube)
+
+
+def test_omnispatial_ids_repeat_across_task_types(fx: FixtureSet):
+    # ids number the images of one task type, so "2_0" may exist in two task types
+    _edit_omni(fx, 9, id="2_0")
+    (fx.omnispatial_test / "Complex_Logic" / "2.png").write_bytes(
+        (fx.omnispatial_test / "Complex_Logic" / "8.png").read_bytes())
+    records = load_benchmark("omnispatial", fx.omnispatial)
+    assert [r.key for r in records if r.id == "2_0"] == ["Dynamic_Reasoning/2_0", "Complex_Logic/2_0"]
+
+
+def test_an_empty_benchmark_is_an_error(fx: FixtureSet):
+    (fx.omnispatial_test / "data.json").write_text("[]")
+    with pytest.raises(DataFormatError, match="no records"):
+        load_benchmark("omnispatial", fx.omnispatial)
+    (fx.mindcube / "raw" / "MindCube_tinybench.jsonl").write_text("")
+    with pytest.raises(DataFormatError, match="no records"):
+        load_benchmark("mindcube", fx.mindcube)

@@ -218,6 +218,76 @@ def test_verl_rlhf_dataset_filters_like_prepare(fx: FixtureSet, processor, tmp_p
     assert big["raw_prompt"][1]["content"][0]["image"].size == (364, 252)
 
 
+# --- atomic outputs, image errors with the record, the pre-training check ----------------------
+
+
+def test_a_failed_prepare_leaves_the_previous_parquet(fx: FixtureSet, processor, tmp_path: Path):
+    from soft_spatial.data.prepare import check_parquet
+
+    out = tmp_path / "data" / "test.parquet"
+    records = load_benchmark("omnispatial", fx.omnispatial)
+    good = write_parquet(records, out, processor, progress=False)
+    before = out.read_bytes()
+    path = fx.omnispatial_test / "Complex_Logic" / "8.png"
+    path.write_bytes(path.read_bytes()[:40])  # corrupt after loading (check_images=True ran)
+    with pytest.raises(ValueError, match=r"record '8_0': image .*8\.png cannot be decoded"):
+        write_parquet(records, out, processor, progress=False)
+    assert out.read_bytes() == before and check_parquet(out) == good.written
+    assert sorted(p.name for p in out.parent.iterdir()) == ["test.parquet"]  # no temporary left
+    with pytest.raises(ValueError, match="no record fits --max-prompt-length 5"):
+        write_parquet(records[:2], tmp_path / "empty.parquet", processor, max_prompt_length=5,
+                      progress=False)
+    assert not (tmp_path / "empty.parquet").exists()
+
+
+def test_check_parquet_rejects_missing_images_and_empty_files(fx: FixtureSet, processor, tmp_path: Path):
+    import pyarrow as pa
+
+    from soft_spatial.data.errors import DataFormatError
+    from soft_spatial.data.prepare import check_parquet, parquet_schema
+
+    out = tmp_path / "train.parquet"
+    write_parquet(load_benchmark("omnispatial", fx.omnispatial), out, processor, progress=False)
+    rows = pq.read_table(out).to_pylist()
+    rows[3]["images"] = []  # a prompt with an <image> placeholder and no image
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=parquet_schema()), bad)
+    with pytest.raises(DataFormatError) as info:
+        check_parquet(bad)
+    assert (info.value.index, info.value.record_id, info.value.field) == (3, rows[3]["extra_info"]["id"], "images")
+    assert "1 <image> placeholder(s) but the row has 0 image(s)" in str(info.value)
+    pq.write_table(pa.Table.from_pylist([], schema=parquet_schema()), tmp_path / "none.parquet")
+    with pytest.raises(DataFormatError, match="no rows"):
+        check_parquet(tmp_path / "none.parquet")
+    with pytest.raises(FileNotFoundError, match="soft_spatial.data.prepare"):
+        check_parquet(tmp_path / "missing.parquet")
+
+
+def test_atomic_writes_leave_old_content_on_error(tmp_path: Path):
+    from soft_spatial.atomic import atomic_dir, atomic_open, write_text
+
+    target = tmp_path / "summary.json"
+    write_text(target, "old")
+    with pytest.raises(RuntimeError):
+        with atomic_open(target) as f:
+            f.write("half")
+            raise RuntimeError("crash mid-write")
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
+    write_text(target, "new")
+    assert target.read_text() == "new" and oct(target.stat().st_mode & 0o777) != oct(0o600)
+    with pytest.raises(RuntimeError):
+        with atomic_dir(tmp_path / "model") as d:
+            (d / "config.json").write_text("{}")
+            raise RuntimeError("crash mid-build")
+    assert not (tmp_path / "model").exists()
+    with atomic_dir(tmp_path / "model") as d:
+        (d / "config.json").write_text("{}")
+    assert (tmp_path / "model" / "config.json").read_text() == "{}"
+    with pytest.raises(FileExistsError):
+        with atomic_dir(tmp_path / "model"):
+            pass
+
+
 def test_task_types_subset_in_prepare_and_training_parquet(fx: FixtureSet, model_dir: Path, tmp_path: Path,
                                                            capsys):
     """--task-types keeps one task type (indices stay the benchmark's); the training path

@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from controller_helpers import trained_controller
-from soft_spatial.engines import LocalEngine
+from soft_spatial.engines import LocalEngine, PromptTooLongError
 from soft_spatial.engines.replay import replay_completion
 from soft_spatial.models import think_end_id
 from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig, gumbel_log_density
@@ -55,16 +55,16 @@ def with_think_bonus(engine, bonus=8.0):
 def check_replay(eng, prompt, outs, atol):
     for o in outs:
         r = replay_completion(eng, prompt, o)
-        soft = o.trace.soft
+        soft_mask = o.trace.soft
         assert torch.equal(r["weights"], o.debug["weights"])  # bit for bit
         # fp32: cached vs uncached attention differ by rounding; 1e-5 absolute or relative
         torch.testing.assert_close(r["cand_logp"].float(), o.debug["logp"].float(), rtol=atol,
                                    atol=atol)
-        d_roll = gumbel_log_density(o.trace.scores[soft], o.debug["logp"][soft])
-        d_rep = r["loglik"][soft]
+        d_roll = gumbel_log_density(o.trace.scores[soft_mask], o.debug["logp"][soft_mask])
+        d_rep = r["loglik"][soft_mask]
         assert ((d_rep - d_roll).abs() <= atol * d_roll.abs().clamp(min=1)).all()
         # discrete steps: the replayed token log-prob is a real log-probability
-        assert (r["loglik"][~soft] <= 0).all()
+        assert (r["loglik"][~soft_mask] <= 0).all()
         # the engine's own per-step likelihood (what verl gets as rollout log-probs)
         roll = torch.tensor(o.logprobs, dtype=r["loglik"].dtype)
         assert ((r["loglik"] - roll).abs() <= atol * roll.abs().clamp(min=1)).all()
@@ -75,7 +75,7 @@ def test_replay_reproduces_every_step_fp32(engine, mode):
     eng = with_think_bonus(engine)
     eng.set_controller(trained_controller(eng.hidden_size) if mode == "adaptsoft" else None)
     prompt = chat()
-    outs = eng.generate([prompt], soft=SoftThinkingConfig(mode=mode),
+    outs = eng.generate([prompt], soft_thinking=SoftThinkingConfig(mode=mode),
                         sampling=SamplingConfig(max_new_tokens=40), n=3, seed=1, debug=True)
     assert any(o.think_closed for o in outs)  # both soft and discrete steps are covered
     check_replay(eng, prompt, outs, atol=1e-5)
@@ -84,7 +84,7 @@ def test_replay_reproduces_every_step_fp32(engine, mode):
 
 def test_replay_reproduces_every_step_fp64(engine64):
     eng = with_think_bonus(engine64)
-    outs = eng.generate([chat()], soft=SoftThinkingConfig(mode="fixed"),
+    outs = eng.generate([chat()], soft_thinking=SoftThinkingConfig(mode="fixed"),
                         sampling=SamplingConfig(max_new_tokens=30), n=2, debug=True)
     check_replay(eng, chat(), outs, atol=1e-6)  # records are fp32
 
@@ -96,7 +96,7 @@ def test_cached_decoding_equals_uncached_forward_logits(engine64):
     head = eng.lm_head
     eng.lm_head = lambda h: captured.append(head(h)) or captured[-1]
     try:
-        (o,) = eng.generate([chat()], soft=SoftThinkingConfig(mode="fixed"),
+        (o,) = eng.generate([chat()], soft_thinking=SoftThinkingConfig(mode="fixed"),
                             sampling=SamplingConfig(max_new_tokens=12))
     finally:
         eng.lm_head = head
@@ -125,13 +125,13 @@ def test_batch_equals_rows_alone_and_padding_is_invisible(tiny_qwen3_vl_small, d
     """
     engine = LocalEngine.from_pretrained(tiny_qwen3_vl_small, dtype=dtype)
     steps = 16 if dtype == torch.float64 else 3
-    soft = SoftThinkingConfig(mode="fixed")
+    soft_thinking = SoftThinkingConfig(mode="fixed")
     sampling = SamplingConfig(max_new_tokens=steps)
-    together = engine.generate(BATCH_PROMPTS, soft=soft, sampling=sampling, n=2, seeds=[7, 8, 9])
+    together = engine.generate(BATCH_PROMPTS, soft_thinking=soft_thinking, sampling=sampling, n=2, seeds=[7, 8, 9])
     assert [(o.prompt_index, o.sample_index) for o in together] == [
         (0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
     for i, p in enumerate(BATCH_PROMPTS):
-        alone = engine.generate([p], soft=soft, sampling=sampling, n=2, seeds=[7 + i])
+        alone = engine.generate([p], soft_thinking=soft_thinking, sampling=sampling, n=2, seeds=[7 + i])
         for j in range(2):
             a, b = together[2 * i + j], alone[j]
             assert a.token_ids == b.token_ids
@@ -141,16 +141,16 @@ def test_batch_equals_rows_alone_and_padding_is_invisible(tiny_qwen3_vl_small, d
 
 def test_noise_free_tiny_tau_soft_decoding_is_greedy(engine):
     engine.lm_head = engine.model.get_output_embeddings()
-    greedy = engine.generate([chat()], soft=SoftThinkingConfig(mode="hard"),
+    greedy = engine.generate([chat()], soft_thinking=SoftThinkingConfig(mode="hard"),
                              sampling=SamplingConfig(max_new_tokens=20, greedy=True))
-    soft = engine.generate([chat()], soft=SoftThinkingConfig(mode="fixed", noise_scale=0.0,
-                                                            fixed_tau=1e-6),
-                           sampling=SamplingConfig(max_new_tokens=20))
-    assert soft[0].token_ids == greedy[0].token_ids
-    assert soft[0].trace.soft.all() and not greedy[0].trace.soft.any()
+    soft_outs = engine.generate([chat()], soft_thinking=SoftThinkingConfig(mode="fixed", noise_scale=0.0,
+                                                                         fixed_tau=1e-6),
+                                sampling=SamplingConfig(max_new_tokens=20))
+    assert soft_outs[0].token_ids == greedy[0].token_ids
+    assert soft_outs[0].trace.soft.all() and not greedy[0].trace.soft.any()
     # with a large τ the mixture is no longer one-hot and decoding departs from greedy
-    blurred = engine.generate([chat()], soft=SoftThinkingConfig(mode="fixed", noise_scale=0.0,
-                                                               fixed_tau=50.0),
+    blurred = engine.generate([chat()], soft_thinking=SoftThinkingConfig(mode="fixed", noise_scale=0.0,
+                                                                       fixed_tau=50.0),
                               sampling=SamplingConfig(max_new_tokens=20))
     assert blurred[0].token_ids != greedy[0].token_ids
 
@@ -158,7 +158,7 @@ def test_noise_free_tiny_tau_soft_decoding_is_greedy(engine):
 def test_think_end_step_is_soft_and_later_steps_discrete(engine):
     eng = with_think_bonus(engine, 8.0)
     te = think_end_id(eng.tokenizer)
-    outs = eng.generate([chat()], soft=SoftThinkingConfig(mode="fixed"),
+    outs = eng.generate([chat()], soft_thinking=SoftThinkingConfig(mode="fixed"),
                         sampling=SamplingConfig(max_new_tokens=40), n=4, seed=3)
     closed = [o for o in outs if o.think_closed]
     assert closed
@@ -169,7 +169,7 @@ def test_think_end_step_is_soft_and_later_steps_discrete(engine):
         tail = o.trace[k + 1:]
         assert (tail.scores == 0).all() and (tail.topk_ids[:, 1:] == 0).all()
     eng.lm_head = eng.model.get_output_embeddings()
-    never = eng.generate([chat()], soft=SoftThinkingConfig(mode="fixed"),
+    never = eng.generate([chat()], soft_thinking=SoftThinkingConfig(mode="fixed"),
                          sampling=SamplingConfig(max_new_tokens=15), n=2)
     for o in never:
         assert not o.think_closed and o.trace.soft.all()
@@ -182,7 +182,7 @@ def test_eos_stops_and_is_reported(engine):
     eos = engine.eos_ids[0]
     engine.lm_head = BiasedHead(engine.model.get_output_embeddings(),
                                 {think_end_id(engine.tokenizer): 8.0, eos: 10.0})
-    outs = engine.generate([chat()], soft=SoftThinkingConfig(mode="fixed"),
+    outs = engine.generate([chat()], soft_thinking=SoftThinkingConfig(mode="fixed"),
                            sampling=SamplingConfig(max_new_tokens=60), n=3, seed=2)
     engine.lm_head = engine.model.get_output_embeddings()
     stopped = [o for o in outs if o.finish_reason == "stop"]
@@ -193,11 +193,11 @@ def test_eos_stops_and_is_reported(engine):
 
 
 def test_images_change_outputs_and_seeds_reproduce(engine):
-    soft, sampling = SoftThinkingConfig(mode="fixed"), SamplingConfig(max_new_tokens=10)
-    red = engine.generate([chat()], soft=soft, sampling=sampling, seed=5)[0]
-    red2 = engine.generate([chat()], soft=soft, sampling=sampling, seed=5)[0]
-    blue = engine.generate([chat(color=(0, 0, 255))], soft=soft, sampling=sampling, seed=5)[0]
-    other = engine.generate([chat()], soft=soft, sampling=sampling, seed=6)[0]
+    soft_thinking, sampling = SoftThinkingConfig(mode="fixed"), SamplingConfig(max_new_tokens=10)
+    red = engine.generate([chat()], soft_thinking=soft_thinking, sampling=sampling, seed=5)[0]
+    red2 = engine.generate([chat()], soft_thinking=soft_thinking, sampling=sampling, seed=5)[0]
+    blue = engine.generate([chat(color=(0, 0, 255))], soft_thinking=soft_thinking, sampling=sampling, seed=5)[0]
+    other = engine.generate([chat()], soft_thinking=soft_thinking, sampling=sampling, seed=6)[0]
     assert red.trace.equal(red2.trace) and red.token_ids == red2.token_ids
     assert not torch.allclose(red.trace.scores[0], blue.trace.scores[0])
     assert not red.trace.equal(other.trace)
@@ -206,7 +206,7 @@ def test_images_change_outputs_and_seeds_reproduce(engine):
 def test_adaptsoft_records_the_controllers_tau(engine):
     ctrl = trained_controller(engine.hidden_size, seed=3)
     engine.set_controller(ctrl)
-    outs = engine.generate([chat()], soft=SoftThinkingConfig(mode="adaptsoft"),
+    outs = engine.generate([chat()], soft_thinking=SoftThinkingConfig(mode="adaptsoft"),
                            sampling=SamplingConfig(max_new_tokens=20), n=2, debug=True)
     for o in outs:
         tr = o.trace
@@ -224,10 +224,10 @@ def test_adaptsoft_records_the_controllers_tau(engine):
 
 
 def test_fixed_mode_records_fixed_tau_and_hard_mode_is_discrete(engine):
-    fixed = engine.generate([chat()], soft=SoftThinkingConfig(mode="fixed", fixed_tau=0.3),
+    fixed = engine.generate([chat()], soft_thinking=SoftThinkingConfig(mode="fixed", fixed_tau=0.3),
                             sampling=SamplingConfig(max_new_tokens=8))[0]
     assert torch.all(fixed.trace.tau == torch.tensor(0.3))
-    hard = engine.generate([chat()], soft=SoftThinkingConfig(mode="hard"),
+    hard = engine.generate([chat()], soft_thinking=SoftThinkingConfig(mode="hard"),
                            sampling=SamplingConfig(max_new_tokens=8))[0]
     assert not hard.trace.soft.any() and (hard.trace.scores == 0).all()
 
@@ -244,7 +244,7 @@ def test_prefill_once_per_prompt(engine):
 
     base.forward = spy
     try:
-        engine.generate([chat(), chat(color=(0, 255, 0))], soft=SoftThinkingConfig(mode="fixed"),
+        engine.generate([chat(), chat(color=(0, 255, 0))], soft_thinking=SoftThinkingConfig(mode="fixed"),
                         sampling=SamplingConfig(max_new_tokens=3), n=4)
     finally:
         del base.forward
@@ -253,33 +253,34 @@ def test_prefill_once_per_prompt(engine):
 
 def test_clear_errors(engine, tiny_qwen3_vl_small):
     with pytest.raises(ValueError, match="image"):
-        engine.generate([[5, 6, engine.image_token_id, 7]], soft=SoftThinkingConfig(mode="hard"))
+        engine.generate([[5, 6, engine.image_token_id, 7]], soft_thinking=SoftThinkingConfig(mode="hard"))
     with pytest.raises(ValueError, match="image"):
         engine.generate([[{"role": "user", "content": [{"type": "image"},
                                                         {"type": "text", "text": "hi"}]}]],
-                        soft=SoftThinkingConfig(mode="hard"))
-    with pytest.raises(ValueError, match="too long"):
+                        soft_thinking=SoftThinkingConfig(mode="hard"))
+    with pytest.raises(PromptTooLongError, match="prompt 1 is too long") as info:
         LocalEngine.from_pretrained(tiny_qwen3_vl_small, max_prompt_length=8).generate(
-            [chat()], soft=SoftThinkingConfig(mode="hard"))
+            [[5, 6], chat()], soft_thinking=SoftThinkingConfig(mode="hard"))
+    assert info.value.index == 1 and info.value.limit == 8 and info.value.length > 8
     with pytest.raises(ValueError, match="single token"):
-        engine.generate([chat()], soft=SoftThinkingConfig(mode="fixed", think_end="<nothink>"))
+        engine.generate([chat()], soft_thinking=SoftThinkingConfig(mode="fixed", think_end="<nothink>"))
     with pytest.raises(ValueError, match="controller"):
-        engine.generate([chat()], soft=SoftThinkingConfig(mode="adaptsoft"))
+        engine.generate([chat()], soft_thinking=SoftThinkingConfig(mode="adaptsoft"))
     with pytest.raises(FileNotFoundError):
         engine.generate([[{"role": "user", "content": [
-            {"type": "image", "image": "/nonexistent.png"}]}]], soft=SoftThinkingConfig(mode="hard"))
+            {"type": "image", "image": "/nonexistent.png"}]}]], soft_thinking=SoftThinkingConfig(mode="hard"))
 
 
 def test_update_weights_and_set_controller(engine, tmp_path):
-    soft, sampling = SoftThinkingConfig(mode="fixed"), SamplingConfig(max_new_tokens=5)
-    before = engine.generate([chat()], soft=soft, sampling=sampling)[0]
+    soft_thinking, sampling = SoftThinkingConfig(mode="fixed"), SamplingConfig(max_new_tokens=5)
+    before = engine.generate([chat()], soft_thinking=soft_thinking, sampling=sampling)[0]
     name = "lm_head.weight"
     old = engine.model.state_dict()[name].clone()
     engine.update_weights({name: old * 3})
-    after = engine.generate([chat()], soft=soft, sampling=sampling)[0]
+    after = engine.generate([chat()], soft_thinking=soft_thinking, sampling=sampling)[0]
     engine.update_weights({name: old})
     assert not before.trace.equal(after.trace)
-    assert engine.generate([chat()], soft=soft, sampling=sampling)[0].trace.equal(before.trace)
+    assert engine.generate([chat()], soft_thinking=soft_thinking, sampling=sampling)[0].trace.equal(before.trace)
     with pytest.raises(KeyError):
         engine.update_weights({"nope.weight": old})
     ctrl = trained_controller(engine.hidden_size, seed=4)
@@ -297,14 +298,14 @@ def test_other_families_generate_and_replay(request, fixture):
         {"role": "user", "content": "Which side is red? A. left B. right"}]
     eng.lm_head = BiasedHead(eng.model.get_output_embeddings(),
                              {think_end_id(eng.tokenizer): 8.0})
-    outs = eng.generate([prompt], soft=SoftThinkingConfig(mode="fixed"),
+    outs = eng.generate([prompt], soft_thinking=SoftThinkingConfig(mode="fixed"),
                         sampling=SamplingConfig(max_new_tokens=12), n=2, debug=True)
     check_replay(eng, prompt, outs, atol=2e-5)
 
 
 def test_bf16_decoding_runs(tiny_qwen3_vl_small):
     eng = LocalEngine.from_pretrained(tiny_qwen3_vl_small, dtype=torch.bfloat16)
-    (o,) = eng.generate([chat()], soft=SoftThinkingConfig(mode="fixed"),
+    (o,) = eng.generate([chat()], soft_thinking=SoftThinkingConfig(mode="fixed"),
                         sampling=SamplingConfig(max_new_tokens=8))
     assert 1 <= len(o.token_ids) <= 8 and o.trace.scores.dtype == torch.float32
     assert (o.finish_reason == "length") == (len(o.token_ids) == 8)
@@ -317,12 +318,12 @@ def test_prompt_ids_with_images_equal_the_chat_prompt(engine):
                                                 tokenize=False)
     img = chat()[0]["content"][0]["image"]
     ids = engine.processor(text=[text], images=[img], return_tensors="pt")["input_ids"][0].tolist()
-    soft, sampling = SoftThinkingConfig(mode="fixed"), SamplingConfig(max_new_tokens=8)
-    a = engine.generate([chat()], soft=soft, sampling=sampling, seeds=[3])[0]
-    b = engine.generate([{"prompt_ids": ids, "images": [img]}], soft=soft, sampling=sampling,
+    soft_thinking, sampling = SoftThinkingConfig(mode="fixed"), SamplingConfig(max_new_tokens=8)
+    a = engine.generate([chat()], soft_thinking=soft_thinking, sampling=sampling, seeds=[3])[0]
+    b = engine.generate([{"prompt_ids": ids, "images": [img]}], soft_thinking=soft_thinking, sampling=sampling,
                         seeds=[3])[0]
     assert a.prompt_ids == b.prompt_ids and a.trace.equal(b.trace)
     short = list(ids)
     short.remove(engine.image_token_id)  # one placeholder too few for the image
     with pytest.raises(ValueError, match="placeholder"):
-        engine.generate([{"prompt_ids": short, "images": [img]}], soft=soft)
+        engine.generate([{"prompt_ids": short, "images": [img]}], soft_thinking=soft_thinking)

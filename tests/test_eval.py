@@ -121,6 +121,205 @@ def test_adaptsoft_without_controller_is_a_clear_error(fixtures, tiny_qwen3_vl_s
         make_cfg(fixtures, tiny_qwen3_vl_small, tmp_path, mode="adaptsoft")
 
 
+# --- results keyed to the configuration, one writer, early errors -------------------------------
+import os  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+
+from soft_spatial.dirlock import DirLockedError  # noqa: E402
+from soft_spatial.engines import PromptTooLongError  # noqa: E402
+from soft_spatial.eval.runkey import RunKeyMismatch, weights_fingerprint  # noqa: E402
+
+
+class NoEngine:
+    """Stands in where nothing may be generated."""
+
+    def generate(self, prompts, **kw):
+        raise AssertionError(f"generate() called with {len(prompts)} prompts")
+
+
+def small(fixtures, model, out, **over):
+    return make_cfg(fixtures, model, out, **{"limit": 2, "samples": 1, "max_new_tokens": 4, **over})
+
+
+def test_resume_into_a_directory_of_another_configuration_is_refused(fixtures, tiny_qwen3_vl_small,
+                                                                    tmp_path):
+    out = tmp_path / "out"
+    evaluate(small(fixtures, tiny_qwen3_vl_small, out), progress=False)
+    rows = (out / "samples.jsonl").read_bytes()
+    evaluate(small(fixtures, tiny_qwen3_vl_small, out), engine=NoEngine(), progress=False)  # same key
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_qwen3_vl_small, copy)
+    fixture_copy = tmp_path / "fx"
+    shutil.copytree(fixtures.omnispatial, fixture_copy)
+    data = json.loads((fixture_copy / "OmniSpatial-test" / "data.json").read_text())
+    (fixture_copy / "OmniSpatial-test" / "data.json").write_text(json.dumps(data[1:]))  # one deleted
+    changes = [
+        ({"temperature": 1.5}, "sampling.temperature: 0.6 -> 1.5"),
+        ({"max_new_tokens": 5}, "sampling.max_new_tokens: 4 -> 5"),
+        ({"seed": 1}, "sampling.seed: 0 -> 1"),
+        ({"mode": "hard"}, "mode: fixed -> hard"),
+        ({"protocol": "official"}, "protocol: ours -> official"),
+        ({"soft_thinking.top_k": 3}, "soft_thinking.top_k: 5 -> 3"),
+        ({"model.path": copy}, f"model.path: {tiny_qwen3_vl_small} -> {copy}"),
+        ({"data.omnispatial": fixture_copy}, "data.omnispatial.sha256"),
+    ]
+    for over, expected in changes:
+        with pytest.raises(RunKeyMismatch, match=re.escape(expected)) as info:
+            evaluate(small(fixtures, tiny_qwen3_vl_small, out, **over), engine=NoEngine(),
+                     progress=False)
+        assert "choose another output_dir" in str(info.value)
+    assert (out / "samples.jsonl").read_bytes() == rows  # nothing was touched
+
+
+def test_weights_fingerprint_follows_content_not_location(tiny_qwen3_vl_small, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_qwen3_vl_small, copy)
+    assert weights_fingerprint(copy) == weights_fingerprint(tiny_qwen3_vl_small)
+    big = copy / "model-00002.safetensors"  # a large shard: hashed by size, head and tail
+    big.write_bytes(bytes(5 << 20))
+    before = weights_fingerprint(copy)
+    with open(big, "r+b") as f:
+        f.seek((5 << 20) - 10)
+        f.write(b"\x01")  # a fine-tune changes the weights at the end of a shard
+    assert weights_fingerprint(copy) != before
+
+
+def test_results_without_a_run_key_are_not_trusted(fixtures, tiny_qwen3_vl_small, tmp_path):
+    out = tmp_path / "legacy"
+    out.mkdir()
+    (out / "samples.jsonl").write_text('{"benchmark": "omnispatial"}\n')
+    with pytest.raises(RunKeyMismatch, match="without a run key"):
+        evaluate(small(fixtures, tiny_qwen3_vl_small, out), engine=NoEngine(), progress=False)
+
+
+def test_smaller_samples_and_limit_report_only_what_they_ask(fixtures, tiny_qwen3_vl_small, tmp_path):
+    out = tmp_path / "out"
+    engine = LocalEngine.from_pretrained(tiny_qwen3_vl_small)
+    full = evaluate(make_cfg(fixtures, tiny_qwen3_vl_small, out, samples=2, max_new_tokens=6),
+                    engine=engine, progress=False)["omnispatial"]
+    assert (full["samples"], full["questions"]) == (20, 10)
+    part = evaluate(make_cfg(fixtures, tiny_qwen3_vl_small, out, samples=1, limit=2,
+                             max_new_tokens=6), engine=NoEngine(), progress=False)["omnispatial"]
+    assert (part["samples"], part["questions"], part["questions_requested"]) == (2, 2, 2)
+    assert "(mean@1)" in (out / "omnispatial.md").read_text()
+    assert json.loads((out / "summary.json").read_text())["config"]["samples"] == 1
+    assert len(read_results(out / "samples.jsonl")) == 20  # nothing was dropped from the rows
+    # a larger samples generates only the new sample index, equal to a fresh run's
+    counting = Interrupting(engine, after=100)
+    more = evaluate(make_cfg(fixtures, tiny_qwen3_vl_small, out, samples=3, limit=2,
+                             max_new_tokens=6), engine=counting, progress=False)["omnispatial"]
+    assert counting.prompts_seen == 2 and more["samples"] == 6
+    fresh = tmp_path / "fresh"
+    evaluate(make_cfg(fixtures, tiny_qwen3_vl_small, fresh, samples=3, limit=2, max_new_tokens=6),
+             engine=engine, progress=False)
+    key = lambda r: (r["question_key"], r["sample"])  # noqa: E731
+    mine = {key(r): r["text"] for r in read_results(out / "samples.jsonl") if key(r) in
+            {key(r) for r in read_results(fresh / "samples.jsonl")}}
+    assert mine == {key(r): r["text"] for r in read_results(fresh / "samples.jsonl")}
+
+
+HOLD_LOCK = """
+import sys
+from soft_spatial.dirlock import DirLock
+lock = DirLock(sys.argv[1]).acquire()
+print("locked", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_second_writer_fails_at_once_naming_the_holder(fixtures, tiny_qwen3_vl_small, tmp_path):
+    out = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(out)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(DirLockedError, match=f"in use by pid {holder.pid} "):
+            evaluate(small(fixtures, tiny_qwen3_vl_small, out), engine=NoEngine(), progress=False)
+        assert sorted(p.name for p in out.iterdir()) == [".lock"]  # the second run wrote nothing
+    finally:
+        holder.send_signal(signal.SIGKILL)  # the kernel releases a killed holder's lock
+        holder.wait()
+    evaluate(small(fixtures, tiny_qwen3_vl_small, out), progress=False)
+    assert len(read_results(out / "samples.jsonl")) == 2
+
+
+def test_resume_appends_to_the_same_file(fixtures, tiny_qwen3_vl_small, tmp_path):
+    out = tmp_path / "out"
+    evaluate(small(fixtures, tiny_qwen3_vl_small, out, limit=1), progress=False)
+    with open(out / "samples.jsonl", "a") as f:
+        f.write('{"benchmark": "omnisp')  # torn line from a crash
+    inode = os.stat(out / "samples.jsonl").st_ino
+    evaluate(small(fixtures, tiny_qwen3_vl_small, out), progress=False)
+    assert os.stat(out / "samples.jsonl").st_ino == inode  # never replaced under a writer
+    assert len(read_results(out / "samples.jsonl")) == 2
+
+
+class TooLong:
+    """An engine that finds the prompts of the questions in ``texts`` too long."""
+
+    def __init__(self, engine, texts):
+        self.engine, self.texts = engine, texts
+
+    def generate(self, prompts, **kw):
+        for i, p in enumerate(prompts):
+            if any(t in json.dumps(p, default=str) for t in self.texts):
+                raise PromptTooLongError(i, 99_999, 10)
+        return self.engine.generate(prompts, **kw)
+
+
+def test_an_overlong_prompt_is_skipped_and_named(fixtures, tiny_qwen3_vl_small, tmp_path):
+    from soft_spatial.data import load_benchmark
+    records = load_benchmark("omnispatial", fixtures.omnispatial)[:4]
+    engine = TooLong(LocalEngine.from_pretrained(tiny_qwen3_vl_small), [records[1].question])
+    s = evaluate(small(fixtures, tiny_qwen3_vl_small, tmp_path / "out", limit=4, batch_rows=4),
+                 engine=engine, progress=False)["omnispatial"]
+    assert s["skipped_overlong"] == [records[1].key] and (s["questions"], s["samples"]) == (3, 3)
+    rows = read_results(tmp_path / "out" / "samples.jsonl")
+    assert sorted(r["question_key"] for r in rows) == sorted(r.key for r in records if r is not records[1])
+
+
+def test_controller_settings_conflicts_and_missing_paths_are_errors(fixtures, tiny_qwen3_vl_small,
+                                                                   tmp_path):
+    from controller_helpers import trained_controller
+    ckpt = tmp_path / "ctrl.pt"
+    trained_controller(64).save(ckpt)
+    ok = make_cfg(fixtures, tiny_qwen3_vl_small, tmp_path / "a", mode="adaptsoft", controller=ckpt)
+    assert ok.controller == str(ckpt)
+    with pytest.raises(ValueError, match=re.escape("adaptsoft.tau0=0.3 (checkpoint: 0.5)")):
+        make_cfg(fixtures, tiny_qwen3_vl_small, tmp_path / "a", mode="adaptsoft", controller=ckpt,
+                 **{"adaptsoft.tau0": 0.3})
+    with pytest.raises(ValueError, match="used only by mode=adaptsoft"):
+        make_cfg(fixtures, tiny_qwen3_vl_small, tmp_path / "a", mode="fixed", controller=ckpt)
+    with pytest.raises(FileNotFoundError, match="missing.pt"):
+        make_cfg(fixtures, tiny_qwen3_vl_small, tmp_path / "a", mode="adaptsoft",
+                 controller=tmp_path / "missing.pt")
+    with pytest.raises(ValueError, match="limit must be >= 1"):
+        make_cfg(fixtures, tiny_qwen3_vl_small, tmp_path / "a", limit=0)
+
+
+def test_a_missing_model_path_is_an_error_unless_a_tiny_model_is_asked_for(fixtures, tiny_qwen3_vl_small,
+                                                                          tmp_path, monkeypatch):
+    import soft_spatial.models.tiny as tiny
+    missing = tmp_path / "mistyped"
+    with pytest.raises(FileNotFoundError, match=r"model.path='.*mistyped' does not exist.*build_tiny=true"):
+        make_cfg(fixtures, missing, tmp_path / "a")
+    built = []
+    monkeypatch.setattr(tiny, "build_tiny_model", lambda path, **kw: built.append(kw) or
+                        shutil.copytree(tiny_qwen3_vl_small, path))
+    cfg = make_cfg(fixtures, missing, tmp_path / "a", **{"model.build_tiny": "true"})
+    assert built == [{"family": "qwen3_vl", "vocab": "qwen"}] and cfg.model_path == str(missing)
+
+
+def test_default_output_dir_names_the_model_path(tmp_path):
+    def out(model):
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+            return compose(config_name="eval", overrides=[f"model.path={model}", "mode=fixed"]).output_dir
+    a, b = out(tmp_path / "one" / "model"), out(tmp_path / "two" / "model")
+    assert a != b and a.startswith("runs/eval/model-") and a.endswith("-fixed-ours")
+
+
 class Recording:
     """Engine wrapper keeping every completion and the sampling settings it was called with."""
 

@@ -101,3 +101,24 @@ def test_verl_call_convention():
     assert result == {"score": pytest.approx(1.2), "acc": 1.0, "format": pytest.approx(0.2)}
     weighted = compute_score("omnispatial", "x</think>B", "B", OPTS, answer_reward=2.0, format_reward=0.5)
     assert weighted["score"] == pytest.approx(2.5)
+
+
+@pytest.mark.parametrize("tail", ["A or B", "B, C, D", "<answer>A or B</answer>", "Answer: B or C",
+                                  "answer: (B)/(D)"])
+def test_a_hedge_earns_no_answer_credit_whichever_letter_is_gold(tail):
+    for gold in "ABCD":
+        assert score("x</think>" + tail, gold)[1] == 0.0
+
+
+def test_missing_response_or_gold_scores_zero():
+    assert compute_score("omnispatial", None, "B") == {"score": 0.0, "acc": 0.0, "format": 0.0}
+    assert compute_score("omnispatial", "x</think>B", None)["acc"] == 0.0
+    assert not format_ok(None)
+
+
+def test_nested_tags_and_megabyte_responses_score():
+    nested = "x</think>" + "<answer>" * 1_000 + "B" + "</answer>" * 1_000  # 2,003 tokens
+    assert score(nested)[:2] == (1.0, 1.0)
+    rambling = "x</think>" + "A cat is on the left. " * 500_000 + "so B"  # 11 MB
+    assert score(rambling)[:2] == (1.0, 1.0)
+    assert score("x</think>" * 1_000_000 + "B") == (1.0, 1.0, 0.0)  # the last one decides; no format

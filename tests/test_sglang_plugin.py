@@ -4,21 +4,15 @@
 * PARITY: the scheduler-side runtime, fed the logits and hidden states the local engine saw
   (same seeds), returns the local engine's records, tokens and next-step mixture embeddings over
   whole generations (soft steps, the </think> switch, discrete steps, rows finishing);
-* the SGLang glue (:mod:`soft_spatial.engines.sglang.compat`) runs on fakes of the exact SGLang
-  0.5.12 interfaces it uses (sampler base class and registry, HookRegistry semantics,
-  CaptureHiddenMode, ModelWorkerBatch.reqs, Qwen3LLMModel.forward's signature,
-  LogitsProcessorOutput.customized_info);
+* the SGLang glue (:mod:`soft_spatial.engines.sglang.hooks`) is tested against SGLang 0.5.12's
+  real classes in tests/sglang_real/ (test_plugin_real.py, test_real_engine_*.py);
 * the client side: request parameters, record accumulation across streamed slices, controller
   wire format, server arguments, and the Hydra config ``rollout=sglang``.
 """
 from __future__ import annotations
 
-import enum
-import functools
-import pkgutil
 import subprocess
 import sys
-import types
 from types import SimpleNamespace
 
 import pytest
@@ -27,15 +21,16 @@ from torch import nn
 
 from controller_helpers import trained_controller
 from engine_spy import capture_local
-from soft_spatial.engines.local import LocalEngine, row_seed
+from soft_spatial.engines.local import LocalEngine
 from soft_spatial.engines.sglang import SGLangSoftSettings, required_server_args
-from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, INFO_KEYS, PARAM_KEY,
+from soft_spatial.engines.sglang.client import (INFO_KEYS, PARAM_KEY,
                                                 TraceAccumulator, decode_controller,
                                                 encode_controller, info_key, request_params,
-                                                sampling_config, split_records)
+                                                split_records)
 from soft_spatial.engines.sglang.runtime import (STATE_ATTR, BatchContext, SoftRuntime,
                                                  SoftStateError, last_hidden)
 from soft_spatial.models import think_end_id
+from soft_spatial.settings import row_seed, sampling_config
 from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig,
                                     SoftThinkingConfig, SoftTrace)
 
@@ -76,17 +71,17 @@ def slots(reqs):
     return torch.tensor([r.req_pool_idx for r in reqs])
 
 
-def run_local(engine, prompts, soft, sampling, seeds, monkeypatch):
+def run_local(engine, prompts, soft_thinking, sampling, seeds, monkeypatch):
     """Generate with the local engine, capturing every sample_step call and next-input mixture."""
     with pytest.MonkeyPatch.context() as mp:
         steps, mixes = capture_local(mp)
-        outs = engine.generate(prompts, soft=soft, sampling=sampling, seeds=seeds)
+        outs = engine.generate(prompts, soft_thinking=soft_thinking, sampling=sampling, seeds=seeds)
     return outs, steps, mixes
 
 
-def settings_for(engine, soft, seed=0):
-    te = think_end_id(engine.tokenizer) if soft.soft else None
-    return SGLangSoftSettings(soft=soft, adaptsoft=AdaptSoftConfig(), hidden_size=engine.hidden_size,
+def settings_for(engine, soft_thinking, seed=0):
+    te = think_end_id(engine.tokenizer) if soft_thinking.is_soft else None
+    return SGLangSoftSettings(soft_thinking=soft_thinking, adaptsoft=AdaptSoftConfig(), hidden_size=engine.hidden_size,
                               think_end_id=te, banned_ids=engine.banned_ids.tolist(), seed=seed)
 
 
@@ -147,14 +142,14 @@ def test_imports_without_sglang_and_errors_clearly_on_use():
 # -- parity with the local engine -------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["adaptsoft", "fixed", "hard"])
 def test_runtime_parity_with_local_engine(engine, mode, monkeypatch):
-    soft = SoftThinkingConfig(mode=mode)
+    soft_thinking = SoftThinkingConfig(mode=mode)
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=14)
     seeds = [7, 8, 9]
     ctrl = trained_controller(engine.hidden_size, seed=1)
     if mode == "adaptsoft":
         engine.set_controller(ctrl)
-    outs, steps, mixes = run_local(engine, PROMPTS, soft, sampling, seeds, monkeypatch)
-    rt = SoftRuntime(settings_for(engine, soft))
+    outs, steps, mixes = run_local(engine, PROMPTS, soft_thinking, sampling, seeds, monkeypatch)
+    rt = SoftRuntime(settings_for(engine, soft_thinking))
     if mode == "adaptsoft":
         rt.set_controller({"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()})
     reqs = drive(rt.sample, lambda b, plain: rt.decode_inputs(slots(b), engine.embed, plain),
@@ -170,8 +165,8 @@ def test_runtime_parity_with_local_engine(engine, mode, monkeypatch):
 
 
 def test_runtime_chunked_rows_untouched_and_retraction_after_soft_steps_raises(engine):
-    soft = SoftThinkingConfig(mode="fixed")
-    rt = SoftRuntime(settings_for(engine, soft))
+    soft_thinking = SoftThinkingConfig(mode="fixed")
+    rt = SoftRuntime(settings_for(engine, soft_thinking))
     sampling = SamplingConfig()
     a, b = fake_req("a", 1, sampling), fake_req("b", 2, sampling)
     b.is_chunked = 1
@@ -187,8 +182,8 @@ def test_runtime_chunked_rows_untouched_and_retraction_after_soft_steps_raises(e
 
 
 def test_hard_requests_realign_their_noise(engine):
-    soft = SoftThinkingConfig(mode="hard")
-    rt = SoftRuntime(settings_for(engine, soft))
+    soft_thinking = SoftThinkingConfig(mode="hard")
+    rt = SoftRuntime(settings_for(engine, soft_thinking))
     logits = torch.randn(1, engine.lm_head.weight.shape[0])
     r1, r2 = fake_req("x", 3, SamplingConfig()), fake_req("x", 3, SamplingConfig())
     rt.sample([r1], logits, None)
@@ -207,211 +202,6 @@ def test_last_hidden_selects_each_rows_last_position():
     ctx = BatchContext(reqs=[0, 1], is_decode=False, extend_seq_lens=[3, 2])
     assert torch.equal(last_hidden(h, ctx, 2), h[[2, 4]])
     assert last_hidden(h[:2], ctx, 2) is h[:2] or torch.equal(last_hidden(h[:2], ctx, 2), h[:2])
-
-
-# -- the SGLang glue on fakes of SGLang 0.5.12's interfaces ------------------------------------
-class _HookType(enum.Enum):
-    BEFORE = "before"
-    AFTER = "after"
-    AROUND = "around"
-    REPLACE = "replace"
-
-
-class _HookRegistry:
-    """sglang.srt.plugins.hook_registry.HookRegistry semantics (BEFORE/AROUND wrappers on a
-    class attribute, ``__wrapped__`` set, apply once per target)."""
-
-    _hooks: dict = {}
-    _patched: set = set()
-
-    @classmethod
-    def register(cls, target, hook, hook_type=_HookType.AFTER):
-        cls._hooks.setdefault(target, []).append((hook_type, hook))
-
-    @classmethod
-    def apply_hooks(cls):
-        for target, hooks in cls._hooks.items():
-            if target in cls._patched:
-                continue
-            path, attr = target.rsplit(".", 1)
-            obj = pkgutil.resolve_name(path)
-            fn = getattr(obj, attr)
-            for ht, hook in hooks:
-                fn = _wrap(fn, hook, ht)
-            setattr(obj, attr, fn)
-            cls._patched.add(target)
-
-
-def _wrap(original, hook, ht):
-    if ht is _HookType.BEFORE:
-        @functools.wraps(original)
-        def wrapper(*args, **kwargs):
-            res = hook(*args, **kwargs)
-            if res is not None:
-                args, kwargs = res
-            return original(*args, **kwargs)
-    elif ht is _HookType.AROUND:
-        @functools.wraps(original)
-        def wrapper(*args, **kwargs):
-            return hook(original, *args, **kwargs)
-    else:
-        raise NotImplementedError(ht)
-    wrapper.__wrapped__ = original
-    return wrapper
-
-
-class _CaptureHiddenMode(enum.IntEnum):
-    NULL = 0
-    LAST = 1
-    FULL = 2
-
-
-class _Mode:
-    def __init__(self, decode):
-        self.decode = decode
-
-    def is_decode(self):
-        return self.decode
-
-
-@pytest.fixture
-def fake_sglang(monkeypatch):
-    """Fake sglang modules with the 0.5.12 names the glue imports; restored afterwards."""
-    backends = {}
-    mods = {}
-
-    def mod(name, **attrs):
-        m = types.ModuleType(name)
-        m.__dict__.update(attrs)
-        mods[name] = m
-        return m
-
-    class Sampler(nn.Module):  # sglang.srt.layers.sampler.Sampler (the methods the glue calls)
-        def _preprocess_logits(self, logits, sampling_info):
-            return logits
-
-        def _attach_logprobs_to_output(self, logits_output, logprobs, top_logprobs_nums,
-                                       token_ids_logprobs, sampling_info, batch_next_token_ids):
-            logits_output.next_token_logprobs = logprobs.gather(
-                -1, batch_next_token_ids[:, None]).squeeze(-1)
-
-        def _sync_token_ids_across_tp(self, batch_next_token_ids, sampling_info):
-            return None
-
-    class Qwen3LLMModel(nn.Module):  # forward signature of sglang 0.5.12
-        def __init__(self, embed):
-            super().__init__()
-            self.embed_tokens = embed
-            self.seen = []
-
-        def forward(self, input_ids, positions, forward_batch, input_embeds=None,
-                    pp_proxy_tensors=None, input_deepstack_embeds=None):
-            self.seen.append(input_embeds)
-            return input_embeds
-
-    class TpModelWorker:  # forward_batch_generation: embed routine, logits, ModelRunner.sample
-        def __init__(self, lm, script, sampler):
-            self.lm, self.script, self.sampler = lm, script, sampler
-
-        def forward_batch_generation(self, model_worker_batch, forward_batch=None,
-                                     pp_proxy_tensors=None, is_verify=False,
-                                     skip_attn_backend_init=False):
-            mwb = model_worker_batch
-            fb = SimpleNamespace(forward_mode=mwb.forward_mode,
-                                 req_pool_indices=slots(mwb.reqs))
-            if mwb.forward_mode.is_decode():  # general_mm_embed_routine's decode branch
-                self.lm(input_ids=None, positions=None, forward_batch=fb,
-                        input_embeds=self.lm.embed_tokens(mwb.input_ids))
-            logits, hidden = self.script(mwb)
-            out = SimpleNamespace(next_token_logits=logits, customized_info=None,
-                                  hidden_states=hidden if mwb.capture_hidden_mode else None,
-                                  next_token_logprobs=None)
-            si = SimpleNamespace(temperatures=torch.ones(len(mwb.reqs), 1))
-            toks = self.sampler(out, si, True, [0] * len(mwb.reqs), [None] * len(mwb.reqs), None)
-            return SimpleNamespace(logits_output=out, next_token_ids=toks)
-
-    mod("sglang", __version__="0.5.12", __path__=[])
-    for name in ("sglang.srt", "sglang.srt.layers", "sglang.srt.model_executor",
-                 "sglang.srt.plugins", "sglang.srt.models", "sglang.srt.managers"):
-        mod(name, __path__=[])
-    mod("sglang.srt.layers.sampler", Sampler=Sampler,
-        register_sampler_backend=lambda n, f: backends.__setitem__(n, f))
-    mod("sglang.srt.model_executor.forward_batch_info", CaptureHiddenMode=_CaptureHiddenMode)
-    mod("sglang.srt.plugins.hook_registry", HookRegistry=_HookRegistry, HookType=_HookType)
-    mod("sglang.srt.models.qwen3_vl", Qwen3LLMModel=Qwen3LLMModel)
-    mod("sglang.srt.managers.tp_worker", TpModelWorker=TpModelWorker)
-    for name, m in mods.items():
-        monkeypatch.setitem(sys.modules, name, m)
-    monkeypatch.delitem(sys.modules, "soft_spatial.engines.sglang.compat", raising=False)
-    _HookRegistry._hooks, _HookRegistry._patched = {}, set()
-    import soft_spatial.engines.sglang.compat as compat
-    yield SimpleNamespace(compat=compat, backends=backends, Qwen3LLMModel=Qwen3LLMModel,
-                          TpModelWorker=TpModelWorker)
-    compat.set_runtime(None)
-    sys.modules.pop("soft_spatial.engines.sglang.compat", None)
-
-
-def test_glue_parity_on_fake_sglang(engine, fake_sglang, monkeypatch):
-    """The records SGLang would stream and the embeddings its language model would receive
-    equal the local engine's, through the sampler backend and both hooks."""
-    soft = SoftThinkingConfig(mode="adaptsoft")
-    sampling = SamplingConfig(temperature=1.0, max_new_tokens=10)
-    seeds = [4, 5, 6]
-    ctrl = trained_controller(engine.hidden_size, seed=3)
-    engine.set_controller(ctrl)
-    outs, steps, mixes = run_local(engine, PROMPTS, soft, sampling, seeds, monkeypatch)
-    compat = fake_sglang.compat
-    rt = compat.install(settings_for(engine, soft))
-    assert compat.SAMPLER_BACKEND in fake_sglang.backends
-    assert hasattr(fake_sglang.Qwen3LLMModel.forward, "__wrapped__")
-    assert hasattr(fake_sglang.TpModelWorker.forward_batch_generation, "__wrapped__")
-    compat.load_weights(None, [(CONTROLLER_NAME, encode_controller(
-        {"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()}))])
-    assert all(torch.equal(v, ctrl.state_dict()[n]) for n, v in rt.controller.state_dict().items())
-    sampler = fake_sglang.backends[compat.SAMPLER_BACKEND]()
-    lm = fake_sglang.Qwen3LLMModel(engine.embed)
-    it = iter(steps)
-    modes = []
-
-    def script(mwb):
-        modes.append(mwb.capture_hidden_mode)
-        logits, h, _ = next(it)
-        return logits, h
-
-    worker = fake_sglang.TpModelWorker(lm, script, sampler)
-    state = {"decode": False, "prev": None}
-
-    def sample(batch, logits, h):
-        mwb = SimpleNamespace(reqs=batch, forward_mode=_Mode(state["decode"]),
-                              capture_hidden_mode=_CaptureHiddenMode.NULL, extend_seq_lens=None,
-                              input_ids=state["prev"])
-        res = worker.forward_batch_generation(mwb)
-        state["decode"] = True
-        info = res.logits_output.customized_info
-        assert res.logits_output.hidden_states is None  # captured for us only, then dropped
-        assert res.logits_output.next_token_logprobs is not None
-        return res.next_token_ids, info
-
-    reqs = [fake_req(f"r{i}", row_seed(seeds[i], 0), sampling) for i in range(3)]
-    active = prev_active = list(range(3))
-    for t in range(len(steps)):
-        batch = [reqs[r] for r in active]
-        tokens, info = sample(batch, None, None)
-        rec = steps[t][2]
-        for key in INFO_KEYS:
-            assert torch.equal(torch.tensor(info[info_key(key)], dtype=rec[key].dtype),
-                               rec[key]), (t, key)
-        for r, tok in zip(active, tokens.tolist()):
-            reqs[r].output_ids.append(tok)
-        state["prev"] = tokens
-        if t >= 1:  # the decode forward of step t got step t-1's mixtures
-            prev_keep = mixes[t - 1]
-            keep = [j for j, r in enumerate(prev_active) if r in active]
-            assert torch.equal(lm.seen[-1], prev_keep[keep]), t
-        prev_active = list(active)
-        active = [r for r, tok in zip(active, tokens.tolist()) if tok not in engine.eos_ids]
-    assert modes and all(m == _CaptureHiddenMode.LAST for m in modes)
-    assert [r.output_ids for r in reqs] == [o.token_ids for o in outs]
 
 
 # -- client side ------------------------------------------------------------------------------
@@ -457,17 +247,17 @@ def test_controller_blob_roundtrip():
 
 
 def test_settings_roundtrip_and_required_server_args(monkeypatch):
-    s = SGLangSoftSettings(soft=SoftThinkingConfig(top_k=3), adaptsoft=AdaptSoftConfig(width=8),
+    s = SGLangSoftSettings(soft_thinking=SoftThinkingConfig(top_k=3), adaptsoft=AdaptSoftConfig(width=8),
                            hidden_size=32, think_end_id=7, banned_ids=[1, 2], seed=5)
     s.export()
     assert SGLangSoftSettings.from_env() == s
     with pytest.raises(ValueError, match="think_end_id"):
-        SGLangSoftSettings(soft=SoftThinkingConfig(), adaptsoft=AdaptSoftConfig(), hidden_size=8)
+        SGLangSoftSettings(soft_thinking=SoftThinkingConfig(), adaptsoft=AdaptSoftConfig(), hidden_size=8)
     args = required_server_args({"custom_weight_loader": ["x.y"], "mem_fraction_static": 0.4})
     assert args["sampling_backend"] == "soft_gumbel" and "disable_radix_cache" not in args
     assert args["disable_overlap_schedule"] and args["disable_cuda_graph"]
-    assert args["custom_weight_loader"] == ["x.y", "soft_spatial.engines.sglang.compat.load_weights"]
-    for radix_off in (True, False):  # prefix caching is the user's choice (compat.protect_soft_kv)
+    assert args["custom_weight_loader"] == ["x.y", "soft_spatial.engines.sglang.hooks.load_weights"]
+    for radix_off in (True, False):  # prefix caching is the user's choice (protect_soft_kv)
         assert required_server_args({"disable_radix_cache": radix_off})["disable_radix_cache"] \
             is radix_off
     for bad in ({"disable_cuda_graph": False}, {"sampling_backend": "flashinfer"},
@@ -479,14 +269,14 @@ def test_settings_roundtrip_and_required_server_args(monkeypatch):
 def test_rollout_sglang_config_composes():
     from hydra import compose, initialize_config_dir
     from soft_spatial.train import CONFIG_DIR
-    from soft_spatial.trainer.worker import soft_settings
+    from soft_spatial.settings import SoftSettings
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         cfg = compose(config_name="train", overrides=["rollout=sglang", "cluster=paper"])
     r = cfg.actor_rollout_ref.rollout
     assert r.name == "sglang_soft" and r.enforce_eager and r.gpu_memory_utilization == 0.4
     ek = dict(r.engine_kwargs.sglang)
     assert required_server_args(ek)["sampling_backend"] == "soft_gumbel"
-    assert soft_settings(r.custom)["soft"].mode == "adaptsoft"
+    assert SoftSettings.from_custom(r.custom).soft_thinking.mode == "adaptsoft"
 
 
 def test_plugin_registers_sglang_soft_lazily():
@@ -522,8 +312,8 @@ def test_decode_input_buffers_are_static_and_their_read_is_graph_capturable(engi
     of embedding rows — traces as one graph (no data-dependent branch, no host sync); padded
     rows of a graph batch (slots never written) read finite zeros; the checked read refuses them
     and, having a host sync, does not trace as one graph."""
-    soft = SoftThinkingConfig(mode="fixed", top_k=4)
-    rt = SoftRuntime(settings_for(engine, soft))
+    soft_thinking = SoftThinkingConfig(mode="fixed", top_k=4)
+    rt = SoftRuntime(settings_for(engine, soft_thinking))
     sampling = SamplingConfig()
     reqs = [fake_req(f"g{i}", i, sampling) for i in range(3)]
     v, d = engine.lm_head.weight.shape[0], engine.hidden_size

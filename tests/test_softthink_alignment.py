@@ -1,4 +1,5 @@
-"""Gradient alignment (DESIGN §2.9–2.10) against the naive dense Σ d vᵀ computation."""
+"""Gradient alignment (docs/design.md §2.9–2.10) against the naive dense Σ d vᵀ
+computation."""
 import pytest
 import torch
 

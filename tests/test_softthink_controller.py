@@ -1,4 +1,5 @@
-"""AdaptSoft (DESIGN §2.4, §2.5, §2.7): init, features, ablations, straight-through replay."""
+"""AdaptSoft (docs/design.md §2.4, §2.5, §2.7): init, features, ablations, straight-through
+replay."""
 
 import pytest
 import torch
@@ -135,3 +136,34 @@ def test_save_load_round_trip(tmp_path):
     torch.save({"nope": 1}, tmp_path / "bad.pt")
     with pytest.raises(ValueError, match="bad.pt"):
         AdaptSoft.load(tmp_path / "bad.pt")
+
+
+def test_unreadable_checkpoints_are_named(tmp_path):
+    path = tmp_path / "ctrl.pt"
+    AdaptSoft(32, proj_dim=4).save(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ctrl.pt"]  # written through a temporary
+    path.write_bytes(path.read_bytes()[:100])  # a copy cut short
+    with pytest.raises(ValueError, match=r"ctrl\.pt: cannot read the AdaptSoft checkpoint"):
+        AdaptSoft.load(path)
+    with pytest.raises(FileNotFoundError, match="missing.pt"):
+        AdaptSoft.load(tmp_path / "missing.pt")
+
+
+def test_to_state_from_state_round_trip_and_reuse():
+    """from_state(to_state()) rebuilds the controller; it loads in place into a controller of the
+    same config, builds a new one for another config, and needs a config for a bare state dict."""
+    a, b = AdaptSoft(hidden_size=16, seed=1), AdaptSoft(hidden_size=16, seed=2)
+    state = a.to_state()
+    assert all(v.device.type == "cpu" and not v.requires_grad for v in state["state_dict"].values())
+    rebuilt = AdaptSoft.from_state(state)
+    assert rebuilt.config_dict() == a.config_dict()
+    assert all(torch.equal(v, a.state_dict()[k]) for k, v in rebuilt.state_dict().items())
+    same_cfg = AdaptSoft(hidden_size=16, seed=1)
+    assert AdaptSoft.from_state(state, into=same_cfg) is same_cfg
+    assert AdaptSoft.from_state(state, into=b) is not b  # the seed differs: a new controller
+    bare = AdaptSoft.from_state(dict(a.state_dict()), into=b)
+    assert bare is b and torch.equal(b.fc1.weight, a.fc1.weight)
+    with pytest.raises(ValueError, match="no config"):
+        AdaptSoft.from_state(dict(a.state_dict()))
+    built = AdaptSoft.from_state(dict(a.state_dict()), default_config=a.config_dict())
+    assert torch.equal(built.fc1.weight, a.fc1.weight)

@@ -1,18 +1,24 @@
-"""Gumbel log-density (DESIGN §2.6, eq. 5) against torch.distributions and float64 formulas."""
+"""Gumbel log-density (docs/design.md §2.6, eq. 5) against torch.distributions and float64
+formulas."""
 import math
 
 import pytest
 import torch
 
-from soft_spatial.softthink import (candidate_logp, candidates, gumbel_log_density, perturb,
-                                    soft_step_log_density)
+from soft_spatial.softthink import (candidate_logp, candidates, gumbel_from_uniform,
+                                    gumbel_log_density, perturb, soft_step_log_density)
+
+
+def gumbel_like(x, generator):
+    """Standard Gumbel samples of x's shape, drawn as the engines draw them (uniforms)."""
+    return gumbel_from_uniform(torch.rand(x.shape, generator=generator))
 
 
 @pytest.mark.parametrize("c", [1.0, 0.5, 2.0])
 def test_density_equals_torch_gumbel_log_prob(c):
     g = torch.Generator().manual_seed(0)
     logp = torch.log_softmax(torch.randn(8, 5, generator=g, dtype=torch.float64), -1)
-    z = perturb(logp, c, generator=g)
+    z = perturb(logp, c, gumbel_like(logp, g))
     ours = gumbel_log_density(z, logp, noise_scale=c)
     ref = torch.distributions.Gumbel(logp, torch.full_like(logp, c)).log_prob(z).sum(-1)
     torch.testing.assert_close(ours, ref, rtol=0, atol=1e-10)
@@ -54,7 +60,7 @@ def test_compatibility_switches_match_naive_formula(reduce, clamp, min_logp):
 def test_density_gradient_gradcheck():
     g = torch.Generator().manual_seed(2)
     logp = torch.log_softmax(torch.randn(4, 5, generator=g, dtype=torch.float64), -1)
-    z = perturb(logp, 1.0, generator=g)
+    z = perturb(logp, 1.0, gumbel_like(logp, g))
     lp = logp.clone().requires_grad_(True)
     assert torch.autograd.gradcheck(lambda x: gumbel_log_density(z, x), (lp,))
 
@@ -63,7 +69,7 @@ def test_logit_gradient_is_exactly_k_sparse():
     g = torch.Generator().manual_seed(3)
     logits = torch.randn(3, 40, generator=g, dtype=torch.float64, requires_grad=True)
     ids, logp = candidates(logits.detach(), 5)
-    z = perturb(logp, 1.0, generator=g)
+    z = perturb(logp, 1.0, gumbel_like(logp, g))
     soft_step_log_density(logits, ids, z).sum().backward()
     support = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, ids, True)
     assert logits.grad[~support].abs().max() == 0
@@ -95,7 +101,7 @@ def test_density_rejects_bad_arguments():
 def test_ratio_is_one_at_the_rollout_policy_and_density_is_normalised():
     """log P_old − log P_old = 0; and the 1-D Gumbel density integrates to 1 (trapezoid)."""
     logp = torch.log_softmax(torch.randn(5, dtype=torch.float64), -1)
-    z = perturb(logp, 1.0, generator=torch.Generator().manual_seed(0))
+    z = perturb(logp, 1.0, gumbel_like(logp, torch.Generator().manual_seed(0)))
     assert gumbel_log_density(z, logp) - gumbel_log_density(z, logp) == 0
     x = torch.linspace(-10, 30, 200_001, dtype=torch.float64)
     dens = gumbel_log_density(x[:, None], torch.full((x.numel(), 1), -0.7, dtype=torch.float64),

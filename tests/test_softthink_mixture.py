@@ -1,4 +1,4 @@
-"""softthink.mixture against independent float64 references (DESIGN §2.1–2.4)."""
+"""softthink.mixture against independent float64 references (docs/design.md §2.1–2.4)."""
 import math
 import subprocess
 import sys
@@ -7,8 +7,14 @@ import pytest
 import torch
 from scipy import stats
 
-from soft_spatial.softthink import (candidates, mixture_weights, normalized_entropy, perturb,
-                                    soft_embedding, soft_step, spine)
+from soft_spatial.softthink import (candidates, gumbel_from_uniform, mixture_weights,
+                                    normalized_entropy, perturb, soft_embedding, soft_step, spine)
+
+
+def gumbel(shape, seed, clamp=None):
+    """Standard Gumbel samples the way the engines draw them: uniforms from a seeded generator."""
+    return gumbel_from_uniform(torch.rand(shape, generator=torch.Generator().manual_seed(seed)),
+                               clamp)
 
 
 def naive_candidates(logits, k, temperature):
@@ -51,16 +57,15 @@ def test_candidates_rejects_bad_arguments():
 
 def test_perturb_zero_noise_and_seeded_noise():
     logp = torch.log_softmax(torch.randn(4, 5), -1)
-    assert torch.equal(perturb(logp, 0.0), logp)
-    a = perturb(logp, 1.0, generator=torch.Generator().manual_seed(3))
-    b = perturb(logp, 1.0, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(perturb(logp, 0.0, gumbel(logp.shape, 3)), logp)
+    a = perturb(logp, 1.0, gumbel(logp.shape, 3))
+    b = perturb(logp, 1.0, gumbel(logp.shape, 3))
     assert torch.equal(a, b) and not torch.equal(a, logp)
-    big = perturb(torch.zeros(200_000), 2.0, generator=torch.Generator().manual_seed(1))
+    big = perturb(torch.zeros(200_000), 2.0, gumbel(200_000, 1))
     # Gumbel(0, c): mean c·γ_Euler, variance c²π²/6
     assert abs(big.mean().item() - 2.0 * 0.5772156649) < 0.02
     assert abs(big.var().item() - 4.0 * math.pi ** 2 / 6) < 0.1
-    clamped = perturb(torch.zeros(10_000), 1.0, generator=torch.Generator().manual_seed(1),
-                      clamp=(-1.5, 3.0))
+    clamped = perturb(torch.zeros(10_000), 1.0, gumbel(10_000, 1, clamp=(-1.5, 3.0)))
     assert clamped.min() >= -1.5 and clamped.max() <= 3.0
 
 
@@ -104,7 +109,7 @@ def test_gumbel_max_spine_frequencies_match_renormalised_probabilities():
     logits = torch.tensor([2.0, 1.5, 1.0, 0.2, -0.5, -3.0, -4.0])
     ids, logp = candidates(logits, 5)
     n = 40_000
-    z = perturb(logp.expand(n, 5), 1.0, generator=torch.Generator().manual_seed(1234))
+    z = perturb(logp.expand(n, 5), 1.0, gumbel((n, 5), 1234))
     picks = spine(ids.expand(n, 5), z)
     observed = torch.stack([(picks == i).sum() for i in ids]).double().numpy()
     p = logp.double().exp()
@@ -129,7 +134,7 @@ def test_normalized_entropy_limits_and_reference():
 
 def test_soft_step_sorts_slots_by_score():
     logits = torch.randn(6, 50)
-    ids, z, logp = soft_step(logits, 5, generator=torch.Generator().manual_seed(0))
+    ids, z, logp = soft_step(logits, 5, 1.0, 1.0, gumbel((6, 5), 0))
     assert torch.all(z[:, :-1] >= z[:, 1:])
     assert torch.equal(ids[:, 0], spine(ids, z))
     # logp is the candidates' renormalised log-prob, permuted with the slots

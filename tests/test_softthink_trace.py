@@ -1,4 +1,4 @@
-"""SoftTrace (DESIGN §3): transport and collation round trips."""
+"""SoftTrace (docs/design.md §3): transport and collation round trips."""
 import json
 
 import pytest

@@ -54,9 +54,9 @@ def test_estimate_equals_direct_computation_from_replayed_logits(tiny_qwen3_vl_s
         return outs
 
     engine.generate = recording
-    soft = SoftThinkingConfig(mode="fixed", fixed_tau=0.5, top_k=4)
+    soft_thinking = SoftThinkingConfig(mode="fixed", fixed_tau=0.5, top_k=4)
     sampling = SamplingConfig(temperature=0.8, max_new_tokens=8)
-    ent = soft_step_entropies(engine, prompts, soft, sampling, samples=2, batch_prompts=2,
+    ent = soft_step_entropies(engine, prompts, soft_thinking, sampling, samples=2, batch_prompts=2,
                               progress=False)
     direct = {}
     for prompt, o in seen:

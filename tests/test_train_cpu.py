@@ -1,8 +1,10 @@
-"""python -m soft_spatial.train on the CPU: presets, one step each, checkpoint and resume, the
-spine check. The slow tests run verl's real trainer (Ray local, 2 FSDP2/gloo workers, the
-local_soft rollout backend) on a tiny Qwen3-VL and the OmniSpatial fixture."""
+"""python -m soft_spatial.train on the CPU: presets, one step each, checkpoint and resume, export
+and evaluation of the result, TensorBoard, the spine check. The slow tests run verl's real
+trainer (Ray local, FSDP2/gloo workers, the local_soft rollout backend) on a tiny Qwen3-VL and
+the OmniSpatial fixture."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,12 +12,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 from hydra import compose, initialize_config_dir
 
 from soft_spatial.train import CONFIG_DIR
 
 PRESETS = ["adaptsoft", "hard", "soft_fixed", "no_hidden", "no_entropy", "no_alignment",
            "no_centering"]
+#: the presets with their own code path are each trained end to end once: hard below; adaptsoft
+#: by the run-life test below (2 ranks); soft_fixed by tests/test_multinode_train.py (2 nodes);
+#: no_alignment by tests/test_ablation.py's row; each checked with assert_one_step. no_hidden,
+#: no_entropy and no_centering change only the controller's inputs or the centring, run through
+#: the real actor update in tests/test_actor_adaptsoft.py (and compose into their settings below)
+END_TO_END = ["hard"]
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -26,18 +35,18 @@ def compose_train(*overrides):
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_composes_into_typed_settings(preset):
-    from soft_spatial.trainer.worker import soft_settings
+    from soft_spatial.settings import SoftSettings
     cfg = compose_train(f"experiment={preset}", "model=tiny", "cluster=cpu")
-    s = soft_settings(cfg.actor_rollout_ref.rollout.custom)
+    s = SoftSettings.from_custom(cfg.actor_rollout_ref.rollout.custom)
     assert cfg.actor_rollout_ref.rollout.name == "local_soft"
     assert cfg.actor_rollout_ref.model.model_type == "soft_language_model"
     assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "soft_grpo"
     want = {"hard": "hard", "soft_fixed": "fixed"}.get(preset, "adaptsoft")
-    assert s["soft"].mode == want
-    assert s["adaptsoft"].use_hidden == (preset != "no_hidden")
-    assert s["adaptsoft"].use_entropy == (preset != "no_entropy")
-    assert s["alignment"].enabled == (preset != "no_alignment")
-    assert s["alignment"].center == (preset != "no_centering")
+    assert s.soft_thinking.mode == want
+    assert s.adaptsoft.use_hidden == (preset != "no_hidden")
+    assert s.adaptsoft.use_entropy == (preset != "no_entropy")
+    assert s.alignment.enabled == (preset != "no_alignment")
+    assert s.alignment.center == (preset != "no_centering")
 
 
 def test_paper_configuration_values():
@@ -119,14 +128,9 @@ def run_train(model, data, out, *overrides, timeout=600):
             for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("preset", PRESETS)
-def test_every_preset_runs_one_training_step(preset, tiny_qwen3_vl_small, train_data, tmp_path):
-    # one worker process keeps these runs short; 2 ranks are covered by the resume test and by
-    # tests/test_actor_adaptsoft.py's 2-rank FSDP2 update
-    (m,) = run_train(tiny_qwen3_vl_small, train_data, tmp_path, f"experiment={preset}",
-                     "trainer.total_training_steps=1", "trainer.save_freq=-1",
-                     "trainer.n_gpus_per_node=1")
+def assert_one_step(m: dict, preset: str) -> None:
+    """What one training step of ``preset`` must show in its metrics: records and responses agree,
+    the policy got a GRPO gradient, soft steps replay exactly, and the controller (if any) moved."""
     assert m["soft/spine_match_rate"] == 1.0
     assert m["actor/grad_norm"] > 0  # the policy got a GRPO gradient
     soft = preset != "hard"
@@ -143,24 +147,96 @@ def test_every_preset_runs_one_training_step(preset, tiny_qwen3_vl_small, train_
 
 
 @pytest.mark.slow
-def test_checkpoint_resume_restores_policy_controller_and_scaler(tiny_qwen3_vl_small, train_data,
-                                                                 tmp_path):
+@pytest.mark.parametrize("preset", END_TO_END)
+def test_every_preset_runs_one_training_step(preset, tiny_qwen3_vl_small, train_data, tmp_path):
+    # one worker process keeps these runs short; 2 ranks are covered by the resume test and by
+    # tests/test_actor_adaptsoft.py's 2-rank FSDP2 update
+    (m,) = run_train(tiny_qwen3_vl_small, train_data, tmp_path, f"experiment={preset}",
+                     "trainer.total_training_steps=1", "trainer.save_freq=-1",
+                     "trainer.n_gpus_per_node=1")
+    assert_one_step(m, preset)
+
+
+@pytest.mark.slow
+def test_train_resume_export_and_evaluate(tiny_qwen3_vl_small, train_data, tmp_path, monkeypatch):
+    """The life of a run, one verl start-up per stage: 2 adaptsoft steps on 2 ranks (TensorBoard,
+    validation generations), killed after logging step 3, resumed (policy, controller, AdamW state
+    and scaler restored), exported with verl's merger and evaluated from the export alone."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from soft_spatial.export import CONTROLLER_FILE, SETTINGS_FILE
+
+    monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "tb"))
     first = run_train(tiny_qwen3_vl_small, train_data, tmp_path, "experiment=adaptsoft",
-                      "trainer.total_training_steps=2", "trainer.save_freq=2")
+                      "trainer.total_training_steps=2", "trainer.save_freq=2",
+                      "trainer.logger=[console,file,tensorboard]", "trainer.test_freq=2",
+                      "trainer.log_val_generations=2", "actor_rollout_ref.rollout.val_kwargs.n=1")
+    train_steps = [m for m in first if "actor/grad_norm" in m]
+    assert [m["step"] for m in train_steps] == [1, 2]
+    for m in train_steps:
+        assert_one_step(m, "adaptsoft")
+
+    # the soft/* and actor/adaptsoft/* scalars reach TensorBoard, one event per step
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {t for t in tags if t.startswith("soft/")} and {t for t in tags if t.startswith("actor/adaptsoft/")}
+    for tag in ("soft/spine_match_rate", "actor/adaptsoft/grad_norm"):
+        got = {e.step: e.value for e in events.Scalars(tag)}
+        assert got == pytest.approx({m["step"]: m[tag] for m in train_steps}, rel=1e-6)
+    # validation generations, as a text table, each with its τ per soft step
+    (tag,) = [t for t in events.Tags()["tensors"] if t.startswith("val/generations")]
+    text = events.Tensors(tag)[-1].tensor_proto.string_val[0].decode()
+    notes = re.findall(r"\[(\d+) soft steps; tau per soft step:([ 0-9.]*)\]", text)
+    assert len(notes) == 2
+    tau0, delta = 0.5, 0.4  # configs/soft_thinking/paper.yaml: τ in (τ0 - Δ, τ0 + Δ)
+    for count, values in notes:
+        taus = [float(v) for v in values.split()]
+        assert len(taus) == int(count) > 0 and all(tau0 - delta < t < tau0 + delta for t in taus)
+
     ckpt = tmp_path / "ckpt" / "global_step_2" / "actor" / "adaptsoft.pt"
     saved = torch.load(ckpt, weights_only=False)
     assert saved["steps"] == 2 and saved["scaler"]["m"] is not None
-    (tmp_path / "metrics.jsonl").unlink()
+    # as if the first run had been killed after logging step 3 but before saving it
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 3, "data": {"killed": 1}}) + "\n" + '{"step": 4, "da')
+    monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "tb-resumed"))
     resumed = run_train(tiny_qwen3_vl_small, train_data, tmp_path, "experiment=adaptsoft",
                         "trainer.total_training_steps=3", "trainer.save_freq=3",
                         "trainer.resume_mode=auto")
-    assert [m["step"] for m in resumed] == [3]
-    assert resumed[0]["actor/adaptsoft/optimizer_steps"] == 3  # AdamW state continued
+    # the steps before the resume survive it (verl's file logger would truncate), the killed
+    # run's steps after the checkpoint moved aside, step 3 logged once by the resumed run
+    assert [m["step"] for m in resumed] == [m["step"] for m in first] + [3]
+    assert resumed[:len(first)] == first and "killed" not in resumed[-1]
+    superseded = (tmp_path / "metrics.superseded.jsonl").read_text().splitlines()
+    assert json.loads(superseded[0])["data"] == {"killed": 1} and len(superseded) == 2
+    last = resumed[-1]
+    assert last["actor/adaptsoft/optimizer_steps"] == 3  # AdamW state continued
     after = torch.load(tmp_path / "ckpt" / "global_step_3" / "actor" / "adaptsoft.pt",
                        weights_only=False)
     assert after["steps"] == 3
     # the scaler's EMA continued from the saved value instead of restarting
     beta = saved["scaler"]["beta"]
-    assert after["scaler"]["m"] != pytest.approx(resumed[0]["actor/adaptsoft/alpha_rms"])
-    assert after["scaler"]["updates"] > saved["scaler"]["updates"]
-    assert 0 < beta < 1 and first[-1]["step"] == 2
+    assert after["scaler"]["m"] != pytest.approx(last["actor/adaptsoft/alpha_rms"])
+    assert after["scaler"]["updates"] > saved["scaler"]["updates"] and 0 < beta < 1
+
+    # export the latest checkpoint (verl's merger) and evaluate from the export alone
+    out = tmp_path / "export"
+    res = subprocess.run([sys.executable, "-m", "soft_spatial.export", str(tmp_path / "ckpt"), str(out)],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert (out / "config.json").is_file() and any(out.glob("*.safetensors"))
+    assert yaml.safe_load((out / SETTINGS_FILE).read_text())["soft_thinking"]["mode"] == "adaptsoft"
+    trained = tmp_path / "ckpt" / "global_step_3" / "actor" / CONTROLLER_FILE
+    assert (out / CONTROLLER_FILE).read_bytes() == trained.read_bytes()
+    assert not (tmp_path / "export.partial").exists()
+    evaluated = tmp_path / "eval"
+    res = subprocess.run(
+        [sys.executable, "-m", "soft_spatial.eval", f"model.path={out}", "benchmarks=[omnispatial]",
+         f"data.omnispatial={train_data / 'fixtures' / 'omnispatial'}", "samples=1", "max_new_tokens=8",
+         "limit=2", f"output_dir={evaluated}"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    config = json.loads((evaluated / "summary.json").read_text())["config"]
+    assert config["mode"] == "adaptsoft" and config["controller"] == str(out / CONTROLLER_FILE)
+    assert config["model"] == str(out)

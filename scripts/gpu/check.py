@@ -12,7 +12,9 @@ Stages (each independent; a stage whose packages are missing is skipped with the
      and peak memory against the naive per-step V×D form, Gumbel-density and replay throughput.
   c  one actor update through verl's FSDP2 engine on one GPU (a Qwen3-VL-2B-shaped language
      model): hard vs soft_fixed vs adaptsoft time and peak memory, each mode in its own process.
-  d  the SGLang soft rollout on CUDA (needs sglang 0.5.12 and its kernels).
+  d  SGLang 0.5.12 with the soft plugin (needs sglang and its kernels; not staged by default):
+     tokens, records and likelihoods against the embedded engine on the same weights and seeds
+     (fp32, every mode), then SGLang vs embedded decode throughput per mode (CUDA graphs off).
 
 The report is rewritten after every stage, so a run cut short keeps what finished. Timings
 synchronise the device and take the median of repeats after a warm-up.
@@ -217,7 +219,7 @@ def stage_a(ctx: Ctx) -> list[str]:
     # 2. throughput, modes interleaved across repeats
     sampling = SamplingConfig(max_new_tokens=steps)
     confs = {m: SoftThinkingConfig(mode=m) for m in MODES}
-    eng.generate(prompts[:1], soft=confs["adaptsoft"], sampling=SamplingConfig(max_new_tokens=4))
+    eng.generate(prompts[:1], soft_thinking=confs["adaptsoft"], sampling=SamplingConfig(max_new_tokens=4))
     repeats = 1 if ctx.dry_run else 2
     best = {}
     for rep in range(repeats):
@@ -226,7 +228,7 @@ def stage_a(ctx: Ctx) -> list[str]:
             with PeakMemory(dev) as mem:
                 sync(dev)
                 t0 = time.perf_counter()
-                outs = eng.generate(prompts, soft=conf, sampling=sampling, n=g, seed=rep)
+                outs = eng.generate(prompts, soft_thinking=conf, sampling=sampling, n=g, seed=rep)
                 sync(dev)
                 dt = time.perf_counter() - t0
             toks = sum(len(o.token_ids) for o in outs)
@@ -267,10 +269,10 @@ def greedy_limit(eng, prompts, steps: int, ctx: Ctx) -> list[str]:
     from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
 
     greedy = SamplingConfig(max_new_tokens=steps, greedy=True)
-    hard = eng.generate(prompts, soft=SoftThinkingConfig(mode="hard"), sampling=greedy)
-    again = eng.generate(prompts, soft=SoftThinkingConfig(mode="hard"), sampling=greedy)
+    hard = eng.generate(prompts, soft_thinking=SoftThinkingConfig(mode="hard"), sampling=greedy)
+    again = eng.generate(prompts, soft_thinking=SoftThinkingConfig(mode="hard"), sampling=greedy)
     repeat = sum(a.token_ids == b.token_ids for a, b in zip(hard, again))
-    soft = eng.generate(prompts, soft=SoftThinkingConfig(mode="fixed", noise_scale=0.0,
+    soft = eng.generate(prompts, soft_thinking=SoftThinkingConfig(mode="fixed", noise_scale=0.0,
                                                          fixed_tau=1e-30), sampling=greedy,
                         debug=True)
     same = unexplained = ties = 0
@@ -299,11 +301,7 @@ def greedy_limit(eng, prompts, steps: int, ctx: Ctx) -> list[str]:
 
 # -- b: softthink at real sizes --------------------------------------------------------------
 def stage_b(ctx: Ctx) -> list[str]:
-    import torch
-
     import bench_alignment as BA
-    from soft_spatial.softthink import (alignment_scores, gumbel_log_density,
-                                        record_input_embeddings, step_log_likelihood)
 
     dev = ctx.device
     if ctx.dry_run:
@@ -316,24 +314,42 @@ def stage_b(ctx: Ctx) -> list[str]:
              f"to N): V={v}, D={d}, K={BA.K}, 25% reference steps plus {BA.N_DENSE} dense ones.", ""]
     rows = []
     for n in sizes:
-        args = [x.to(dev) if isinstance(x, torch.Tensor) else x
-                for x in BA._inputs(v, d, n, device=dev)]
-        with PeakMemory(dev) as mem:
-            t_ours, _, alpha = timed(lambda: alignment_scores(*args), dev, repeats=3)
-        with PeakMemory(dev) as mem_n:
-            t_naive, _, ref = timed(lambda: BA._naive(*args, v, naive_steps, device=dev), dev,
-                                    repeats=1, warmup=0)
-        err = float((alpha[:naive_steps] - ref).norm() / ref.norm().clamp(min=1e-30))
-        t_naive_n = t_naive * n / naive_steps
-        rows.append([n, round(t_ours * 1e3, 2), round(mem.mib, 1), round(t_naive_n, 2),
-                     round(mem_n.mib, 1), round(t_naive_n / t_ours, 1),
-                     round(mem_n.mib / max(mem.mib, 1e-3), 1), f"{err:.1e}"])
-        del args, alpha, ref
-        free_memory()
+        rows.append(_alignment_row(dev, v, d, n, naive_steps))
+        free_memory()  # the row's tensors died with its frame
     lines += table(["N", "ours ms", "ours MiB", "naive s (scaled)", "naive MiB", "time ×",
                     "memory ×", "rel. err (first steps)"], rows)
+    lines += ["", *_softthink_op_table(ctx, v, d)]
+    free_memory()
+    return lines
 
-    # density, replay and the per-step likelihood from logits
+
+def _alignment_row(dev: str, v: int, d: int, n: int, naive_steps: int) -> list:
+    """One row of stage b's alignment table: ours against the naive form at N = ``n`` steps."""
+    import torch
+
+    import bench_alignment as BA
+    from soft_spatial.softthink import alignment_scores
+
+    args = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in BA._inputs(v, d, n, device=dev)]
+    with PeakMemory(dev) as mem:
+        t_ours, _, alpha = timed(lambda: alignment_scores(*args), dev, repeats=3)
+    with PeakMemory(dev) as mem_n:
+        t_naive, _, ref = timed(lambda: BA._naive(*args, v, naive_steps, device=dev), dev,
+                                repeats=1, warmup=0)
+    err = float((alpha[:naive_steps] - ref).norm() / ref.norm().clamp(min=1e-30))
+    t_naive_n = t_naive * n / naive_steps
+    return [n, round(t_ours * 1e3, 2), round(mem.mib, 1), round(t_naive_n, 2),
+            round(mem_n.mib, 1), round(t_naive_n / t_ours, 1),
+            round(mem_n.mib / max(mem.mib, 1e-3), 1), f"{err:.1e}"]
+
+
+def _softthink_op_table(ctx: Ctx, v: int, d: int) -> list[str]:
+    """Stage b's second table: density, replay and the per-step likelihood from logits."""
+    import torch
+
+    from soft_spatial.softthink import gumbel_log_density, record_input_embeddings, step_log_likelihood
+
+    dev = ctx.device
     g = torch.Generator(device=dev).manual_seed(0)
     k, big = 5, (4096 if ctx.dry_run else 1 << 20)
     z = torch.randn(big, k, device=dev, generator=g)
@@ -358,16 +374,13 @@ def stage_b(ctx: Ctx) -> list[str]:
         t_ll, _, _ = timed(lambda: step_log_likelihood(logits, lids, lsc, lsoft).sum().backward(),
                            dev, repeats=5)
     dtype = str(ctx.dtype).replace("torch.", "")
-    lines += ["", *table(["operation (forward + backward)", "size", "ms", "rows/s", "peak extra MiB"], [
+    return table(["operation (forward + backward)", "size", "ms", "rows/s", "peak extra MiB"], [
         ["Gumbel log-density (eq. 5)", f"{big}×{k}", round(t_dens * 1e3, 3),
          f"{big / t_dens:.3g}", "–"],
         [f"replay embeddings (E {dtype} {v}×{d})", f"{nrec}×{k}", round(t_rep * 1e3, 3),
          f"{nrec / t_rep:.3g}", round(mem_r.mib, 1)],
         [f"per-step likelihood from {dtype} logits", f"{nlog}×{v}", round(t_ll * 1e3, 3),
-         f"{nlog / t_ll:.3g}", round(mem_l.mib, 1)]])]
-    del emb, logits, z, logp
-    free_memory()
-    return lines
+         f"{nlog / t_ll:.3g}", round(mem_l.mib, 1)]])
 
 
 # -- c: one actor update through verl's FSDP2 engine -----------------------------------------
@@ -398,7 +411,7 @@ def stage_c(ctx: Ctx) -> list[str]:
     ctrl = random_controller(eng.hidden_size)
     eng.set_controller(ctrl)
     prompts = [[5 + i, 9, 13, 40 + i, 41, 42, 7, 8] for i in range(rows // n)]
-    outs = eng.generate(prompts, soft=SoftThinkingConfig(mode="adaptsoft"), n=n,
+    outs = eng.generate(prompts, soft_thinking=SoftThinkingConfig(mode="adaptsoft"), n=n,
                         sampling=SamplingConfig(max_new_tokens=steps))
     batch = ctx.workdir / "actor_batch.pt"
     torch.save({"prompts": [prompts[o.prompt_index] for o in outs], "outs": outs,
@@ -449,7 +462,7 @@ def child_c(mode: str, model_dir: str, batch_path: str, dry_run: bool) -> dict:
     from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
     from soft_spatial.actor.loss import soft_ppo_loss
     from soft_spatial.softthink import AdaptSoft, SoftTrace
-    from soft_spatial.trainer.platform import init_process_group
+    from soft_spatial.platform import init_process_group
 
     init_method = "file://" + tempfile.mktemp()
     if cpu:
@@ -464,7 +477,7 @@ def child_c(mode: str, model_dir: str, batch_path: str, dry_run: bool) -> dict:
         for o in outs:  # the same tokens, as a discrete chain of thought
             o.trace = SoftTrace.discrete(o.token_ids, o.trace.k, o.trace.feature_dim)
     precision = "fp32" if cpu else "bf16"
-    engine = H.make_engine(model_dir, model_type="language_model" if mode == "hard"
+    engine = H.make_train_engine(model_dir, model_type="language_model" if mode == "hard"
                            else "soft_language_model", cpu=cpu, param_dtype=precision,
                            gradient_checkpointing=not cpu)
     if mode == "adaptsoft":
@@ -494,18 +507,147 @@ def child_c(mode: str, model_dir: str, batch_path: str, dry_run: bool) -> dict:
 
 
 # -- d: SGLang -------------------------------------------------------------------------------
+QWEN3_VL_2B_VISION = dict(depth=24, hidden_size=1024, intermediate_size=4096, num_heads=16,
+                          out_hidden_size=2048, patch_size=16, num_position_embeddings=2304,
+                          deepstack_visual_indexes=[5, 11, 17], hidden_act="gelu_pytorch_tanh")
+# SGLang's engine on this CPU, exactly as tests/sglang_real runs it (docs/sglang.md)
+SGLANG_CPU_ARGS = dict(device="cpu", attention_backend="torch_native", grammar_backend="none",
+                       max_total_tokens=8192)
+
+
+def same_path(a, b) -> bool:
+    """Two completions took the same decoding path: tokens, stop, soft steps, every candidate."""
+    import torch
+    return (a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
+            and torch.equal(a.trace.soft, b.trace.soft)
+            and torch.equal(a.trace.topk_ids, b.trace.topk_ids))
+
+
+def max_dev(got, want, key: str) -> float:
+    """max |got − want| of a record field (``loglik``: the per-step log-likelihoods)."""
+    import torch
+    if key == "loglik":
+        x, y = torch.tensor(got.logprobs), torch.tensor(want.logprobs)
+    else:
+        x, y = getattr(got.trace, key).float(), getattr(want.trace, key).float()
+    return float((x - y).abs().max()) if x.numel() else 0.0
+
+
+def sglang_engine(model, soft, ctrl, dtype: str, ctx: Ctx):
+    from soft_spatial.engines.sglang.engine import SGLangEngine
+    args = dict(dtype=dtype, skip_server_warmup=True, mem_fraction_static=0.5, log_level="error")
+    if ctx.device == "cpu":
+        args.update(SGLANG_CPU_ARGS)
+    eng = SGLangEngine(model, soft, controller=ctrl if soft.mode == "adaptsoft" else None,
+                       server_args=args)
+    eng.eos_ids = []  # fixed-length decoding: every mode and engine runs the same steps
+    return eng
+
+
 def stage_d(ctx: Ctx) -> list[str]:
+    """SGLang with the soft plugin against the embedded engine: parity on the same weights and
+    seeds (fp32), then decode throughput per mode (CUDA graphs off: the plugin needs them off in
+    0.5.12, docs/sglang.md). One engine per mode: the soft settings are server-wide."""
     try:
         import sglang
     except ImportError as e:
         raise Skip(f"sglang is not installed ({e}): its kernels (sglang-kernel, flashinfer: about "
-                   f"700 MiB of wheels, 12+ calls on a lent machine) are not staged by default") from e
-    if ctx.dry_run or not ctx.device.startswith("cuda"):
-        from soft_spatial.engines.sglang import compat  # noqa: F401  (the plugin's version checks)
-        return [f"sglang {sglang.__version__} imports with the soft plugin's compat checks; the "
-                f"live engine needs CUDA and runs only on a GPU."]
-    raise Skip("the live SGLang stage is not written yet: it waits for the plugin's first real "
-               "run on the CPU (issue 12)")
+                   f"700 MiB of wheels, 12+ calls on a lent machine) are not staged by default; "
+                   f"on a GPU machine with network: pip install -e .[gpu]") from e
+    if ctx.device == "cpu" and os.environ.get("SGLANG_USE_CPU_ENGINE") != "1":
+        raise Skip("on the CPU SGLang's engine needs SGLANG_USE_CPU_ENGINE=1 and tests/sglang_stubs "
+                   "on PYTHONPATH (as scripts/test.sh runs tests/sglang_real)")
+    import torch
+
+    from soft_spatial.engines import LocalEngine
+    from soft_spatial.models import build_tiny_model
+    from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
+
+    dry = ctx.dry_run
+    shape = {} if dry else dict(QWEN3_VL_2B_TEXT, vision_config=QWEN3_VL_2B_VISION)
+    t0 = time.perf_counter()
+    model = build_tiny_model(ctx.workdir / "d-model", family="qwen3_vl", vocab="qwen", **shape)
+    build_s = time.perf_counter() - t0
+    local = LocalEngine.from_pretrained(model, device=ctx.device, dtype=torch.float32)
+    local.eos_ids = []
+    ctrl = ctx.workdir / "d-adaptsoft.pt"
+    random_controller(local.hidden_size).save(ctrl)
+    local.set_controller(ctrl)
+    confs = {m: SoftThinkingConfig(mode=m) for m in MODES}
+    n_params = sum(p.numel() for p in local.model.parameters())
+    lines = [f"Model: {'tiny' if dry else 'Qwen3-VL-2B'}-shaped Qwen3-VL, random weights, "
+             f"{n_params / 1e9:.3f} B parameters, written in {build_s:.0f} s; sglang "
+             f"{sglang.__version__}, CUDA graphs off."]
+
+    # 1. parity: same weights, seeds and prompts in fp32, every mode; 2. throughput: one batch
+    # per mode on SGLang (fp32 engines reused in a dry run, bf16 ones on a GPU) and locally
+    n_par, g_par, steps_par = (2, 2, 8) if dry else (4, 2, 32)
+    par_prompts = image_prompts(n_par, 64 if dry else 224)
+    par_sampling = SamplingConfig(temperature=0.8, max_new_tokens=steps_par)
+    n, g, steps = (2, 2, 8) if dry else (8, 8, 64 if ctx.quick else 128)
+    prompts = image_prompts(n, 64 if dry else 320)
+    sampling, warm = SamplingConfig(max_new_tokens=steps), SamplingConfig(max_new_tokens=4)
+    dtype = "float32" if dry else "bfloat16"
+    repeats = 1 if dry else 2
+
+    def throughput(eng, conf, sync_device):
+        eng.generate(prompts[:1], soft_thinking=conf, sampling=warm)
+
+        def run():  # every repeat prefills its prompts afresh
+            if hasattr(eng, "backend"):
+                eng.backend.flush_cache()
+            return eng.generate(prompts, soft_thinking=conf, sampling=sampling, n=g, seed=1)
+        sec, _, outs = timed(run, sync_device, repeats=repeats, warmup=0)
+        return sum(len(o.token_ids) for o in outs) / sec
+
+    rows, bad, tps = [], [], {}
+    for m, conf in confs.items():
+        want = local.generate(par_prompts, soft_thinking=conf, sampling=par_sampling, n=g_par, seed=7)
+        eng = sglang_engine(model, conf, ctrl, "float32", ctx)
+        try:
+            got = eng.generate(par_prompts, soft_thinking=conf, sampling=par_sampling, n=g_par, seed=7)
+            if dry:
+                tps[("sglang", m)] = throughput(eng, conf, "cpu")
+        finally:
+            eng.close()
+        same = [(a, b) for a, b in zip(got, want) if same_path(a, b)]
+        dev = {k: max((max_dev(a, b, k) for a, b in same), default=float("nan"))
+               for k in ("loglik", "scores", "tau")}
+        rows.append([m, f"{len(same)}/{len(want)}", dev["loglik"], dev["scores"],
+                     dev["tau"] if m == "adaptsoft" else "–"])
+        if len(same) < len(want):
+            bad.append(m)
+    lines += ["", f"Parity with the embedded engine (fp32, {n_par} image prompts × {g_par} samples, "
+              f"{steps_par} steps, same seeds; max deviations over the rows on the same path):", ""]
+    lines += table(["mode", "same path", "max |Δ loglik|", "max |Δ scores|", "max |Δ τ|"], rows)
+    if bad:
+        ctx.notes.append(f"d: SGLang left the embedded engine's decoding path in {bad} (fp32)")
+    if not dry:
+        del local
+        free_memory()
+        for m, conf in confs.items():
+            eng = sglang_engine(model, conf, ctrl, dtype, ctx)
+            try:
+                tps[("sglang", m)] = throughput(eng, conf, "cpu")  # generate returns when done
+            finally:
+                eng.close()
+        local = LocalEngine.from_pretrained(model, device=ctx.device, dtype=ctx.dtype,
+                                            controller=ctrl, max_batch_rows=n * g)
+        local.eos_ids = []
+    for m, conf in confs.items():
+        tps[("local", m)] = throughput(local, conf, ctx.device)
+    del local
+    free_memory()
+    lines += ["", f"Decode throughput ({dtype}, {n} prompts × G={g}, {steps} steps, eos ignored; "
+              f"SGLang's time includes its prompt prefill and scheduling):", ""]
+    lines += table(["mode", "SGLang tok/s", "× SGLang hard", "embedded tok/s", "SGLang / embedded"],
+                   [[m, round(tps[("sglang", m)], 1),
+                     round(tps[("sglang", m)] / tps[("sglang", "hard")], 3),
+                     round(tps[("local", m)], 1),
+                     round(tps[("sglang", m)] / tps[("local", m)], 3)] for m in MODES])
+    if bad:
+        raise StageFailed(lines)
+    return lines
 
 
 STAGES = {"a": ("a. Embedded engine on CUDA (Qwen3-VL-8B shape)", stage_a),

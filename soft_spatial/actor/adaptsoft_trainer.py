@@ -1,7 +1,8 @@
-"""Training AdaptSoft by gradient alignment inside the actor engine (DESIGN.md §2.7, §2.9–2.10).
+"""Training AdaptSoft by gradient alignment inside the actor engine (docs/design.md §2.7,
+§2.9–2.10).
 
 :class:`AdaptSoftTrainer` owns the controller φ, its AdamW optimizer, the alignment scaler and the
-reference-set generator. :class:`~soft_spatial.actor.engine.SoftFSDPEngine` calls it at three
+reference-set generator. :class:`~soft_spatial.actor.train_engine.SoftFSDPEngine` calls it at three
 points:
 
 1. ``replay_tau`` (in ``prepare_model_inputs`` of a training forward): the straight-through
@@ -25,25 +26,23 @@ depends on every rank's hidden states and τ leaf), which FSDP requires.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from soft_spatial.atomic import atomic_open
 from soft_spatial.softthink import (AdaptSoft, AlignmentConfig, AlignmentScaler, SparseGrad,
                                     alignment_loss, alignment_scores, all_gather_rows,
-                                    center_per_rollout, controller_surrogate, select_reference)
+                                    center_per_rollout, controller_surrogate, select_reference,
+                                    world_size)
 
 __all__ = ["AdaptSoftTrainer"]
 
 
 def _rank(group=None) -> int:
     return dist.get_rank(group) if dist.is_available() and dist.is_initialized() else 0
-
-
-def _world(group=None) -> int:
-    return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
 
 
 class AdaptSoftTrainer:
@@ -55,7 +54,7 @@ class AdaptSoftTrainer:
         seed: seeds the reference-set generator (offset by the rank).
     """
 
-    def __init__(self, controller: AdaptSoft, config: Optional[AlignmentConfig] = None,
+    def __init__(self, controller: AdaptSoft, config: AlignmentConfig | None = None,
                  seed: int = 0, device=None):
         self.config = config or AlignmentConfig()
         # device 0 is cuda:0, not "no device": only None means the CPU
@@ -68,7 +67,7 @@ class AdaptSoftTrainer:
         self.seed = seed
         self.generator = torch.Generator().manual_seed(seed * 1_000_003 + _rank())
         self.steps = 0
-        self.last: Dict[str, Tensor] = {}  # detached diagnostics of the last micro-batch
+        self.last: dict[str, Tensor] = {}  # detached diagnostics of the last micro-batch
 
     @property
     def needs_loss_hook(self) -> bool:
@@ -76,17 +75,17 @@ class AdaptSoftTrainer:
         return self.config.enabled
 
     # -- 1. replay ---------------------------------------------------------------------------
-    def replay_tau(self, ctrl_x: Tensor, u: Tensor, soft: Tensor, tau_record: Tensor):
+    def replay_tau(self, ctrl_x: Tensor, u: Tensor, soft_mask: Tensor, tau_record: Tensor):
         """(τ for the forward, τ_upd with its graph to φ, the τ leaf or None), all ``[n]``."""
         tau_upd = self.controller.replay_temperature(ctrl_x, u)
-        tau_upd = torch.where(soft, tau_upd, tau_record.to(tau_upd.dtype))
+        tau_upd = torch.where(soft_mask, tau_upd, tau_record.to(tau_upd.dtype))
         if self.config.enabled:
             leaf = tau_upd.detach().requires_grad_(True)
             return leaf, tau_upd, leaf
         return tau_upd, tau_upd, None
 
     # -- 2. alignment ------------------------------------------------------------------------
-    def alignment_step(self, loss: Tensor, state: Dict[str, Any], group=None) -> Dict[str, float]:
+    def alignment_step(self, loss: Tensor, state: dict[str, Any], group=None) -> dict[str, float]:
         """One micro-batch of the controller update; accumulates into φ's ``.grad``."""
         cfg = self.config
         sb = state["batch"]
@@ -99,14 +98,15 @@ class AdaptSoftTrainer:
                   else d_cand.detach().float())
         d_disc = (torch.zeros_like(lik.disc_logits, dtype=torch.float32) if d_disc is None
                   else d_disc.detach().float())
-        soft = sb.soft
-        n = soft.shape[0]
-        slot = torch.zeros(n, dtype=torch.long, device=soft.device)  # row of step t in its part
-        slot[lik.soft_rows] = torch.arange(lik.soft_rows.numel(), device=soft.device)
-        slot[lik.disc_rows] = torch.arange(lik.disc_rows.numel(), device=soft.device)
+        soft_mask = sb.soft_mask
+        n = soft_mask.shape[0]
+        dev = soft_mask.device
+        slot = torch.zeros(n, dtype=torch.long, device=dev)  # row of step t in its part
+        slot[lik.soft_rows] = torch.arange(lik.soft_rows.numel(), device=dev)
+        slot[lik.disc_rows] = torch.arange(lik.disc_rows.numel(), device=dev)
         ref_seq = select_reference(sb.num_sequences, cfg.ref_fraction, self.generator)
-        in_ref = ref_seq.to(soft.device)[sb.seq]
-        ref_s, ref_d, opt = in_ref & soft, in_ref & ~soft, ~in_ref & soft
+        in_ref = ref_seq.to(dev)[sb.seq]
+        ref_s, ref_d, opt = in_ref & soft_mask, in_ref & ~soft_mask, ~in_ref & soft_mask
         hv = hidden.detach().float()
         parts = [sb.topk_ids[ref_s], d_cand[slot[ref_s]], hv[ref_s], d_disc[slot[ref_d]], hv[ref_d]]
         ids_rs, vals_rs, v_rs, d_rd, v_rd = (all_gather_rows(p, group) for p in parts)
@@ -123,28 +123,28 @@ class AdaptSoftTrainer:
         g = torch.zeros_like(leaf) if g is None else g.detach()
         g_u = g.to(tau_upd.dtype)
         if cfg.center:
-            g_c = center_per_rollout(g_u, sb.seq, soft)
+            g_c = center_per_rollout(g_u, sb.seq, soft_mask)
         else:
-            g_c = torch.where(soft, g_u, torch.zeros_like(g_u))
+            g_c = torch.where(soft_mask, g_u, torch.zeros_like(g_u))
         controller_surrogate(g_c, tau_upd).backward()
         self.last = {"alpha": alpha.detach(), "g_tau": g, "g_centered": g_c, "ref_seq": ref_seq,
-                     "ctrl_x": sb.ctrl_x.detach(), "u": sb.u.detach(), "soft": soft,
+                     "seq": sb.seq, "ctrl_x": sb.ctrl_x.detach(), "u": sb.u.detach(), "soft_mask": soft_mask,
                      "kappa": torch.tensor(kappa)}
         n_opt = int(opt.sum())
         return {"adaptsoft/alpha_rms": alpha.detach().pow(2).mean().sqrt().item() if n_opt else 0.0,
                 "adaptsoft/kappa": float(kappa), "adaptsoft/num_opt_steps": float(n_opt),
-                "adaptsoft/tau_mean": tau_upd[soft].mean().item() if soft.any() else 0.0}
+                "adaptsoft/tau_mean": tau_upd[soft_mask].mean().item() if soft_mask.any() else 0.0}
 
     # -- 3. optimizer ------------------------------------------------------------------------
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
 
-    def step(self, group=None) -> Dict[str, float]:
+    def step(self, group=None) -> dict[str, float]:
         """Average φ's gradients over ranks, drop non-finite ones, clip, AdamW step."""
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
                           for p in params])
-        world = _world(group)
+        world = world_size(group)
         if world > 1:
             dist.all_reduce(flat, group=group)
             flat /= world
@@ -165,13 +165,13 @@ class AdaptSoftTrainer:
                 "adaptsoft/optimizer_steps": float(self.steps)}
 
     # -- checkpoint --------------------------------------------------------------------------
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         return {"controller_config": self.controller.config_dict(),
                 "controller": self.controller.state_dict(),  # projection P included (a buffer)
                 "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
                 "alignment": dict(vars(self.config)), "steps": self.steps, "seed": self.seed}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         # the seed only sets the initial weights and P, which the state dict restores
         mine = {k: v for k, v in self.controller.config_dict().items() if k != "seed"}
         theirs = {k: v for k, v in state["controller_config"].items() if k != "seed"}
@@ -186,7 +186,9 @@ class AdaptSoftTrainer:
         self.generator.manual_seed(self.seed * 1_000_003 + _rank() + 7919 * self.steps)
 
     def save(self, path) -> None:
-        torch.save(self.state_dict(), path)
+        """Write the state (atomically: a crash never leaves a truncated ``adaptsoft.pt``)."""
+        with atomic_open(path, "wb") as f:
+            torch.save(self.state_dict(), f)
 
     def load(self, path) -> None:
         self.load_state_dict(torch.load(path, map_location="cpu", weights_only=False))

@@ -1,6 +1,6 @@
-"""GRPO over per-step likelihoods (DESIGN.md §2.8), on verl's loss machinery.
+"""GRPO over per-step likelihoods (docs/design.md §2.8), on verl's loss machinery.
 
-The engine (:mod:`soft_spatial.actor.engine`) already returns per-step likelihoods as
+The engine (:mod:`soft_spatial.actor.train_engine`) already returns per-step likelihoods as
 ``log_probs`` (soft steps: Gumbel log-density of the recorded scores; discrete steps: token
 log-prob at the rollout temperature), for the old, reference and current policies alike. So the
 loss is verl's own: :func:`soft_grpo_policy_loss` (registered as ``soft_grpo``, selected with
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -54,7 +54,7 @@ AGG_MODES = {"seq-mean-token-mean": "eq. 8 (paper)", "token-mean": "authors' rel
 def soft_grpo_policy_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor,
                           advantages: torch.Tensor, response_mask: torch.Tensor,
                           loss_agg_mode: str = "token-mean", config=None,
-                          rollout_is_weights: Optional[torch.Tensor] = None):
+                          rollout_is_weights: torch.Tensor | None = None):
     """Clipped surrogate over per-step likelihoods (verl ``PolicyLossFn`` signature).
 
     All tensors ``[B, R]``; δ from ``config.clip_ratio`` (``clip_ratio_low``/``_high`` if set).
@@ -86,16 +86,16 @@ def _padded(t: torch.Tensor) -> torch.Tensor:
 
 
 def step_kl(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, cand_logp: torch.Tensor,
-            ref_cand_logp: torch.Tensor, soft: torch.Tensor, kl_type: str) -> torch.Tensor:
+            ref_cand_logp: torch.Tensor, soft_mask: torch.Tensor, kl_type: str) -> torch.Tensor:
     """Per-step KL of the ``candidates`` reading, ``[B, R]``: the exact candidate KL at soft steps
     (``cand_logp``/``ref_cand_logp`` ``[B, R, K]``), verl's ``kl_type`` estimator on the token
     log-probs (``log_prob``/``ref_log_prob`` ``[B, R]``) at discrete steps."""
     token = kl_penalty(logprob=log_prob, ref_logprob=ref_log_prob, kl_penalty=kl_type)
     cand = candidate_kl(cand_logp, ref_cand_logp).to(token.dtype)
-    return torch.where(soft.bool(), cand, token)
+    return torch.where(soft_mask.bool(), cand, token)
 
 
-def soft_ppo_loss(config, model_output, data, dp_group=None, kl: Optional[KLConfig] = None):
+def soft_ppo_loss(config, model_output, data, dp_group=None, kl: KLConfig | None = None):
     """verl's ``ppo_loss`` (policy loss from the registry, KL, entropy, aggregation) plus metrics
     on the soft steps of the micro-batch (their share and mean log-ratio to the old policy).
 
@@ -117,12 +117,12 @@ def soft_ppo_loss(config, model_output, data, dp_group=None, kl: Optional[KLConf
                              dp_group=dp_group)
     metrics = dict(metrics)
     resp = _padded(data["response_mask"]).bool()
-    soft = _padded(data["trace_soft"]).bool() & resp if "trace_soft" in data.keys() else None
+    soft_mask = _padded(data["trace_soft"]).bool() & resp if "trace_soft" in data.keys() else None
     if candidates:
         log_prob = no_padding_2_padding(model_output["log_probs"], data)
         cand = no_padding_2_padding(model_output["cand_logp"], data)
         kld = step_kl(log_prob, _padded(data["ref_log_prob"]), cand,
-                      _padded(data["ref_cand_logp"]), soft, config.kl_loss_type)
+                      _padded(data["ref_cand_logp"]), soft_mask, config.kl_loss_type)
         kl_loss = agg_loss(loss_mat=kld, loss_mask=resp, loss_agg_mode=config.loss_agg_mode,
                            **config.global_batch_info)
         loss = loss + kl_loss * config.kl_loss_coef
@@ -131,22 +131,23 @@ def soft_ppo_loss(config, model_output, data, dp_group=None, kl: Optional[KLConf
         agg = AggregationType.SUM if summed else AggregationType.MEAN  # as verl's ppo_loss
         metrics["kl_loss"] = Metric(value=kl_loss, aggregation=agg)
         metrics["kl_coef"] = config.kl_loss_coef
-        if soft.any():
-            metrics["actor/kl_soft_mean"] = kld.detach()[soft].mean().item()
-    if soft is not None:
-        metrics["actor/soft_step_frac"] = (soft.sum() / resp.sum().clamp(min=1)).item()
+        if soft_mask.any():
+            metrics["actor/kl_soft_mean"] = kld.detach()[soft_mask].mean().item()
+    if soft_mask is not None:
+        metrics["actor/soft_step_frac"] = (soft_mask.sum() / resp.sum().clamp(min=1)).item()
     return loss, metrics
 
 
 def check_actor_config(config: Any) -> list:
-    """Warn about actor settings that depart from DESIGN §2.8 / break the controller's
+    """Warn about actor settings that depart from docs/design.md §2.8 / break the controller's
     assumptions; returns the list of messages."""
     msgs = []
     if config.loss_agg_mode not in AGG_MODES:
         msgs.append(f"loss_agg_mode={config.loss_agg_mode!r} is neither eq. 8 "
-                    f"(seq-mean-token-mean) nor the authors' release (token-mean), DESIGN §2.8")
+                    f"(seq-mean-token-mean) nor the authors' release (token-mean), "
+                    f"docs/design.md §2.8")
     if config.use_kl_loss and config.kl_loss_type != "low_var_kl":
-        msgs.append(f"kl_loss_type={config.kl_loss_type!r} (DESIGN §2.8: low_var_kl)")
+        msgs.append(f"kl_loss_type={config.kl_loss_type!r} (docs/design.md §2.8: low_var_kl)")
     if config.entropy_coeff:
         msgs.append(f"entropy_coeff={config.entropy_coeff}: the loss then depends on every logit "
                     f"of a soft step, so the controller's K-sparse d_t is no longer exact")

@@ -20,7 +20,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from . import spread as S
 from . import tau_entropy as TE
@@ -170,7 +170,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Optional[Sequence[str]] = None) -> dict:
+def main(argv: Sequence[str] | None = None) -> dict:
     args = _parser().parse_args(argv)
     c = args.command
     if c == "fig5":

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -36,7 +35,7 @@ class Trace:
         return self.entropy[self.soft].astype(np.float64)
 
 
-def load_traces(eval_dir, benchmark: Optional[str] = None) -> List[Trace]:
+def load_traces(eval_dir, benchmark: str | None = None) -> list[Trace]:
     """Samples of ``eval_dir`` joined with their steps (samples without steps are skipped and
     counted in a warning), optionally of one benchmark."""
     from soft_spatial.eval.runner import RESULTS, read_results
@@ -72,7 +71,7 @@ def load_traces(eval_dir, benchmark: Optional[str] = None) -> List[Trace]:
     return out
 
 
-def eval_model_path(eval_dir) -> Optional[str]:
+def eval_model_path(eval_dir) -> str | None:
     """The model directory recorded in ``summary.json`` (for its tokenizer), if any."""
     path = Path(eval_dir) / "summary.json"
     if not path.is_file():
@@ -81,7 +80,7 @@ def eval_model_path(eval_dir) -> Optional[str]:
 
 
 def load_metrics(path, keys=("soft/tau_mean", "soft/tau_min", "soft/tau_max")
-                 ) -> Dict[str, np.ndarray]:
+                 ) -> dict[str, np.ndarray]:
     """Per-step arrays ``step`` and ``keys`` from a ``metrics.jsonl`` (lines without the first
     key, e.g. validation-only lines, are skipped)."""
     path = Path(path)

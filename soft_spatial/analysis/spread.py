@@ -8,7 +8,7 @@ incorrect answers, and short / medium / long traces (terciles of the soft-step c
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -24,7 +24,7 @@ def _spread(x: np.ndarray) -> float:
     return float(np.percentile(x, 90) - np.percentile(x, 10))
 
 
-def trace_spreads(traces: Sequence[Trace], min_steps: int = 5) -> List[dict]:
+def trace_spreads(traces: Sequence[Trace], min_steps: int = 5) -> list[dict]:
     """Per trace with ≥ ``min_steps`` soft steps: within-trace spread, median τ, soft length,
     correctness."""
     out = []
@@ -36,7 +36,7 @@ def trace_spreads(traces: Sequence[Trace], min_steps: int = 5) -> List[dict]:
     return out
 
 
-def _group(rows: List[dict]) -> dict:
+def _group(rows: list[dict]) -> dict:
     if not rows:
         return {"traces": 0, "within": None, "within_median": None, "across": None}
     within = np.array([r["within"] for r in rows])
@@ -46,7 +46,7 @@ def _group(rows: List[dict]) -> dict:
             "across": _spread(medians) if len(rows) > 1 else None}
 
 
-def spread_summary(rows: List[dict]) -> Dict[str, dict]:
+def spread_summary(rows: list[dict]) -> dict[str, dict]:
     """Within vs across per group (``all``, ``correct``, ``incorrect``, ``short``, ``medium``,
     ``long``); the length terciles' bounds are in ``length_bounds``."""
     if not rows:
@@ -64,7 +64,7 @@ def spread_summary(rows: List[dict]) -> Dict[str, dict]:
     return out
 
 
-def plot_spread(rows: List[dict], summary: Dict[str, dict], path):
+def plot_spread(rows: list[dict], summary: dict[str, dict], path):
     plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4), gridspec_kw={"width_ratios": [1, 1.4]})
     within = [r["within"] for r in rows]

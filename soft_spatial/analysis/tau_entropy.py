@@ -6,7 +6,7 @@ entropy bin) to 0.350 (highest) and the Pearson correlation r = −0.613 between
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import html
 import io
-from typing import List, Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from .plotting import pyplot
 __all__ = ["pick_trace", "token_pieces", "trace_page"]
 
 
-def pick_trace(traces: Sequence[Trace], key: Optional[str] = None, min_steps: int = 5) -> Trace:
+def pick_trace(traces: Sequence[Trace], key: str | None = None, min_steps: int = 5) -> Trace:
     """The trace ``benchmark:question_index:sample`` if given, else the correct trace (any trace
     if none is correct) whose soft length is the median among those with ≥ ``min_steps``."""
     if key:
@@ -39,7 +39,7 @@ def pick_trace(traces: Sequence[Trace], key: Optional[str] = None, min_steps: in
     return good[len(good) // 2]
 
 
-def token_pieces(tokenizer, tokens: Sequence[int], window: int = 8) -> List[str]:
+def token_pieces(tokenizer, tokens: Sequence[int], window: int = 8) -> list[str]:
     """The text each token adds (decoding a short window before it, so multi-token characters
     and leading spaces come out right); the pieces concatenate to the decoded text."""
     tokens = [int(t) for t in tokens]

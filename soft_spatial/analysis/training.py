@@ -2,7 +2,6 @@
 ``soft/tau_mean``, ``soft/tau_min``, ``soft/tau_max`` of each step's rollouts)."""
 from __future__ import annotations
 
-from typing import Dict
 
 import numpy as np
 
@@ -11,7 +10,7 @@ from .plotting import pyplot, save
 __all__ = ["tau_over_training", "plot_tau_over_training"]
 
 
-def tau_over_training(m: Dict[str, np.ndarray]) -> dict:
+def tau_over_training(m: dict[str, np.ndarray]) -> dict:
     """The numbers behind Fig. 5: τ mean at the first and last step, the range of the mean
     across steps, and the overall min/max of the per-step extremes."""
     mean, lo, hi = m["soft/tau_mean"], m["soft/tau_min"], m["soft/tau_max"]
@@ -22,7 +21,7 @@ def tau_over_training(m: Dict[str, np.ndarray]) -> dict:
             "tau_max": float(hi.max()), "range_last": [float(lo[-1]), float(hi[-1])]}
 
 
-def plot_tau_over_training(m: Dict[str, np.ndarray], path):
+def plot_tau_over_training(m: dict[str, np.ndarray], path):
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     step = m["step"]

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping, Sequence
+
+from PIL import Image
 
 from .errors import DataFormatError
-from .record import LETTERS
+from .record import LETTERS, QuestionRecord
 
 
 @dataclass(frozen=True)
@@ -86,8 +89,41 @@ def answer_from_letter(value: Any, n_options: int, field: str, ctx: RecordContex
     return letter
 
 
+def missing_cell(value: Any) -> bool:
+    """An empty table cell: None, NaN, "" or the text "nan" (how pandas prints NaN)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return True
+    return isinstance(value, str) and value.strip().lower() in ("", "nan")
+
+
 def existing_file(path: Path, field: str, ctx: RecordContext) -> Path:
     """``path`` if it is a file; otherwise an error naming the missing image."""
     if not path.is_file():
         raise ctx.error(field, f"image file not found: {path}")
     return path
+
+
+def verified_image(path: Path, field: str, ctx: RecordContext) -> Path:
+    """``path`` if it is a readable image (PIL's ``verify``: header, chunks, checksums, no
+    truncation); otherwise an error naming the record and the file."""
+    existing_file(path, field, ctx)
+    try:
+        with Image.open(path) as image:
+            image.verify()
+    except Exception as exc:  # PIL raises OSError, SyntaxError, ValueError, ... for bad files
+        raise ctx.error(field, f"image {path} is not a readable image: {exc}") from exc
+    return path
+
+
+def check_records(records: Sequence[QuestionRecord], file: Path) -> list[QuestionRecord]:
+    """``records`` loaded from ``file`` (in file order), if there is at least one and no two share
+    a key (`QuestionRecord.key`); otherwise an error naming the file and both records."""
+    if not records:
+        raise DataFormatError(file, "no records (an empty benchmark cannot be prepared or evaluated)")
+    first: dict[str, int] = {}
+    for index, record in enumerate(records):
+        seen = first.setdefault(record.key, index)
+        if seen != index:
+            raise DataFormatError(file, f"duplicate id: record index {seen} has the same id "
+                                  f"{record.key!r}", index=index, record_id=record.id, field="id")
+    return list(records)

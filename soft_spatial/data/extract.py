@@ -4,11 +4,15 @@
     only the text after the LAST ``</think>`` counts (no ``</think>``: no answer). In that tail,
     in order: ``<answer>…</answer>`` content; a bare letter with decoration ("C", "(c)", "C.",
     "**C**"); an explicit cue ("Answer: C", "the answer is (b)", "I choose D"); the tail being an
-    option's text; the last stand-alone capital letter that is not the English article "A"
+    option's text; the one stand-alone capital letter that is not the English article "A"
     ("A cat is on the left, so B" -> B). Lower-case letters count only as a bare answer or right
-    after a cue, and only when no word follows them ("answer is a cat" is not A).
+    after a cue, and only when no word follows them ("answer is a cat" is not A). A hedge names
+    no answer: a cued letter followed by a list of others ("Answer: A or B", "answer: B, C, D")
+    or, without a cue, several different stand-alone letters ("A or B"). Only the last
+    `ANSWER_WINDOW` (32,768) characters of the tail are read; finding the tail is one linear
+    split, so any response parses in linear time, without recursion.
 
-``official``, per benchmark (notes/benchmarks.md):
+``official``, per benchmark (docs/notes/benchmarks.md):
     OmniSpatial ``re``: case-insensitive ``Answer\\s*:\\s*([A-D])\\b``, last match. With
     ``compat=True`` (official-compatible) the captured letter is returned as written, so
     "answer: b" yields "b", which never equals "B" (the official case bug), and no match yields
@@ -17,6 +21,8 @@
     follow the same rule.
     MindCube: the official raw-QA cascade, run on the whole response (no think stripping), no
     case folding; None when nothing matches.
+    Both read at most the last `OFFICIAL_WINDOW` (1 MiB) characters of a response, which changes
+    nothing for any response of the configured lengths and bounds the cost of any other.
     SpatiaLab publishes no extractor. Our stand-in: the ``ours`` parser (`parse_choice`, whose
     "Answer: X" cue rule matches the stand-in prompt's format line) on the text after the last
     ``</think>``, or on the whole response if there is none. It is the project's own protocol,
@@ -27,11 +33,19 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from .record import LETTERS
 
 THINK_END = "</think>"
+#: characters at the end of an answer text that `parse_choice` reads: more than a whole response
+#: of the configured lengths (2,048 training / 3,072 evaluation tokens, ~4 characters each), so
+#: only pathological inputs are cut, and every parse costs at most this much
+ANSWER_WINDOW = 32_768
+#: characters at the end of a response that the official extractors read: 1 MiB, some 80 times
+#: the longest evaluation response (3,072 tokens), so only pathological inputs are cut (they then
+#: cost what 1 MiB costs, about a tenth of a second at worst)
+OFFICIAL_WINDOW = 1 << 20
 _THINK_END_RE = re.compile(re.escape(THINK_END), re.IGNORECASE)
 
 # Words that may follow the option letter "A" ("A is correct"); any other lower-case word after a
@@ -40,19 +54,62 @@ _VERBS_AFTER_LETTER = frozenset(
     "is was would will seems seem should could must might appears appear matches match fits fit "
     "best correct looks look describes describe remains and or".split()
 )
+# Every pattern below runs in time linear in the text: no two adjacent quantifiers can match the
+# same characters (so a long run of spaces or asterisks is scanned once, not once per split).
+#
 # An explicit answer cue: "Answer: X", "the answer is (X)", "final answer - X", "I choose X",
 # "the correct option is X". Matched case-insensitively; the letter's own case is checked apart.
 _CUE = (
     r"(?i:\b(?:answer|correct\s+(?:option|choice)|i\s+(?:choose|pick|select))"
-    r"(?:\s+(?:is|would\s+be|should\s+be))?\s*[:=\-]?[\s*]*(?:option\s*)?)"
+    r"(?:\s+(?:is|would\s+be|should\s+be))?[\s*]*(?:[:=\-][\s*]*)?(?:option[\s*]*)?)"
+    r"(?:[(\[\"'][(\[*\"'\s]*)?"
 )
 _CUE_PREFIX = re.compile(r"^(?:the\s+)?(?:final\s+)?answer\s*(?:is)?\s*[:=]?\s*", re.IGNORECASE)
+_ANSWER_TAG = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.IGNORECASE | re.DOTALL)
+_TAG_MARKUP = re.compile(r"</?answer>", re.IGNORECASE)
+# after "A": not a lower-case word other than those verbs (that would make "A" the article)
+_NOT_ARTICLE = r"(?![ \t]+(?!(?:" + "|".join(sorted(_VERBS_AFTER_LETTER)) + r")(?![a-z'’-]))[a-z])"
+# "A or B", "B, C, D", "A/B", "C and D": after a chosen letter, another letter in a list
+_LIST_NEXT = r"[ \t)\]*\"']*(?:,|/|&|\bor\b|\band\b)[ \t]*(?:[(\[*\"'][(\[*\"' \t]*)?"
 
 
-def answer_tail(response: str) -> str | None:
-    """The text after the last ``</think>`` (case-insensitive), or None if there is none."""
+class _Patterns:
+    """The compiled patterns for one set of allowed letters (cached: a handful of sets occur)."""
+
+    _cache: dict[str, "_Patterns"] = {}
+
+    def __init__(self, allowed: str):
+        up, low = f"[{allowed}]", f"[{allowed.lower()}]"
+        self.bare = re.compile(rf"[\s*_\"'`(\[]*({up}|{low})[\s*_\"'`)\].:]*")
+        self.cued = re.compile(
+            rf"{_CUE}(?:({up})(?![\w'’-])|({low})(?=[.)\]:,*\"']|[ \t]*$))", re.MULTILINE)
+        self.listed = re.compile(rf"{_LIST_NEXT}(?:({up})|({low}))(?![\w'’-])")
+        # one pattern per letter: the letter standing alone, "A" not as the article ("A cat")
+        self.alone = {letter: re.compile(rf"(?<![\w'’-]){letter}(?![\w'’-])"
+                                         + (_NOT_ARTICLE if letter == "A" else ""))
+                      for letter in allowed}
+
+    @classmethod
+    def get(cls, allowed: str) -> "_Patterns":
+        if allowed not in cls._cache:
+            cls._cache[allowed] = cls(allowed)
+        return cls._cache[allowed]
+
+
+def think_ends(response: str | None) -> tuple[int, str | None]:
+    """(number of ``</think>`` (case-insensitive), the text after the last one or None)."""
+    response = response or ""
+    low = response.lower()
+    if len(low) == len(response):  # lower() kept every position (always so for ASCII): str search
+        last = low.rfind(THINK_END)
+        return low.count(THINK_END), (None if last < 0 else response[last + len(THINK_END):])
     parts = _THINK_END_RE.split(response)
-    return parts[-1] if len(parts) > 1 else None
+    return len(parts) - 1, (parts[-1] if len(parts) > 1 else None)
+
+
+def answer_tail(response: str | None) -> str | None:
+    """The text after the last ``</think>`` (case-insensitive), or None if there is none."""
+    return think_ends(response)[1]
 
 
 def normalise_option_text(text: str) -> str:
@@ -66,51 +123,61 @@ def _allowed(letters: str) -> str:
     return "".join(sorted(set(letters.upper())))
 
 
-def parse_choice(text: str, options: Sequence[str] | None = None, letters: str | None = None) -> str | None:
+def parse_choice(text: str | None, options: Sequence[str] | None = None, letters: str | None = None) -> str | None:
     """The option letter that ``text`` (an answer, not a reasoning chain) chooses, or None.
 
     ``letters`` restricts the answer letters; by default the first ``len(options)`` letters, or
-    A-D without options.
+    A-D without options. A hedge ("A or B", "B, C, D", "Answer: A/B") chooses nothing. Only the
+    last `ANSWER_WINDOW` characters are read (an answer ends its text), so the parse costs the
+    same on any input, without recursion.
     """
     if letters is None:
         letters = LETTERS[: len(options)] if options else "ABCD"
     allowed = _allowed(letters)
-    if not allowed:
+    if not allowed or not text:
         return None
-    text = text.strip()
+    text = text.strip()[-ANSWER_WINDOW:]
     if not text:
         return None
-    tags = re.findall(r"<answer>(.*?)(?:</answer>|$)", text, flags=re.IGNORECASE | re.DOTALL)
-    for inner in reversed(tags):
-        found = parse_choice(inner, options, allowed)
+    pats = _Patterns.get(allowed)
+    tags = [m.group(1) for m in _ANSWER_TAG.finditer(text)]
+    for inner in reversed(tags):  # the last tag that names one letter
+        found = _parse_plain(_TAG_MARKUP.sub(" ", inner).strip(), options, allowed, pats)
         if found:
             return found
-    up, low = f"[{allowed}]", f"[{allowed.lower()}]"
-    bare = re.fullmatch(rf"[\s*_\"'`(\[]*({up}|{low})[\s*_\"'`)\].:]*", text)
+    return _parse_plain(text, options, allowed, pats)
+
+
+def _parse_plain(text: str, options: Sequence[str] | None, allowed: str, pats: _Patterns) -> str | None:
+    """`parse_choice` without ``<answer>`` tags: bare letter, cue, option text, lone letter."""
+    if not text:
+        return None
+    bare = pats.bare.fullmatch(text)
     if bare:
         return bare.group(1).upper()
-    cued = list(
-        re.finditer(
-            rf"{_CUE}[(\[*\"']*\s*(?:({up})(?![\w'’-])|({low})(?=[.)\]:,*\"']|[ \t]*$))", text, re.MULTILINE
-        )
-    )
-    if cued:
-        return (cued[-1].group(1) or cued[-1].group(2)).upper()
+    last_cue = None
+    for last_cue in pats.cued.finditer(text):
+        pass
+    if last_cue is not None:
+        letter = (last_cue.group(1) or last_cue.group(2)).upper()
+        return None if _hedged(text, last_cue.end(), letter, pats) else letter
     found = _match_option_text(text, options)
     if found and found in allowed:
         return found
-    for match in reversed(list(re.finditer(rf"(?<![\w'’-])({up})(?![\w'’-])", text))):
-        if not _is_article(text, match):
-            return match.group(1)
-    return None
+    chosen = [letter for letter, alone in pats.alone.items() if alone.search(text)]
+    return chosen[0] if len(chosen) == 1 else None  # several different letters: a hedge
 
 
-def _is_article(text: str, match: re.Match[str]) -> bool:
-    """True for a capital "A" used as the English article ("A cat ...")."""
-    if match.group(1) != "A":
-        return False
-    following = re.match(r"[ \t]+([a-z][a-z'’-]*)", text[match.end() :])
-    return bool(following) and following.group(1) not in _VERBS_AFTER_LETTER
+def _hedged(text: str, end: int, letter: str, pats: _Patterns) -> bool:
+    """Whether the letter ending at ``end`` starts a list naming another letter ("A or B")."""
+    pos = end
+    while True:
+        more = pats.listed.match(text, pos)
+        if more is None:
+            return False
+        if (more.group(1) or more.group(2)).upper() != letter:
+            return True
+        pos = more.end()
 
 
 def _match_option_text(text: str, options: Sequence[str] | None) -> str | None:
@@ -125,7 +192,7 @@ def _match_option_text(text: str, options: Sequence[str] | None) -> str | None:
     return None
 
 
-def extract_ours(response: str, options: Sequence[str] | None = None, letters: str | None = None) -> str | None:
+def extract_ours(response: str | None, options: Sequence[str] | None = None, letters: str | None = None) -> str | None:
     """Our extractor (the reward's): parse the text after the last ``</think>``; None without it."""
     tail = answer_tail(response)
     return None if tail is None else parse_choice(tail, options, letters)
@@ -140,7 +207,7 @@ def extract_omnispatial_official(response: str, eval_type: str = "re", *, compat
     """OmniSpatial's official extraction (see the module docstring for ``compat``)."""
     fallback = "A" if compat else None
     if eval_type == "re":
-        found = _OMNI_RE.findall(response)
+        found = _OMNI_RE.findall(response[-OFFICIAL_WINDOW:])
         if not found:
             return fallback
         return found[-1] if compat else found[-1].upper()
@@ -156,9 +223,11 @@ def extract_omnispatial_official(response: str, eval_type: str = "re", *, compat
     raise ValueError(f"unsupported OmniSpatial eval_type {eval_type!r}; expected re, direct or json")
 
 
-# MindCube's raw-QA cascade (notes §2.2): each rule is tried in order and the LAST match of the
-# first rule that matches wins. Letters A-E, case-sensitive. Some later rules can never fire (they
-# need an "X." that the first rule already caught); they are kept so the list reads like the spec.
+# MindCube's raw-QA cascade (docs/notes/benchmarks.md §2.2): each rule is tried in order and the
+# LAST match of the first rule that matches wins. Letters A-E, case-sensitive. Some later rules can
+# never fire (they need an "X." that the first rule already caught); they are kept so the list
+# reads like the spec, and skipped at run time (`_MC_LATER`), which saves a scan of the response
+# per rule.
 _MC_SIMPLE = r"([A-E])\."
 _MC_IN_ANSWER_TAG = (
     r"[Mm]y answer is ([A-E])",
@@ -181,13 +250,70 @@ _MC_RULES = (
 _MC_LINE_DESC = r"([A-E])\. [A-Za-z0-9 \-()'\",]+"
 
 
+def _without_letter_dot(patterns: Iterable[str]) -> tuple[str, ...]:
+    """The rules that can still match once the first rule found no "X." in the response."""
+    return tuple(p for p in patterns if _MC_SIMPLE not in p)
+
+
+_MC_LATER = {"tag": _without_letter_dot(_MC_IN_ANSWER_TAG), "rules": _without_letter_dot(_MC_RULES),
+             "lines": _without_letter_dot([_MC_LINE_DESC, r"\b([A-E])\b"])}
+
+
+#: a literal every match of a rule contains (or one of several): a rule whose literal is absent
+#: cannot match, and `str.find` rules that out far faster than the regex scan
+_MC_NEEDS = {
+    r"[*\"]([A-E])[*\"]": ("*", '"'),
+    r"\bAnswer:?\s*([A-E])\b": ("Answer",),
+    r"[Mm]y answer is ([A-E])": ("y answer is ",),
+    r"answer is ([A-E])": ("answer is ",),
+    r"[Tt]he answer is ([A-E])": ("he answer is ",),
+}
+#: once a response has no "X.", this rule matches exactly at the capitals A-E followed by
+#: whitespace or the end (its optional "Answer: " prefix holds no such capital), so its last match
+#: is the last such capital: found by a search that starts from the end
+_MC_LETTER_WS = r"(?:Answer: )?([A-E])(?:\.|$|\s)"
+_LAST_LETTER_WS = re.compile(r"(?s:.*)([A-E])(?:\s|\Z)")
+_MC_LINE_START_LETTER_WS = r"(?:^|\n)" + _MC_LETTER_WS
+_MC_LONE_LETTER = r"\b([A-E])\b"
+_LAST_LONE_LETTER = re.compile(r"(?s:.*)" + _MC_LONE_LETTER)
+
+
 def _last(pattern: str, text: str) -> str | None:
-    found = list(re.finditer(pattern, text))
-    return found[-1].group(1) if found else None
+    needs = _MC_NEEDS.get(pattern)
+    if needs is not None and not any(n in text for n in needs):
+        return None
+    found = re.findall(pattern, text)  # one group: the letters of all matches, scanned in C
+    return found[-1] if found else None
+
+
+def _in_last_line_with(pattern: str, text: str) -> str | None:
+    """The first match of ``pattern`` in the last line that has one, as a loop over the lines in
+    reverse finds it (``pattern`` never spans lines), in one scan instead of a search per line."""
+    if pattern == _MC_LONE_LETTER:
+        # one-character matches never overlap: the last one is at the last position the pattern
+        # matches at, found by a search from the end
+        m = _LAST_LONE_LETTER.match(text)
+        at = None if m is None else m.start(1)
+    else:
+        at = None
+        for m in re.finditer(pattern, text):
+            at = m.start()
+    if at is None:
+        return None
+    start = text.rfind("\n", 0, at) + 1
+    end = text.find("\n", at)
+    return re.search(pattern, text[start : end if end >= 0 else len(text)]).group(1)
 
 
 def _first_rule(patterns: Iterable[str], text: str) -> str | None:
     for pattern in patterns:
+        if pattern == _MC_LETTER_WS:
+            m = _LAST_LETTER_WS.match(text)
+            if m:
+                return m.group(1)
+            continue
+        if pattern == _MC_LINE_START_LETTER_WS:
+            continue  # its matches are a subset of the previous rule's, which found none
         found = _last(pattern, text)
         if found:
             return found
@@ -195,33 +321,33 @@ def _first_rule(patterns: Iterable[str], text: str) -> str | None:
 
 
 def extract_mindcube_official(response: str) -> str | None:
-    """MindCube's official cascade (notes §2.2), on the raw response, no case folding."""
+    """MindCube's official cascade (docs/notes/benchmarks.md §2.2), on the raw response, no case
+    folding."""
     if not response:
         return None
+    response = response[-OFFICIAL_WINDOW:]
+    if not any(letter in response for letter in "ABCDE"):
+        return None  # every rule captures one of these capitals
     found = _last(_MC_SIMPLE, response)
     if found:
         return found
-    section = re.search(r"<Answer>(.*?)(?:<|$)", response, re.DOTALL)
+    # from here on the response has no "X.", so rules that need one are skipped (_MC_LATER)
+    section = re.search(r"<Answer>(.*?)(?:<|$)", response, re.DOTALL) if "<Answer>" in response else None
     if section:
-        found = _first_rule(_MC_IN_ANSWER_TAG, section.group(1))
+        found = _first_rule(_MC_LATER["tag"], section.group(1))
         if found:
             return found
-    found = _first_rule(_MC_RULES, response)
+    found = _first_rule(_MC_LATER["rules"], response)
     if found:
         return found
-    lines = response.split("\n")
-    for line in reversed(lines):
-        match = re.search(_MC_LINE_DESC, line)
-        if match:
-            return match.group(1)
-    for line in reversed(lines):
-        match = re.search(r"\b([A-E])\b", line)
-        if match:
-            return match.group(1)
+    for pattern in _MC_LATER["lines"]:
+        found = _in_last_line_with(pattern, response)
+        if found:
+            return found
     return None
 
 
-def extract_spatialab(response: str, options: Sequence[str] | None = None) -> str | None:
+def extract_spatialab(response: str | None, options: Sequence[str] | None = None) -> str | None:
     """Our stand-in for SpatiaLab (no official extractor exists; see the module docstring)."""
     tail = answer_tail(response)
     return parse_choice(response if tail is None else tail, options)
@@ -236,7 +362,9 @@ def extract_answer(
     compat: bool = True,
     eval_type: str = "re",
 ) -> str | None:
-    """The chosen letter under ``protocol`` ("ours" or "official") for ``benchmark``."""
+    """The chosen letter under ``protocol`` ("ours" or "official") for ``benchmark``; a missing
+    response (None) is treated as empty."""
+    response = response or ""
     if protocol == "ours":
         return extract_ours(response, options)
     if protocol != "official":

@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .checks import RecordContext, answer_from_letter, existing_file, option_list, require, text_field
-from .record import LETTERS, QuestionRecord
+from .checks import RecordContext, answer_from_letter, check_records, option_list, require, text_field, verified_image
+from .record import LETTERS, ImageRef, QuestionRecord
 from .tables import read_table
 
 NAME = "mindcube"
@@ -31,6 +31,10 @@ SETTINGS = {
     "rotation": "rotation",
     "translation": "translation",
 }
+
+#: the image placeholder and the question header of MindCube's full prompts (``templates.py``)
+IMAGE_MARKER = "<image>"
+QUESTION_HEADER = "[Question]"
 
 #: settings left out of the official overall accuracy.
 EXCLUDED_FROM_OVERALL = ("translation",)
@@ -89,36 +93,66 @@ def load_mindcube(
     path, base = find_jsonl(root, split)
     base = Path(image_root) if image_root is not None else base
     rows = read_table(path)
-    return [_parse(row, RecordContext(path, i), base, check_images) for i, row in enumerate(rows)]
+    return check_records([_parse(row, RecordContext(path, i), base, check_images) for i, row in enumerate(rows)], path)
 
 
 def _parse(raw: dict[str, Any], ctx: RecordContext, base: Path, check_images: bool) -> QuestionRecord:
     record_id = text_field(raw, "id", ctx)
     ctx = ctx.with_id(record_id)
-    setting = setting_from_id(record_id)
-    if setting is None:
-        prefix = record_id.split("_", 1)[0]
-        raise ctx.error("id", f"unknown setting prefix {prefix!r}; expected one of {sorted(SETTINGS)}")
-    question = text_field(raw, "question", ctx)
-    _, options = split_inline_options(question)
-    if not options:
-        raise ctx.error("question", "no inline options ('A. ... B. ...') found")
-    options = option_list(options, "question", ctx, min_n=2, max_n=5)
     images = require(raw, "images", ctx)
     if not isinstance(images, list) or not images or not all(isinstance(p, str) and p for p in images):
         raise ctx.error("images", f"expected a non-empty list of image paths, got {images!r}")
     paths = [base / p for p in images]
     if check_images:
-        paths = [existing_file(p, "images", ctx) for p in paths]
+        paths = [verified_image(p, "images", ctx) for p in paths]
+    meta = {k: raw[k] for k in ("category", "type", "meta_info") if k in raw}
+    return mindcube_record(record_id, text_field(raw, "question", ctx), "question", paths,
+                           require(raw, "gt_answer", ctx), "gt_answer", ctx, meta)
+
+
+def question_from_prompt(prompt: str) -> str:
+    """The raw question inside a full MindCube prompt: ``<image>`` markers removed, and only the
+    text after the last ``[Question]`` header when there is one (VAGEN's ``question_str``,
+    lmms-eval's and VLMEvalKit's ``input_prompt``: markers, instruction, header, question)."""
+    text = prompt.replace(IMAGE_MARKER, "")
+    if QUESTION_HEADER in text:
+        text = text.rsplit(QUESTION_HEADER, 1)[1]
+    return text.strip()
+
+
+def mindcube_record(
+    record_id: str,
+    question: str,
+    question_field: str,
+    images: list[ImageRef],
+    answer: Any,
+    answer_field: str,
+    ctx: RecordContext,
+    meta: dict[str, Any] | None = None,
+    setting: str | None = None,
+) -> QuestionRecord:
+    """A MindCube record from its parts, checked: setting from the id prefix (or ``setting``),
+    2-5 inline options, a letter answer among them, at least one image."""
+    derived = setting_from_id(record_id)
+    setting = SETTINGS.get(setting, setting) if setting else derived
+    if setting not in SETTINGS.values():
+        prefix = record_id.split("_", 1)[0]
+        raise ctx.error("id", f"unknown setting (id prefix {prefix!r}); expected one of {sorted(SETTINGS)}")
+    _, options = split_inline_options(question)
+    if not options:
+        raise ctx.error(question_field, "no inline options ('A. ... B. ...') found")
+    options = option_list(options, question_field, ctx, min_n=2, max_n=5)
+    if not images:
+        raise ctx.error("images", "no images")
     return QuestionRecord(
         id=record_id,
-        images=paths,
+        images=list(images),
         question=question,
         options=options,
-        answer=answer_from_letter(require(raw, "gt_answer", ctx), len(options), "gt_answer", ctx),
+        answer=answer_from_letter(answer, len(options), answer_field, ctx),
         benchmark=NAME,
         category=setting,
         subcategory=None,
         options_inline=True,
-        meta={k: raw[k] for k in ("category", "type", "meta_info") if k in raw},
+        meta=meta or {},
     )

@@ -3,7 +3,7 @@
 These strings are data, not design: they must match the benchmarks' own evaluation code
 character for character (double spaces, Unicode dashes and quotes included), because reference
 numbers move with the prompt. Sources: OmniSpatial ``vlms_eval/system_prompts.py`` and MindCube
-``src/prompt_generation/templates.py`` (see notes/benchmarks.md §1.2 and §2.2).
+``src/prompt_generation/templates.py`` (see docs/notes/benchmarks.md §1.2 and §2.2).
 """
 
 from __future__ import annotations

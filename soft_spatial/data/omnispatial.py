@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .checks import RecordContext, answer_from_index, existing_file, option_list, require, text_field
-from .record import QuestionRecord
+from .checks import (RecordContext, answer_from_index, check_records, option_list, require, text_field,
+                     verified_image)
+from .record import ImageRef, QuestionRecord
 from .tables import read_table
 
 NAME = "omnispatial"
@@ -45,7 +46,8 @@ def load_omnispatial(root: str | Path, split: str = "test", *, check_images: boo
     release = find_release(root, split)
     path = release / "data.json"
     raw_records = read_table(path)
-    return [_parse(raw, RecordContext(path, i), release, check_images) for i, raw in enumerate(raw_records)]
+    records = [_parse(raw, RecordContext(path, i), release, check_images) for i, raw in enumerate(raw_records)]
+    return check_records(records, path)
 
 
 def _parse(raw: dict, ctx: RecordContext, release: Path, check_images: bool) -> QuestionRecord:
@@ -53,6 +55,18 @@ def _parse(raw: dict, ctx: RecordContext, release: Path, check_images: bool) -> 
     if not isinstance(record_id, str) or not record_id.split("_")[0]:
         raise ctx.error("id", f"expected '<image_no>_<question_no>', got {record_id!r}")
     ctx = ctx.with_id(record_id)
+    task_type, sub_task_type = task_types(raw, ctx)
+    options = option_list(require(raw, "options", ctx), "options", ctx)
+    answer = answer_from_index(require(raw, "answer", ctx), len(options), "answer", ctx)
+    image = release / task_type / f"{record_id.split('_')[0]}.png"
+    if check_images:
+        verified_image(image, "image", ctx)
+    return omnispatial_record(record_id, [image], text_field(raw, "question", ctx), options, answer,
+                              task_type, sub_task_type)
+
+
+def task_types(raw: dict, ctx: RecordContext) -> tuple[str, str]:
+    """(task_type, sub_task_type) of a record, checked against `TAXONOMY`."""
     task_type = text_field(raw, "task_type", ctx)
     if task_type not in TAXONOMY:
         raise ctx.error("task_type", f"unknown task_type {task_type!r}; expected one of {sorted(TAXONOMY)}")
@@ -62,15 +76,16 @@ def _parse(raw: dict, ctx: RecordContext, release: Path, check_images: bool) -> 
             "sub_task_type",
             f"unknown sub_task_type {sub_task_type!r} for {task_type}; expected one of {list(TAXONOMY[task_type])}",
         )
-    options = option_list(require(raw, "options", ctx), "options", ctx)
-    answer = answer_from_index(require(raw, "answer", ctx), len(options), "answer", ctx)
-    image = release / task_type / f"{record_id.split('_')[0]}.png"
-    if check_images:
-        existing_file(image, "image", ctx)
+    return task_type, sub_task_type
+
+
+def omnispatial_record(record_id: str, images: list[ImageRef], question: str, options: list[str], answer: str,
+                       task_type: str, sub_task_type: str) -> QuestionRecord:
+    """An OmniSpatial record from checked parts (the one place the record shape is chosen)."""
     return QuestionRecord(
         id=record_id,
-        images=[image],
-        question=text_field(raw, "question", ctx),
+        images=images,
+        question=question,
         options=options,
         answer=answer,
         benchmark=NAME,

@@ -22,6 +22,11 @@ Each row has the columns verl's ``RLHFDataset`` reads (``data.prompt_key=prompt`
 Prompts longer than ``--max-prompt-length`` tokens (chat template applied, image tokens expanded
 by the processor) are dropped and counted. verl filters again with its own
 ``filter_overlong_prompts``; counting here makes the drop visible before training.
+
+The parquet is written to a temporary file and renamed into place at the end, so a failure (a
+corrupt image, an interruption) leaves the previous output, never a partial or empty one; an
+output with no rows is an error. `check_parquet` re-checks a parquet before training: rows, and
+one image per ``<image>`` placeholder in every prompt.
 """
 
 from __future__ import annotations
@@ -30,11 +35,15 @@ import argparse
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
 from tqdm import tqdm
 
+from soft_spatial.atomic import atomic_path
+
 from .benchmarks import BENCHMARKS, load_benchmark
+from .errors import DataFormatError
 from .images import TRAIN_MAX_PIXELS, fit_budget, open_rgb, png_bytes
 from .prompt import SYSTEM_PROMPT, build_messages, question_text
 from .record import QuestionRecord
@@ -156,10 +165,10 @@ def write_parquet(
     stats = PrepareStats(total=len(selected))
     schema = parquet_schema()
     pending: list[dict[str, Any]] = []
-    with pq.ParquetWriter(out, schema) as writer:
+    with atomic_path(out) as tmp, pq.ParquetWriter(tmp, schema) as writer:
         for index in tqdm(selected, desc=f"prepare {out.name}", disable=not progress):
             record = records[index]
-            images = [fit_budget(open_rgb(image), max_pixels) for image in record.images]
+            images = [fit_budget(_decode(image, record), max_pixels) for image in record.images]
             length = prompt_tokens(processor, record, images)
             if length > max_prompt_length:
                 stats.dropped_overlong += 1
@@ -174,7 +183,50 @@ def write_parquet(
         if pending:
             writer.write_table(pa.Table.from_pylist(pending, schema=schema))
             stats.written += len(pending)
+        if not stats.written:
+            raise ValueError(f"{out}: no record fits --max-prompt-length {max_prompt_length} "
+                             f"({stats.dropped_overlong} of {stats.total} dropped); nothing written")
     return stats
+
+
+def _decode(image: Any, record: QuestionRecord) -> Any:
+    """The image's RGB pixels; a decoding failure names the record."""
+    try:
+        return open_rgb(image)
+    except Exception as exc:  # PIL raises OSError, SyntaxError, ... for a bad file
+        where = "" if hasattr(image, "size") else f" {image}"
+        raise ValueError(f"{record.benchmark} record {record.id!r}: image{where} cannot be decoded: "
+                         f"{exc}") from exc
+
+
+def check_parquet(path: str | Path) -> int:
+    """Number of rows of a training parquet, after checking that it has rows and that every
+    prompt has as many ``<image>`` placeholders as the row has images (a mismatch would train on
+    a prompt whose image is missing). Raises `DataFormatError` naming the file and the row."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"training data {path} does not exist (build it with "
+                                f"python -m soft_spatial.data.prepare)")
+    columns = pq.read_schema(path).names
+    for name in ("prompt", "images"):
+        if name not in columns:
+            raise DataFormatError(path, f"no {name!r} column (columns: {columns})")
+    wanted = ["prompt", "images"] + (["extra_info"] if "extra_info" in columns else [])
+    table = pq.read_table(path, columns=wanted)
+    if table.num_rows == 0:
+        raise DataFormatError(path, "no rows")
+    n_images = pc.fill_null(pc.list_value_length(table["images"]), 0).to_pylist()
+    extra = table["extra_info"].to_pylist() if "extra_info" in columns else [None] * table.num_rows
+    for row, (prompt, n, info) in enumerate(zip(table["prompt"].to_pylist(), n_images, extra)):
+        placeholders = sum(str(m.get("content") or "").count(IMAGE_PLACEHOLDER) for m in prompt or [])
+        if placeholders != n:
+            raise DataFormatError(path, f"the prompt has {placeholders} {IMAGE_PLACEHOLDER} placeholder(s) "
+                                  f"but the row has {n} image(s)", index=row,
+                                  record_id=(info or {}).get("id"), field="images")
+    return table.num_rows
 
 
 def load_processor(path: str | Path) -> Any:
@@ -187,7 +239,11 @@ def load_processor(path: str | Path) -> Any:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m soft_spatial.data.prepare", description=__doc__.splitlines()[0])
     parser.add_argument("--benchmark", required=True, choices=BENCHMARKS)
-    parser.add_argument("--root", required=True, type=Path, help="unzipped benchmark directory (or table file)")
+    parser.add_argument("--root", required=True, type=Path,
+                        help="the benchmark as downloaded: a release directory, a table file (JSONL, parquet, "
+                             "arrow, TSV, ...) or a Hugging Face snapshot; see python -m soft_spatial.data.inspect")
+    parser.add_argument("--image-root", type=Path, default=None,
+                        help="where relative image paths start, when the table is kept apart from the images")
     parser.add_argument("--split", default=None, help="benchmark split (default: its evaluation set)")
     parser.add_argument("--out", required=True, type=Path, help="output .parquet file")
     parser.add_argument("--processor", required=True, type=Path, help="local model/processor directory")
@@ -204,7 +260,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> PrepareStats:
     args = parse_args(argv)
-    records = load_benchmark(args.benchmark, args.root, args.split)
+    records = load_benchmark(args.benchmark, args.root, args.split, image_root=args.image_root)
     stats = write_parquet(
         records,
         args.out,

@@ -7,7 +7,8 @@ Protocols:
         OmniSpatial ``SYS_PROMPT + "\\n" + FORMAT_PROMPT + "\\n\\n" + question + "\\nA. ..."`` (local-model
         variant, default manual_cot + re); MindCube raw-QA ``instruction + "\\n[Question]\\n" +
         question``. SpatiaLab publishes no prompt; its ``official`` is our stand-in: question,
-        lettered options and OmniSpatial's ``Answer: X`` format line (notes §3.2).
+        lettered options and OmniSpatial's ``Answer: X`` format line
+        (docs/notes/benchmarks.md §3.2).
 """
 
 from __future__ import annotations

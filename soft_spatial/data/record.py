@@ -5,14 +5,14 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from PIL import Image
 
 #: Option letters in order; option i is shown as LETTERS[i].
 LETTERS = string.ascii_uppercase
 
-ImageRef = Union[Path, Image.Image]
+ImageRef = Path | Image.Image
 """An image as a loader hands it out: a file path, or a decoded image for embedded bytes."""
 
 
@@ -67,6 +67,13 @@ class QuestionRecord:
     subcategory: str | None = None
     options_inline: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """The record's identity within its benchmark split: the id, qualified by the task type
+        for OmniSpatial (whose ids restart in every task type). Loaders reject duplicate keys;
+        evaluation rows are keyed on it, never on a record's position."""
+        return f"{self.category}/{self.id}" if self.benchmark == "omnispatial" else self.id
 
     @property
     def letters(self) -> list[str]:

@@ -1,21 +1,26 @@
-"""SpatiaLab loader over a column mapping (the public schema is not yet verified; see the notes).
+"""SpatiaLab loader over a column mapping (the public schema is NOT verified: no data file,
+loader or card of ``ciol-research/SpatiaLab`` could be read; see
+docs/notes/benchmark-layouts.md §3).
 
-One table (parquet, JSONL, JSON or CSV) with one row per question. `SpatialabColumns` says which
-column holds what, so the real release can be read by changing the mapping, not the code.
+One table (parquet, arrow, JSONL, JSON, CSV or TSV) with one row per question. `SpatialabColumns`
+says which column holds what, so the real release can be read by changing the mapping, not the
+code. What the paper documents (App. J) is built in: multiple-choice answers are 1-based option
+numbers (``answer_index_base=1``), and a missing option is an empty cell printed as ``nan``:
+such options are dropped and the remaining ones relabelled A, B, ... in order, the answer
+following its option.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from PIL import Image, UnidentifiedImageError
-
-from .checks import RecordContext, answer_from_index, answer_from_letter, existing_file, option_list, text_field
+from .checks import (RecordContext, answer_from_index, answer_from_letter, check_records, missing_cell, option_list,
+                     text_field)
+from .image_refs import image_refs
 from .record import LETTERS, ImageRef, QuestionRecord
 from .tables import TABLE_SUFFIXES, read_table
 
@@ -42,8 +47,10 @@ class SpatialabColumns:
         options: a list column (or a JSON list string). When this column is absent from a row the
             ``option_columns`` (one option per column, e.g. ``A``..``D``) are read instead; empty
             cells are skipped.
-        answer: the correct option, as a letter, as the option's text, or as an integer index.
-        answer_index_base: 0 or 1 to accept integer answers; None rejects them (ambiguous).
+        answer: the correct option, as a letter, as the option's text, or as an integer option
+            number (an index into the options as published, missing ones included).
+        answer_index_base: base of integer answers: 1 (the paper's numbering, the default), 0, or
+            None to reject them.
         category / subcategory: group columns (subcategory may be absent).
         image: an image path relative to the table's directory (or absolute), raw bytes, a
             ``{"bytes": ..., "path": ...}`` struct (Hugging Face ``Image`` feature), or a list of these.
@@ -54,7 +61,7 @@ class SpatialabColumns:
     options: str = "options"
     option_columns: tuple[str, ...] = ("A", "B", "C", "D")
     answer: str = "answer"
-    answer_index_base: int | None = None
+    answer_index_base: int | None = 1
     category: str = "category"
     subcategory: str | None = "subcategory"
     image: str = "image"
@@ -117,9 +124,10 @@ def load_spatialab(
         raise ValueError(f"answer_index_base must be None, 0 or 1, got {columns.answer_index_base!r}")
     path = find_table(root, split)
     rows = read_table(path)
-    return [
+    records = [
         _parse(row, RecordContext(path, i), columns, strict_categories, check_images) for i, row in enumerate(rows)
     ]
+    return check_records(records, path)
 
 
 def _parse(
@@ -129,7 +137,7 @@ def _parse(
         raise ctx.error(None, f"expected an object, got {type(row).__name__}")
     record_id = str(row[cols.id]) if row.get(cols.id) is not None else str(ctx.index)
     ctx = ctx.with_id(record_id)
-    options = _options(row, cols, ctx)
+    options, slots = _options(row, cols, ctx)
     category = text_field(row, cols.category, ctx)
     canonical = canonical_category(category)
     if canonical is None and strict_categories:
@@ -140,74 +148,62 @@ def _parse(
         images=_images(row.get(cols.image), cols.image, ctx, check_images),
         question=text_field(row, cols.question, ctx),
         options=options,
-        answer=_answer(row.get(cols.answer), options, cols, ctx),
+        answer=_answer(row.get(cols.answer), options, slots, cols, ctx),
         benchmark=NAME,
         category=canonical or category,
         subcategory=str(subcategory) if subcategory is not None else None,
     )
 
 
-def _options(row: dict[str, Any], cols: SpatialabColumns, ctx: RecordContext) -> list[str]:
+def _options(row: dict[str, Any], cols: SpatialabColumns, ctx: RecordContext) -> tuple[list[str], list[int | None]]:
+    """(option texts, each published slot's index among the kept options or None when missing)."""
     value = row.get(cols.options)
+    field = cols.options
     if value is not None:
         if isinstance(value, str):
             try:
                 value = json.loads(value)
             except json.JSONDecodeError as exc:
                 raise ctx.error(cols.options, f"expected a list or a JSON list string: {exc}") from exc
-        return option_list(value, cols.options, ctx)
-    present = [c for c in cols.option_columns if c in row]
-    if not present:
-        raise ctx.error(cols.options, f"missing (and no option columns {list(cols.option_columns)})")
-    values = [row[c] for c in cols.option_columns if row.get(c) is not None and str(row[c]).strip()]
-    return option_list(values, "/".join(cols.option_columns), ctx)
+        if not isinstance(value, (list, tuple)):
+            raise ctx.error(cols.options, f"expected a list of strings, got {value!r}")
+        slots = list(value)
+    else:
+        if not any(c in row for c in cols.option_columns):
+            raise ctx.error(cols.options, f"missing (and no option columns {list(cols.option_columns)})")
+        slots = [row.get(c) for c in cols.option_columns]
+        field = "/".join(cols.option_columns)
+    kept = [i for i, o in enumerate(slots) if not missing_cell(o)]
+    options = option_list([slots[i] for i in kept], field, ctx)
+    return options, [kept.index(i) if i in kept else None for i in range(len(slots))]
 
 
-def _answer(value: Any, options: list[str], cols: SpatialabColumns, ctx: RecordContext) -> str:
-    """Letter answer; integer indices only when ``answer_index_base`` is set; else the option text."""
+def _answer(value: Any, options: list[str], slots: list[int | None], cols: SpatialabColumns,
+            ctx: RecordContext) -> str:
+    """Letter of the answer among the kept options: a published letter or number is mapped
+    through ``slots``; an option's text is matched; integers need ``answer_index_base``."""
     field = cols.answer
     if value is None:
         raise ctx.error(field, "missing")
     text = value.strip() if isinstance(value, str) else None
-    if text is not None and len(text) == 1 and text.isalpha():
-        return answer_from_letter(text, len(options), field, ctx)
     is_index = (
         (isinstance(value, int) and not isinstance(value, bool))
         or (isinstance(value, float) and value.is_integer())
         or (text is not None and text.isdigit())
     )
-    if is_index and cols.answer_index_base is not None:
-        return answer_from_index(value, len(options), field, ctx, base=cols.answer_index_base)
-    if text is not None and text in options:
+    if text is not None and len(text) == 1 and text.isalpha():
+        slot = LETTERS.index(answer_from_letter(text, len(slots), field, ctx))
+    elif is_index and cols.answer_index_base is not None:
+        slot = LETTERS.index(answer_from_index(value, len(slots), field, ctx, base=cols.answer_index_base))
+    elif text is not None and text in options:
         return LETTERS[options.index(text)]
-    hint = " (set answer_index_base to 0 or 1 to accept indices)" if is_index else ""
-    raise ctx.error(field, f"expected an option letter or an option's text, got {value!r}{hint}")
+    else:
+        hint = " (set answer_index_base to 0 or 1 to accept indices)" if is_index else ""
+        raise ctx.error(field, f"expected an option letter, number or an option's text, got {value!r}{hint}")
+    if slots[slot] is None:
+        raise ctx.error(field, f"answer {value!r} points at a missing option")
+    return LETTERS[slots[slot]]
 
 
 def _images(value: Any, field: str, ctx: RecordContext, check_images: bool) -> list[ImageRef]:
-    if value is None:
-        raise ctx.error(field, "missing")
-    items = value if isinstance(value, list) else [value]
-    if not items:
-        raise ctx.error(field, "empty image list")
-    return [_image(item, field, ctx, check_images) for item in items]
-
-
-def _image(item: Any, field: str, ctx: RecordContext, check_images: bool) -> ImageRef:
-    if isinstance(item, dict):
-        if item.get("bytes"):
-            item = item["bytes"]
-        elif item.get("path"):
-            item = item["path"]
-        else:
-            raise ctx.error(field, "image struct has neither bytes nor path")
-    if isinstance(item, (bytes, bytearray)):
-        try:
-            return Image.open(io.BytesIO(item))
-        except UnidentifiedImageError as exc:
-            raise ctx.error(field, "embedded bytes are not a readable image") from exc
-    if isinstance(item, str) and item.strip():
-        path = Path(item)
-        path = path if path.is_absolute() else ctx.file.parent / path
-        return existing_file(path, field, ctx) if check_images else path
-    raise ctx.error(field, f"expected a path, bytes or an image struct, got {type(item).__name__}")
+    return image_refs(value, [ctx.file.parent], field, ctx, check_images)

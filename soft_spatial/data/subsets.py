@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence
+from collections.abc import Iterable, Sequence
 
 from .record import QuestionRecord
 
 __all__ = ["normalise_task_types", "matches", "subset_indices", "filter_parquet"]
 
 
-def normalise_task_types(task_types) -> Optional[List[str]]:
+def normalise_task_types(task_types) -> list[str] | None:
     """None / empty → None (everything); a string → [string]; otherwise a list of strings."""
     if task_types is None:
         return None
@@ -27,7 +27,7 @@ def normalise_task_types(task_types) -> Optional[List[str]]:
     return names or None
 
 
-def matches(category: Optional[str], subcategory: Optional[str], task_types) -> bool:
+def matches(category: str | None, subcategory: str | None, task_types) -> bool:
     """Whether a record of (category, subcategory) belongs to the subset ``task_types``."""
     names = normalise_task_types(task_types)
     return names is None or category in names or (subcategory is not None and subcategory in names)
@@ -42,7 +42,7 @@ def _check_known(task_types: Sequence[str], available: Iterable[str], where: str
 
 
 def subset_indices(records: Sequence[QuestionRecord], task_types, where: str = "benchmark"
-                   ) -> List[int]:
+                   ) -> list[int]:
     """Positions of the records in the subset (all of them for ``task_types`` None). A name that
     matches no record is an error naming the available ones."""
     names = normalise_task_types(task_types)

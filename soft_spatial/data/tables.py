@@ -1,15 +1,23 @@
-"""Read a table of records from parquet, JSONL, JSON or CSV as a list of plain dicts."""
+"""Read a table of records from parquet, arrow, JSONL, JSON, CSV or TSV as a list of plain dicts.
+
+``.arrow`` is the Arrow IPC stream format that Hugging Face ``datasets`` writes for its cache and
+``save_to_disk`` (the random-access file format is read too). ``.tsv`` is VLMEvalKit's format
+(``pd.read_csv(path, sep="\t")``): cells may hold megabytes of base64 image data.
+"""
 
 from __future__ import annotations
 
 import csv
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
+from soft_spatial.jsonl import JSONLError, read_jsonl
+
 from .errors import DataFormatError
 
-TABLE_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv")
+TABLE_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".csv", ".tsv")
 
 
 def read_table(path: str | Path) -> list[dict[str, Any]]:
@@ -36,20 +44,33 @@ def read_table(path: str | Path) -> list[dict[str, Any]]:
         if not isinstance(rows, list):
             raise DataFormatError(path, f"expected a JSON list of records, got {type(rows).__name__}")
         return rows
-    if suffix == ".csv":
+    if suffix == ".arrow":
+        return _read_arrow(path)
+    if suffix in (".csv", ".tsv"):
+        csv.field_size_limit(sys.maxsize)  # base64 images in VLMEvalKit TSVs
         with path.open(newline="", encoding="utf-8") as f:
-            return [{k: (v if v != "" else None) for k, v in row.items()} for row in csv.DictReader(f)]
+            reader = csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ",")
+            return [{k: (v if v != "" else None) for k, v in row.items()} for row in reader]
     raise DataFormatError(path, f"unsupported table format {suffix!r}; expected one of {TABLE_SUFFIXES}")
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise DataFormatError(path, f"line {line_no}: invalid JSON: {exc}") from exc
-    return rows
+    try:
+        return read_jsonl(path)
+    except JSONLError as exc:
+        raise DataFormatError(path, f"line {exc.line}: invalid JSON: {exc.error}") from exc
+
+
+def _read_arrow(path: Path) -> list[dict[str, Any]]:
+    import pyarrow as pa
+
+    try:
+        with pa.memory_map(str(path)) as source:
+            return pa.ipc.open_stream(source).read_all().to_pylist()
+    except pa.ArrowInvalid:
+        pass
+    try:
+        with pa.memory_map(str(path)) as source:
+            return pa.ipc.open_file(source).read_all().to_pylist()
+    except pa.ArrowInvalid as exc:
+        raise DataFormatError(path, f"not an Arrow IPC stream or file: {exc}") from exc

@@ -4,9 +4,9 @@
 ``local`` is the embedded PyTorch engine (CPU default, and the reference the SGLang backend is
 checked against); ``sglang`` is the GPU plugin (imported lazily: it needs the sglang package).
 """
-from .base import Completion, Prompt
+from .base import Completion, Prompt, PromptTooLongError
 
-__all__ = ["Completion", "Prompt", "LocalEngine"]
+__all__ = ["Completion", "Prompt", "PromptTooLongError", "LocalEngine"]
 
 
 def __getattr__(name):

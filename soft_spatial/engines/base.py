@@ -1,16 +1,72 @@
-"""What every rollout engine returns."""
+"""What every rollout engine takes and returns, and the checks both engines share (prompt
+length limit, per-prompt seeds, progress)."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any
+from collections.abc import Callable, Iterator, Sequence
 
-from soft_spatial.softthink import SoftTrace
+from soft_spatial.softthink import SamplingConfig, SoftTrace
 
 # A prompt is a chat (list of {"role", "content"} messages; content may hold {"type": "image",
 # "image": PIL.Image | path} items), a list of token ids (text only), or
 # {"prompt_ids": [...], "images": [...]} (ids rendered by a chat template with the image
 # placeholders already expanded, as verl's agent loop sends them).
-Prompt = Union[Sequence[Dict[str, Any]], Sequence[int], Dict[str, Any]]
+Prompt = Sequence[dict[str, Any]] | Sequence[int] | dict[str, Any]
+
+
+class PromptTooLongError(ValueError):
+    """Prompt ``index`` of a ``generate`` call has ``length`` tokens, more than ``limit``; callers
+    that can drop a prompt (evaluation) catch it and retry without that prompt."""
+
+    def __init__(self, index: int, length: int, limit: int, detail: str = ""):
+        self.index, self.length, self.limit = index, length, limit
+        super().__init__(f"prompt {index} is too long: {length} tokens > {limit} allowed{detail}")
+
+
+def prompt_limit(max_prompt_length: int | None, context_length: int | None,
+                 sampling: SamplingConfig) -> int:
+    """Longest prompt (tokens) a request with ``sampling`` may have: ``max_prompt_length``, else
+    the context length less ``max_new_tokens`` (no limit without either)."""
+    if max_prompt_length:
+        return max_prompt_length
+    return context_length - sampling.max_new_tokens if context_length else 10 ** 9
+
+
+def check_prompt_ids(i: int, ids: Sequence[int], limit: int | None,
+                     context_length: int | None, max_prompt_length: int | None) -> None:
+    """Prompt ``i`` is not empty and has at most ``limit`` ids (PromptTooLongError)."""
+    if not ids:
+        raise ValueError(f"prompt {i} is empty")
+    if limit is not None and len(ids) > limit:
+        raise PromptTooLongError(i, len(ids), limit, f" (context {context_length}, "
+                                 f"max_prompt_length {max_prompt_length})")
+
+
+def prompt_seeds(n_prompts: int, seed: int, seeds: Sequence[int] | None) -> list[int]:
+    """Each prompt's seed: ``seeds``, else ``seed + i`` (row (i, j) then uses
+    ``settings.row_seed(seeds[i], j)``)."""
+    seeds = list(seeds) if seeds is not None else [seed + i for i in range(n_prompts)]
+    if len(seeds) != n_prompts:
+        raise ValueError(f"got {len(seeds)} seeds for {n_prompts} prompts")
+    return seeds
+
+
+@contextlib.contextmanager
+def progress_bar(enabled: bool, total: int, desc: str) -> Iterator[Callable[[int], Any]]:
+    """A tqdm bar over ``total`` samples when ``enabled``; yields its ``update`` (a no-op
+    otherwise)."""
+    if not enabled:
+        yield lambda k: None
+        return
+    from tqdm.auto import tqdm
+    bar = tqdm(total=total, desc=desc, unit="sample")
+    try:
+        yield bar.update
+    finally:
+        bar.close()
+
 
 FINISH_STOP = "stop"  # emitted an end-of-sequence token (included in token_ids)
 FINISH_LENGTH = "length"  # reached max_new_tokens
@@ -30,14 +86,14 @@ class Completion:
 
     prompt_index: int
     sample_index: int
-    prompt_ids: List[int]
-    token_ids: List[int]
+    prompt_ids: list[int]
+    token_ids: list[int]
     text: str
     trace: SoftTrace
     finish_reason: str
-    think_end: Optional[int] = None
-    logprobs: List[float] = field(default_factory=list)
-    debug: Dict[str, Any] = field(default_factory=dict)
+    think_end: int | None = None
+    logprobs: list[float] = field(default_factory=list)
+    debug: dict[str, Any] = field(default_factory=dict)
 
     @property
     def think_closed(self) -> bool:

@@ -1,6 +1,6 @@
 """The embedded soft-decoding engine (pure PyTorch + transformers).
 
-Decoding of one batch (DESIGN.md §1, §2.1–2.5, §3):
+Decoding of one batch (docs/design.md §1, §2.1–2.5, §3):
 
 1. prompts are rendered with the chat template (images through the processor), left-padded and
    prefilled **once per prompt**; the KV cache is then repeated for the n samples of each prompt;
@@ -23,37 +23,33 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
 from soft_spatial.models.loading import load_model
 from soft_spatial.models.rope import decode_position_ids, is_mrope, prefill_position_ids
-from soft_spatial.models.tokens import eos_token_ids, single_token_id, unusable_token_ids
+from soft_spatial.models.tokens import single_token_id, stop_token_ids, unusable_token_ids
+from soft_spatial.settings import row_seed
 from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig,
                                     SoftThinkingConfig, TraceRecorder, record_input_embeddings)
 from soft_spatial.softthink.trace import TRACE_KEYS
 
-from .base import FINISH_LENGTH, FINISH_STOP, Completion, Prompt
+from .base import (FINISH_LENGTH, FINISH_STOP, Completion, Prompt, check_prompt_ids,
+                   progress_bar, prompt_limit, prompt_seeds)
 from .prompts import load_image, render_chat
 from .step import sample_step
 
-__all__ = ["LocalEngine", "row_seed"]
-
-
-def row_seed(prompt_seed: int, sample_index: int) -> int:
-    """Seed of one row's generator: a function of its prompt's seed and its sample index only,
-    so a row decodes the same alone or in any batch."""
-    return prompt_seed * 10_007 + sample_index
+__all__ = ["LocalEngine"]
 
 
 @dataclass
 class _Prepared:
     """One rendered prompt: token ids and its processor tensors (images), unbatched."""
 
-    ids: List[int]
-    mm: Dict[str, Tensor]
+    ids: list[int]
+    mm: dict[str, Tensor]
 
 
 class _Timer:
@@ -89,9 +85,9 @@ class LocalEngine:
             length minus ``max_new_tokens``).
     """
 
-    def __init__(self, model, tokenizer, processor=None, controller: Optional[AdaptSoft] = None,
-                 eos_ids: Optional[Sequence[int]] = None, max_batch_rows: int = 64,
-                 max_prompt_length: Optional[int] = None, name: str = "model"):
+    def __init__(self, model, tokenizer, processor=None, controller: AdaptSoft | None = None,
+                 eos_ids: Sequence[int] | None = None, max_batch_rows: int = 64,
+                 max_prompt_length: int | None = None, name: str = "model"):
         self.model, self.tokenizer, self.processor = model, tokenizer, processor
         self.name = name
         self.device = next(model.parameters()).device
@@ -103,23 +99,22 @@ class LocalEngine:
         cfg = getattr(model.config, "text_config", model.config)
         self.hidden_size = cfg.hidden_size
         self.context_length = getattr(cfg, "max_position_embeddings", None)
-        self.eos_ids = list(eos_ids) if eos_ids else list(dict.fromkeys(
-            eos_token_ids(getattr(model, "generation_config", None) or model.config)
-            + eos_token_ids(model.config, tokenizer)))
+        self.eos_ids = list(eos_ids) if eos_ids else stop_token_ids(
+            model.config, tokenizer, getattr(model, "generation_config", None))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.image_token_id = getattr(model.config, "image_token_id", None)
         self.max_batch_rows, self.max_prompt_length = max_batch_rows, max_prompt_length
         self.banned_ids = torch.tensor(  # never sampled: see models.tokens.unusable_token_ids
             unusable_token_ids(model.config, tokenizer, self.lm_head.weight.shape[0]),
             dtype=torch.long, device=self.device)
-        self.controller: Optional[AdaptSoft] = None
+        self.controller: AdaptSoft | None = None
         if controller is not None:
             self.set_controller(controller)
         self.timings = _Timer(False)
 
     # -- construction and weights -------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, path: Union[str, Path], device="cpu", dtype=torch.float32,
+    def from_pretrained(cls, path: str | Path, device="cpu", dtype=torch.float32,
                         controller=None, **kwargs) -> "LocalEngine":
         """Load a local model directory (no downloads); ``controller`` as in :meth:`set_controller`."""
         model, processor, tokenizer = load_model(path, device=device, dtype=dtype)
@@ -129,7 +124,7 @@ class LocalEngine:
         return engine
 
     @torch.no_grad()
-    def update_weights(self, state_dict: Dict[str, Tensor]) -> None:
+    def update_weights(self, state_dict: dict[str, Tensor]) -> None:
         """Copy (a subset of) policy weights in, e.g. after an actor update. Unknown names raise."""
         own = self.model.state_dict()
         unknown = sorted(k for k in state_dict if k not in own)
@@ -142,7 +137,7 @@ class LocalEngine:
                                  f"{tuple(own[k].shape)}")
             own[k].copy_(v.to(own[k].device, own[k].dtype))
 
-    def set_controller(self, controller: Union[AdaptSoft, dict, str, Path, None]) -> None:
+    def set_controller(self, controller: AdaptSoft | dict | str | Path | None) -> None:
         """Install AdaptSoft: a module, its state dict, a checkpoint path (:meth:`AdaptSoft.save`),
         or None to remove it. A state dict (or ``{"config", "state_dict"}``) is loaded into the
         current controller, or into a new one when none is installed or its config differs."""
@@ -152,20 +147,15 @@ class LocalEngine:
         if isinstance(controller, (str, Path)):
             controller = AdaptSoft.load(controller)
         elif isinstance(controller, dict):
-            state = controller.get("state_dict", controller)
-            cfg = controller.get("config") if "state_dict" in controller else None
-            ctrl = self.controller
-            if ctrl is None or (cfg and cfg != ctrl.config_dict()):
-                cfg = cfg or dict(AdaptSoftConfig().__dict__, hidden_size=self.hidden_size)
-                ctrl = AdaptSoft(**cfg)
-            ctrl.load_state_dict(state)
-            controller = ctrl
+            controller = AdaptSoft.from_state(
+                controller, into=self.controller,
+                default_config=dict(AdaptSoftConfig().__dict__, hidden_size=self.hidden_size))
         if controller.hidden_size != self.hidden_size:
             raise ValueError(f"AdaptSoft was built for hidden size {controller.hidden_size}, "
                              f"{self.name} has {self.hidden_size}")
         self.controller = controller.to(self.device).float().eval()
 
-    def enable_timing(self, enabled: bool = True) -> Dict[str, float]:
+    def enable_timing(self, enabled: bool = True) -> dict[str, float]:
         """Accumulate wall time per decoding phase (prefill, sample, mixture, forward) in the
         returned dict (used by scripts/bench_decode.py); resets the totals."""
         self.timings = _Timer(enabled, self.device)
@@ -189,12 +179,7 @@ class LocalEngine:
             p = _Prepared(ids, {})
         else:
             raise TypeError(f"prompt {i}: expected a list of chat messages or of token ids")
-        if not p.ids:
-            raise ValueError(f"prompt {i} is empty")
-        if len(p.ids) > limit:
-            raise ValueError(f"prompt {i} is too long: {len(p.ids)} tokens > {limit} allowed "
-                             f"(context {self.context_length}, max_prompt_length "
-                             f"{self.max_prompt_length})")
+        check_prompt_ids(i, p.ids, limit, self.context_length, self.max_prompt_length)
         return p
 
     def _prepare_ids_with_images(self, i: int, prompt: dict) -> _Prepared:
@@ -227,14 +212,14 @@ class LocalEngine:
                                  self.image_token_id, self.name)
         return _Prepared(ids, mm)
 
-    def _batch(self, prepared: List[_Prepared]):
+    def _batch(self, prepared: list[_Prepared]):
         n = max(len(p.ids) for p in prepared)
         ids = torch.full((len(prepared), n), self.pad_id, dtype=torch.long)
         mask = torch.zeros(len(prepared), n, dtype=torch.long)
         for r, p in enumerate(prepared):
             ids[r, n - len(p.ids):] = torch.tensor(p.ids)
             mask[r, n - len(p.ids):] = 1
-        mm: Dict[str, Tensor] = {}
+        mm: dict[str, Tensor] = {}
         if any(p.mm for p in prepared):
             for key in ("pixel_values", "image_grid_thw"):
                 parts = [p.mm[key] for p in prepared if key in p.mm]
@@ -258,10 +243,11 @@ class LocalEngine:
         return h, logits
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Prompt], soft: Optional[SoftThinkingConfig] = None,
-                 sampling: Optional[SamplingConfig] = None, n: int = 1, seed: int = 0,
-                 seeds: Optional[Sequence[int]] = None, debug: bool = False,
-                 progress: bool = False) -> List[Completion]:
+    def generate(self, prompts: Sequence[Prompt],
+                 soft_thinking: SoftThinkingConfig | None = None,
+                 sampling: SamplingConfig | None = None, n: int = 1, seed: int = 0,
+                 seeds: Sequence[int] | None = None, debug: bool = False,
+                 progress: bool = False) -> list[Completion]:
         """Sample ``n`` responses per prompt. Returns completions ordered prompt-major
         (prompt i's samples at ``i*n .. i*n+n-1``).
 
@@ -269,40 +255,34 @@ class LocalEngine:
         ``row_seed(seeds[i], j)``, so prompt i run alone with ``seeds=[seeds[i]]`` decodes the
         same. ``debug`` keeps per-step mixture weights and candidate log-probs.
         """
-        soft = soft or SoftThinkingConfig()
+        soft_thinking = soft_thinking or SoftThinkingConfig()
         sampling = sampling or SamplingConfig()
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        if soft.mode == "adaptsoft" and self.controller is None:
+        if soft_thinking.mode == "adaptsoft" and self.controller is None:
             raise ValueError("mode 'adaptsoft' needs a controller: pass controller= or call "
                              "set_controller()")
-        think_end = single_token_id(self.tokenizer, soft.think_end) if soft.soft else None
-        limit = self.max_prompt_length or (
-            self.context_length - sampling.max_new_tokens if self.context_length else 10 ** 9)
+        think_end = (single_token_id(self.tokenizer, soft_thinking.think_end)
+                     if soft_thinking.is_soft else None)
+        limit = prompt_limit(self.max_prompt_length, self.context_length, sampling)
         prepared = [self._prepare(i, p, limit) for i, p in enumerate(prompts)]
-        seeds = list(seeds) if seeds is not None else [seed + i for i in range(len(prompts))]
-        if len(seeds) != len(prompts):
-            raise ValueError(f"got {len(seeds)} seeds for {len(prompts)} prompts")
+        seeds = prompt_seeds(len(prompts), seed, seeds)
         per_chunk = max(1, self.max_batch_rows // n)
         chunks = [list(range(s, min(s + per_chunk, len(prompts))))
                   for s in range(0, len(prompts), per_chunk)]
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-            bar = tqdm(total=len(prompts) * n, desc="generate", unit="sample")
-        outs: List[Completion] = []
-        for chunk in chunks:
-            outs += self._generate_chunk(chunk, [prepared[i] for i in chunk], soft, sampling, n,
-                                         [seeds[i] for i in chunk], think_end, debug)
-            if bar is not None:
-                bar.update(len(chunk) * n)
-        if bar is not None:
-            bar.close()
+        outs: list[Completion] = []
+        with progress_bar(progress, len(prompts) * n, "generate") as advance:
+            for chunk in chunks:
+                outs += self._generate_chunk(chunk, [prepared[i] for i in chunk],
+                                             soft_thinking, sampling,
+                                             n, [seeds[i] for i in chunk], think_end, debug)
+                advance(len(chunk) * n)
         return outs
 
-    def _generate_chunk(self, prompt_idx, prepared, soft, sampling, n, seeds, think_end, debug):
+    def _generate_chunk(self, prompt_idx, prepared, soft_thinking, sampling, n, seeds, think_end,
+                        debug):
         tm = self.timings
-        k, fdim, dev = soft.top_k, self.feature_dim, self.device
+        k, fdim, dev = soft_thinking.top_k, self.feature_dim, self.device
         ids, mask, mm = self._batch(prepared)
         with tm("prefill"):
             pos, deltas = prefill_position_ids(self.model, ids, mask, **mm)
@@ -317,20 +297,20 @@ class LocalEngine:
         rows = len(prepared) * n
         gens = [torch.Generator().manual_seed(row_seed(seeds[r // n], r % n))
                 for r in range(rows)]
-        thinking = torch.full((rows,), soft.soft, dtype=torch.bool, device=dev)
+        thinking = torch.full((rows,), soft_thinking.is_soft, dtype=torch.bool, device=dev)
         active = torch.arange(rows, device=dev)  # original row of each live batch row
         recorder = TraceRecorder()
         lengths = [0] * rows
         finish = [FINISH_LENGTH] * rows
-        think_pos: List[Optional[int]] = [None] * rows
+        think_pos: list[int | None] = [None] * rows
         dbg = defaultdict(list)
-        loglik: List[Tensor] = []
+        loglik: list[Tensor] = []
         for step in range(sampling.max_new_tokens):
             b = active.numel()
             with tm("sample"):
                 u = torch.stack([torch.rand(k + 1, generator=gens[r]) for r in active.tolist()])
                 u = u.to(dev)
-                rec = sample_step(logits, h, u, thinking[active], soft, sampling,
+                rec = sample_step(logits, h, u, thinking[active], soft_thinking, sampling,
                                   self.controller, fdim, debug)
             token = rec["topk_ids"][:, 0]
             full = {key: torch.zeros((rows,) + tuple(v.shape[1:]), dtype=v.dtype, device=dev)

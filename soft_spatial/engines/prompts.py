@@ -8,7 +8,8 @@ ids carry the expanded image placeholders (what SGLang and verl's agent loop exp
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any
+from collections.abc import Sequence
 
 from torch import Tensor
 
@@ -28,7 +29,7 @@ def load_image(img, i: int):
     raise TypeError(f"prompt {i}: unsupported image value of type {type(img).__name__}")
 
 
-def chat_images(messages: Sequence[Dict[str, Any]], i: int) -> list:
+def chat_images(messages: Sequence[dict[str, Any]], i: int) -> list:
     """The images of a chat, in order."""
     images = []
     for m in messages:
@@ -42,9 +43,9 @@ def chat_images(messages: Sequence[Dict[str, Any]], i: int) -> list:
     return images
 
 
-def render_chat(messages: Sequence[Dict[str, Any]], i: int, tokenizer, processor=None,
-                image_token_id: Optional[int] = None, name: str = "model"
-                ) -> Tuple[List[int], list, Dict[str, Tensor]]:
+def render_chat(messages: Sequence[dict[str, Any]], i: int, tokenizer, processor=None,
+                image_token_id: int | None = None, name: str = "model"
+                ) -> tuple[list[int], list, dict[str, Tensor]]:
     """``(ids, images, processor tensors)`` of chat prompt ``i`` (tensors empty for text-only
     models); checks that images and image placeholders come together."""
     images = chat_images(messages, i)

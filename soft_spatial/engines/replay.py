@@ -8,7 +8,6 @@ what the engine recorded while decoding (tests/test_engine_local.py).
 """
 from __future__ import annotations
 
-from typing import Dict
 
 import torch
 
@@ -25,7 +24,7 @@ __all__ = ["replay_completion"]
 @torch.no_grad()
 def replay_completion(engine, prompt: Prompt, completion: Completion, temperature: float = 1.0,
                       noise_scale: float = 1.0, density: DensityConfig = DensityConfig()
-                      ) -> Dict[str, torch.Tensor]:
+                      ) -> dict[str, torch.Tensor]:
     """Recompute every step of ``completion`` with one forward of ``engine``'s model.
 
     Returns ``logits`` [L, V], ``hidden`` [L, D], ``cand_logp`` [L, K] (of the recorded ids),
@@ -58,11 +57,11 @@ def replay_completion(engine, prompt: Prompt, completion: Completion, temperatur
     logits = engine.lm_head(hidden)
     if engine.banned_ids.numel():  # the rollout never samples these ids (LocalEngine.banned_ids)
         logits = logits.index_fill(-1, engine.banned_ids, float("-inf"))
-    soft = rec["soft"]
-    tau = torch.where(soft, rec["tau"], torch.ones_like(rec["tau"]))
-    weights = torch.where(soft[:, None], mixture_weights(rec["scores"], tau), 0.0)
-    cand = torch.where(soft[:, None], candidate_logp(logits, rec["topk_ids"], temperature), 0.0)
-    loglik = step_log_likelihood(logits, rec["topk_ids"], rec["scores"], soft, temperature,
+    soft_mask = rec["soft"]
+    tau = torch.where(soft_mask, rec["tau"], torch.ones_like(rec["tau"]))
+    weights = torch.where(soft_mask[:, None], mixture_weights(rec["scores"], tau), 0.0)
+    cand = torch.where(soft_mask[:, None], candidate_logp(logits, rec["topk_ids"], temperature), 0.0)
+    loglik = step_log_likelihood(logits, rec["topk_ids"], rec["scores"], soft_mask, temperature,
                                  noise_scale, density.reduce, density.clamp, density.min_logp)
     return {"logits": logits, "hidden": hidden, "cand_logp": cand, "weights": weights,
             "loglik": loglik}

@@ -2,27 +2,28 @@
 
 The embedded engine and the SGLang sampler call :func:`sample_step` with the same inputs (last
 logits, last hidden states, one block of K+1 uniforms per row drawn from the row's own
-generator, which rows are still thinking) and therefore produce identical records (DESIGN §2.1–2.5,
-§3). Records are fp32 and the next-step mixture is built from the rounded record itself, so a
-replay from the trace reproduces the numbers exactly whatever the model's dtype.
+generator, which rows are still thinking) and therefore produce identical records
+(docs/design.md §2.1–2.5, §3). Records are fp32 and the next-step mixture is built from the
+rounded record itself, so a replay from the trace reproduces the numbers exactly whatever the
+model's dtype.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
 
 import torch
 from torch import Tensor
 
-from soft_spatial.softthink import (AdaptSoft, SamplingConfig, SoftThinkingConfig, candidates,
+from soft_spatial.softthink import (AdaptSoft, SamplingConfig, SoftThinkingConfig,
                                     gumbel_from_uniform, gumbel_log_density, mixture_weights,
-                                    normalized_entropy, sort_by_score)
+                                    normalized_entropy, soft_step)
 
 __all__ = ["sample_step", "discrete_sample"]
 
 
-def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor, soft: SoftThinkingConfig,
-                sampling: SamplingConfig, controller: Optional[AdaptSoft], feature_dim: int,
-                debug: bool = False) -> Dict[str, Tensor]:
+def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor,
+                soft_thinking: SoftThinkingConfig, sampling: SamplingConfig,
+                controller: AdaptSoft | None, feature_dim: int,
+                debug: bool = False) -> dict[str, Tensor]:
     """Records ``[b, ...]`` of one step for ``b`` live rows.
 
     Args:
@@ -36,7 +37,7 @@ def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor, soft: So
         and, with ``debug``, ``weights`` and ``logp``.
     """
     temperature = sampling.temperature
-    b, k, dev = logits.shape[0], soft.top_k, logits.device
+    b, k, dev = logits.shape[0], soft_thinking.top_k, logits.device
     rec = {
         "topk_ids": torch.zeros(b, k, dtype=torch.long, device=dev),
         "scores": torch.zeros(b, k, device=dev),
@@ -55,23 +56,22 @@ def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor, soft: So
     if s_rows.numel():
         # Records are fp32 and the mixture is built from the rounded record itself, so a
         # replay from the trace reproduces these numbers exactly whatever the model's dtype.
-        ids, logp = candidates(logits[s_rows].float(), k, temperature)
-        noise = gumbel_from_uniform(u[s_rows, :k], soft.noise_clamp)
-        z = logp + soft.noise_scale * noise if soft.noise_scale > 0 else logp.clone()
-        z, ids, logp = sort_by_score(z, ids, logp)
+        noise = gumbel_from_uniform(u[s_rows, :k], soft_thinking.noise_clamp)
+        ids, z, logp = soft_step(logits[s_rows].float(), k, temperature,
+                                 soft_thinking.noise_scale, noise)
         if controller is not None:
             x = controller.features(h[s_rows].float(), logp)
             rec["ctrl_x"][s_rows] = x
-        if soft.mode == "adaptsoft":
+        if soft_thinking.mode == "adaptsoft":
             uu = controller(x)
             tau = controller.temperature(uu)
             rec["u"][s_rows] = uu
         else:
-            tau = torch.full((s_rows.numel(),), soft.fixed_tau, device=dev)
+            tau = torch.full((s_rows.numel(),), soft_thinking.fixed_tau, device=dev)
         rec["topk_ids"][s_rows], rec["scores"][s_rows] = ids, z
         rec["tau"][s_rows], rec["entropy"][s_rows] = tau, normalized_entropy(logp)
-        if soft.noise_scale > 0:
-            rec["loglik"][s_rows] = gumbel_log_density(z, logp, soft.noise_scale)
+        if soft_thinking.noise_scale > 0:
+            rec["loglik"][s_rows] = gumbel_log_density(z, logp, soft_thinking.noise_scale)
         if debug:
             rec["weights"][s_rows] = mixture_weights(z, tau)
             rec["logp"][s_rows] = logp

@@ -13,7 +13,7 @@ their categories and ``Overall``.
 from __future__ import annotations
 
 from collections import OrderedDict, defaultdict
-from typing import Dict, Iterable, List, Mapping, Optional
+from collections.abc import Iterable, Mapping
 
 __all__ = ["summarize", "markdown_table", "EXCLUDED_FROM_OVERALL", "TABLE_LAYOUT"]
 
@@ -30,20 +30,20 @@ def _omnispatial_layout():
 TABLE_LAYOUT = {"omnispatial": _omnispatial_layout}
 
 
-def _acc(correct: int, total: int) -> Optional[float]:
+def _acc(correct: int, total: int) -> float | None:
     return 100.0 * correct / total if total else None
 
 
-def summarize(rows: Iterable[Mapping], benchmark: str) -> Dict:
+def summarize(rows: Iterable[Mapping], benchmark: str) -> dict:
     """Accuracy per category (and subcategory), overall, no-answer and truncation rates, τ stats.
 
     ``rows`` are the per-sample JSONL records of one benchmark.
     """
-    cats: Dict[str, List[int]] = OrderedDict()
-    subs: Dict[str, List[int]] = OrderedDict()
+    cats: dict[str, list[int]] = OrderedDict()
+    subs: dict[str, list[int]] = OrderedDict()
     n = correct = no_answer = truncated = closed = 0
     questions = set()
-    tau_means: List[float] = []
+    tau_means: list[float] = []
     excluded = EXCLUDED_FROM_OVERALL.get(benchmark, set())
     for r in rows:
         c = int(bool(r["correct"]))
@@ -61,7 +61,7 @@ def summarize(rows: Iterable[Mapping], benchmark: str) -> Dict:
         no_answer += r["pred"] is None
         truncated += r["finish_reason"] == "length"
         closed += bool(r.get("think_closed"))
-        questions.add(r["question_index"])
+        questions.add(r.get("question_key", r.get("question_index")))
         if r.get("tau_mean") is not None:
             tau_means.append(r["tau_mean"])
     return {
@@ -79,7 +79,7 @@ def summarize(rows: Iterable[Mapping], benchmark: str) -> Dict:
     }
 
 
-def _fmt(v: Optional[float]) -> str:
+def _fmt(v: float | None) -> str:
     return "–" if v is None else f"{v:.2f}"
 
 
@@ -111,8 +111,8 @@ def markdown_table(summary: Mapping, label: str, published: Iterable[Mapping] = 
     return "\n".join(lines) + extra + "\n"
 
 
-def group_rows(rows: Iterable[Mapping]) -> Dict[str, List[Mapping]]:
-    out: Dict[str, List[Mapping]] = defaultdict(list)
+def group_rows(rows: Iterable[Mapping]) -> dict[str, list[Mapping]]:
+    out: dict[str, list[Mapping]] = defaultdict(list)
     for r in rows:
         out[r["benchmark"]].append(r)
     return out

@@ -1,13 +1,19 @@
 """Evaluation loop: benchmarks → prompts → engine → extracted letters → JSONL, JSON, tables.
 
-Results are appended to ``samples.jsonl`` after every batch of questions (flushed and synced), so
-an interrupted run resumes where it stopped: finished (question, sample) pairs are never redone.
-``summary.json`` and one ``<benchmark>.md`` table per benchmark are rebuilt from the JSONL at the
-end of every run. With ``analysis_steps`` every sample's per-step τ, normalised entropy, spine
-token and soft flag go to ``steps.jsonl`` (:mod:`.steps`, read by ``python -m
-soft_spatial.analysis``). ``task_types`` evaluates a task-type subset (question indices stay
-those of the full benchmark); ``top_k`` filters every discrete step's sampling (hard mode: the
-whole response, Table 5's decoding top-k 5; soft modes: the answer after ``</think>``).
+A run holds the output directory's lock (`soft_spatial.dirlock`: one writer per directory) and
+is keyed to its configuration (`runkey`: model, controller, data, mode, protocol, sampling);
+resuming into a directory written with a different configuration is refused. Rows are keyed by
+(benchmark, question key, sample), never by position, and appended to ``samples.jsonl`` after
+every batch of questions (flushed and fsynced), so an interrupted run resumes where it stopped:
+finished (question, sample) pairs are never redone. ``summary.json`` and one ``<benchmark>.md``
+table per benchmark are rebuilt (atomically) at the end of every run from the rows this run asked
+for: a smaller ``samples`` or ``limit`` reports only those. A prompt longer than the engine
+accepts is skipped and reported with its question id. With ``analysis_steps`` every sample's
+per-step τ, normalised entropy, spine token and soft flag go to ``steps.jsonl`` (:mod:`.steps`,
+read by ``python -m soft_spatial.analysis``). ``task_types`` evaluates a task-type subset
+(question indices stay those of the full benchmark); ``top_k`` filters every discrete step's
+sampling (hard mode: the whole response, Table 5's decoding top-k 5; soft modes: the answer
+after ``</think>``).
 """
 from __future__ import annotations
 
@@ -16,13 +22,20 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any
+from collections.abc import Sequence
 
+from soft_spatial.atomic import write_text
 from soft_spatial.data import build_messages, extract_answer, load_benchmark
-from soft_spatial.data.subsets import matches, normalise_task_types, subset_indices
+from soft_spatial.data.record import QuestionRecord
+from soft_spatial.data.subsets import normalise_task_types, subset_indices
+from soft_spatial.dirlock import DirLock
+from soft_spatial.jsonl import read_jsonl
+from soft_spatial.engines.base import PromptTooLongError
 from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
 
 from .report import group_rows, markdown_table, summarize
+from .runkey import check_run_key, run_key
 from .steps import STEPS, steps_row
 
 __all__ = ["EvalConfig", "evaluate", "read_results"]
@@ -34,28 +47,28 @@ RESULTS = "samples.jsonl"
 class EvalConfig:
     """Typed evaluation settings (built from configs/eval.yaml)."""
 
-    benchmarks: List[str]
-    data: Dict[str, str]
+    benchmarks: list[str]
+    data: dict[str, str]
     model_path: str
-    soft: SoftThinkingConfig
+    soft_thinking: SoftThinkingConfig
     output_dir: str
     model_name: str = "model"
-    controller: Optional[str] = None
+    controller: str | None = None
     engine: str = "local"
     samples: int = 8
     temperature: float = 0.6
     max_new_tokens: int = 3072
     protocol: str = "ours"
-    limit: Optional[int] = None
-    split: Optional[str] = None
+    limit: int | None = None
+    split: str | None = None
     seed: int = 0
     device: str = "cpu"
     dtype: str = "float32"
     batch_rows: int = 64
-    sglang: Dict[str, Any] = field(default_factory=dict)  # ServerArgs keywords (engine=sglang)
-    published: Dict[str, list] = field(default_factory=dict)
+    sglang: dict[str, Any] = field(default_factory=dict)  # ServerArgs keywords (engine=sglang)
+    published: dict[str, list] = field(default_factory=dict)
     top_k: int = 5  # discrete steps sample from the top-k (0 = full vocabulary)
-    task_types: Optional[List[str]] = None  # a task-type subset (None = every question)
+    task_types: list[str] | None = None  # a task-type subset (None = every question)
     analysis_steps: bool = True  # write steps.jsonl
 
     def __post_init__(self):
@@ -68,37 +81,48 @@ class EvalConfig:
             raise ValueError(f"engine must be 'local' or 'sglang', got {self.engine!r}")
         if self.samples < 1:
             raise ValueError(f"samples must be >= 1, got {self.samples}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit must be >= 1 (or null for every question), got {self.limit}")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not self.benchmarks:
+            raise ValueError("benchmarks is empty; name at least one of omnispatial, spatialab, "
+                             "mindcube")
         missing = [b for b in self.benchmarks if b not in self.data]
         if missing:
             raise ValueError(f"no data root configured for {missing} (set data.<name>=DIR)")
-        if self.soft.mode == "adaptsoft" and not self.controller:
+        if self.soft_thinking.mode == "adaptsoft" and not self.controller:
             raise ValueError("mode=adaptsoft needs controller=<AdaptSoft checkpoint>")
+        if self.controller and not Path(self.controller).is_file():
+            raise FileNotFoundError(f"controller checkpoint {self.controller} does not exist")
 
 
-def read_results(path: Path) -> List[dict]:
+def read_results(path: Path) -> list[dict]:
     """Rows of a results JSONL; a torn last line (crash mid-write) is dropped."""
-    rows = []
+    return read_jsonl(path, drop_torn_tail=True) if Path(path).exists() else []
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """Cut a torn last line (a crash mid-write) in place, so appends start on a fresh line."""
     if not path.exists():
-        return rows
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                break
-            raise ValueError(f"{path}: line {i + 1} is not valid JSON")
-    return rows
+        return
+    with open(path, "rb+") as f:
+        data = f.read()
+        end = data.rfind(b"\n") + 1
+        if end < len(data):
+            f.truncate(end)
+            f.flush()
+            os.fsync(f.fileno())
 
 
 def _make_engine(cfg: EvalConfig):
     import torch
     if cfg.engine == "sglang":
         from soft_spatial.engines.sglang.engine import SGLangEngine
-        return SGLangEngine(cfg.model_path, cfg.soft, controller=cfg.controller, seed=cfg.seed,
-                            server_args=cfg.sglang)
+        return SGLangEngine(cfg.model_path, cfg.soft_thinking, controller=cfg.controller,
+                            seed=cfg.seed, server_args=cfg.sglang)
     from soft_spatial.engines.local import LocalEngine
     return LocalEngine.from_pretrained(cfg.model_path, device=cfg.device,
                                        dtype=getattr(torch, cfg.dtype), controller=cfg.controller,
@@ -113,44 +137,70 @@ def _tau_stats(trace) -> dict:
             "tau_min": float(tau.min()), "tau_max": float(tau.max())}
 
 
-def evaluate(cfg: EvalConfig, engine=None, progress: bool = True) -> Dict[str, dict]:
+def select_records(cfg: EvalConfig) -> dict[str, tuple[list[QuestionRecord], list[int]]]:
+    """Per benchmark, its records (loaded and checked: images verified, ids unique, at least one
+    record) and the indices of the questions this run asks for (``task_types``, then ``limit``)."""
+    selected = {}
+    for bench in cfg.benchmarks:
+        records = load_benchmark(bench, cfg.data[bench], cfg.split)
+        indices = subset_indices(records, cfg.task_types, where=f"{bench} task_types")
+        selected[bench] = (records, indices[: cfg.limit] if cfg.limit is not None else indices)
+    return selected
+
+
+def evaluate(cfg: EvalConfig, engine=None, progress: bool = True) -> dict[str, dict]:
     """Run (or resume) the evaluation; returns the summary per benchmark. An engine made here
     (none is made when everything is done) is closed here, on errors too."""
     out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    results_path = out / RESULTS
-    rows = read_results(results_path)
-    if results_path.exists():  # drop a torn last line so appended rows start on a fresh line
-        _atomic_write(results_path, "".join(json.dumps(r, ensure_ascii=False) + "\n"
-                                            for r in rows))
-    done = {(r["benchmark"], r["question_index"], r["sample"]) for r in rows}
-    owned = None
-    try:
-        for bench in cfg.benchmarks:
-            records = load_benchmark(bench, cfg.data[bench], cfg.split)
-            selected = subset_indices(records, cfg.task_types, where=f"{bench} task_types")
-            if cfg.limit is not None:
-                selected = selected[: cfg.limit]
-            todo = [i for i in selected
-                    if any((bench, i, j) not in done for j in range(cfg.samples))]
-            if not todo:
-                continue
-            if engine is None:
-                engine = owned = _make_engine(cfg)
-            _run_benchmark(cfg, bench, records, todo, engine, done, results_path, progress,
-                           len(selected))
-    finally:
-        if owned is not None and hasattr(owned, "close"):
-            owned.close()
-    return write_reports(cfg, read_results(results_path))
+    with DirLock(out, "evaluation output directory"):
+        selected = select_records(cfg)
+        check_run_key(out, run_key(cfg), RESULTS)
+        results_path = out / RESULTS
+        _drop_torn_tail(results_path)
+        _drop_torn_tail(results_path.with_name(STEPS))
+        done = {(r["benchmark"], r["question_key"], r["sample"])
+                for r in read_results(results_path)}
+        skipped: dict[str, list[str]] = {}
+        owned = None
+        try:
+            for bench, (records, indices) in selected.items():
+                todo = [i for i in indices
+                        if any((bench, records[i].key, j) not in done for j in range(cfg.samples))]
+                if not todo:
+                    continue
+                if engine is None:
+                    engine = owned = _make_engine(cfg)
+                skipped[bench] = _run_benchmark(cfg, bench, records, todo, engine, done,
+                                                results_path, progress, len(indices))
+        finally:
+            if owned is not None and hasattr(owned, "close"):
+                owned.close()
+        return write_reports(cfg, read_results(results_path),
+                             {b: [recs[i] for i in idx] for b, (recs, idx) in selected.items()},
+                             skipped)
 
 
-def _run_benchmark(cfg: EvalConfig, bench: str, records, todo: List[int], engine, done: set,
-                   results_path: Path, progress: bool, total: int) -> None:
-    """Generate the missing samples of ``todo`` questions, appending rows after every batch."""
+def _generate(engine, prompts: list, idx: list[int], records, skipped: list[str], **kw):
+    """``engine.generate`` on the prompts of questions ``idx``; a prompt the engine finds too
+    long is dropped (its question key added to ``skipped``) and the rest retried."""
+    while idx:
+        try:
+            return idx, engine.generate(prompts, seeds=[kw["seed"] + i for i in idx],
+                                        **{k: v for k, v in kw.items() if k != "seed"})
+        except PromptTooLongError as e:
+            skipped.append(records[idx[e.index]].key)
+            idx, prompts = idx[:e.index] + idx[e.index + 1:], prompts[:e.index] + prompts[e.index + 1:]
+    return idx, []
+
+
+def _run_benchmark(cfg: EvalConfig, bench: str, records, todo: list[int], engine, done: set,
+                   results_path: Path, progress: bool, total: int) -> list[str]:
+    """Generate the missing samples of ``todo`` questions, appending rows after every batch;
+    returns the keys of questions skipped as too long."""
     sampling = SamplingConfig(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
                               top_k=cfg.top_k)
     per_batch = max(1, cfg.batch_rows // cfg.samples)
+    skipped: list[str] = []
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -160,19 +210,20 @@ def _run_benchmark(cfg: EvalConfig, bench: str, records, todo: List[int], engine
             steps_path.open("a", encoding="utf-8") if cfg.analysis_steps
             else contextlib.nullcontext()) as steps_file:
         for s in range(0, len(todo), per_batch):
-            idx = todo[s:s + per_batch]
-            prompts = [build_messages(records[i], cfg.protocol) for i in idx]
-            outs = engine.generate(prompts, soft=cfg.soft, sampling=sampling, n=cfg.samples,
-                                   seeds=[cfg.seed + i for i in idx])
+            batch = todo[s:s + per_batch]
+            prompts = [build_messages(records[i], cfg.protocol) for i in batch]
+            idx, outs = _generate(engine, prompts, batch, records, skipped,
+                                  soft_thinking=cfg.soft_thinking, sampling=sampling,
+                                  n=cfg.samples, seed=cfg.seed)
             rows, steps = [], []
             for o in outs:
                 i = idx[o.prompt_index]
-                if (bench, i, o.sample_index) in done:
-                    continue
                 rec = records[i]
+                if (bench, rec.key, o.sample_index) in done:
+                    continue
                 pred = extract_answer(bench, o.text, cfg.protocol, options=rec.options)
-                row = {"benchmark": bench, "question_index": i, "question_id": rec.id,
-                       "sample": o.sample_index, "category": rec.category,
+                row = {"benchmark": bench, "question_key": rec.key, "question_id": rec.id,
+                       "question_index": i, "sample": o.sample_index, "category": rec.category,
                        "subcategory": rec.subcategory, "answer": rec.answer, "pred": pred,
                        "correct": pred == rec.answer, "finish_reason": o.finish_reason,
                        "think_closed": o.think_closed, "num_tokens": len(o.token_ids),
@@ -180,6 +231,7 @@ def _run_benchmark(cfg: EvalConfig, bench: str, records, todo: List[int], engine
                        **_tau_stats(o.trace)}
                 rows.append(row)
                 steps.append(steps_row(bench, i, o.sample_index, o.trace))
+                done.add((bench, rec.key, o.sample_index))
             # the steps first: a sample recorded as done always has its steps
             for g, lines in ((steps_file, steps), (f, rows)):
                 if g is not None:
@@ -187,32 +239,48 @@ def _run_benchmark(cfg: EvalConfig, bench: str, records, todo: List[int], engine
                     g.flush()
                     os.fsync(g.fileno())
             if bar is not None:
-                bar.update(len(idx))
+                bar.update(len(batch))
     if bar is not None:
         bar.close()
+    return skipped
 
 
-def write_reports(cfg: EvalConfig, rows: Sequence[dict]) -> Dict[str, dict]:
-    """summary.json and <benchmark>.md from the per-sample rows (atomic writes)."""
+def selected_rows(rows: Sequence[dict], bench: str, records: Sequence[QuestionRecord],
+                  samples: int) -> list[dict]:
+    """The rows of ``bench`` this run asked for: its questions, samples ``0..samples-1``, one row
+    per (question, sample) (the first, should a file hold two)."""
+    wanted = {rec.key for rec in records}
+    seen = set()
+    out = []
+    for r in rows:
+        k = (r.get("question_key"), r["sample"])
+        if r["benchmark"] == bench and k[0] in wanted and r["sample"] < samples and k not in seen:
+            seen.add(k)
+            out.append(r)
+    return out
+
+
+def write_reports(cfg: EvalConfig, rows: Sequence[dict],
+                  selected: dict[str, list[QuestionRecord]],
+                  skipped: dict[str, list[str]] | None = None) -> dict[str, dict]:
+    """summary.json and <benchmark>.md from the rows this run asked for (atomic writes)."""
     out = Path(cfg.output_dir)
-    rows = [r for r in rows if matches(r["category"], r.get("subcategory"), cfg.task_types)]
     grouped = group_rows(rows)
-    summaries = {b: summarize(grouped.get(b, []), b) for b in cfg.benchmarks}
-    label = f"{cfg.model_name} {cfg.soft.mode}"
-    for b, s in summaries.items():
-        _atomic_write(out / f"{b}.md", f"## {b}\n\n" + markdown_table(
+    skipped = skipped or {}
+    summaries = {}
+    label = f"{cfg.model_name} {cfg.soft_thinking.mode}"
+    for b in cfg.benchmarks:
+        s = summarize(selected_rows(grouped.get(b, []), b, selected[b], cfg.samples), b)
+        s["questions_requested"] = len(selected[b])
+        s["skipped_overlong"] = sorted(skipped.get(b, []))
+        summaries[b] = s
+        write_text(out / f"{b}.md", f"## {b}\n\n" + markdown_table(
             s, label, cfg.published.get(b, []), cfg.samples))
-    meta = {"mode": cfg.soft.mode, "protocol": cfg.protocol, "samples": cfg.samples,
-            "temperature": cfg.temperature, "top_k": cfg.soft.top_k,
+    meta = {"mode": cfg.soft_thinking.mode, "protocol": cfg.protocol, "samples": cfg.samples,
+            "limit": cfg.limit, "temperature": cfg.temperature, "top_k": cfg.soft_thinking.top_k,
             "max_new_tokens": cfg.max_new_tokens, "model": cfg.model_path,
             "controller": cfg.controller, "decode_top_k": cfg.top_k,
             "task_types": cfg.task_types}
-    _atomic_write(out / "summary.json", json.dumps({"config": meta, "benchmarks": summaries},
-                                                   indent=2))
+    write_text(out / "summary.json", json.dumps({"config": meta, "benchmarks": summaries},
+                                                indent=2))
     return summaries
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
-from typing import Dict, Tuple
 
 import numpy as np
+
+from soft_spatial.jsonl import read_jsonl
 
 __all__ = ["STEPS", "steps_row", "decode_steps", "read_steps", "StepsKey"]
 
 STEPS = "steps.jsonl"
-StepsKey = Tuple[str, int, int]
+StepsKey = tuple[str, int, int]
 _ARRAYS = {"tau": "<f4", "entropy": "<f4", "token": "<i4"}
 
 
@@ -43,7 +44,7 @@ def steps_row(benchmark: str, question_index: int, sample: int, trace) -> dict:
             "soft": _b64(np.packbits(soft))}
 
 
-def decode_steps(row: dict, where: str = "steps row") -> Dict[str, np.ndarray]:
+def decode_steps(row: dict, where: str = "steps row") -> dict[str, np.ndarray]:
     """Arrays ``tau``, ``entropy`` (float32), ``token`` (int32), ``soft`` (bool), each [L]."""
     try:
         n = int(row["n"])
@@ -60,16 +61,14 @@ def decode_steps(row: dict, where: str = "steps row") -> Dict[str, np.ndarray]:
     return out
 
 
-def read_steps(path) -> Dict[StepsKey, Dict[str, np.ndarray]]:
+def read_steps(path) -> dict[StepsKey, dict[str, np.ndarray]]:
     """All samples of a ``steps.jsonl`` by (benchmark, question_index, sample); a torn last line
     is dropped, any other bad line is an error naming the file and line."""
-    from .runner import read_results
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no per-step data (evaluate with analysis_steps=true)")
-    out: Dict[StepsKey, Dict[str, np.ndarray]] = {}
-    for i, row in enumerate(read_results(path)):
+    out: dict[StepsKey, dict[str, np.ndarray]] = {}
+    for i, row in enumerate(read_jsonl(path, drop_torn_tail=True)):
         where = f"{path}: record {i + 1}"
         try:
             key = (str(row["benchmark"]), int(row["question_index"]), int(row["sample"]))

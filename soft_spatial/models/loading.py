@@ -52,3 +52,24 @@ def load_model(
     auto = AutoModelForImageTextToText if processor is not None else AutoModelForCausalLM
     model = auto.from_pretrained(Path(path), dtype=dtype, **kwargs)
     return model.to(device).eval(), processor, tokenizer
+
+
+def resolve_model_dir(path: str | os.PathLike, *, build_tiny: bool = False, tiny_family: str = "qwen3_vl",
+                      setting: str = "model.path") -> Path:
+    """``path`` if it is a model directory. A missing directory is an error naming ``setting``,
+    unless ``build_tiny`` asks explicitly for a tiny random model to be built there: a mistyped
+    path never silently becomes a fresh random model."""
+    path = Path(path)
+    if not path.exists():
+        if not build_tiny:
+            raise FileNotFoundError(
+                f"{setting}={str(path)!r} does not exist. Point {setting} at a local model "
+                f"directory, or build a tiny random model there with model.build_tiny=true "
+                f"(or python -m soft_spatial.models.tiny --out {path})")
+        from soft_spatial.models.tiny import build_tiny_model
+
+        print(f"building a tiny random {tiny_family} model at {path} (model.build_tiny=true)")
+        build_tiny_model(path, family=tiny_family, vocab="qwen")
+    if not path.is_dir() or not (path / "config.json").is_file():
+        raise ValueError(f"{setting}={str(path)!r} is not a model directory (no config.json)")
+    return path

@@ -2,7 +2,7 @@
 
 A soft step feeds an embedding mixture, not a token, so the model only sees `inputs_embeds`. In that
 case transformers 5.x infers wrong M-RoPE positions for left-padded rows, or crashes when the full
-attention mask is passed (see notes/cpu-environment.md §4). The engines therefore pass explicit
+attention mask is passed (see docs/notes/cpu-environment.md §4). The engines therefore pass explicit
 positions:
 
 * prefill: `prefill_position_ids(model, input_ids, attention_mask, ...)` returns `(position_ids,

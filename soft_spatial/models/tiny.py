@@ -31,6 +31,7 @@ from typing import Sequence
 import torch
 from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, trainers
 
+from soft_spatial.atomic import atomic_dir
 from soft_spatial.models.qwen_tokenizer import QWEN_ADDED_TOKENS, load_qwen_tokenizer, with_qwen_pipeline, wrap
 
 FAMILIES = ("qwen3_vl", "qwen2_5_vl", "qwen3")
@@ -253,7 +254,8 @@ def build_tiny_model(
     `overrides`: text-config fields, `vision_config={...}`, `init_std` and `head_init_std`
     (DEFAULT_INIT_STD, DEFAULT_HEAD_INIT_STD), and for `vocab="small"` the BPE's extra training
     `corpus` (texts), `bpe_size` and `phrases` (texts that become single added tokens).
-    Weights depend only on (`family`, `vocab`, `seed`, `overrides`). Returns `out_dir` as a Path.
+    Weights depend only on (`family`, `vocab`, `seed`, `overrides`). `out_dir` must not exist or
+    be empty; the directory appears complete or not at all. Returns `out_dir` as a Path.
     """
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, GenerationConfig
 
@@ -279,12 +281,12 @@ def build_tiny_model(
         pad_token_id=ids["pad_token_id"],
         eos_token_id=[ids["eos_token_id"], ids["pad_token_id"]],
     )
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    if family == "qwen3":
-        tokenizer.save_pretrained(out)
-    else:
-        build_processor(family, tokenizer).save_pretrained(out)
+    with atomic_dir(out) as tmp:  # an interrupted build leaves no half-written model directory
+        model.save_pretrained(tmp)
+        if family == "qwen3":
+            tokenizer.save_pretrained(tmp)
+        else:
+            build_processor(family, tokenizer).save_pretrained(tmp)
     return out
 
 

@@ -46,6 +46,13 @@ def _as_list(value) -> list[int]:
     return [int(v) for v in value]
 
 
+def stop_token_ids(config, tokenizer, generation_config=None) -> list[int]:
+    """The ids that end a generated response, in order, without duplicates: the generation
+    config's eos ids (else the model config's), then the model config's and the tokenizer's."""
+    return list(dict.fromkeys(eos_token_ids(generation_config or config)
+                              + eos_token_ids(config, tokenizer)))
+
+
 def eos_token_ids(source, tokenizer=None) -> list[int]:
     """End-of-sequence ids, in order, without duplicates.
 

@@ -11,9 +11,8 @@ Both are registered by :mod:`soft_spatial.plugin` under ``rollout.name=local_sof
 """
 from __future__ import annotations
 
-import logging
 import os
-from typing import Any, Dict, Optional
+from typing import Any
 
 import ray
 import torch
@@ -21,9 +20,10 @@ import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica
 
-from .server import LocalSoftServer
+from soft_spatial.compat.verl import set_replica_server
+from soft_spatial.ray_env import forwarded_env
 
-logger = logging.getLogger(__name__)
+from .server import LocalSoftServer
 
 __all__ = ["LocalSoftReplica", "LocalSoftServerAdapter", "server_name", "BACKEND"]
 
@@ -59,19 +59,12 @@ class LocalSoftReplica(RolloutReplica):
                  "fp16": "float16"}.get(str(getattr(cfg, "dtype", "float32")), "float32")
         server_cls = ray.remote(LocalSoftServer)
         server = server_cls.options(name=name, num_cpus=0, max_concurrency=self.max_concurrency,
-                                    runtime_env={"env_vars": _forward_env()}).remote(
+                                    runtime_env={"env_vars": forwarded_env()}).remote(
             model_path=_model_path(self.model_config), response_length=cfg.response_length,
             prompt_length=cfg.prompt_length, custom=dict(cfg.custom or {}), dtype=dtype)
         await server.wake_up.remote()  # surfaces construction errors here
         self.servers = [server]
-        self._server_handle = server
-        self._server_address = f"{BACKEND}://{name}"
-
-
-def _forward_env() -> Dict[str, str]:
-    keys = ("VERL_USE_EXTERNAL_MODULES", "VERL_PLATFORM", "HF_HUB_OFFLINE", "PYTHONPATH",
-            "TOKENIZERS_PARALLELISM")
-    return {k: os.environ[k] for k in keys if k in os.environ}
+        set_replica_server(self, server, f"{BACKEND}://{name}")
 
 
 class LocalSoftServerAdapter(BaseRollout):
@@ -102,14 +95,14 @@ class LocalSoftServerAdapter(BaseRollout):
         if wire_format != "named_tensors":
             raise NotImplementedError(f"local_soft rollout only accepts named tensors, got "
                                       f"{wire_format!r}")
-        state: Dict[str, torch.Tensor] = {}
+        state: dict[str, torch.Tensor] = {}
         for name, tensor in weights:  # every rank drains the (collective) generator
             if self.is_leader:
                 state[name] = tensor.detach().to("cpu", copy=True)
         if self.is_leader and state:
             await self._handle().update_weights.remote(state)
 
-    async def update_controller(self, state: Optional[Dict[str, Any]]):
+    async def update_controller(self, state: dict[str, Any] | None):
         """Send AdaptSoft's weights (``{"config", "state_dict"}``) to the server."""
         if self.is_leader and state is not None:
             await self._handle().set_controller.remote(state)

@@ -10,74 +10,47 @@ each with a verl ``TokenOutput`` whose ``extra_fields["soft_trace"]`` holds the 
 from __future__ import annotations
 
 import asyncio
-import logging
-import zlib
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, NamedTuple
 
 import torch
 
-from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig, SoftThinkingConfig,
-                                    from_mapping)
+from soft_spatial.settings import SoftSettings, request_seed, sampling_config
+from soft_spatial.softthink import SamplingConfig
 
-logger = logging.getLogger(__name__)
-
-__all__ = ["LocalSoftServer", "SoftRolloutSettings", "TRACE_FIELD"]
+__all__ = ["LocalSoftServer", "TRACE_FIELD"]
 
 TRACE_FIELD = "soft_trace"
 
 
-@dataclass
-class SoftRolloutSettings:
-    """What the server needs beyond verl's RolloutConfig (from ``rollout.custom``)."""
+class PendingRequest(NamedTuple):
+    """One ``generate`` call waiting for the next batch."""
 
-    soft: SoftThinkingConfig
-    adaptsoft: AdaptSoftConfig
-    seed: int = 0
-    batch_window_s: float = 0.02
-    max_batch_rows: int = 64
-
-    @classmethod
-    def from_custom(cls, custom: Optional[Dict[str, Any]]) -> "SoftRolloutSettings":
-        custom = dict(custom or {})
-        soft = from_mapping(SoftThinkingConfig, custom.pop("soft_thinking", {}),
-                            "rollout.custom.soft_thinking")
-        ada = from_mapping(AdaptSoftConfig, custom.pop("adaptsoft", {}), "rollout.custom.adaptsoft")
-        for group in ("density", "alignment", "kl"):  # training-side groups
-            custom.pop(group, None)
-        known = {"seed", "batch_window_s", "max_batch_rows"}
-        unknown = sorted(set(custom) - known)
-        if unknown:
-            raise ValueError(f"rollout.custom: unknown keys {unknown}; known: soft_thinking, "
-                             f"adaptsoft, density, alignment, kl, {sorted(known)}")
-        return cls(soft=soft, adaptsoft=ada, **custom)
-
-
-def request_seed(base: int, request_id: str) -> int:
-    """A stable per-request seed (crc32 of the request id), so a request's noise does not depend
-    on which other requests share its batch."""
-    return (base * 1_000_003 + zlib.crc32(str(request_id).encode())) % (2 ** 62)
+    request_id: str
+    prompt_ids: list[int]
+    sampling_params: dict[str, Any]
+    images: list[Any]
+    result: asyncio.Future  # resolved with the request's TokenOutput (or its batch's exception)
 
 
 class LocalSoftServer:
     """Ray actor body (wrap with ``ray.remote``) hosting one LocalEngine."""
 
     def __init__(self, model_path: str, response_length: int, prompt_length: int,
-                 custom: Optional[Dict[str, Any]] = None, dtype: str = "float32",
+                 custom: dict[str, Any] | None = None, dtype: str = "float32",
                  device: str = "cpu"):
         from soft_spatial.engines.local import LocalEngine
-        self.settings = SoftRolloutSettings.from_custom(custom)
+        self.settings = SoftSettings.from_custom(custom)
         self.response_length, self.prompt_length = response_length, prompt_length
         self.engine = LocalEngine.from_pretrained(
             model_path, device=device, dtype=getattr(torch, dtype),
             max_batch_rows=self.settings.max_batch_rows,
             max_prompt_length=prompt_length)
-        if self.settings.soft.mode == "adaptsoft":
+        if self.settings.soft_thinking.mode == "adaptsoft":
             from soft_spatial.softthink import AdaptSoft
             self.engine.set_controller(AdaptSoft.from_config(self.settings.adaptsoft,
                                                              self.engine.hidden_size))
-        self._pending: List[tuple] = []
-        self._flush_task: Optional[asyncio.Task] = None
+        self._pending: list[PendingRequest] = []
+        self._flush_task: asyncio.Task | None = None
         self._lock = asyncio.Lock()
         self.weight_version = 0
 
@@ -87,8 +60,8 @@ class LocalSoftServer:
         if video_data:
             raise ValueError("the local soft rollout server does not support video inputs")
         fut = asyncio.get_running_loop().create_future()
-        self._pending.append((request_id, list(prompt_ids), dict(sampling_params),
-                              list(image_data or []), fut))
+        self._pending.append(PendingRequest(request_id, list(prompt_ids), dict(sampling_params),
+                                            list(image_data or []), fut))
         if self._flush_task is None or self._flush_task.done():
             self._flush_task = asyncio.create_task(self._flush_soon())
         return await fut
@@ -98,31 +71,30 @@ class LocalSoftServer:
         async with self._lock:
             while self._pending:
                 batch, self._pending = self._pending, []
-                groups: Dict[tuple, List[tuple]] = {}
+                groups: dict[tuple, list[PendingRequest]] = {}
                 for req in batch:  # requests decode together when their sampling params match
-                    key = tuple(sorted((k, str(v)) for k, v in req[2].items()))
+                    key = tuple(sorted((k, str(v)) for k, v in req.sampling_params.items()))
                     groups.setdefault(key, []).append(req)
                 for reqs in groups.values():
                     try:
                         outs = await asyncio.to_thread(self._run, reqs)
                         for req, out in zip(reqs, outs):
-                            req[4].set_result(out)
+                            req.result.set_result(out)
                     except Exception as exc:  # every waiting request learns about the failure
                         for req in reqs:
-                            if not req[4].done():
-                                req[4].set_exception(exc)
+                            if not req.result.done():
+                                req.result.set_exception(exc)
 
-    def _sampling(self, params: Dict[str, Any]) -> SamplingConfig:
-        from soft_spatial.engines.sglang.client import sampling_config  # no sglang import
+    def _sampling(self, params: dict[str, Any]) -> SamplingConfig:
         return sampling_config(params, self.response_length)
 
-    def _run(self, reqs):
+    def _run(self, reqs: list[PendingRequest]):
         from verl.workers.rollout.replica import TokenOutput
-        sampling = self._sampling(reqs[0][2])
-        prompts = [{"prompt_ids": r[1], "images": r[3]} for r in reqs]
-        seeds = [request_seed(self.settings.seed, r[0]) for r in reqs]
-        outs = self.engine.generate(prompts, soft=self.settings.soft, sampling=sampling, n=1,
-                                    seeds=seeds)
+        sampling = self._sampling(reqs[0].sampling_params)  # the same for every request here
+        prompts = [{"prompt_ids": r.prompt_ids, "images": r.images} for r in reqs]
+        seeds = [request_seed(self.settings.seed, r.request_id) for r in reqs]
+        outs = self.engine.generate(prompts, soft_thinking=self.settings.soft_thinking,
+                                    sampling=sampling, n=1, seeds=seeds)
         results = []
         for o in outs:
             stop = "completed" if o.finish_reason == "stop" else "length"
@@ -134,18 +106,14 @@ class LocalSoftServer:
         return results
 
     # -- weights ------------------------------------------------------------------------------
-    def update_weights(self, state_dict: Dict[str, torch.Tensor]) -> int:
+    def update_weights(self, state_dict: dict[str, torch.Tensor]) -> int:
         self.engine.update_weights(state_dict)
         self.weight_version += 1
         return self.weight_version
 
-    def set_controller(self, state: Dict[str, Any]) -> None:
+    def set_controller(self, state: dict[str, Any]) -> None:
         """AdaptSoft weights from the trainer (``{"config", "state_dict"}`` or a state dict)."""
         self.engine.set_controller(state)
-
-    def controller_state(self) -> Optional[Dict[str, torch.Tensor]]:
-        c = self.engine.controller
-        return None if c is None else {k: v.clone() for k, v in c.state_dict().items()}
 
     # -- lifecycle hooks verl calls on every server (nothing to free on the CPU) -------------
     async def wake_up(self):

@@ -3,7 +3,7 @@
 * :class:`SGLangSoftHttpServer` (a verl ``SGLangHttpServer``): before SGLang starts, exports the
   soft settings (from ``rollout.custom``, as for local_soft) for the scheduler processes, sets the
   server arguments soft decoding needs (:func:`~soft_spatial.engines.sglang.required_server_args`)
-  and launches the schedulers through :func:`soft_spatial.engines.sglang.compat.
+  and launches the schedulers through :func:`soft_spatial.engines.sglang.hooks.
   run_scheduler_process` (which installs the plugin in each spawned process, then runs SGLang's).
   Each request carries its noise seed and sampling settings in ``custom_params``; the records
   streamed back through ``customized_info`` are accumulated per request id on this side and
@@ -21,26 +21,27 @@ Imports verl's SGLang modules (hence sglang): load it through the lazy registrat
 from __future__ import annotations
 
 import contextlib
-import logging
-from typing import Any, Dict, Optional
+from typing import Any
 
 import ray
 
 from verl.workers.rollout.sglang_rollout.async_sglang_server import (SGLangHttpServer,
                                                                      SGLangReplica)
-from verl.workers.rollout.sglang_rollout.sglang_rollout import ServerAdapter, _to_ipc_device
+from verl.workers.rollout.sglang_rollout.sglang_rollout import ServerAdapter
 
-from soft_spatial.engines.local import row_seed
+from soft_spatial.compat.sglang import tensor_update_request
+from soft_spatial.compat.verl import server_adapter_engine, to_ipc_device
+
 from soft_spatial.engines.sglang import SGLangSoftSettings, required_server_args
 from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, PARAM_KEY, PREFILL_ONLY,
                                                 PromptPrefill, TraceAccumulator,
                                                 encode_controller, request_params,
-                                                sampling_config, split_records)
+                                                split_records)
 from soft_spatial.engines.sglang.settings import CONTROLLER_LOADER
 
-from .server import TRACE_FIELD, SoftRolloutSettings, request_seed
+from soft_spatial.settings import SoftSettings, request_row_seed, sampling_config
 
-logger = logging.getLogger(__name__)
+from .server import TRACE_FIELD
 
 __all__ = ["SGLangSoftHttpServer", "SGLangSoftReplica", "SGLangSoftServerAdapter", "BACKEND",
            "build_settings"]
@@ -48,15 +49,18 @@ __all__ = ["SGLangSoftHttpServer", "SGLangSoftReplica", "SGLangSoftServerAdapter
 BACKEND = "sglang_soft"
 
 
-def build_settings(custom: Optional[Dict[str, Any]], hf_config, tokenizer) -> SGLangSoftSettings:
+def build_settings(custom: dict[str, Any] | None, hf_config, tokenizer) -> SGLangSoftSettings:
     """Soft settings for the scheduler processes from ``rollout.custom`` and the model."""
     from soft_spatial.models.tokens import single_token_id, unusable_token_ids
-    s = SoftRolloutSettings.from_custom(custom)
+    s = SoftSettings.from_custom(custom)
     text = getattr(hf_config, "text_config", hf_config)
-    think_end = single_token_id(tokenizer, s.soft.think_end) if s.soft.soft else None
+    soft_thinking = s.soft_thinking
+    think_end = (single_token_id(tokenizer, soft_thinking.think_end) if soft_thinking.is_soft
+                 else None)
     banned = unusable_token_ids(hf_config, tokenizer, int(text.vocab_size))
-    return SGLangSoftSettings(soft=s.soft, adaptsoft=s.adaptsoft, hidden_size=int(text.hidden_size),
-                              think_end_id=think_end, banned_ids=banned, seed=s.seed)
+    return SGLangSoftSettings(soft_thinking=soft_thinking, adaptsoft=s.adaptsoft,
+                              hidden_size=int(text.hidden_size), think_end_id=think_end,
+                              banned_ids=banned, seed=s.seed)
 
 
 class SGLangSoftHttpServer(SGLangHttpServer):
@@ -72,21 +76,22 @@ class SGLangSoftHttpServer(SGLangHttpServer):
         self._prefill = None if sgl_args.get("disable_radix_cache") else PromptPrefill()
 
     async def launch_server(self, master_address: str = None, master_port: int = None):
-        from soft_spatial.engines.sglang import compat
+        from soft_spatial.compat.sglang import collect_records
+        from soft_spatial.engines.sglang import hooks
         self.soft_settings.export()  # inherited by the spawned scheduler processes
         ek = self.config.engine_kwargs
         ek["sglang"] = required_server_args(ek.get("sglang"))
-        with compat.plugin_schedulers():
+        with hooks.plugin_schedulers():
             await super().launch_server(master_address, master_port)
         tm = getattr(self, "tokenizer_manager", None)
         if tm is not None and self.node_rank == 0:  # accumulate the records of every slice
-            compat.collect_records(tm, self._traces)
+            collect_records(tm, self._traces)
 
     async def generate(self, prompt_ids, sampling_params, request_id, image_data=None,
                        video_data=None, **kwargs):
         params = dict(sampling_params)
         sampling = sampling_config(params, self.config.response_length)
-        seed = row_seed(request_seed(self.soft_settings.seed, request_id), 0)
+        seed = request_row_seed(self.soft_settings.seed, request_id)
         custom = dict(params.get("custom_params") or {})
         custom[PARAM_KEY] = request_params(seed, sampling)
         params["custom_params"] = custom
@@ -125,24 +130,13 @@ class SGLangSoftReplica(SGLangReplica):
 class SGLangSoftServerAdapter(ServerAdapter):
     """Weight sync as verl's SGLang adapter, plus the AdaptSoft controller."""
 
-    async def update_controller(self, state: Optional[Dict[str, Any]]):
+    async def update_controller(self, state: dict[str, Any] | None):
         if state is None:
             return
-        await self._init_server_adapter()
-        if self._engine is None or not self._is_server_tp_leader():
+        engine = await server_adapter_engine(self)
+        if engine is None:
             return
-        from sglang.srt.managers.io_struct import UpdateWeightsFromTensorReqInput
-        from sglang.srt.utils import MultiprocessingSerializer
-        from sglang.srt.utils.patch_torch import monkey_patch_torch_reductions
-        monkey_patch_torch_reductions()
-        blob = _to_ipc_device(encode_controller(state))
         tp = int(self.config.tensor_model_parallel_size * self.config.data_parallel_size)
-        named = [(CONTROLLER_NAME, blob)]
-        req = UpdateWeightsFromTensorReqInput(
-            serialized_named_tensors=[MultiprocessingSerializer.serialize(named)
-                                      for _ in range(tp)],
-            load_format=CONTROLLER_LOADER, flush_cache=False)
-        await self._engine.update_weights_from_tensor(req)
-
-
-
+        req = tensor_update_request([(CONTROLLER_NAME, to_ipc_device(encode_controller(state)))],
+                                    copies=tp, load_format=CONTROLLER_LOADER, flush_cache=False)
+        await engine.update_weights_from_tensor(req)

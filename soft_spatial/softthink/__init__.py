@@ -1,4 +1,4 @@
-"""The method, in pure PyTorch (DESIGN.md §2–3). Imports neither verl nor sglang.
+"""The method, in pure PyTorch (docs/design.md §2–3). Imports neither verl nor sglang.
 
 Each equation lives in exactly one place:
   mixture.py    §2.1–2.4  candidates, Gumbel perturbation, mixture weights, soft embedding, spine,
@@ -12,7 +12,7 @@ Each equation lives in exactly one place:
 """
 from .alignment import (AlignmentScaler, SparseGrad, alignment_loss, alignment_scores,
                         all_gather_rows, center_per_rollout, controller_surrogate,
-                        select_reference)
+                        select_reference, world_size)
 from .config import (AdaptSoftConfig, AlignmentConfig, DensityConfig, KLConfig, SamplingConfig,
                      SoftThinkingConfig, from_mapping)
 from .controller import AdaptSoft
@@ -20,7 +20,7 @@ from .density import (StepLikelihood, candidate_logp, gumbel_log_density,
                       soft_step_log_density, step_likelihood, step_log_likelihood,
                       token_log_prob)
 from .kl import candidate_kl, gumbel_density_kl
-from .mixture import (candidates, gumbel_from_uniform, gumbel_noise, mixture_weights,
+from .mixture import (candidates, gumbel_from_uniform, mixture_weights,
                       normalized_entropy, perturb, record_input_embeddings, record_weights,
                       soft_embedding, soft_step, sort_by_score, spine)
 from .trace import SoftTrace, TraceRecorder, collate_traces, uncollate_traces
@@ -30,10 +30,10 @@ __all__ = [
     "SamplingConfig", "SoftThinkingConfig", "SoftTrace", "SparseGrad", "TraceRecorder",
     "alignment_loss", "alignment_scores", "all_gather_rows", "candidate_logp", "candidates",
     "center_per_rollout", "collate_traces", "controller_surrogate", "from_mapping",
-    "gumbel_log_density", "gumbel_noise", "mixture_weights", "normalized_entropy", "perturb",
+    "gumbel_log_density", "mixture_weights", "normalized_entropy", "perturb",
     "select_reference", "soft_embedding", "soft_step", "soft_step_log_density", "sort_by_score",
     "spine", "uncollate_traces", "gumbel_from_uniform", "record_input_embeddings",
     "record_weights",
     "step_log_likelihood", "step_likelihood", "StepLikelihood", "token_log_prob",
-    "KLConfig", "candidate_kl", "gumbel_density_kl",
+    "KLConfig", "candidate_kl", "gumbel_density_kl", "world_size",
 ]

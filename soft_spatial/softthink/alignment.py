@@ -1,4 +1,4 @@
-"""Gradient alignment for AdaptSoft (DESIGN.md §2.9, §2.10).
+"""Gradient alignment for AdaptSoft (docs/design.md §2.9, §2.10).
 
 For every step t, d_t = sg(∂L_GRPO/∂ℓ_t) ∈ R^V and v_t = h_t ∈ R^D (the input of the output layer
 W). Step t's contribution to ∂L/∂W is d_t v_tᵀ. With a reference set R,
@@ -17,7 +17,6 @@ gathering, RMS scaling with an EMA (§2.10), per-rollout centring and the surrog
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -29,6 +28,7 @@ __all__ = [
     "alignment_loss",
     "select_reference",
     "all_gather_rows",
+    "world_size",
     "AlignmentScaler",
     "center_per_rollout",
     "controller_surrogate",
@@ -58,10 +58,10 @@ class SparseGrad:
         return out.scatter_add_(1, self.ids.long(), self.values)
 
 
-GradLike = Union[Tensor, SparseGrad, Tuple[Tensor, Tensor]]
+GradLike = Tensor | SparseGrad | tuple[Tensor, Tensor]
 
 
-def _as_parts(d, v, what: str) -> List[Tuple[Union[Tensor, SparseGrad], Tensor]]:
+def _as_parts(d, v, what: str) -> list[tuple[Tensor | SparseGrad, Tensor]]:
     """Normalise (d, v) into a list of (SparseGrad | dense [N, V], v [N, D]) parts."""
     if isinstance(d, list):
         if not isinstance(v, list) or len(v) != len(d):
@@ -80,7 +80,7 @@ def _as_parts(d, v, what: str) -> List[Tuple[Union[Tensor, SparseGrad], Tensor]]
     return [(d, v)]
 
 
-def _hits(block_ids: Tensor, ids: Tensor) -> Tuple[Tensor, Tensor]:
+def _hits(block_ids: Tensor, ids: Tensor) -> tuple[Tensor, Tensor]:
     """For flat ``ids``, which entries fall in the sorted ``block_ids``, and at which position."""
     pos = torch.searchsorted(block_ids, ids).clamp(max=block_ids.numel() - 1)
     hit = block_ids[pos] == ids
@@ -156,7 +156,7 @@ def alignment_scores(d_opt, v_opt, d_ref, v_ref, *, vocab_block: int = 8192,
     return torch.cat([(w * v.to(dtype)).sum(-1) for w, (_, v) in zip(w_parts, opt)])
 
 
-def alignment_loss(alpha: Tensor, scale: Union[float, Tensor]) -> Tensor:
+def alignment_loss(alpha: Tensor, scale: float | Tensor) -> Tensor:
     """κ/|O| · L_AS with L_AS = −Σ_{t∈O} α_t (§2.10); 0 when O is empty."""
     if alpha.numel() == 0:
         return alpha.sum()
@@ -164,7 +164,7 @@ def alignment_loss(alpha: Tensor, scale: Union[float, Tensor]) -> Tensor:
 
 
 def select_reference(num_sequences: int, fraction: float = 0.25,
-                     generator: Optional[torch.Generator] = None) -> Tensor:
+                     generator: torch.Generator | None = None) -> Tensor:
     """Random reference set R: ``max(1, round(fraction·N))`` of N sequences (bool mask ``[N]``)."""
     if num_sequences <= 0:
         raise ValueError(f"num_sequences must be positive, got {num_sequences}")
@@ -177,7 +177,8 @@ def select_reference(num_sequences: int, fraction: float = 0.25,
     return mask
 
 
-def _world(group) -> int:
+def world_size(group=None) -> int:
+    """Ranks in ``group`` (1 without an initialised process group)."""
     return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
 
 
@@ -186,7 +187,7 @@ def all_gather_rows(t: Tensor, group=None) -> Tensor:
 
     Identity without an initialised process group. Rows keep rank order.
     """
-    world = _world(group)
+    world = world_size(group)
     if world == 1:
         return t
     n = torch.tensor([t.shape[0]], device=t.device, dtype=torch.long)
@@ -215,16 +216,16 @@ class AlignmentScaler:
         if target <= 0 or max_scale <= 0 or eps <= 0:
             raise ValueError("target, max_scale and eps must be positive")
         self.beta, self.target, self.max_scale, self.eps = beta, target, max_scale, eps
-        self.m: Optional[float] = None
+        self.m: float | None = None
         self.updates = 0
 
     @staticmethod
-    def rms(alpha: Tensor, group=None) -> Optional[float]:
+    def rms(alpha: Tensor, group=None) -> float | None:
         """RMS of α on this rank, averaged over ranks with a non-empty O; None if all are empty."""
         a = alpha.detach().double()
         local = torch.stack([a.pow(2).mean().sqrt() if a.numel() else a.new_zeros(()),
                              a.new_tensor(float(a.numel() > 0))])
-        if _world(group) > 1:
+        if world_size(group) > 1:
             dist.all_reduce(local, group=group)
         q_sum, n = float(local[0]), float(local[1])
         return q_sum / n if n > 0 else None

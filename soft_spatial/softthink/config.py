@@ -1,4 +1,4 @@
-"""Typed settings of the method (DESIGN.md §2, §6).
+"""Typed settings of the method (docs/design.md §2, §6).
 
 The defaults are the paper's values; ``configs/`` (Hydra) sets every one of them explicitly, and
 code receives these dataclasses, never loose dicts. Each ``__post_init__`` validates and raises a
@@ -6,8 +6,9 @@ code receives these dataclasses, never loose dicts. Each ``__post_init__`` valid
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping, Optional, Tuple, Type, TypeVar
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+from collections.abc import Mapping
 
 __all__ = [
     "SoftThinkingConfig",
@@ -17,7 +18,6 @@ __all__ = [
     "AlignmentConfig",
     "KLConfig",
     "from_mapping",
-    "to_dict",
     "MODES",
 ]
 
@@ -30,7 +30,7 @@ def _check(cond: bool, cls: str, name: str, msg: str) -> None:
         raise ValueError(f"{cls}.{name}: {msg}")
 
 
-def _pair(value) -> Optional[Tuple[float, float]]:
+def _pair(value) -> tuple[float, float] | None:
     if value is None:
         return None
     lo, hi = (float(v) for v in value)
@@ -51,7 +51,7 @@ class SoftThinkingConfig:
     top_k: int = 5
     noise_scale: float = 1.0
     fixed_tau: float = 0.5
-    noise_clamp: Optional[Tuple[float, float]] = None
+    noise_clamp: tuple[float, float] | None = None
     think_end: str = "</think>"
 
     def __post_init__(self):
@@ -66,7 +66,7 @@ class SoftThinkingConfig:
                    f"needs lo < hi, got {self.noise_clamp}")
 
     @property
-    def soft(self) -> bool:
+    def is_soft(self) -> bool:
         return self.mode != "hard"
 
 
@@ -122,8 +122,8 @@ class DensityConfig:
     implementation compatibility switches: reduce='mean', clamp=(-1.5, 3), min_logp=-3."""
 
     reduce: str = "sum"
-    clamp: Optional[Tuple[float, float]] = None
-    min_logp: Optional[float] = None
+    clamp: tuple[float, float] | None = None
+    min_logp: float | None = None
 
     def __post_init__(self):
         n = type(self).__name__
@@ -182,7 +182,7 @@ class AlignmentConfig:
         _check(self.weight_decay >= 0, n, "weight_decay", f"must be >= 0, got {self.weight_decay}")
 
 
-def from_mapping(cls: Type[T], data: Optional[Mapping[str, Any]], where: str = "") -> T:
+def from_mapping(cls: type[T], data: Mapping[str, Any] | None, where: str = "") -> T:
     """Build dataclass ``cls`` from a mapping (e.g. an OmegaConf node), rejecting unknown keys.
 
     ``where`` names the config location in error messages (e.g. ``"soft_thinking"``).
@@ -194,9 +194,3 @@ def from_mapping(cls: Type[T], data: Optional[Mapping[str, Any]], where: str = "
         loc = f" at {where}" if where else ""
         raise ValueError(f"{cls.__name__}{loc}: unknown keys {unknown}; known: {sorted(known)}")
     return cls(**data)
-
-
-def to_dict(cfg) -> dict:
-    """Plain dict of a config dataclass (for logging and checkpoints)."""
-    return asdict(cfg)
-

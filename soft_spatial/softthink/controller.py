@@ -1,4 +1,4 @@
-"""AdaptSoft: the per-step mixture-temperature controller (DESIGN.md §2.4, §2.5, §2.7).
+"""AdaptSoft: the per-step mixture-temperature controller (docs/design.md §2.4, §2.5, §2.7).
 
     x = [P·LN(h) ‖ Ĥ_s]                       features, [..., d_p + 1]
     u = MLP(x) + a·Ĥ_s + b                    MLP = Linear(·, width) → GELU → Linear(width, 1)
@@ -11,7 +11,6 @@ initialisation. The features are always recorded in full (``[d_p + 1]``); the ab
 """
 from __future__ import annotations
 
-from typing import Optional
 
 import torch
 from torch import Tensor, nn
@@ -143,22 +142,59 @@ class AdaptSoft(nn.Module):
                     entropy_std=self.entropy_std, use_hidden=self.use_hidden,
                     use_entropy=self.use_entropy, seed=self.seed)
 
-    def save(self, path, extra: Optional[dict] = None) -> None:
-        """Write ``{"config", "state_dict", **extra}`` to ``path`` with torch.save."""
-        torch.save({"config": self.config_dict(), "state_dict": self.state_dict(), **(extra or {})},
-                   path)
+    def to_state(self) -> dict:
+        """``{"config", "state_dict"}`` (detached CPU copies): what checkpoints store and weight
+        sync sends; :meth:`from_state` rebuilds the controller from it."""
+        return {"config": self.config_dict(),
+                "state_dict": {k: v.detach().cpu().clone() for k, v in self.state_dict().items()}}
 
     @classmethod
-    def load(cls, path, map_location="cpu") -> "AdaptSoft":
-        """Rebuild a controller written by :meth:`save`, or the controller inside a training
-        checkpoint's ``adaptsoft.pt`` (projection included)."""
-        blob = torch.load(path, map_location=map_location, weights_only=True)
+    def from_state(cls, state: dict, into: "AdaptSoft" | None = None,
+                   default_config: dict | None = None) -> "AdaptSoft":
+        """The controller of ``state`` (``{"config", "state_dict"}`` or a bare state dict).
+
+        The weights are loaded into ``into`` (in place) when it is given and ``state`` has no
+        config or the same one; otherwise into a new controller built from the config (or
+        ``default_config`` for a bare state dict)."""
+        sd = state.get("state_dict", state)
+        cfg = state.get("config") if "state_dict" in state else None
+        if into is None or (cfg and cfg != into.config_dict()):
+            cfg = cfg or default_config
+            if not cfg:
+                raise ValueError("AdaptSoft.from_state: no controller to load into and no config "
+                                 "given")
+            into = cls(**cfg)
+        into.load_state_dict(sd)
+        return into
+
+    def save(self, path, extra: dict | None = None) -> None:
+        """Write ``{"config", "state_dict", **extra}`` to ``path`` with torch.save (atomically:
+        a temporary file renamed into place)."""
+        from soft_spatial.atomic import atomic_open
+        with atomic_open(path, "wb") as f:
+            torch.save({**self.to_state(), **(extra or {})}, f)
+
+    @staticmethod
+    def read_checkpoint(path, map_location="cpu") -> dict:
+        """``{"config", "state_dict"}`` of a file written by :meth:`save` or of a training
+        checkpoint's ``adaptsoft.pt``; an unreadable file is an error naming it."""
+        try:
+            blob = torch.load(path, map_location=map_location, weights_only=True)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"AdaptSoft checkpoint {path} does not exist") from None
+        except Exception as e:  # truncated or foreign files raise OSError, RuntimeError, ...
+            raise ValueError(f"{path}: cannot read the AdaptSoft checkpoint "
+                             f"({type(e).__name__}: {e})") from e
         if isinstance(blob, dict) and "controller_config" in blob and "controller" in blob:
             blob = {"config": blob["controller_config"], "state_dict": blob["controller"]}
         if not isinstance(blob, dict) or "config" not in blob or "state_dict" not in blob:
             raise ValueError(f"{path}: not an AdaptSoft checkpoint (expected keys 'config' and "
                              f"'state_dict', or a training checkpoint's 'controller_config' and "
                              f"'controller')")
-        ctrl = cls(**blob["config"])
-        ctrl.load_state_dict(blob["state_dict"])
-        return ctrl
+        return blob
+
+    @classmethod
+    def load(cls, path, map_location="cpu") -> "AdaptSoft":
+        """Rebuild a controller written by :meth:`save`, or the controller inside a training
+        checkpoint's ``adaptsoft.pt`` (projection included)."""
+        return cls.from_state(cls.read_checkpoint(path, map_location))

@@ -1,4 +1,4 @@
-"""KL to the frozen reference at a soft step (DESIGN.md §2.8).
+"""KL to the frozen reference at a soft step (docs/design.md §2.8).
 
 Two readings of the paper's "KL to the reference over the LVLM's next-token distributions":
 

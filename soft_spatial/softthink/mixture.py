@@ -1,6 +1,6 @@
 """Gumbel top-K soft steps: candidates, perturbation, mixture weights, soft embedding, spine.
 
-DESIGN.md §2.1–2.4. Shapes: ``[..., V]`` logits, ``[..., K]`` candidate tensors, ``[..., D]``
+docs/design.md §2.1–2.4. Shapes: ``[..., V]`` logits, ``[..., K]`` candidate tensors, ``[..., D]``
 embeddings; any leading batch shape. Everything here is pure PyTorch and computes in fp32 (fp64
 inputs stay fp64, for reference checks), whatever the model's dtype, so a rollout and its replay
 compute the same numbers.
@@ -8,7 +8,6 @@ compute the same numbers.
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -17,7 +16,6 @@ __all__ = [
     "candidates",
     "renormalise",
     "perturb",
-    "gumbel_noise",
     "mixture_weights",
     "soft_embedding",
     "spine",
@@ -35,7 +33,7 @@ def upcast(x: Tensor) -> Tensor:
     return x if x.dtype == torch.float64 else x.float()
 
 
-def candidates(logits: Tensor, k: int, temperature: float = 1.0) -> Tuple[Tensor, Tensor]:
+def candidates(logits: Tensor, k: int, temperature: float = 1.0) -> tuple[Tensor, Tensor]:
     """Top-K candidates and their renormalised log-probabilities (§2.1).
 
     C = the K ids of largest softmax(ℓ/T); log p̃_k = ℓ_k/T − logsumexp_{j∈C} ℓ_j/T.
@@ -63,17 +61,7 @@ def renormalise(scaled: Tensor) -> Tensor:
     return torch.log_softmax(upcast(scaled), dim=-1)
 
 
-def gumbel_noise(shape, *, generator: Optional[torch.Generator] = None,
-                 device=None, clamp: Optional[Tuple[float, float]] = None) -> Tensor:
-    """Standard Gumbel(0, 1) samples γ = −log E, E ~ Exp(1), in fp32 (optionally clamped)."""
-    e = torch.empty(shape, dtype=torch.float32, device=device).exponential_(generator=generator)
-    g = -torch.log(e)
-    if clamp is not None:
-        g = g.clamp(clamp[0], clamp[1])
-    return g
-
-
-def gumbel_from_uniform(u: Tensor, clamp: Optional[Tuple[float, float]] = None) -> Tensor:
+def gumbel_from_uniform(u: Tensor, clamp: tuple[float, float] | None = None) -> Tensor:
     """Standard Gumbel samples γ = −log(−log U) from uniforms U ∈ [0, 1) (kept inside (0, 1)).
 
     Lets an engine draw one block of uniforms per row and step from the row's own generator, so a
@@ -85,29 +73,24 @@ def gumbel_from_uniform(u: Tensor, clamp: Optional[Tuple[float, float]] = None) 
     return g.clamp(clamp[0], clamp[1]) if clamp is not None else g
 
 
-def perturb(logp: Tensor, noise_scale: float = 1.0, generator: Optional[torch.Generator] = None,
-            clamp: Optional[Tuple[float, float]] = None, noise: Optional[Tensor] = None) -> Tensor:
+def perturb(logp: Tensor, noise_scale: float, noise: Tensor) -> Tensor:
     """Perturbed scores z_k = log p̃_k + c·γ_k with γ_k ~ Gumbel(0, 1) i.i.d. (§2.2).
 
-    ``noise_scale`` = c ≥ 0 (0 gives z = log p̃, deterministic). ``clamp`` clips γ, and exists only
-    as the reference implementation's compatibility switch (off by default). ``noise`` supplies
-    pre-drawn standard Gumbel samples of logp's shape instead of drawing from ``generator``.
+    ``noise_scale`` = c ≥ 0 (0 gives z = log p̃, deterministic); ``noise`` holds the standard
+    Gumbel samples γ, logp's shape (:func:`gumbel_from_uniform`, which also applies the
+    reference implementation's optional clamp).
     """
     if noise_scale < 0:
         raise ValueError(f"noise_scale must be >= 0, got {noise_scale}")
     logp = upcast(logp)
     if noise_scale == 0:
         return logp.clone()
-    if noise is None:
-        g = gumbel_noise(logp.shape, generator=generator, device=logp.device, clamp=clamp)
-    else:
-        if noise.shape != logp.shape:
-            raise ValueError(f"noise shape {tuple(noise.shape)} != logp shape {tuple(logp.shape)}")
-        g = noise.clamp(clamp[0], clamp[1]) if clamp is not None else noise
-    return logp + noise_scale * g.to(logp.dtype)
+    if noise.shape != logp.shape:
+        raise ValueError(f"noise shape {tuple(noise.shape)} != logp shape {tuple(logp.shape)}")
+    return logp + noise_scale * noise.to(logp.dtype)
 
 
-def _tau_tensor(tau: Union[float, Tensor], z: Tensor) -> Tensor:
+def _tau_tensor(tau: float | Tensor, z: Tensor) -> Tensor:
     if isinstance(tau, Tensor):
         t = tau.to(device=z.device, dtype=z.dtype)
         if t.dim() == z.dim():  # already [..., 1]
@@ -118,7 +101,7 @@ def _tau_tensor(tau: Union[float, Tensor], z: Tensor) -> Tensor:
     return torch.tensor(float(tau), dtype=z.dtype, device=z.device)
 
 
-def mixture_weights(z: Tensor, tau: Union[float, Tensor]) -> Tensor:
+def mixture_weights(z: Tensor, tau: float | Tensor) -> Tensor:
     """Mixture weights w = softmax(z/τ) over the last dim, in fp32 (§2.3).
 
     ``tau`` is a float or a tensor broadcastable to z's leading shape (``[...]`` or ``[..., 1]``).
@@ -128,7 +111,7 @@ def mixture_weights(z: Tensor, tau: Union[float, Tensor]) -> Tensor:
     return torch.softmax(z / _tau_tensor(tau, z), dim=-1)
 
 
-def soft_embedding(embedding: Union[nn.Embedding, Tensor], ids: Tensor, weights: Tensor) -> Tensor:
+def soft_embedding(embedding: nn.Embedding | Tensor, ids: Tensor, weights: Tensor) -> Tensor:
     """Soft input s = Σ_k w_k E[C_k] (§2.3).
 
     Args:
@@ -159,8 +142,8 @@ def normalized_entropy(logp: Tensor) -> Tensor:
     return h.clamp(0.0, 1.0)
 
 
-def sort_by_score(z: Tensor, *tensors: Tensor) -> Tuple[Tensor, ...]:
-    """Reorder the K slots by descending z (record order, DESIGN §3: slot 0 = spine).
+def sort_by_score(z: Tensor, *tensors: Tensor) -> tuple[Tensor, ...]:
+    """Reorder the K slots by descending z (record order, docs/design.md §3: slot 0 = spine).
 
     Returns ``(z_sorted, *tensors_sorted)``; every tensor is ``[..., K]``.
     """
@@ -168,39 +151,38 @@ def sort_by_score(z: Tensor, *tensors: Tensor) -> Tuple[Tensor, ...]:
     return (z.gather(-1, order),) + tuple(t.gather(-1, order) for t in tensors)
 
 
-def soft_step(logits: Tensor, k: int, temperature: float = 1.0, noise_scale: float = 1.0,
-              generator: Optional[torch.Generator] = None,
-              clamp: Optional[Tuple[float, float]] = None,
-              noise: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
-    """One soft sampling step: candidates → perturbation → slots sorted by z.
+def soft_step(logits: Tensor, k: int, temperature: float, noise_scale: float,
+              noise: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """One soft sampling step: candidates → perturbation by ``noise`` (``[..., K]`` standard
+    Gumbel samples) → slots sorted by z.
 
     Returns ``(ids, z, logp)`` each ``[..., K]`` with slot 0 the spine. Mixture weights follow from
     ``mixture_weights(z, tau)`` once τ is known (the controller needs ``logp`` for its entropy
     feature first).
     """
     ids, logp = candidates(logits, k, temperature)
-    z = perturb(logp, noise_scale, generator=generator, clamp=clamp, noise=noise)
+    z = perturb(logp, noise_scale, noise)
     z, ids, logp = sort_by_score(z, ids, logp)
     return ids, z, logp
 
 
-def record_weights(scores: Tensor, tau: Tensor, soft: Tensor) -> Tensor:
+def record_weights(scores: Tensor, tau: Tensor, soft_mask: Tensor) -> Tensor:
     """The mixture weights ``[..., K]`` a sequence of records stands for (§2.3, §3): softmax(z/τ)
     at soft records, one-hot on slot 0 (the emitted token) at discrete records (τ ignored)."""
-    soft = soft.bool()
-    tau = torch.where(soft, upcast(tau), torch.ones_like(upcast(tau)))
+    soft_mask = soft_mask.bool()
+    tau = torch.where(soft_mask, upcast(tau), torch.ones_like(upcast(tau)))
     w = mixture_weights(scores, tau)
     one_hot = torch.zeros_like(w)
     one_hot[..., 0] = 1.0
-    return torch.where(soft.unsqueeze(-1), w, one_hot)
+    return torch.where(soft_mask.unsqueeze(-1), w, one_hot)
 
 
-def record_input_embeddings(embedding: Union[nn.Embedding, Tensor], topk_ids: Tensor,
-                            scores: Tensor, tau: Tensor, soft: Tensor) -> Tensor:
+def record_input_embeddings(embedding: nn.Embedding | Tensor, topk_ids: Tensor,
+                            scores: Tensor, tau: Tensor, soft_mask: Tensor) -> Tensor:
     """The next-step inputs a sequence of records stands for (§2.3, §3).
 
     Soft records give Σ_k softmax(z/τ)_k E[ids_k]; discrete records give E[ids_0] exactly (their τ
-    is ignored). Shapes ``[..., K]`` ids/scores, ``[...]`` tau/soft → ``[..., D]``. Used both by the
+    is ignored). Shapes ``[..., K]`` ids/scores, ``[...]`` tau/soft_mask → ``[..., D]``. Used both by the
     engines (next decode input) and at replay, so both sides compute identical weights.
     """
-    return soft_embedding(embedding, topk_ids, record_weights(scores, tau, soft))
+    return soft_embedding(embedding, topk_ids, record_weights(scores, tau, soft_mask))

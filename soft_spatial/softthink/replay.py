@@ -1,4 +1,4 @@
-"""Teacher-forced replay of soft inputs (DESIGN.md §2.7, §5).
+"""Teacher-forced replay of soft inputs (docs/design.md §2.7, §5).
 
 At update time the inputs a rollout fed back are rebuilt from its records. :func:`soft_inputs`
 installs a forward hook on the model's input-embedding module that overwrites the rows at recorded
@@ -11,7 +11,7 @@ matches ``mask``: padded ``[B, L]`` or verl's packed ``[1, nnz]``.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from collections.abc import Iterator
 
 from torch import Tensor, nn
 
@@ -22,13 +22,13 @@ __all__ = ["soft_inputs"]
 
 @contextmanager
 def soft_inputs(embedding: nn.Module, mask: Tensor, topk_ids: Tensor, scores: Tensor, tau: Tensor,
-                soft: Tensor) -> Iterator[None]:
+                soft_mask: Tensor) -> Iterator[None]:
     """Within the block, rows where ``mask`` is true take the recorded inputs.
 
     Args:
         embedding: the input-embedding module (``model.get_input_embeddings()``).
         mask: ``[...]`` bool, positions whose input comes from a record.
-        topk_ids, scores: ``[..., K]``; tau, soft: ``[...]`` (tau may require grad).
+        topk_ids, scores: ``[..., K]``; tau, soft_mask: ``[...]`` (tau may require grad).
     """
     mask = mask.bool()
 
@@ -37,7 +37,7 @@ def soft_inputs(embedding: nn.Module, mask: Tensor, topk_ids: Tensor, scores: Te
             raise RuntimeError(f"soft_inputs: embedding output {tuple(output.shape)} does not "
                                f"match the record mask {tuple(mask.shape)}")
         new = record_input_embeddings(module.weight, topk_ids[mask], scores[mask], tau[mask],
-                                      soft[mask])
+                                      soft_mask[mask])
         out = output.clone()
         out[mask] = new.to(out.dtype)
         return out

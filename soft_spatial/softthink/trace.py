@@ -1,4 +1,4 @@
-"""SoftTrace: the per-step rollout record (DESIGN.md §3).
+"""SoftTrace: the per-step rollout record (docs/design.md §3).
 
 One record per generated position, in generation order, same length as the response:
 
@@ -18,7 +18,7 @@ sends each step once (:meth:`SoftTrace.to_lists` / :meth:`SoftTrace.from_lists`)
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Dict, List, Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -41,7 +41,7 @@ class SoftTrace:
     u: Tensor  # [L]
     ctrl_x: Tensor  # [L, F]
     entropy: Tensor  # [L]
-    soft: Tensor  # [L] bool
+    soft: Tensor  # [L] bool, the soft-step mask (a record field: the name is part of the format)
 
     def __post_init__(self):
         n = self.topk_ids.shape[0]
@@ -109,13 +109,13 @@ class SoftTrace:
         return all(torch.equal(getattr(self, k), getattr(other, k)) for k in TRACE_KEYS)
 
     # -- linear transport (JSON-able, each step sent once) ------------------------------------
-    def to_lists(self) -> Dict[str, list]:
+    def to_lists(self) -> dict[str, list]:
         """Plain Python lists (per key, one entry per step), e.g. for an engine's meta_info."""
         return {k: getattr(self, k).tolist() for k in TRACE_KEYS}
 
     @classmethod
-    def from_lists(cls, data: Dict[str, list], k: Optional[int] = None,
-                   feature_dim: Optional[int] = None) -> "SoftTrace":
+    def from_lists(cls, data: dict[str, list], k: int | None = None,
+                   feature_dim: int | None = None) -> "SoftTrace":
         missing = [key for key in TRACE_KEYS if key not in data]
         if missing:
             raise KeyError(f"SoftTrace.from_lists: missing keys {missing}")
@@ -134,7 +134,7 @@ class TraceRecorder:
     """
 
     def __init__(self):
-        self._steps: Dict[str, List[Tensor]] = {key: [] for key in TRACE_KEYS}
+        self._steps: dict[str, list[Tensor]] = {key: [] for key in TRACE_KEYS}
 
     def __len__(self) -> int:
         return len(self._steps["topk_ids"])
@@ -146,7 +146,7 @@ class TraceRecorder:
         for key in TRACE_KEYS:
             self._steps[key].append(step[key].detach())
 
-    def build(self, lengths: Sequence[int], rows: Optional[Sequence[int]] = None) -> List[SoftTrace]:
+    def build(self, lengths: Sequence[int], rows: Sequence[int] | None = None) -> list[SoftTrace]:
         """One trace per row (``rows`` selects/reorders them), trace i cut to ``lengths[i]``."""
         if not len(self):
             raise ValueError("TraceRecorder.build: nothing was recorded")
@@ -156,8 +156,8 @@ class TraceRecorder:
                 for r, n in zip(rows, lengths)]
 
 
-def collate_traces(traces: Sequence[SoftTrace], length: Optional[int] = None,
-                   device=None) -> Dict[str, Tensor]:
+def collate_traces(traces: Sequence[SoftTrace], length: int | None = None,
+                   device=None) -> dict[str, Tensor]:
     """Right-pad traces into ``[B, R, ...]`` tensors aligned with verl's response positions.
 
     Step t of trace i lands at response position t. Padding is zeros (``soft=False``) and
@@ -190,7 +190,7 @@ def collate_traces(traces: Sequence[SoftTrace], length: Optional[int] = None,
     return out
 
 
-def uncollate_traces(batch: Dict[str, Tensor]) -> List[SoftTrace]:
+def uncollate_traces(batch: dict[str, Tensor]) -> list[SoftTrace]:
     """Inverse of :func:`collate_traces` (uses ``trace_mask``; real steps must be a prefix)."""
     mask = batch["trace_mask"].bool().cpu()
     lengths = mask.sum(-1)

@@ -1,6 +1,6 @@
 """``python -m soft_spatial.stats entropy [options] [train.yaml overrides ...]``
 
-Estimates μ_H and σ_H (DESIGN.md §2.4) from the initial policy: the training configuration
+Estimates μ_H and σ_H (docs/design.md §2.4) from the initial policy: the training configuration
 (``configs/train.yaml`` composed with the given Hydra overrides: model, data files, soft
 settings, rollout temperature) decides the model, the prompts and the sampler, so the estimate
 uses the same T, K and c as training. Writes ``configs/entropy/<name>.yaml`` (compose it with
@@ -18,7 +18,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from soft_spatial.train import CONFIG_DIR
 
@@ -81,7 +81,7 @@ def entropy_main(args) -> Path:
     ada = from_mapping(AdaptSoftConfig, OmegaConf.to_container(cfg.adaptsoft, resolve=True),
                        "adaptsoft")
     soft_cfg.update(mode="fixed", fixed_tau=ada.tau0)  # the untrained controller's τ exactly
-    soft = from_mapping(SoftThinkingConfig, soft_cfg, "soft_thinking")
+    soft_thinking = from_mapping(SoftThinkingConfig, soft_cfg, "soft_thinking")
     rollout = cfg.actor_rollout_ref.rollout
     top_k = int(rollout.top_k)
     sampling = SamplingConfig(temperature=float(rollout.temperature),
@@ -92,14 +92,15 @@ def entropy_main(args) -> Path:
     task_types = normalise_task_types(OmegaConf.to_container(cfg.data.task_types)
                                       if OmegaConf.is_list(cfg.data.task_types)
                                       else cfg.data.task_types)
-    model_path = Path(str(cfg.actor_rollout_ref.model.path))
-    if not model_path.exists() and cfg.model.get("build_tiny"):
-        from soft_spatial.models import build_tiny_model
-        build_tiny_model(model_path, family=cfg.model.build_tiny, vocab="qwen")
+    from soft_spatial.models.loading import resolve_model_dir
+    model_path = resolve_model_dir(str(cfg.actor_rollout_ref.model.path),
+                                   build_tiny=bool(cfg.model.get("build_tiny")),
+                                   tiny_family=cfg.model.get("tiny_family", "qwen3_vl"))
     prompts = parquet_prompts(files, args.prompts, seed=args.seed, task_types=task_types)
     settings = {"model": str(model_path), "train_files": [str(f) for f in files],
-                "task_types": task_types, "top_k": soft.top_k, "noise_scale": soft.noise_scale,
-                "temperature": sampling.temperature, "tau": soft.fixed_tau,
+                "task_types": task_types, "top_k": soft_thinking.top_k,
+                "noise_scale": soft_thinking.noise_scale,
+                "temperature": sampling.temperature, "tau": soft_thinking.fixed_tau,
                 "max_new_tokens": sampling.max_new_tokens, "samples": args.samples,
                 "seed": args.seed}
     partial, saved = work / "entropies.jsonl", work / "settings.json"
@@ -108,13 +109,13 @@ def entropy_main(args) -> Path:
         raise SystemExit(f"{work} holds entropies of other settings; remove it or pick "
                          f"another --work-dir")
     saved.write_text(json.dumps(settings, indent=2))
-    print(f"decoding {len(prompts)} prompts x {args.samples} with K={soft.top_k}, "
-          f"c={soft.noise_scale}, T={sampling.temperature}, tau={soft.fixed_tau} "
+    print(f"decoding {len(prompts)} prompts x {args.samples} with K={soft_thinking.top_k}, "
+          f"c={soft_thinking.noise_scale}, T={sampling.temperature}, tau={soft_thinking.fixed_tau} "
           f"({len(done)} done earlier)", flush=True)
     dtype = getattr(torch, str(cfg.model.get("dtype", "float32")))
     engine = LocalEngine.from_pretrained(model_path, device=args.device, dtype=dtype,
                                          max_batch_rows=args.batch_prompts * args.samples)
-    ent = soft_step_entropies(engine, prompts, soft, sampling, samples=args.samples,
+    ent = soft_step_entropies(engine, prompts, soft_thinking, sampling, samples=args.samples,
                               seed=args.seed, batch_prompts=args.batch_prompts, done=done,
                               on_prompt=lambda i, v: append_partial(partial, i, v),
                               progress=not args.no_progress)
@@ -147,7 +148,7 @@ def _histogram_png(est, path: Path) -> Path:
     return save(fig, path)
 
 
-def main(argv: Optional[Sequence[str]] = None):
+def main(argv: Sequence[str] | None = None):
     args = _parser().parse_args(argv)
     if args.command == "entropy":
         return entropy_main(args)

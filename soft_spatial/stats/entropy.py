@@ -1,4 +1,4 @@
-"""μ_H and σ_H: the standardisation of AdaptSoft's entropy feature (DESIGN.md §2.4).
+"""μ_H and σ_H: the standardisation of AdaptSoft's entropy feature (docs/design.md §2.4).
 
 The paper estimates them "once from the next-token entropies of the initial policy". Here the
 initial policy decodes N training prompts with the soft sampler exactly as the first training
@@ -20,7 +20,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -38,9 +38,9 @@ class EntropyEstimate:
     entropy_std: float
     soft_steps: int
     prompts: int
-    histogram_edges: List[float]
-    histogram_counts: List[int]
-    settings: Dict[str, object] = field(default_factory=dict)
+    histogram_edges: list[float]
+    histogram_counts: list[int]
+    settings: dict[str, object] = field(default_factory=dict)
 
 
 def _chat(row: dict, where: str) -> list:
@@ -73,7 +73,7 @@ def _chat(row: dict, where: str) -> list:
 
 
 def parquet_prompts(files: Iterable, n: int, seed: int = 0,
-                    task_types: Optional[Sequence[str]] = None) -> List[list]:
+                    task_types: Sequence[str] | None = None) -> list[list]:
     """``n`` chats drawn (seeded, without replacement) from verl training parquet ``files``
     (optionally only ``task_types``); fewer if the files hold fewer rows."""
     import pyarrow.parquet as pq
@@ -101,9 +101,9 @@ def parquet_prompts(files: Iterable, n: int, seed: int = 0,
     return [_chat(rows[j][1], rows[j][0]) for j in order]
 
 
-def soft_step_entropies(engine, prompts: Sequence, soft, sampling, samples: int = 1,
-                        seed: int = 0, batch_prompts: int = 8, done: Optional[Dict] = None,
-                        on_prompt=None, progress: bool = True) -> Dict[int, np.ndarray]:
+def soft_step_entropies(engine, prompts: Sequence, soft_thinking, sampling, samples: int = 1,
+                        seed: int = 0, batch_prompts: int = 8, done: dict | None = None,
+                        on_prompt=None, progress: bool = True) -> dict[int, np.ndarray]:
     """Ĥ at every soft step of ``samples`` soft decodes of each prompt, by prompt index.
 
     ``done`` holds prompts finished earlier (skipped, resume); ``on_prompt(i, entropies)`` is
@@ -118,9 +118,9 @@ def soft_step_entropies(engine, prompts: Sequence, soft, sampling, samples: int 
                    unit="prompt")
     for s in range(0, len(todo), batch_prompts):
         idx = todo[s:s + batch_prompts]
-        outs = engine.generate([prompts[i] for i in idx], soft=soft, sampling=sampling,
-                               n=samples, seeds=[seed + i for i in idx])
-        per: Dict[int, list] = {i: [] for i in idx}
+        outs = engine.generate([prompts[i] for i in idx], soft_thinking=soft_thinking,
+                               sampling=sampling, n=samples, seeds=[seed + i for i in idx])
+        per: dict[int, list] = {i: [] for i in idx}
         for o in outs:
             per[idx[o.prompt_index]].append(o.trace.entropy[o.trace.soft].double().numpy())
         for i in idx:
@@ -134,8 +134,8 @@ def soft_step_entropies(engine, prompts: Sequence, soft, sampling, samples: int 
     return out
 
 
-def estimate(entropies: Dict[int, np.ndarray], bins: int = 20,
-             settings: Optional[Dict[str, object]] = None) -> EntropyEstimate:
+def estimate(entropies: dict[int, np.ndarray], bins: int = 20,
+             settings: dict[str, object] | None = None) -> EntropyEstimate:
     """μ_H, σ_H (population std) and a histogram on [0, 1] over all soft steps."""
     values = np.concatenate([entropies[i] for i in sorted(entropies)]) if entropies else []
     values = np.asarray(values, dtype=np.float64)
@@ -169,7 +169,7 @@ def config_text(est: EntropyEstimate, name: str) -> str:
 
 
 # -- resumable per-prompt record ------------------------------------------------------------------
-def read_partial(path: Path) -> Dict[int, np.ndarray]:
+def read_partial(path: Path) -> dict[int, np.ndarray]:
     """Prompts finished by an earlier run (one JSON line each; a torn last line is dropped)."""
     from soft_spatial.eval.runner import read_results
 

@@ -1,2 +1,1 @@
-"""verl wiring: the CPU platform (`platform`) and the one module that touches verl internals
-(`verl_compat`)."""
+"""verl wiring: the worker, trainer and task-runner subclasses (upstream internals: `compat`)."""

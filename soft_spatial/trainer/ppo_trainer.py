@@ -1,23 +1,53 @@
-"""verl's ``RayPPOTrainer`` with soft traces (DESIGN.md §5).
+"""verl's ``RayPPOTrainer`` with soft traces (docs/design.md §5).
 
 Only three steps change: before the first log-prob pass the rollout's SoftTraces are collated into
 ``trace_*`` tensors aligned with the response positions (with the spine check), the reference pass
 also keeps the candidate log-probs with ``rollout.custom.kl.over=candidates`` (as
 ``ref_cand_logp``), and the actor update reports the rollout metrics (τ statistics, entropy,
 soft-step share, think length, never closed rate) and the rollout/replay consistency of the
-per-step likelihoods.
+per-step likelihoods. Validation generations logged to a tracker (``trainer.log_val_generations``)
+carry their τ per soft step after the text.
 """
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from soft_spatial.rollout.collate import attach_traces
+from soft_spatial.rollout.server import TRACE_FIELD
+from soft_spatial.softthink import SoftTrace
 
-from .verl_compat import ref_log_prob_outputs
+from soft_spatial.compat.verl import ref_log_prob_outputs, validation_outputs
 
-__all__ = ["SoftRayPPOTrainer"]
+__all__ = ["SoftRayPPOTrainer", "tau_note", "annotate_in_order"]
+
+
+def tau_note(trace: SoftTrace) -> str:
+    """The line appended to a logged generation: τ at each soft step, in step order."""
+    taus = trace.tau[trace.soft.bool()].tolist()
+    return f"[{len(taus)} soft steps; tau per soft step: {' '.join(f'{t:.3f}' for t in taus)}]"
+
+
+def annotate_in_order(outputs: Sequence[str], generated: Sequence[tuple[str, str]]) -> list[str]:
+    """``outputs`` (the texts verl logs, in generation order) with the note of their generated row.
+
+    ``generated`` holds (text, note) for every generated row, in order, including the padding rows
+    verl adds to each batch and drops afterwards: a row whose text is not the next output's is such
+    a row and is skipped. An output without a matching row is left as it is."""
+    out, j = [], 0
+    for text in outputs:
+        k = j
+        while k < len(generated) and generated[k][0] != text:
+            k += 1
+        if k < len(generated):
+            out.append(f"{text}\n\n{generated[k][1]}")
+            j = k + 1
+        else:
+            out.append(text)
+    return out
 
 
 class SoftRayPPOTrainer(RayPPOTrainer):
@@ -51,6 +81,24 @@ class SoftRayPPOTrainer(RayPPOTrainer):
         if kl.get("over", "likelihood") == "candidates":
             return ref_log_prob_outputs(self, batch, {"cand_logp": "ref_cand_logp"})
         return super()._compute_ref_log_prob(batch)
+
+    def _validate(self, *args, **kwargs):
+        self._val_notes: list[tuple[str, str]] = []
+
+        def keep(out):
+            raw = out.non_tensor_batch.get(TRACE_FIELD)
+            if raw is None:
+                return
+            texts = [self.tokenizer.decode(ids, skip_special_tokens=True)  # as verl decodes them
+                     for ids in out.batch["responses"]]
+            self._val_notes.extend((t, tau_note(SoftTrace.from_lists(r))) for t, r in zip(texts, raw))
+
+        with validation_outputs(self, keep):
+            return super()._validate(*args, **kwargs)
+
+    def _maybe_log_val_generations(self, inputs, outputs, scores):
+        outputs = annotate_in_order(outputs, getattr(self, "_val_notes", []))
+        super()._maybe_log_val_generations(inputs=inputs, outputs=outputs, scores=scores)
 
     def _update_actor(self, batch):
         out = super()._update_actor(batch)

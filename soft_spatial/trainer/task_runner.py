@@ -12,7 +12,7 @@ from verl.trainer.main_ppo_v0 import BaseTaskRunner
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 
-from .verl_compat import cpu_pool_manager
+from soft_spatial.compat.verl import append_file_logger, cpu_pool_manager
 
 __all__ = ["SoftTaskRunner"]
 
@@ -44,6 +44,7 @@ class SoftTaskRunner(BaseTaskRunner):
         from .ppo_trainer import SoftRayPPOTrainer
 
         print(f"SoftTaskRunner on {socket.gethostname()}, pid {os.getpid()}")
+        append_file_logger()  # metrics.jsonl keeps the steps before a resume
         OmegaConf.resolve(config)
         _, group_cls = self.add_actor_rollout_worker(config)
         self.add_critic_worker(config)

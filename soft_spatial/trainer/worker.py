@@ -1,11 +1,12 @@
-"""The hybrid actor/rollout/ref worker with AdaptSoft (DESIGN.md §5).
+"""The hybrid actor/rollout/ref worker with AdaptSoft (docs/design.md §5).
 
 :class:`SoftActorRolloutRefWorker` subclasses verl's ``ActorRolloutRefWorker`` and changes only:
 
 * on the CPU platform it opens the gloo process group itself (verl would build the invalid
   backend string ``cpu:gloo,cpu:gloo``);
-* after ``init_model`` it configures the soft engines (noise scale c, density variant), installs
-  the soft PPO loss and, in ``adaptsoft`` mode, gives the actor engine an
+* after ``init_model`` it configures the soft training engines of the actor and the ref
+  (:class:`~soft_spatial.actor.train_engine.SoftFSDPEngine`: noise scale c, density variant),
+  installs the soft PPO loss and, in ``adaptsoft`` mode, gives the actor's training engine an
   :class:`~soft_spatial.actor.adaptsoft_trainer.AdaptSoftTrainer` (controller, its AdamW, the
   alignment scaler; saved and restored with verl's checkpoints);
 * after each weight sync it also sends the controller's weights to the rollout server.
@@ -17,77 +18,86 @@ from __future__ import annotations
 
 import os
 from functools import partial
+from pathlib import Path
 
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils.device import get_device_id, get_device_name
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
-from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, AlignmentConfig, DensityConfig,
-                                    KLConfig, SoftThinkingConfig, from_mapping)
+from soft_spatial.compat.verl import loss_config
+from soft_spatial.settings import SoftSettings
+from soft_spatial.softthink import AdaptSoft
 
-__all__ = ["SoftActorRolloutRefWorker", "soft_settings"]
+__all__ = ["SoftActorRolloutRefWorker", "record_placement"]
 
 
-def soft_settings(custom) -> dict:
-    """Typed soft settings from ``rollout.custom`` (missing groups take the paper defaults)."""
-    custom = dict(custom or {})
-    return {
-        "soft": from_mapping(SoftThinkingConfig, custom.get("soft_thinking"),
-                             "rollout.custom.soft_thinking"),
-        "adaptsoft": from_mapping(AdaptSoftConfig, custom.get("adaptsoft"),
-                                  "rollout.custom.adaptsoft"),
-        "density": from_mapping(DensityConfig, custom.get("density"), "rollout.custom.density"),
-        "alignment": from_mapping(AlignmentConfig, custom.get("alignment"),
-                                  "rollout.custom.alignment"),
-        "kl": from_mapping(KLConfig, custom.get("kl"), "rollout.custom.kl"),
-    }
+def record_placement(role: str) -> dict:
+    """Log where this rank runs and, when the entry point set ``SOFT_SPATIAL_RUN_DIR`` (the run
+    directory), write it to ``<run dir>/workers/<role>-rank<R>.json`` (rank, world size, Ray node,
+    host, pid): a record of the placement that does not depend on Ray forwarding worker logs."""
+    import json
+    import socket
+
+    import ray
+
+    from soft_spatial.atomic import write_text
+
+    info = {"role": role, "rank": int(os.environ.get("RANK", 0)),
+            "world_size": int(os.environ.get("WORLD_SIZE", 1)),
+            "node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(),
+            "pid": os.getpid()}
+    print(f"soft worker rank {info['rank']}/{info['world_size']} on node {info['node_id']}",
+          flush=True)
+    run_dir = os.environ.get("SOFT_SPATIAL_RUN_DIR")
+    if run_dir:
+        path = Path(run_dir) / "workers" / f"{str(role).replace('/', '_')}-rank{info['rank']}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(path, json.dumps(info) + "\n")
+    return info
 
 
 class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
     def __init__(self, config, role: str, **kwargs):
         if get_device_name() == "cpu":
-            from .platform import init_process_group
+            from soft_spatial.platform import init_process_group
             init_process_group(rank=int(os.environ.get("RANK", 0)),
                                world_size=int(os.environ.get("WORLD_SIZE", 1)),
                                init_method=os.environ.get("DIST_INIT_METHOD", "env://"))
         super().__init__(config, role, **kwargs)
-        self.soft_cfg = soft_settings(self.config.rollout.get("custom"))
-        import ray
-        print(f"soft worker rank {os.environ.get('RANK', 0)}/{os.environ.get('WORLD_SIZE', 1)} "
-              f"on node {ray.get_runtime_context().get_node_id()}", flush=True)
+        self.soft_settings = SoftSettings.from_custom(self.config.rollout.get("custom"))
+        record_placement(role)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):
         super().init_model()
-        from soft_spatial.actor.engine import SoftFSDPEngine
+        from soft_spatial.actor.train_engine import SoftFSDPEngine
         from soft_spatial.actor.loss import check_actor_config, soft_ppo_loss
-        s = self.soft_cfg
-        noise = s["soft"].noise_scale if s["soft"].noise_scale > 0 else None
+        s = self.soft_settings
+        noise = s.soft_thinking.noise_scale if s.soft_thinking.noise_scale > 0 else None
         for worker in (self.actor, self.ref):
-            engine = getattr(worker, "engine", None)
-            if isinstance(engine, SoftFSDPEngine):
-                engine.configure_soft(noise_scale=noise, density=s["density"], kl=s["kl"])
-        if self.actor is not None and isinstance(self.actor.engine, SoftFSDPEngine):
-            if s["soft"].mode == "adaptsoft":
+            train_engine = getattr(worker, "engine", None)  # verl's training engine of the role
+            if isinstance(train_engine, SoftFSDPEngine):
+                train_engine.configure_soft(noise_scale=noise, density=s.density, kl=s.kl)
+        actor_engine = self.actor.engine if self.actor is not None else None  # verl's
+        if isinstance(actor_engine, SoftFSDPEngine):
+            if s.soft_thinking.mode == "adaptsoft":
                 from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
-                hidden = self.actor.engine.model_config.hf_config
+                hidden = actor_engine.model_config.hf_config
                 hidden = getattr(hidden, "text_config", hidden).hidden_size
-                ctrl = AdaptSoft.from_config(s["adaptsoft"], hidden)
-                self.actor.engine.configure_soft(adaptsoft=AdaptSoftTrainer(  # on the policy's device
-                    ctrl, s["alignment"], seed=s["adaptsoft"].seed, device=get_device_id()))
-            actor_config = self.loss_fn.keywords["config"]
+                ctrl = AdaptSoft.from_config(s.adaptsoft, hidden)
+                actor_engine.configure_soft(adaptsoft=AdaptSoftTrainer(  # on the policy's device
+                    ctrl, s.alignment, seed=s.adaptsoft.seed, device=get_device_id()))
+            actor_config = loss_config(self.loss_fn)
             check_actor_config(actor_config)
-            self.loss_fn = partial(soft_ppo_loss, config=actor_config, kl=s["kl"])
+            self.loss_fn = partial(soft_ppo_loss, config=actor_config, kl=s.kl)
             self.actor.set_loss_fn(self.loss_fn)
 
     def controller_state(self):
-        engine = getattr(self.actor, "engine", None)
-        trainer = getattr(engine, "adaptsoft", None)
+        actor_engine = getattr(self.actor, "engine", None)  # verl's training engine
+        trainer = getattr(actor_engine, "adaptsoft", None)
         if trainer is None:
             return None
-        ctrl = trainer.controller
-        return {"config": ctrl.config_dict(),
-                "state_dict": {k: v.detach().cpu().clone() for k, v in ctrl.state_dict().items()}}
+        return trainer.controller.to_state()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
     async def update_weights(self, global_steps: int = None, mode: str = "auto"):

@@ -23,7 +23,6 @@ import os
 import random
 import shutil
 from pathlib import Path
-from typing import Dict, List
 
 import psutil
 import torch
@@ -99,7 +98,7 @@ def running_engine(model, soft, tmp_path, controller=None, **server_args):
         assert_gone(engine.started)
 
 
-def assert_gone(procs: List[psutil.Process]) -> None:
+def assert_gone(procs: list[psutil.Process]) -> None:
     """Every process in ``procs`` has exited (zombies are reaped first)."""
     for p in procs:
         with contextlib.suppress(ChildProcessError, OSError):
@@ -109,13 +108,13 @@ def assert_gone(procs: List[psutil.Process]) -> None:
     assert not alive, f"SGLang left processes behind: {[(p.pid, p.name()) for p in alive]}"
 
 
-def stub_calls(engine) -> List[str]:
+def stub_calls(engine) -> list[str]:
     """The sgl_kernel placeholders any process of the engine called."""
     f = engine.tmp_path / "stub_calls.txt"
     return f.read_text().split() if f.exists() else []
 
 
-def batch_log(engine_or_file) -> List[dict]:
+def batch_log(engine_or_file) -> list[dict]:
     """The scheduler's batches (of a :func:`running_engine`, or from a log file)."""
     f = getattr(engine_or_file, "tmp_path", None)
     f = f / "batches.jsonl" if f is not None else Path(engine_or_file)
@@ -131,7 +130,7 @@ class WireLog:
     collection) and keeps, per request id, the list of (new output ids, record slices)."""
 
     def __init__(self, engine):
-        self.slices: Dict[str, List[tuple]] = {}
+        self.slices: dict[str, list[tuple]] = {}
         tm = engine.backend.tokenizer_manager
         handle = tm._handle_batch_output
 
@@ -151,7 +150,11 @@ class WireLog:
 
 
 FIELDS = ("scores", "tau", "u", "ctrl_x", "entropy")
-ATOL = 1e-3  # float32 rounding amplified over up to 16 soft steps in tame rows (measured <3e-4)
+# float32 rounding amplified over up to 16 soft steps in rows where the local fp32 run is tame:
+# measured up to 1.7e-3 (scores of the radix test's follow-up row, whose prompt KV comes from the
+# cache, summed in another order); a reused soft KV or a wrong noise stream moves records by
+# O(0.1-1) or changes the path
+ATOL = 3e-3
 AMPLIFICATION = 4.0  # see assert_parity
 
 
@@ -180,10 +183,11 @@ def assert_parity(got, want, ref, what=""):
     small fixed tolerance: soft steps feed each step's rounding back through the mixture inputs,
     so on this tiny random model float32 differences grow along a soft sequence, in any float32
     engine (the local float32 run drifts from its float64 run by ~1e-5 in tame rows and up to ~0.1
-    on the scores after 16 soft steps in others; SGLang's own drift, measured, up to ~3e-4 in
+    on the scores after 16 soft steps in others; SGLang's own drift, measured, up to ~1.7e-3 in
     tame rows). ``ATOL`` covers the tame rows, the drift term the others. A wrong noise stream,
-    mixture or controller input changes candidate ids or moves records by far more. The case must be well-conditioned (``want`` takes
-    ``ref``'s path exactly), or the seeds are unsuitable for an exact comparison of paths.
+    mixture or controller input changes candidate ids or moves records by far more. The case must be
+    well-conditioned (``want`` takes ``ref``'s path exactly), or the seeds are unsuitable for an
+    exact comparison of paths.
     """
     assert len(got) == len(want) == len(ref), what
     for r, (g, w, x) in enumerate(zip(got, want, ref)):
@@ -204,8 +208,8 @@ def reference(model, soft, controller=None):
     l64 = LocalEngine.from_pretrained(model, dtype=torch.float64, controller=controller)
 
     def run(prompts, sampling, **kw):
-        return (l32.generate(prompts, soft=soft, sampling=sampling, **kw),
-                l64.generate(prompts, soft=soft, sampling=sampling, **kw))
+        return (l32.generate(prompts, soft_thinking=soft, sampling=sampling, **kw),
+                l64.generate(prompts, soft_thinking=soft, sampling=sampling, **kw))
 
     run.l32, run.l64 = l32, l64
     return run

@@ -5,7 +5,7 @@ Real SGLang pieces: ``GenerateReqInput`` (normalised and split like the tokenize
 ``SamplingParams`` built from each request's sampling parameters (``custom_params`` included),
 ``Req`` objects, and ``BatchTokenIDOutput`` batches carrying each request's new output ids and
 ``customized_info`` slice every ``interval`` steps, handed to ``tm._handle_batch_output`` (which
-``compat.collect_records`` wraps). The handler keeps, like SGLang's, only the newest slice in
+``soft_spatial.compat.sglang.collect_records`` wraps). The handler keeps, like SGLang's, only the newest slice in
 ``meta_info``. The plugin's own :class:`SoftRuntime` samples every step and builds the next
 step's input embeddings, which are checked against the local engine's at every step.
 """
@@ -15,7 +15,7 @@ import asyncio
 import dataclasses
 from collections import defaultdict
 from types import SimpleNamespace
-from typing import Callable, List, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from sglang.srt.managers.io_struct import BatchTokenIDOutput
@@ -91,7 +91,7 @@ class ReplayTokenizerManager:
                 state.event.set()
 
     async def _replay(self):
-        reqs: List[Req] = [self.reqs[r] for r in self.order]
+        reqs: list[Req] = [self.reqs[r] for r in self.order]
         rt = self.runtime()
         active = list(range(len(reqs)))
         sent = [0] * len(reqs)

@@ -68,6 +68,19 @@ def test_sglang_engine_checks_its_inputs(tiny_qwen3_vl, tmp_path):
                      controller=tmp_path / "missing.pt", backend=backend)
     engine = SGLangEngine(tiny_qwen3_vl, SoftThinkingConfig(mode="fixed"), backend=backend)
     with pytest.raises(ValueError, match="server-wide"):
-        engine.generate([[1, 2]], soft=SoftThinkingConfig(mode="hard"))
+        engine.generate([[1, 2]], soft_thinking=SoftThinkingConfig(mode="hard"))
     with pytest.raises(ValueError, match="image placeholder"):
         engine.generate([[1, 2, engine.image_token_id]])
+    # an overlong prompt is refused before anything reaches SGLang, naming its index (evaluation
+    # skips and counts it, tests/test_eval.py); the default limit is the context less the budget
+    from soft_spatial.engines import PromptTooLongError
+    from soft_spatial.softthink import SamplingConfig
+    context = engine.context_length
+    assert context and engine.prompt_limit(SamplingConfig(max_new_tokens=100)) == context - 100
+    with pytest.raises(PromptTooLongError) as e:
+        engine.generate([[1, 2], [1] * (context - 99)], sampling=SamplingConfig(max_new_tokens=100))
+    assert (e.value.index, e.value.length, e.value.limit) == (1, context - 99, context - 100)
+    short = SGLangEngine(tiny_qwen3_vl, SoftThinkingConfig(mode="fixed"), backend=backend,
+                         max_prompt_length=3)
+    with pytest.raises(PromptTooLongError, match="prompt 0 is too long: 4 tokens > 3"):
+        short.generate([[1, 2, 3, 4]])

@@ -1,6 +1,6 @@
 """The SGLang plugin against SGLang 0.5.12's REAL classes, on the CPU (see conftest.py).
 
-What runs for real: ``compat.install()`` (version check, ``register_sampler_backend``,
+What runs for real: ``hooks.install()`` (version check, ``register_sampler_backend``,
 ``HookRegistry`` patches of ``TpModelWorker.forward_batch_generation`` and
 ``Qwen3LLMModel.forward``), SGLang's ``create_sampler`` building ``SoftGumbelSampler`` (real
 ``Sampler.__init__`` with a gloo TP group), its ``forward`` with a real ``LogitsProcessorOutput``
@@ -68,7 +68,7 @@ def sgl(model_dir):
 
 
 def _settings(think_end, banned=()):
-    return SGLangSoftSettings(soft=SoftThinkingConfig(mode="adaptsoft", top_k=4),
+    return SGLangSoftSettings(soft_thinking=SoftThinkingConfig(mode="adaptsoft", top_k=4),
                               adaptsoft=AdaptSoftConfig(), hidden_size=HIDDEN,
                               think_end_id=think_end, banned_ids=list(banned), seed=0)
 
@@ -82,10 +82,10 @@ def _random_controller(seed=3):
 def installed(sgl):
     """``install()`` against real sglang, once per process (hooks cannot be undone)."""
     import soft_spatial.engines.sglang as plugin
-    from soft_spatial.engines.sglang import compat
+    from soft_spatial.engines.sglang import hooks
     rt = plugin.install(_settings(sgl.think_end, banned=[sgl.vocab - 1]))
-    yield SimpleNamespace(compat=compat, rt=rt)
-    compat.set_runtime(None)
+    yield SimpleNamespace(hooks=hooks, rt=rt)
+    hooks.set_runtime(None)
 
 
 class FakeReq:
@@ -113,21 +113,21 @@ def test_install_against_real_sglang(installed):
     from sglang.srt.managers import tp_worker
     from sglang.srt.models import qwen3_vl
     from sglang.srt.plugins.hook_registry import HookRegistry
-    compat = installed.compat
+    hooks = installed.hooks
     assert sglang.__version__ == "0.5.12"
-    assert compat.SAMPLER_BACKEND == "soft_gumbel"
+    assert hooks.SAMPLER_BACKEND == "soft_gumbel"
     from sglang.srt.server_args import SAMPLING_BACKEND_CHOICES
     assert "soft_gumbel" in SAMPLING_BACKEND_CHOICES  # --sampling-backend accepts it
-    assert sgl_sampler._CUSTOM_SAMPLER_FACTORIES["soft_gumbel"] is compat.SoftGumbelSampler
+    assert sgl_sampler._CUSTOM_SAMPLER_FACTORIES["soft_gumbel"] is hooks.SoftGumbelSampler
     sampler = sgl_sampler.create_sampler("soft_gumbel")  # SGLang's own factory path
-    assert isinstance(sampler, compat.SoftGumbelSampler)
+    assert isinstance(sampler, hooks.SoftGumbelSampler)
     assert isinstance(sampler, sgl_sampler.Sampler)
     assert hasattr(tp_worker.TpModelWorker.forward_batch_generation, "__wrapped__")
     assert hasattr(qwen3_vl.Qwen3LLMModel.forward, "__wrapped__")
-    assert {compat.TP_TARGET, compat.EMBED_TARGET} <= HookRegistry._patched
+    assert {hooks.TP_TARGET, hooks.EMBED_TARGET} <= HookRegistry._patched
     # idempotent: a second install neither re-registers nor re-wraps
     fn = tp_worker.TpModelWorker.forward_batch_generation
-    assert compat.install() is installed.rt
+    assert hooks.install() is installed.rt
     assert tp_worker.TpModelWorker.forward_batch_generation is fn
     assert not hasattr(fn.__wrapped__, "__wrapped__")
 
@@ -137,7 +137,7 @@ def test_controller_weight_loader(installed):
     seen = []
     model = SimpleNamespace(load_weights=lambda w: seen.extend(n for n, _ in w))
     blob = encode_controller({"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()})
-    installed.compat.load_weights(model, [(CONTROLLER_NAME, blob), ("lm_head.weight",
+    installed.hooks.load_weights(model, [(CONTROLLER_NAME, blob), ("lm_head.weight",
                                                                      torch.zeros(2, 2))])
     assert seen == ["lm_head.weight"]
     got = installed.rt.controller.state_dict()
@@ -148,14 +148,15 @@ def test_controller_weight_loader(installed):
 def test_real_sampler_parity_with_sample_step(installed, sgl):
     """Three requests, three steps through the registered backend's real ``forward``: records and
     tokens equal ``sample_step`` on the same logits, hidden states and per-request noise. Row 1
-    emits </think> at step 0, so from step 1 on it samples discretely."""
+    emits </think> at step 0, so from step 1 on it samples discretely. At step 2 the hidden states
+    were captured for the plugin only (forced by the TP hook): the sampler drops them after use."""
     from sglang.srt.layers.logits_processor import LogitsProcessorOutput
     from sglang.srt.layers.sampler import create_sampler
     ctrl = _random_controller()
-    installed.compat.load_weights(None, [(CONTROLLER_NAME, encode_controller(
+    installed.hooks.load_weights(None, [(CONTROLLER_NAME, encode_controller(
         {"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()}))])
     rt = installed.rt
-    soft, k, v, te = rt.settings.soft, rt.settings.soft.top_k, sgl.vocab, sgl.think_end
+    soft, k, v, te = rt.settings.soft_thinking, rt.settings.soft_thinking.top_k, sgl.vocab, sgl.think_end
     banned = torch.tensor(rt.settings.banned_ids)
     sampling = SamplingConfig(temperature=1.0)
     seeds = [11, 12, 13]
@@ -170,7 +171,8 @@ def test_real_sampler_parity_with_sample_step(installed, sgl):
             logits[1, te] += 50.0  # row 1's spine emits </think> now
         hidden = torch.randn(3, HIDDEN, generator=g)
         out = LogitsProcessorOutput(next_token_logits=logits.clone(), hidden_states=hidden)
-        with batch_context(BatchContext(reqs=reqs, is_decode=t > 0)):
+        forced = t == 2  # the TP hook asked for the hidden states for the controller only
+        with batch_context(BatchContext(reqs=reqs, is_decode=t > 0, forced_capture=forced)):
             tokens = sampler(out, _sampling_info(3, v), True, [0, 0, 0], [None] * 3, None)
         u = torch.stack([torch.rand(k + 1, generator=gen) for gen in gens])
         masked = logits.index_fill(-1, banned, float("-inf"))
@@ -182,7 +184,8 @@ def test_real_sampler_parity_with_sample_step(installed, sgl):
         assert torch.equal(tokens, rec["topk_ids"][:, 0]), t
         assert out.next_token_logprobs is not None and out.next_token_logprobs.shape == (3,)
         assert torch.isfinite(out.next_token_logprobs).all()
-        assert out.hidden_states is hidden  # the model asked for them: not dropped
+        # kept where the model asked for them, dropped where only the plugin did
+        assert out.hidden_states is (None if forced else hidden)
         if t == 0:
             assert int(tokens[1]) == te
         for r, tok in zip(reqs, tokens.tolist()):
@@ -221,7 +224,7 @@ def test_tp_hook_through_real_hook_wrapper(installed, sgl):
         seen["mode"] = getattr(model_worker_batch, "capture_hidden_mode", None)
         return "result"
 
-    wrapped = _wrap_fn(body, installed.compat._tp_hook, HookType.AROUND)
+    wrapped = _wrap_fn(body, installed.hooks._tp_hook, HookType.AROUND)
     reqs = [FakeReq("a", 1, SamplingConfig())]
     for mode, cap, forced in ((ForwardMode.DECODE, CaptureHiddenMode.NULL, True),
                               (ForwardMode.EXTEND, CaptureHiddenMode.FULL, False)):
@@ -243,7 +246,7 @@ def test_real_server_args_accept_required_args(installed, sgl):
     args = ServerArgs(model_path=str(sgl.path), device="cpu", **kw)
     assert args.disable_overlap_schedule and args.disable_cuda_graph and not args.enable_mixed_chunk
     assert not args.disable_radix_cache and args.schedule_policy == "lpm"  # prefix cache kept
-    assert "soft_spatial.engines.sglang.compat.load_weights" in args.custom_weight_loader
+    assert "soft_spatial.engines.sglang.hooks.load_weights" in args.custom_weight_loader
     # SGLang forces the pytorch sampler on CPU devices (ServerArgs._handle_cpu_backends; the test
     # overlay's sglang_cpu plugin undoes it in processes where SGLang loaded its plugins): the
     # plugin must refuse such a server instead of silently decoding without soft records.
@@ -253,9 +256,9 @@ def test_real_server_args_accept_required_args(installed, sgl):
     getattr(handle, "__wrapped__", handle)(reset)  # SGLang's own method
     assert reset.sampling_backend == "pytorch"
     with pytest.raises(RuntimeError, match="sampling_backend"):
-        installed.compat.check_server_args(reset)
+        installed.hooks.check_server_args(reset)
     args.sampling_backend = "soft_gumbel"  # what a GPU server keeps
-    installed.compat.check_server_args(args)
+    installed.hooks.check_server_args(args)
     with pytest.raises(ValueError):
         required_server_args({"enable_deterministic_inference": True})
     with pytest.raises(ValueError):
@@ -290,7 +293,7 @@ def test_embed_hook_with_real_embedding_and_signature(installed, sgl):
         return input_embeds
 
     assert list(inspect.signature(body).parameters) == params  # the real signature
-    fwd = _wrap_fn(body, installed.compat._embed_hook, HookType.BEFORE)
+    fwd = _wrap_fn(body, installed.hooks._embed_hook, HookType.BEFORE)
     lm = SimpleNamespace(embed_tokens=embed)
     reqs = [FakeReq(f"e{i}", 100 + i, SamplingConfig(), slot=(4 * i + 1) % 7) for i in range(3)]
     g = torch.Generator().manual_seed(9)
@@ -332,7 +335,7 @@ def test_embed_hook_with_real_embedding_and_signature(installed, sgl):
 
 
 def test_scheduler_internals_the_plugin_relies_on():
-    """Upgrade guard for compat.protect_soft_kv / request_pool_size / _embed_hook and
+    """Upgrade guard for compat.sglang.protect_soft_kv / request_pool_size / _embed_hook and
     plugin_schedulers (the real-engine tests exercise them; this names what moved)."""
     import dataclasses
 

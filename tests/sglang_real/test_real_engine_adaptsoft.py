@@ -32,7 +32,7 @@ def controller(tmp_path_factory):
 
 
 def test_adaptsoft_parity_with_local_engine(engine, reference):
-    got = engine.generate(PROMPTS, soft=SOFT, sampling=SAMPLING, n=2, seed=7)
+    got = engine.generate(PROMPTS, soft_thinking=SOFT, sampling=SAMPLING, n=2, seed=7)
     want, ref = reference(PROMPTS, SAMPLING, n=2, seed=7)
     assert_parity(got, want, ref, "adaptsoft")
     soft_tau = [t for w in want for t, s in zip(w.trace.tau.tolist(), w.trace.soft.tolist()) if s]
@@ -44,14 +44,14 @@ def test_adaptsoft_parity_with_local_engine(engine, reference):
 
 def test_controller_update_takes_effect_on_the_next_request(engine, reference, controller):
     from soft_spatial.softthink import AdaptSoft
-    before = engine.generate(PROMPTS[:2], soft=SOFT, sampling=SAMPLING, seed=3)
+    before = engine.generate(PROMPTS[:2], soft_thinking=SOFT, sampling=SAMPLING, seed=3)
     new = trained_controller(64, seed=8)
     state = {"config": new.config_dict(), "state_dict": new.state_dict()}
     try:
         engine.set_controller(state)  # update_weights_from_tensor + the plugin's loader
         for local in (reference.l32, reference.l64):
             local.set_controller(state)
-        got = engine.generate(PROMPTS[:2], soft=SOFT, sampling=SAMPLING, seed=3)
+        got = engine.generate(PROMPTS[:2], soft_thinking=SOFT, sampling=SAMPLING, seed=3)
         assert_parity(got, *reference(PROMPTS[:2], SAMPLING, seed=3), "new controller")
         assert all(not g.trace.tau[:1].equal(b.trace.tau[:1]) for g, b in zip(got, before))
     finally:

@@ -28,7 +28,7 @@ SOFT = SoftThinkingConfig(mode="hard", top_k=4)
     SamplingConfig(temperature=0.7, top_k=20, top_p=0.9, max_new_tokens=16),
     SamplingConfig(greedy=True, max_new_tokens=16)], ids=["T0.8", "topk-topp", "greedy"])
 def test_hard_parity_with_local_engine(engine, reference, sampling):
-    got = engine.generate(PROMPTS, soft=SOFT, sampling=sampling, n=2, seed=7)
+    got = engine.generate(PROMPTS, soft_thinking=SOFT, sampling=sampling, n=2, seed=7)
     want, ref = reference(PROMPTS, sampling, n=2, seed=7)
     assert_parity(got, want, ref, "hard")
     assert not any(w.trace.soft.any() for w in want)
@@ -39,12 +39,12 @@ def test_hard_requests_keep_their_whole_kv_in_the_radix_cache(engine, reference)
     """The contrast to soft requests: a follow-up whose prompt is a finished hard request's
     prompt + output matches all of it (1 token prefilled)."""
     sampling = SamplingConfig(temperature=0.8, max_new_tokens=16)
-    (first,) = engine.generate([LONG], soft=SOFT, sampling=sampling, seed=21)
+    (first,) = engine.generate([LONG], soft_thinking=SOFT, sampling=sampling, seed=21)
     m = min(4, len(first.token_ids) - 1)
     assert m >= 2
     follow = first.prompt_ids + first.token_ids[:m]
     clear_batch_log(engine)
-    got = engine.generate([follow], soft=SOFT, sampling=sampling, seed=5)
+    got = engine.generate([follow], soft_thinking=SOFT, sampling=sampling, seed=5)
     assert_parity(got, *reference([follow], sampling, seed=5), "follow-up")
     (row,) = [r for b in batch_log(engine) if b["mode"] == "EXTEND" for r in b["rows"]]
     assert row[2] == 1
@@ -56,7 +56,7 @@ def test_policy_weight_update_takes_effect(engine, reference, think_tiny):
     the prompt cached before the update is not reused."""
     from safetensors.torch import load_file
     sampling = SamplingConfig(temperature=0.8, max_new_tokens=12)
-    before = engine.generate(PROMPTS, soft=SOFT, sampling=sampling, seed=9)  # caches prompts
+    before = engine.generate(PROMPTS, soft_thinking=SOFT, sampling=sampling, seed=9)  # caches prompts
     original = load_file(think_tiny / "model.safetensors")
     g = torch.Generator().manual_seed(0)
     names = ["model.language_model.layers.0.mlp.down_proj.weight", "lm_head.weight"]
@@ -66,7 +66,7 @@ def test_policy_weight_update_takes_effect(engine, reference, think_tiny):
         for local in (reference.l32, reference.l64):
             local.update_weights(update)
         clear_batch_log(engine)
-        got = engine.generate(PROMPTS, soft=SOFT, sampling=sampling, seed=9)
+        got = engine.generate(PROMPTS, soft_thinking=SOFT, sampling=sampling, seed=9)
         assert_parity(got, *reference(PROMPTS, sampling, seed=9), "updated")
         assert [g.token_ids for g in got] != [b.token_ids for b in before]
         prefilled = {r[0]: r[2] for b in batch_log(engine) if b["mode"] == "EXTEND"

@@ -37,12 +37,12 @@ def test_real_engine_runs_the_plugin(engine):
     assert not info["disable_radix_cache"] and info["schedule_policy"] == "lpm"
     assert info["disable_overlap_schedule"] and info["disable_cuda_graph"]
     assert info["attention_backend"] == "torch_native" and info["device"] == "cpu"
-    assert "soft_spatial.engines.sglang.compat.load_weights" in info["custom_weight_loader"]
+    assert "soft_spatial.engines.sglang.hooks.load_weights" in info["custom_weight_loader"]
 
 
 def test_fixed_soft_parity_with_local_engine(engine, reference):
     """Text and image prompts, 2 samples each: the </think> switch, eos and length stops."""
-    got = engine.generate(PROMPTS, soft=SOFT, sampling=SAMPLING, n=2, seed=7)
+    got = engine.generate(PROMPTS, soft_thinking=SOFT, sampling=SAMPLING, n=2, seed=7)
     want, ref = reference(PROMPTS, SAMPLING, n=2, seed=7)
     assert_parity(got, want, ref, "fixed")
     # the cases the comparison covers
@@ -107,7 +107,7 @@ def test_radix_cache_shares_prompts_and_never_soft_kv(engine, reference):
     engine.backend.flush_cache()
     clear_batch_log(engine)
     prompt = chat((30, 160, 40), (224, 160), "Is the green box left of the camera? A. yes B. no")
-    got = engine.generate([prompt, LONG], soft=SOFT, sampling=SAMPLING, n=4, seeds=[21, 21])
+    got = engine.generate([prompt, LONG], soft_thinking=SOFT, sampling=SAMPLING, n=4, seeds=[21, 21])
     assert_parity(got, *reference([prompt, LONG], SAMPLING, n=4, seeds=[21, 21]),
                   "shared prompt")
     prefill = defaultdict(list)  # tokens prefilled per prompt, from the scheduler's batches
@@ -125,7 +125,7 @@ def test_radix_cache_shares_prompts_and_never_soft_kv(engine, reference):
     first = next(g for g in got[4:] if g.trace.soft[:m].all() and len(g.token_ids) > m)
     follow = first.prompt_ids + first.token_ids[:m]
     clear_batch_log(engine)
-    g2 = engine.generate([follow], soft=SOFT, sampling=SAMPLING, seed=5)
+    g2 = engine.generate([follow], soft_thinking=SOFT, sampling=SAMPLING, seed=5)
     assert_parity(g2, *reference([follow], SAMPLING, seed=5), "follow-up")
     (row,) = [r for b in batch_log(engine) if b["mode"] == "EXTEND" for r in b["rows"]]
     assert row[2] == m  # prompt matched; the m spine positions were recomputed from tokens

@@ -11,8 +11,8 @@ accommodations are the test overlay's (tests/sglang_stubs/README.md): SGLang's s
 CPU tensors in SGLang's CUDA-IPC weight serialiser.
 
 With the radix cache on (the default), the 2 samples of a prompt share its prefill (checked in the
-scheduler's batch log). The server starts from dummy weights (verl's hybrid mode), so the per-step likelihoods the trainer
-recomputes agree with SGLang's only if the weight sync works: with a broken sync the replay
+scheduler's batch log). The server starts from dummy weights (verl's hybrid mode), so the per-step
+likelihoods the trainer recomputes agree with SGLang's only if the weight sync works: with a broken sync the replay
 difference was measured at ~40 (nats) on the first step; and with a learning rate of 1e-3 the
 second step checks that the first step's update reached SGLang.
 """
@@ -40,8 +40,8 @@ def test_two_training_steps_with_the_sglang_rollout(tiny_qwen3_vl_small, tmp_pat
                         "trainer.save_freq=-1", "trainer.n_gpus_per_node=1",
                         "actor_rollout_ref.actor.optim.lr=1e-3",
                         "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0")
-    log = (tmp_path / "train.log").read_text()
-    assert "SGLang http server:" in log and "SGLangSoftHttpServer" in log
+    # the rollout ran on SGLang's scheduler: its batch log (a file the run writes, not a worker log
+    # line forwarded by Ray, whose arrival depends on timing) is checked below
     assert [m["step"] for m in metrics] == [1, 2]
     for m in metrics:
         assert m["soft/spine_match_rate"] == 1.0  # records and responses agree

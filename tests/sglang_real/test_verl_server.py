@@ -9,12 +9,11 @@
   same requests: tokens, per-step likelihoods, ``extra_fields["soft_trace"]``, think flag;
 * the controller travels through ``SGLangSoftServerAdapter.update_controller`` (real
   ``UpdateWeightsFromTensorReqInput`` and serializer) and the custom weight loader;
-* the SGLang internals the server side relies on are still there (fails loudly on upgrade).
+* the SGLang internals the server side relies on: tests/sglang_real/test_compat_sglang.py.
 """
 from __future__ import annotations
 
 import asyncio
-import inspect
 import os
 from types import SimpleNamespace
 
@@ -24,7 +23,7 @@ from sglang_replay import ReplayTokenizerManager
 
 from controller_helpers import trained_controller
 from engine_spy import capture_local
-from soft_spatial.engines.sglang import compat
+from soft_spatial.engines.sglang import hooks
 from soft_spatial.engines.sglang.client import CONTROLLER_NAME, encode_controller
 from soft_spatial.engines.sglang.runtime import SoftRuntime
 from soft_spatial.engines.sglang.settings import (CONTROLLER_LOADER, ENV_VAR,
@@ -131,7 +130,7 @@ def test_verl_server_matches_local_soft_server(server_factory, tiny_qwen3_vl_sma
                                 eng.eos_ids, interval=3)
     seen = _fake_launch(monkeypatch, tm)
     asyncio.run(server.launch_server())
-    assert seen["scheduler_func"] is compat.run_scheduler_process
+    assert seen["scheduler_func"] is hooks.run_scheduler_process
     assert sgl_engine.run_scheduler_process is seen["original"]  # restored
     args = seen["args"]
     assert args["sampling_backend"] == "soft_gumbel"
@@ -141,14 +140,14 @@ def test_verl_server_matches_local_soft_server(server_factory, tiny_qwen3_vl_sma
     assert CONTROLLER_LOADER in args["custom_weight_loader"]
     # the scheduler processes' settings: what the server exported before the launch
     settings = SGLangSoftSettings.from_json(seen["env"])
-    assert settings == server.soft_settings and settings.soft.mode == mode
+    assert settings == server.soft_settings and settings.soft_thinking.mode == mode
     rt = runtime["rt"] = SoftRuntime(settings)
     if mode == "adaptsoft":  # the controller through the custom weight loader
-        compat.set_runtime(rt)
+        hooks.set_runtime(rt)
         try:
-            compat.load_weights(None, [(CONTROLLER_NAME, encode_controller(state))])
+            hooks.load_weights(None, [(CONTROLLER_NAME, encode_controller(state))])
         finally:
-            compat.set_runtime(None)
+            hooks.set_runtime(None)
 
     async def run_sglang():
         return await asyncio.gather(*(server.generate(p, dict(params), r)
@@ -202,41 +201,21 @@ def test_update_controller_reaches_the_weight_loader(monkeypatch):
     # on a GPU the blob moves to the device and SGLang's CUDA-IPC reductions apply; here it
     # stays a CPU tensor with torch's own (shared-memory) reductions
     import sglang.srt.utils.patch_torch as patch_torch
-    monkeypatch.setattr(mod, "_to_ipc_device", lambda t: t)
+    monkeypatch.setattr(mod, "to_ipc_device", lambda t: t)
     monkeypatch.setattr(patch_torch, "monkey_patch_torch_reductions", lambda: None)
     ctrl = trained_controller(64, seed=9)
     asyncio.run(adapter.update_controller({"config": ctrl.config_dict(),
                                            "state_dict": ctrl.state_dict()}))
     (req,) = sent
     assert req.load_format == CONTROLLER_LOADER and len(req.serialized_named_tensors) == 2
-    rt = SoftRuntime(SGLangSoftSettings(soft=SoftThinkingConfig(mode="adaptsoft"),
+    rt = SoftRuntime(SGLangSoftSettings(soft_thinking=SoftThinkingConfig(mode="adaptsoft"),
                                         adaptsoft=AdaptSoftConfig(), hidden_size=64,
                                         think_end_id=3))
-    compat.set_runtime(rt)
+    hooks.set_runtime(rt)
     try:  # what each TP worker does with its copy
         named = MultiprocessingSerializer.deserialize(req.serialized_named_tensors[1])
-        compat.load_weights(None, named)
+        hooks.load_weights(None, named)
     finally:
-        compat.set_runtime(None)
+        hooks.set_runtime(None)
     for k, v in ctrl.state_dict().items():
         assert torch.equal(rt.controller.state_dict()[k], v), k
-
-
-def test_server_side_internals_are_where_the_plugin_expects_them():
-    """Upgrade guard: the SGLang/verl internals the server side wraps."""
-    import sglang.srt.entrypoints.engine as sgl_engine
-    from sglang.srt.entrypoints.http_server import Engine
-    from sglang.srt.managers.tokenizer_manager import TokenizerManager
-    from verl.workers.rollout.sglang_rollout.async_sglang_server import SGLangHttpServer
-    assert callable(sgl_engine.run_scheduler_process)
-    assert "run_scheduler_process_func" in vars(Engine) or hasattr(Engine,
-                                                                   "run_scheduler_process_func")
-    assert "self._handle_batch_output(recv_obj)" in inspect.getsource(TokenizerManager.handle_loop)
-    src = inspect.getsource(SGLangHttpServer.launch_server)
-    assert "run_scheduler_process_func=sglang.srt.entrypoints.engine.run_scheduler_process" in src
-    from verl.workers.rollout.sglang_rollout import sglang_rollout
-    for name in ("_init_server_adapter", "_is_server_tp_leader"):
-        assert callable(getattr(sglang_rollout.ServerAdapter, name, None)), name
-    assert callable(sglang_rollout._to_ipc_device)
-    gen = inspect.signature(SGLangHttpServer.generate).parameters
-    assert list(gen)[:5] == ["self", "prompt_ids", "sampling_params", "request_id", "image_data"]

@@ -11,7 +11,7 @@ import importlib.machinery
 import os
 import sys
 import types
-from typing import Callable, Optional, Type
+from collections.abc import Callable
 
 CALLS_ENV = "SOFT_SPATIAL_STUB_CALLS"  # file that records every call of a placeholder
 
@@ -59,8 +59,8 @@ class SubmoduleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Makes every ``<package>.<anything>`` importable as a ``module_cls`` instance;
     ``on_exec(module)`` may add real attributes."""
 
-    def __init__(self, package: str, module_cls: Type[types.ModuleType],
-                 on_exec: Optional[Callable[[types.ModuleType], None]] = None):
+    def __init__(self, package: str, module_cls: type[types.ModuleType],
+                 on_exec: Callable[[types.ModuleType], None] | None = None):
         self.package, self.module_cls, self.on_exec = package, module_cls, on_exec
 
     def find_spec(self, fullname, path=None, target=None):

@@ -1,4 +1,4 @@
-"""SGLang 0.5.12 soft-rollout plugin (DESIGN §1–3 inside SGLang's scheduler processes).
+"""SGLang 0.5.12 soft-rollout plugin (docs/design.md §1–3 inside SGLang's scheduler processes).
 
 Importing this package never imports sglang. The pieces:
 
@@ -10,23 +10,23 @@ Importing this package never imports sglang. The pieces:
   input mixture Σ w_k E[ids_k] and the per-step records returned through ``customized_info``;
 * :mod:`.client` — the verl-server side: per-request parameters, accumulation of the records
   across streamed chunks, the controller's wire format;
-* :mod:`.compat` — the only module that touches SGLang internals (version-checked): the
+* :mod:`.hooks` — the plugin inside SGLang (version-checked; the SGLang internals it needs are
+  functions of :mod:`soft_spatial.compat.sglang`): the
   ``soft_gumbel`` sampler backend, the two hooks, the controller weight loader, the
   ``run_scheduler_process`` wrapper, the scheduler launch seams and the record collection on the
   tokenizer-manager side. Importing it without sglang raises a clear ImportError;
 * :mod:`.engine` — :class:`~.engine.SGLangEngine`, the local engine's ``generate`` on SGLang's
   offline engine (``python -m soft_spatial.eval engine=sglang``).
 """
-from .settings import SGLangSoftSettings, required_server_args
+from soft_spatial.compat.sglang import SUPPORTED_SGLANG
+
+from .settings import SAMPLER_BACKEND, SGLangSoftSettings, required_server_args
 
 __all__ = ["SGLangSoftSettings", "required_server_args", "install", "SAMPLER_BACKEND",
            "SUPPORTED_SGLANG"]
 
-SAMPLER_BACKEND = "soft_gumbel"
-SUPPORTED_SGLANG = "0.5.12"
-
 
 def install(settings=None):
     """Register the sampler backend and hooks in this (scheduler) process. Needs sglang."""
-    from . import compat
-    return compat.install(settings)
+    from . import hooks
+    return hooks.install(settings)

@@ -1,7 +1,7 @@
 """verl-server side of the SGLang soft backend (no sglang import).
 
 * :func:`request_params` — what each request carries in ``sampling_params.custom_params``: its
-  noise seed (``row_seed(request_seed(base, request_id), 0)``, exactly the local_soft server's
+  noise seed (``settings.request_row_seed(base, request_id)``, exactly the local_soft server's
   seed for that request) and the sampling settings of discrete steps;
 * :class:`TraceAccumulator` — SGLang streams ``customized_info`` in slices (non-streaming requests
   are flushed every ``SGLANG_FORCE_STREAM_INTERVAL`` tokens and the tokenizer manager keeps only
@@ -15,15 +15,16 @@ import asyncio
 import contextlib
 import io
 import threading
-from typing import Any, Awaitable, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import Any
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 import torch
 
 from soft_spatial.softthink import SamplingConfig
 from soft_spatial.softthink.trace import TRACE_KEYS
 
-__all__ = ["PARAM_KEY", "collapse_image_pads", "PromptPrefill", "PREFILL_ONLY", "INFO_PREFIX", "INFO_KEYS", "info_key", "request_params",
-           "sampling_config", "TraceAccumulator", "split_records", "encode_controller",
+__all__ = ["PARAM_KEY", "collapse_image_pads", "PromptPrefill", "PREFILL_ONLY", "INFO_PREFIX", "INFO_KEYS",
+           "info_key", "request_params", "TraceAccumulator", "split_records", "encode_controller",
            "decode_controller", "CONTROLLER_NAME"]
 
 PARAM_KEY = "soft_spatial"  # custom_params[PARAM_KEY] = request_params(...)
@@ -36,19 +37,7 @@ def info_key(key: str) -> str:
     return INFO_PREFIX + key
 
 
-def sampling_config(params: Dict[str, Any], response_length: int) -> SamplingConfig:
-    """verl sampling params → the discrete-step settings, for both soft rollout servers
-    (local_soft and sglang_soft): temperature 0 means greedy, top_k ≤ 0 or -1 means off."""
-    max_new = params.get("max_new_tokens", params.get("max_tokens", response_length))
-    max_new = max(1, min(int(max_new), response_length))
-    temperature = float(params.get("temperature", 1.0))
-    top_k = int(params.get("top_k", -1) or -1)
-    return SamplingConfig(temperature=max(temperature, 1e-5), max_new_tokens=max_new,
-                          top_k=max(0, top_k), top_p=float(params.get("top_p", 1.0) or 1.0),
-                          greedy=temperature == 0)
-
-
-def collapse_image_pads(ids: Sequence[int], image_token_id: Optional[int]) -> List[int]:
+def collapse_image_pads(ids: Sequence[int], image_token_id: int | None) -> list[int]:
     """Prompt ids with each run of image placeholders reduced to one placeholder.
 
     The local engine (and verl's agent loop) render prompts with the placeholders already
@@ -61,7 +50,7 @@ def collapse_image_pads(ids: Sequence[int], image_token_id: Optional[int]) -> Li
     """
     if image_token_id is None:
         return list(ids)
-    out: List[int] = []
+    out: list[int] = []
     for t in ids:
         if t == image_token_id and out and out[-1] == image_token_id:
             continue
@@ -84,7 +73,7 @@ class PromptPrefill:
     """
 
     def __init__(self):
-        self._entries: Dict[Hashable, list] = {}
+        self._entries: dict[Hashable, list] = {}
 
     @contextlib.asynccontextmanager
     async def prefilled(self, key: Hashable, prefill: Callable[[], Awaitable[Any]]):
@@ -104,7 +93,7 @@ class PromptPrefill:
         return len(self._entries)
 
 
-def request_params(seed: int, sampling: SamplingConfig) -> Dict[str, Any]:
+def request_params(seed: int, sampling: SamplingConfig) -> dict[str, Any]:
     """The per-request soft parameters (JSON-able) the scheduler-side runtime reads."""
     return {"seed": int(seed), "temperature": sampling.temperature, "top_k": sampling.top_k,
             "top_p": sampling.top_p, "greedy": sampling.greedy}
@@ -114,10 +103,10 @@ class TraceAccumulator:
     """Per-request concatenation of the streamed ``customized_info`` slices (thread-safe)."""
 
     def __init__(self):
-        self._acc: Dict[str, Dict[str, list]] = {}
+        self._acc: dict[str, dict[str, list]] = {}
         self._lock = threading.Lock()
 
-    def feed(self, rids: Sequence[str], customized_info: Optional[Dict[str, List[Any]]]) -> None:
+    def feed(self, rids: Sequence[str], customized_info: dict[str, list[Any]] | None) -> None:
         """One batch output: ``customized_info[key][i]`` is the list of new per-step values of
         request ``rids[i]`` (SGLang's ``BatchTokenIDOutput``/``BatchStrOutput`` layout)."""
         if not customized_info:
@@ -137,7 +126,7 @@ class TraceAccumulator:
             acc = self._acc.get(rid)
             return len(next(iter(acc.values()))) if acc else 0
 
-    def pop(self, rid: str) -> Optional[Dict[str, list]]:
+    def pop(self, rid: str) -> dict[str, list] | None:
         with self._lock:
             return self._acc.pop(rid, None)
 
@@ -145,8 +134,8 @@ class TraceAccumulator:
         return len(self._acc)
 
 
-def split_records(acc: Optional[Dict[str, list]], n_tokens: int
-                  ) -> Tuple[Dict[str, list], List[float]]:
+def split_records(acc: dict[str, list] | None, n_tokens: int
+                  ) -> tuple[dict[str, list], list[float]]:
     """Accumulated info → (``SoftTrace.to_lists()``-format dict, per-step log-likelihoods).
     The number of records must equal the number of emitted tokens."""
     if acc is None:
@@ -164,7 +153,7 @@ def split_records(acc: Optional[Dict[str, list]], n_tokens: int
     return trace, [float(x) for x in acc[info_key("loglik")]]
 
 
-def encode_controller(state: Dict[str, Any]) -> torch.Tensor:
+def encode_controller(state: dict[str, Any]) -> torch.Tensor:
     """AdaptSoft ``{"config", "state_dict"}`` → one uint8 tensor (travels like a weight)."""
     buf = io.BytesIO()
     torch.save({"config": state.get("config"),
@@ -172,6 +161,6 @@ def encode_controller(state: Dict[str, Any]) -> torch.Tensor:
     return torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
 
 
-def decode_controller(blob: torch.Tensor) -> Dict[str, Any]:
+def decode_controller(blob: torch.Tensor) -> dict[str, Any]:
     data = bytes(blob.detach().to("cpu", torch.uint8).numpy().tobytes())
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)

@@ -1,7 +1,7 @@
 """Scheduler-side soft decoding for SGLang, with no sglang import (runs on CPU with fakes).
 
 One :class:`SoftRuntime` lives in each scheduler (TP worker) process. SGLang calls it twice per
-step through the hooks of :mod:`.compat`:
+step through the hooks of :mod:`.hooks`:
 
 * :meth:`SoftRuntime.sample` from the ``soft_gumbel`` sampler, with the batch's ``Req`` objects
   (from :func:`current_batch`, set around ``TpModelWorker.forward_batch_generation``), the logits
@@ -27,22 +27,22 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import astuple, dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
 
-from soft_spatial.engines.local import row_seed
 from soft_spatial.engines.step import sample_step
+from soft_spatial.settings import request_row_seed
 from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig, record_weights,
                                     soft_embedding)
-from soft_spatial.softthink.trace import TRACE_KEYS
 
 from .client import INFO_KEYS, PARAM_KEY, info_key
 from .settings import SGLangSoftSettings
 
 __all__ = ["SoftRuntime", "RequestState", "BatchContext", "batch_context", "current_batch",
-           "SoftStateError", "STATE_ATTR", "request_seed_for", "DecodeInputBuffers"]
+           "SoftStateError", "STATE_ATTR", "DecodeInputBuffers"]
 
 STATE_ATTR = "_soft_spatial_state"
 TOP_K_ALL = 1 << 30  # SGLang's "top-k off" value
@@ -59,9 +59,9 @@ class BatchContext:
 
     reqs: Sequence[Any]  # SGLang Req objects, in batch-row order
     is_decode: bool
-    extend_seq_lens: Optional[Sequence[int]] = None  # per row, extend batches only
+    extend_seq_lens: Sequence[int] | None = None  # per row, extend batches only
     forced_capture: bool = False  # hidden states were captured for us only
-    pool_size: Optional[int] = None  # slots of SGLang's request pool (size of the input buffers)
+    pool_size: int | None = None  # slots of SGLang's request pool (size of the input buffers)
 
 
 _local = threading.local()
@@ -77,15 +77,9 @@ def batch_context(ctx: BatchContext):
         _local.ctx = prev
 
 
-def current_batch() -> Optional[BatchContext]:
+def current_batch() -> BatchContext | None:
     return getattr(_local, "ctx", None)
 
-
-def request_seed_for(base: int, rid: str) -> int:
-    """Fallback seed of a request that carries no soft parameters (e.g. sent over SGLang's own
-    HTTP API): the local_soft server's seed for the same request id and base seed."""
-    from soft_spatial.rollout.server import request_seed
-    return row_seed(request_seed(base, rid), 0)
 
 
 class RequestState:
@@ -111,7 +105,7 @@ class RequestState:
             self.draw(n)
 
 
-def _sampling_from_req(req, params: Optional[Dict[str, Any]]) -> SamplingConfig:
+def _sampling_from_req(req, params: dict[str, Any] | None) -> SamplingConfig:
     if params is not None:
         return SamplingConfig(temperature=float(params["temperature"]), max_new_tokens=1,
                               top_k=int(params["top_k"]), top_p=float(params["top_p"]),
@@ -162,39 +156,31 @@ class SoftRuntime:
 
     def __init__(self, settings: SGLangSoftSettings):
         self.settings = settings
-        self.controller: Optional[AdaptSoft] = None
-        if settings.soft.mode == "adaptsoft":
+        self.controller: AdaptSoft | None = None
+        if settings.soft_thinking.mode == "adaptsoft":
             self.controller = AdaptSoft.from_config(settings.adaptsoft,
                                                     settings.hidden_size).float().eval()
         if settings.controller_path:
             ctrl = AdaptSoft.load(settings.controller_path)
-            self.set_controller({"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()})
-        self._banned: Dict[Any, Tensor] = {}
-        self._buffers: Dict[str, DecodeInputBuffers] = {}
+            self.set_controller(ctrl.to_state())
+        self._banned: dict[Any, Tensor] = {}
+        self._buffers: dict[str, DecodeInputBuffers] = {}
 
     # -- controller ---------------------------------------------------------------------------
     @property
     def feature_dim(self) -> int:
         return self.controller.feature_dim if self.controller else AdaptSoftConfig().proj_dim + 1
 
-    def set_controller(self, state: Dict[str, Any]) -> None:
+    def set_controller(self, state: dict[str, Any]) -> None:
         """AdaptSoft weights ``{"config", "state_dict"}`` (or a bare state dict) from training."""
-        sd = state.get("state_dict", state)
-        cfg = state.get("config")
-        if self.controller is None or (cfg and cfg != self.controller.config_dict()):
-            if not cfg:
-                raise ValueError("set_controller: no controller installed and no config given")
-            ctrl = AdaptSoft(**cfg)
-        else:
-            ctrl = self.controller
+        ctrl = AdaptSoft.from_state(state, into=self.controller)
         if ctrl.hidden_size != self.settings.hidden_size:
             raise ValueError(f"AdaptSoft hidden size {ctrl.hidden_size} != policy hidden size "
                              f"{self.settings.hidden_size}")
         dev = next(iter(self.controller.parameters())).device if self.controller else "cpu"
-        ctrl.load_state_dict({k: v for k, v in sd.items()})
         self.controller = ctrl.to(dev).float().eval()
 
-    def _controller_on(self, device) -> Optional[AdaptSoft]:
+    def _controller_on(self, device) -> AdaptSoft | None:
         c = self.controller
         if c is not None and next(iter(c.parameters())).device != torch.device(device):
             self.controller = c = c.to(device)
@@ -206,8 +192,9 @@ class SoftRuntime:
         if st is None:
             custom = getattr(req.sampling_params, "custom_params", None) or {}
             params = custom.get(PARAM_KEY) if isinstance(custom, dict) else None
-            seed = params["seed"] if params else request_seed_for(self.settings.seed, req.rid)
-            st = RequestState(seed, _sampling_from_req(req, params), self.settings.soft.soft)
+            seed = params["seed"] if params else request_row_seed(self.settings.seed, req.rid)
+            st = RequestState(seed, _sampling_from_req(req, params),
+                              self.settings.soft_thinking.is_soft)
             setattr(req, STATE_ATTR, st)
         return st
 
@@ -224,7 +211,7 @@ class SoftRuntime:
         st.rewind(t, k1)
 
     # -- sampling -----------------------------------------------------------------------------
-    def _banned_ids(self, device) -> Optional[Tensor]:
+    def _banned_ids(self, device) -> Tensor | None:
         if not self.settings.banned_ids:
             return None
         key = str(device)
@@ -233,7 +220,7 @@ class SoftRuntime:
                                              device=device)
         return self._banned[key]
 
-    def buffers(self, device, pool_size: Optional[int] = None,
+    def buffers(self, device, pool_size: int | None = None,
                 min_size: int = 0) -> DecodeInputBuffers:
         """The decode-input buffers on ``device``: ``pool_size`` slots when SGLang reports its
         pool size (allocated once), else grown to hold ``min_size`` slots (tests, fakes)."""
@@ -241,8 +228,8 @@ class SoftRuntime:
         buf = self._buffers.get(key)
         want = int(pool_size) if pool_size else max(min_size, 1)
         if buf is None or buf.size < min_size:
-            old, buf = buf, DecodeInputBuffers(max(want, min_size), self.settings.soft.top_k,
-                                               device)
+            k = self.settings.soft_thinking.top_k
+            old, buf = buf, DecodeInputBuffers(max(want, min_size), k, device)
             if old is not None:  # grown (no pool size known): keep what was written
                 buf.write(torch.arange(old.size, device=device), old.ids, old.weights)
                 buf.written[: old.size] = old.written
@@ -250,8 +237,8 @@ class SoftRuntime:
         return buf
 
     @torch.no_grad()
-    def sample(self, reqs: Sequence[Any], logits: Tensor, hidden: Optional[Tensor],
-               pool_size: Optional[int] = None) -> Tuple[Tensor, Dict[str, list]]:
+    def sample(self, reqs: Sequence[Any], logits: Tensor, hidden: Tensor | None,
+               pool_size: int | None = None) -> tuple[Tensor, dict[str, list]]:
         """One step for the batch rows ``reqs`` (logits ``[B, V]``, hidden ``[B, D]``).
 
         Returns the emitted tokens ``[B]`` (the spine at soft steps) and ``customized_info``:
@@ -260,15 +247,16 @@ class SoftRuntime:
         both); their state is untouched. In the soft modes each live row's next input is written
         to :meth:`buffers` (``pool_size``: SGLang's request-pool size) at ``req.req_pool_idx``.
         """
-        soft, k = self.settings.soft, self.settings.soft.top_k
+        soft_thinking = self.settings.soft_thinking
+        k = soft_thinking.top_k
         b, dev = logits.shape[0], logits.device
         if len(reqs) != b:
             raise ValueError(f"soft sampler: {len(reqs)} requests for {b} logit rows")
         banned = self._banned_ids(dev)
         if banned is not None:
             logits = logits.index_fill(-1, banned, float("-inf"))
-        live: List[int] = []
-        states: Dict[int, RequestState] = {}
+        live: list[int] = []
+        states: dict[int, RequestState] = {}
         u = torch.zeros(b, k + 1)
         thinking = torch.zeros(b, dtype=torch.bool)
         for i, req in enumerate(reqs):
@@ -291,18 +279,18 @@ class SoftRuntime:
         chunked = [i for i in range(b) if i not in states]
         if chunked:
             full["topk_ids"][chunked, 0] = logits[chunked].argmax(-1)
-        groups: Dict[tuple, List[int]] = {}
+        groups: dict[tuple, list[int]] = {}
         for i in live:
             groups.setdefault(astuple(states[i].sampling), []).append(i)
         controller = self._controller_on(dev)
         for rows in groups.values():
             idx = torch.tensor(rows, device=dev)
             h = hidden[idx] if hidden is not None else None
-            if h is None and soft.mode == "adaptsoft" and bool(thinking[idx].any()):
+            if h is None and soft_thinking.mode == "adaptsoft" and bool(thinking[idx].any()):
                 raise RuntimeError("soft sampler: AdaptSoft needs the last hidden states")
             if h is None:
                 h = torch.zeros(len(rows), self.settings.hidden_size, device=dev)
-            rec = sample_step(logits[idx], h, u[idx], thinking[idx], soft,
+            rec = sample_step(logits[idx], h, u[idx], thinking[idx], soft_thinking,
                               states[rows[0]].sampling, controller, fdim)
             for key in full:
                 full[key][idx] = rec[key].to(full[key].dtype)
@@ -315,7 +303,7 @@ class SoftRuntime:
             st.had_soft |= bool(soft_list[i])
             if think_end is not None and st.thinking and tok_list[i] == think_end:
                 st.thinking = False  # the </think> step itself was soft
-        if soft.soft and live:
+        if soft_thinking.is_soft and live:
             idx = torch.tensor(live, device=dev)
             slots = torch.tensor([int(reqs[i].req_pool_idx) for i in live], device=dev)
             buf = self.buffers(dev, pool_size, int(slots.max()) + 1)
@@ -328,12 +316,12 @@ class SoftRuntime:
     # -- decode inputs ------------------------------------------------------------------------
     @torch.no_grad()
     def decode_inputs(self, slots: Tensor, embed: Callable[[Tensor], Tensor],
-                      input_embeds: Tensor, check: bool = True) -> Optional[Tensor]:
+                      input_embeds: Tensor, check: bool = True) -> Tensor | None:
         """Decode-step input embeddings ``[B, D]`` of the rows in request-pool ``slots [B]``, or
         None in hard mode (plain token embeddings). ``embed`` maps ids ``[N]`` to full embedding
         rows ``[N, D]`` (SGLang's embedding module, which all-reduces its vocabulary shards).
         ``check`` (no CUDA graph) refuses rows the sampler never wrote."""
-        if not self.settings.soft.soft:
+        if not self.settings.soft_thinking.is_soft:
             return None
         if slots.shape[0] != input_embeds.shape[0]:
             raise ValueError(f"soft decode: {slots.shape[0]} request slots for "
@@ -346,7 +334,7 @@ class SoftRuntime:
         return buf.mixture(slots, embed).to(input_embeds.dtype)
 
 
-def last_hidden(hidden: Optional[Tensor], ctx: BatchContext, rows: int) -> Optional[Tensor]:
+def last_hidden(hidden: Tensor | None, ctx: BatchContext, rows: int) -> Tensor | None:
     """The last position's hidden state per row: SGLang returns ``[rows, D]`` with
     CaptureHiddenMode.LAST, every extend position with FULL (then take each row's last)."""
     if hidden is None or hidden.shape[0] == rows:
@@ -359,4 +347,3 @@ def last_hidden(hidden: Optional[Tensor], ctx: BatchContext, rows: int) -> Optio
 
 
 __all__.append("last_hidden")
-_ = TRACE_KEYS  # records follow SoftTrace's keys (plus loglik)

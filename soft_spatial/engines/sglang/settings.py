@@ -3,46 +3,49 @@
 The verl server actor builds :class:`SGLangSoftSettings` from ``rollout.custom`` and the model,
 stores it as JSON in the environment variable :data:`ENV_VAR` before SGLang spawns its scheduler
 processes (they inherit the environment), and every scheduler process reads it back in
-:func:`soft_spatial.engines.sglang.compat.install`. No sglang import here.
+:func:`soft_spatial.engines.sglang.hooks.install`. No sglang import here.
 """
 from __future__ import annotations
 
 import json
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from soft_spatial.softthink import AdaptSoftConfig, SoftThinkingConfig, from_mapping
 
-__all__ = ["SGLangSoftSettings", "ENV_VAR", "required_server_args", "CONTROLLER_LOADER"]
+__all__ = ["SGLangSoftSettings", "ENV_VAR", "required_server_args", "CONTROLLER_LOADER",
+           "SAMPLER_BACKEND"]
 
 ENV_VAR = "SOFT_SPATIAL_SGLANG_SETTINGS"
-CONTROLLER_LOADER = "soft_spatial.engines.sglang.compat.load_weights"
+CONTROLLER_LOADER = "soft_spatial.engines.sglang.hooks.load_weights"
+SAMPLER_BACKEND = "soft_gumbel"  # the sampling backend hooks.install registers
 
 
 @dataclass
 class SGLangSoftSettings:
     """What every scheduler process needs to decode softly.
 
-    think_end_id: id of ``soft.think_end`` (None in hard mode); banned_ids: ids never sampled
-    (:func:`soft_spatial.models.tokens.unusable_token_ids`, as the local engine masks them);
+    think_end_id: id of ``soft_thinking.think_end`` (None in hard mode); banned_ids: ids never
+    sampled (:func:`soft_spatial.models.tokens.unusable_token_ids`, as the local engine masks them);
     hidden_size: the policy's final hidden size (AdaptSoft's input); seed: the base seed of the
     per-request noise (``rollout.custom.seed``); controller_path: an AdaptSoft checkpoint every
     scheduler process loads at start (evaluation; training sends the weights through the custom
     weight loader instead).
     """
 
-    soft: SoftThinkingConfig
+    soft_thinking: SoftThinkingConfig
     adaptsoft: AdaptSoftConfig
     hidden_size: int
-    think_end_id: Optional[int] = None
-    banned_ids: List[int] = field(default_factory=list)
+    think_end_id: int | None = None
+    banned_ids: list[int] = field(default_factory=list)
     seed: int = 0
-    controller_path: Optional[str] = None
+    controller_path: str | None = None
 
     def __post_init__(self):
-        if self.soft.soft and self.think_end_id is None:
-            raise ValueError(f"SGLangSoftSettings: mode {self.soft.mode!r} needs think_end_id")
+        if self.soft_thinking.is_soft and self.think_end_id is None:
+            raise ValueError(f"SGLangSoftSettings: mode {self.soft_thinking.mode!r} needs "
+                             f"think_end_id")
         if self.hidden_size <= 0:
             raise ValueError(f"SGLangSoftSettings.hidden_size must be > 0, got {self.hidden_size}")
 
@@ -53,7 +56,8 @@ class SGLangSoftSettings:
     @classmethod
     def from_json(cls, text: str) -> "SGLangSoftSettings":
         d = json.loads(text)
-        return cls(soft=from_mapping(SoftThinkingConfig, d.pop("soft"), "soft"),
+        return cls(soft_thinking=from_mapping(SoftThinkingConfig, d.pop("soft_thinking"),
+                                              "soft_thinking"),
                    adaptsoft=from_mapping(AdaptSoftConfig, d.pop("adaptsoft"), "adaptsoft"), **d)
 
     def export(self) -> None:
@@ -70,9 +74,9 @@ class SGLangSoftSettings:
         return cls.from_json(text)
 
 
-# Server arguments soft decoding needs (see the module docstring of compat.py for why). The
+# Server arguments soft decoding needs (see the module docstring of hooks.py for why). The
 # radix cache stays on: soft requests share their prompt's KV, and their KV from the first soft
-# input on is never inserted (compat.protect_soft_kv).
+# input on is never inserted (soft_spatial.compat.sglang.protect_soft_kv).
 _REQUIRED = {
     "disable_overlap_schedule": True,  # step t's mixture must exist before batch t+1 runs
     "disable_cuda_graph": True,  # the decode-embedding hook runs inside the model forward
@@ -80,13 +84,12 @@ _REQUIRED = {
 }
 
 
-def required_server_args(engine_kwargs: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+def required_server_args(engine_kwargs: dict[str, Any] | None) -> dict[str, Any]:
     """``rollout.engine_kwargs.sglang`` with what the soft backend needs set.
 
     Sets ``sampling_backend`` and the custom weight loader (controller sync), and the three flags
     above; a user value that contradicts one of them raises instead of being overridden silently.
     """
-    from . import SAMPLER_BACKEND
     out = dict(engine_kwargs or {})
     for key, value in _REQUIRED.items():
         if key in out and out[key] is not None and bool(out[key]) != value:

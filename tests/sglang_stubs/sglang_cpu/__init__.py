@@ -12,11 +12,13 @@ PYTHONPATH. It never touches what soft_spatial's plugin hooks.
 * **Accommodation** — SGLang's weight sync serialises tensors with its CUDA-IPC reducer
   (``utils.patch_torch._reduce_tensor_modified``, installed by ``monkey_patch_torch_reductions``
   in verl's training workers and in the plugin's controller update), which reads a CUDA device
-  index that a CPU tensor's reduction does not have (``IndexError``). CPU tensors go through
-  torch's own reducer instead, with the ``file_system`` sharing strategy: the storage travels as
-  a shared-memory file name that any process on the machine can open (the default file
-  descriptor strategy needs a connection to the sending process, which an SGLang scheduler
-  reached over HTTP and ZMQ does not have). Applied when that module is imported
+  index that a CPU tensor's reduction does not have (``IndexError``). CPU tensors travel by
+  value instead (``torch.save`` bytes; the test models are tiny). Not torch's shared memory: the
+  default file-descriptor strategy needs a connection to the sending process, which an SGLang
+  scheduler reached over HTTP and ZMQ does not have, and the ``file_system`` strategy needs the
+  sender's ``torch_shm_manager`` child, which ``Engine.shutdown`` kills with the rest of the
+  process tree (``kill_process_tree(os.getpid(), include_parent=False)``), so every later update
+  in that process failed with "Broken pipe". Applied when that module is imported
   (:func:`install_import_hooks`, from ``../sitecustomize.py``), since the training workers never
   run ``load_plugins()``.
 * **Instrumentation** — with ``SOFT_SPATIAL_SGLANG_BATCH_LOG=<file>`` in a scheduler's
@@ -58,16 +60,20 @@ def _log_batch(original, self, batch, *args, **kwargs):
 
 def _cpu_tensor_reductions(patch_torch) -> None:
     """Wrap ``patch_torch._reduce_tensor_modified``: CUDA tensors keep SGLang's IPC reduction,
-    CPU tensors get torch's own (file_system sharing)."""
+    CPU tensors travel by value: ``torch.save`` bytes that ``torch.storage._load_from_bytes`` (the
+    loader torch's own storage pickling uses) reads back; a torch name, so SGLang's
+    ``SafeUnpickler`` allows it."""
+    import io
+
     import torch
-    from torch.multiprocessing import reductions
     cuda_reduce = patch_torch._reduce_tensor_modified
 
     def reduce_tensor(tensor, *args, **kwargs):
         if tensor.is_cuda:
             return cuda_reduce(tensor, *args, **kwargs)
-        torch.multiprocessing.set_sharing_strategy("file_system")
-        return reductions._reduce_tensor_original(tensor, *args, **kwargs)
+        buf = io.BytesIO()
+        torch.save(tensor.detach(), buf)  # torch's own pickler: no shared memory, no recursion
+        return torch.storage._load_from_bytes, (buf.getvalue(),)
 
     patch_torch._reduce_tensor_modified = reduce_tensor
 

@@ -1,4 +1,5 @@
-"""The only module that touches SGLang internals (sglang 0.5.12, checked at import).
+"""The soft plugin inside SGLang (sglang 0.5.12, checked at import); the SGLang internals it
+needs are named functions of :mod:`soft_spatial.compat.sglang`.
 
 What is hooked, and why each server argument is required (``settings.required_server_args``):
 
@@ -56,40 +57,37 @@ As for SGLang's own tokens, rank agreement relies on deterministic logits
 """
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
-from typing import Optional
 
 try:
-    import sglang
     from sglang.srt.layers.sampler import Sampler, register_sampler_backend
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 except ImportError as exc:  # pragma: no cover - exercised by the no-sglang test
     raise ImportError(
-        "soft_spatial.engines.sglang.compat needs sglang==0.5.12 (GPU environment: bash "
+        "soft_spatial.engines.sglang.hooks needs sglang==0.5.12 (GPU environment: bash "
         "scripts/setup_gpu.sh); the CPU default is rollout=local") from exc
 
 import torch
 
-from . import SAMPLER_BACKEND, SUPPORTED_SGLANG
+from soft_spatial.compat import sglang as sgl_compat
+from soft_spatial.compat.sglang import protect_soft_kv, request_pool_size
+
 from .client import CONTROLLER_NAME, decode_controller
 from .runtime import (STATE_ATTR, BatchContext, SoftRuntime, batch_context, current_batch,
                       last_hidden)
-from .settings import _REQUIRED, SGLangSoftSettings
+from .settings import _REQUIRED, SAMPLER_BACKEND, SGLangSoftSettings
 
 logger = logging.getLogger(__name__)
 
-if sglang.__version__ != SUPPORTED_SGLANG:  # the hook targets below are version-specific
-    raise ImportError(f"soft_spatial's SGLang plugin supports sglang=={SUPPORTED_SGLANG}, found "
-                      f"{sglang.__version__}")
+sgl_compat.check_version()  # the hook targets below are version-specific
 
 TP_TARGET = "sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation"
 EMBED_TARGET = "sglang.srt.models.qwen3_vl.Qwen3LLMModel.forward"
 
-_runtime: Optional[SoftRuntime] = None
-_embed_params: Optional[list] = None
+_runtime: SoftRuntime | None = None
+_embed_params: list | None = None
 
 
 def runtime() -> SoftRuntime:
@@ -99,7 +97,7 @@ def runtime() -> SoftRuntime:
     return _runtime
 
 
-def set_runtime(rt: Optional[SoftRuntime]) -> None:
+def set_runtime(rt: SoftRuntime | None) -> None:
     """Install a runtime explicitly (tests; normally built from the environment)."""
     global _runtime
     _runtime = rt
@@ -115,7 +113,8 @@ class SoftGumbelSampler(Sampler):
             raise RuntimeError("soft_gumbel sampler called outside "
                                "TpModelWorker.forward_batch_generation (overlap scheduling and "
                                "speculative decoding are not supported)")
-        logits = self._preprocess_logits(logits_output.next_token_logits, sampling_info)
+        logits = sgl_compat.preprocess_logits(self, logits_output.next_token_logits,
+                                              sampling_info)
         b = logits.shape[0]
         hidden = last_hidden(logits_output.hidden_states, ctx, b)
         tokens, info = runtime().sample(ctx.reqs, logits, hidden, pool_size=ctx.pool_size)
@@ -124,9 +123,9 @@ class SoftGumbelSampler(Sampler):
             logits_output.hidden_states = None  # nobody else asked for them
         if return_logprob:
             logprobs = torch.log_softmax(logits.float() / sampling_info.temperatures, dim=-1)
-            self._attach_logprobs_to_output(logits_output, logprobs, top_logprobs_nums,
-                                            token_ids_logprobs, sampling_info, tokens)
-        self._sync_token_ids_across_tp(tokens, sampling_info)
+            sgl_compat.attach_logprobs(self, logits_output, logprobs, top_logprobs_nums,
+                                       token_ids_logprobs, sampling_info, tokens)
+        sgl_compat.sync_token_ids_across_tp(self, tokens, sampling_info)
         return tokens
 
 
@@ -150,28 +149,6 @@ def _tp_hook(original, *args, **kwargs):
                        forced_capture=forced, pool_size=request_pool_size(args[0]))
     with batch_context(ctx):
         return original(*args, **kwargs)
-
-
-def protect_soft_kv(req) -> None:
-    """Keep ``req``'s KV out of the radix cache from now on (sglang 0.5.12: ``Req.
-    skip_radix_cache_insert``, read by ``mem_cache.common.release_kv_cache`` and
-    ``maybe_cache_unfinished_req``, the two paths that insert a request into the tree).
-
-    Called before every decode forward of a request that has taken a soft step. Its prompt was
-    inserted after the prefill (``cache_unfinished_req``: the prompt's KV is a function of the
-    prompt's tokens and images, so the G samples of a prompt and later requests share it); from
-    the first decode position on, the KV depends on mixture inputs that the tree's token keys do
-    not describe, so the request's output KV is freed instead of inserted and can never be matched.
-    """
-    req.skip_radix_cache_insert = True
-
-
-def request_pool_size(worker) -> Optional[int]:
-    """Slots of the worker's request pool (sglang 0.5.12: ``TpModelWorker.model_runner.
-    req_to_token_pool.size``; ``Req.req_pool_idx`` < this): the size of the static decode-input
-    buffers. None for stand-ins without a model runner."""
-    pool = getattr(getattr(worker, "model_runner", None), "req_to_token_pool", None)
-    return int(pool.size) if pool is not None else None
 
 
 def _embed_hook(*args, **kwargs):
@@ -216,7 +193,7 @@ def load_weights(model, named_tensors):
 _installed = False
 
 
-def install(settings: Optional[SGLangSoftSettings] = None) -> SoftRuntime:
+def install(settings: SGLangSoftSettings | None = None) -> SoftRuntime:
     """Register the sampler backend and the hooks in this process (idempotent)."""
     global _installed, _embed_params
     if settings is not None:
@@ -233,7 +210,7 @@ def install(settings: Optional[SGLangSoftSettings] = None) -> SoftRuntime:
     HookRegistry.register(EMBED_TARGET, _embed_hook, HookType.BEFORE)
     HookRegistry.apply_hooks()
     _installed = True
-    logger.info("soft_spatial SGLang plugin installed (mode %s)", rt.settings.soft.mode)
+    logger.info("soft_spatial SGLang plugin installed (mode %s)", rt.settings.soft_thinking.mode)
     return rt
 
 
@@ -270,49 +247,17 @@ def run_scheduler_process(*args, **kwargs):
 
 
 # -- server side (the process that owns the TokenizerManager) ---------------------------------
-@contextlib.contextmanager
 def plugin_schedulers():
     """While active, SGLang launchers that read ``sglang.srt.entrypoints.engine.
     run_scheduler_process`` at call time (verl's ``SGLangHttpServer.launch_server``) start every
-    scheduler through :func:`run_scheduler_process`.
+    scheduler through :func:`run_scheduler_process` (:func:`soft_spatial.compat.sglang.
+    scheduler_launch`)."""
+    return sgl_compat.scheduler_launch(run_scheduler_process)
 
-    It also runs SGLang's ``load_plugins()`` first (idempotent), as SGLang's own ``Engine`` and
-    ``launch_server`` do before they build ``ServerArgs``: verl 0.9.1's ``launch_server`` builds
-    ``ServerArgs`` without it, so installed SGLang plugins would not see the server's arguments.
-    """
-    from sglang.srt.plugins import load_plugins
-    load_plugins()
-    import sglang.srt.entrypoints.engine as sgl_engine
-    original = sgl_engine.run_scheduler_process
-    sgl_engine.run_scheduler_process = run_scheduler_process
-    try:
-        yield
-    finally:
-        sgl_engine.run_scheduler_process = original
-
-
-def collect_records(tokenizer_manager, accumulator) -> None:
-    """Feed each batch output's ``customized_info`` to ``accumulator`` (a
-    :class:`~.client.TraceAccumulator`) before SGLang handles it. Idempotent."""
-    handle = tokenizer_manager._handle_batch_output
-    if getattr(handle, "soft_spatial_accumulator", None) is accumulator:
-        return
-
-    async def _handle_batch_output(recv_obj):
-        accumulator.feed(recv_obj.rids, getattr(recv_obj, "customized_info", None))
-        return await handle(recv_obj)
-
-    _handle_batch_output.soft_spatial_accumulator = accumulator
-    tokenizer_manager._handle_batch_output = _handle_batch_output
 
 
 def launch_engine(**server_args):
     """SGLang's offline ``Engine`` (same keyword arguments as ``ServerArgs``) whose scheduler
     processes run the plugin; the server arguments must already contain
     :func:`~.settings.required_server_args` and the soft settings must be exported."""
-    from sglang.srt.entrypoints.engine import Engine
-
-    class SoftEngine(Engine):
-        run_scheduler_process_func = staticmethod(run_scheduler_process)
-
-    return SoftEngine(**server_args)
+    return sgl_compat.launch_engine(run_scheduler_process, **server_args)

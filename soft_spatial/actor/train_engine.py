@@ -7,7 +7,7 @@ policy shares the model config, so it gets the same treatment). A micro-batch wi
 is handled exactly like the stock engine.
 
 With the collated rollout records (``trace_*`` tensors ``[B, R, ...]``, aligned with verl's
-response positions, DESIGN §3) in the micro-batch:
+response positions, docs/design.md §3) in the micro-batch:
 
 * ``prepare_model_inputs`` lays the records out like ``input_ids`` (packed ``[1, nnz+pad]`` on the
   remove-padding path, ``[B, S]`` on the padded path). Record t of a response is the input its
@@ -37,19 +37,18 @@ import os
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Dict, Optional
+from typing import Any
 
 import torch
 from torch import Tensor
 
-import soft_spatial.trainer.platform  # noqa: F401  (VERL_PLATFORM=cpu must resolve before verl's engines import)
+import soft_spatial.platform  # noqa: F401  (VERL_PLATFORM=cpu must resolve before verl's engines import)
 from verl.utils import tensordict_utils as tu
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
 from soft_spatial.softthink import DensityConfig, KLConfig, step_likelihood
 from soft_spatial.softthink.replay import soft_inputs
-from soft_spatial.trainer.verl_compat import (as_language_model, no_cpu_offload_on_cpu,
-                                             register_engine)
+from soft_spatial.compat.verl import as_language_model, no_cpu_offload_on_cpu, register_engine
 
 __all__ = ["SoftFSDPEngine", "MODEL_TYPE", "TRACE_PREFIX", "SoftBatch", "register",
            "trace_layout", "ADAPTSOFT_CKPT"]
@@ -76,35 +75,52 @@ def _lengths(micro_batch):
 
 @dataclass
 class SoftBatch:
-    """Where a micro-batch's records go, computed once per forward.
+    """Where a micro-batch's records go, computed once per forward (n = response steps in it).
 
-    Response position (i, t) ↦ input slot ``inp`` (the row of the embedding output that record t
-    replaces) and step slot ``row`` (the row of the model's logits/hidden output that scores step
-    t), plus ``flat`` (its index in verl's packed ``[nnz]`` log-prob layout).
+    Record t of response i replaces the input embedding at the position of response token t;
+    the model's output one position earlier scores step t.
     """
 
-    seq: Tensor  # [n] sequence index of every response step
-    inp: Tensor  # [n] row in the flattened embedding output
-    row: Tensor  # [n] row in the flattened logits / hidden output (= the row before inp)
-    flat: Tensor  # [n] index into the packed nnz layout of log_probs
-    topk_ids: Tensor  # [n, K]; discrete steps: [token, 0, ...]
-    scores: Tensor  # [n, K]
-    tau: Tensor  # [n] recorded τ
-    u: Tensor  # [n]
-    ctrl_x: Tensor  # [n, F]
-    soft: Tensor  # [n] bool
-    canvas: tuple  # leading shape of the embedding output
-    temperature: Tensor  # [n] rollout temperature of every step
+    seq: Tensor
+    """``[n]`` long: the sequence (index into the micro-batch) of every response step."""
+    embed_rows: Tensor
+    """``[n]`` long: the row of the flattened embedding output (``embed_shape`` flattened) that
+    record t replaces, i.e. the input position of response token t."""
+    logit_rows: Tensor
+    """``[n]`` long: the row of the flattened logits / hidden output that scores step t
+    (``embed_rows - 1``, the position before)."""
+    logprob_index: Tensor
+    """``[n]`` long: the index of step t in verl's packed ``[nnz]`` log-prob layout."""
+    topk_ids: Tensor
+    """``[n, K]`` long: the recorded candidates; discrete steps ``[token, 0, …]``."""
+    scores: Tensor
+    """``[n, K]`` float: the recorded perturbed scores z; 0 at discrete steps."""
+    tau: Tensor
+    """``[n]`` float: the recorded τ; 0 at discrete steps."""
+    u: Tensor
+    """``[n]`` float: the controller's recorded uniform; 0 at discrete steps."""
+    ctrl_x: Tensor
+    """``[n, F]`` float: the controller's recorded input features; 0 at discrete steps."""
+    soft_mask: Tensor
+    """``[n]`` bool: True at soft steps (recorded as soft and inside the trace)."""
+    embed_shape: tuple
+    """The leading shape of the embedding output: ``(1, nnz + pad)`` on the remove-padding
+    path, ``(B, S)`` on the padded path."""
+    temperature: Tensor
+    """``[n]`` float: the rollout temperature of every step."""
     num_sequences: int
+    """B, the number of sequences in the micro-batch."""
     nnz: int
+    """The number of real tokens in the micro-batch (verl's packed length without padding)."""
 
 
-def trace_layout(micro_batch, *, remove_padding: bool, canvas_len: int,
+def trace_layout(micro_batch, *, remove_padding: bool, input_len: int,
                  temperature) -> SoftBatch:
     """Compute the :class:`SoftBatch` of a micro-batch (pure tensor code, no model).
 
-    ``canvas_len``: the packed length incl. static padding (remove-padding path) or the padded
-    sequence length S (padded path). ``temperature``: a float or a per-sequence tensor ``[B]``.
+    ``input_len``: the last dimension of the model's ``input_ids``: the packed length incl.
+    static padding (remove-padding path) or the padded sequence length S (padded path).
+    ``temperature``: a float or a per-sequence tensor ``[B]``.
     """
     input_ids = micro_batch["input_ids"]
     cu = input_ids.offsets()
@@ -127,14 +143,14 @@ def trace_layout(micro_batch, *, remove_padding: bool, canvas_len: int,
     in_resp = t[None, :] < resp_lens[:, None]  # [B, R]
     seq, step = in_resp.nonzero(as_tuple=True)
     pos = prompt_lens[seq] + step  # position of response token t inside its sequence
-    flat_inp = cu[:-1][seq] + pos
+    packed = cu[:-1][seq] + pos  # position of response token t in the packed [nnz] layout
     if remove_padding:
-        inp = flat_inp
-        canvas = (1, canvas_len)
+        embed_rows = packed
+        embed_shape = (1, input_len)
     else:
-        inp = seq * canvas_len + pos
-        canvas = (b, canvas_len)
-    tokens = input_ids.values()[flat_inp]
+        embed_rows = seq * input_len + pos
+        embed_shape = (b, input_len)
+    tokens = input_ids.values()[packed]
     valid = tmask[seq, step]
     ids = rec["topk_ids"][seq, step].long()
     if not torch.equal(ids[valid, 0], tokens[valid]):
@@ -143,44 +159,45 @@ def trace_layout(micro_batch, *, remove_padding: bool, canvas_len: int,
                          f"the trace is misaligned with the responses")
     disc_ids = torch.zeros_like(ids)
     disc_ids[:, 0] = tokens
-    soft = rec["soft"][seq, step].bool() & valid
-    ids = torch.where(soft[:, None], ids, disc_ids)
-    scores = torch.where(soft[:, None], rec["scores"][seq, step].float(), 0.0)
+    soft_mask = rec["soft"][seq, step].bool() & valid
+    ids = torch.where(soft_mask[:, None], ids, disc_ids)
+    scores = torch.where(soft_mask[:, None], rec["scores"][seq, step].float(), 0.0)
     zero = torch.zeros((), device=dev)
-    tau = torch.where(soft, rec["tau"][seq, step].float(), zero)
-    u = torch.where(soft, rec["u"][seq, step].float(), zero)
-    ctrl_x = torch.where(soft[:, None], rec["ctrl_x"][seq, step].float(), 0.0)
+    tau = torch.where(soft_mask, rec["tau"][seq, step].float(), zero)
+    u = torch.where(soft_mask, rec["u"][seq, step].float(), zero)
+    ctrl_x = torch.where(soft_mask[:, None], rec["ctrl_x"][seq, step].float(), 0.0)
     if isinstance(temperature, Tensor) and temperature.numel() > 1:
         temp = temperature.to(dev, torch.float32).reshape(-1)[seq]
     else:
         temp = torch.full((seq.numel(),), float(temperature), device=dev)
-    return SoftBatch(seq=seq, inp=inp, row=inp - 1, flat=flat_inp - 1, topk_ids=ids, scores=scores,
-                     tau=tau, u=u, ctrl_x=ctrl_x, soft=soft, canvas=canvas, temperature=temp,
-                     num_sequences=b, nnz=int(cu[-1]))
+    return SoftBatch(seq=seq, embed_rows=embed_rows, logit_rows=embed_rows - 1,
+                     logprob_index=packed - 1, topk_ids=ids, scores=scores, tau=tau, u=u,
+                     ctrl_x=ctrl_x, soft_mask=soft_mask, embed_shape=embed_shape,
+                     temperature=temp, num_sequences=b, nnz=int(cu[-1]))
 
 
-def _scatter(canvas, idx: Tensor, values: Tensor) -> Tensor:
-    """A zero tensor of leading shape ``canvas`` with ``values`` at flat rows ``idx``
+def _scatter(shape, rows: Tensor, values: Tensor) -> Tensor:
+    """A zero tensor of leading shape ``shape`` with ``values`` at flattened rows ``rows``
     (differentiable w.r.t. values)."""
     n = 1
-    for c in canvas:
+    for c in shape:
         n *= c
     out = values.new_zeros((n,) + tuple(values.shape[1:]))
-    return out.index_put((idx,), values).reshape(tuple(canvas) + tuple(values.shape[1:]))
+    return out.index_put((rows,), values).reshape(tuple(shape) + tuple(values.shape[1:]))
 
 
 class SoftFSDPEngine(FSDPEngineWithLMHead):
     """``FSDPEngineWithLMHead`` with soft replay and per-step likelihoods (module docstring)."""
 
-    # Soft settings; defaults are the paper's (DESIGN §2.6). Set with configure_soft().
+    # Soft settings; defaults are the paper's (docs/design.md §2.6). Set with configure_soft().
     noise_scale: float = 1.0
     density: DensityConfig = DensityConfig()
     kl: KLConfig = KLConfig()
     adaptsoft = None  # an AdaptSoftTrainer while the controller is trained by this engine
 
-    def configure_soft(self, noise_scale: Optional[float] = None,
-                       density: Optional[DensityConfig] = None, adaptsoft=None,
-                       kl: Optional[KLConfig] = None) -> None:
+    def configure_soft(self, noise_scale: float | None = None,
+                       density: DensityConfig | None = None, adaptsoft=None,
+                       kl: KLConfig | None = None) -> None:
         """Set the rollout noise scale c, the density variant, the KL reading (``candidates``
         adds ``cand_logp`` to the outputs) and (actor only) the controller's trainer. Call on
         every rank, before the first forward."""
@@ -207,7 +224,7 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
     # -- forward -----------------------------------------------------------------------------
     def forward_step(self, micro_batch, loss_function, forward_only):
         self._soft_stack = ExitStack()
-        self._soft_state: Optional[Dict[str, Any]] = None
+        self._soft_state: dict[str, Any] | None = None
         trainer = self.adaptsoft
         if (loss_function is not None and not forward_only and trainer is not None
                 and trainer.needs_loss_hook):
@@ -240,16 +257,15 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
         remove_padding = tu.get_non_tensor_data(data=micro_batch, key="use_remove_padding",
                                                 default=True)
         ids = model_inputs["input_ids"]
-        canvas_len = ids.shape[-1]
-        sb = trace_layout(micro_batch, remove_padding=remove_padding, canvas_len=canvas_len,
+        sb = trace_layout(micro_batch, remove_padding=remove_padding, input_len=ids.shape[-1],
                           temperature=micro_batch["temperature"])
         tau, tau_upd, tau_leaf = sb.tau, None, None
         trainer = self.adaptsoft
         if trainer is not None and torch.is_grad_enabled():
-            tau, tau_upd, tau_leaf = trainer.replay_tau(sb.ctrl_x, sb.u, sb.soft, sb.tau)
+            tau, tau_upd, tau_leaf = trainer.replay_tau(sb.ctrl_x, sb.u, sb.soft_mask, sb.tau)
         module = self.module
         embed = module.get_input_embeddings()
-        state: Dict[str, Any] = {"batch": sb, "tau_upd": tau_upd, "tau_leaf": tau_leaf}
+        state: dict[str, Any] = {"batch": sb, "tau_upd": tau_upd, "tau_leaf": tau_leaf}
         stack = getattr(self, "_soft_stack", None)
         if stack is None:  # prepare_model_inputs called outside forward_step (e.g. a unit test)
             stack = self._soft_stack = ExitStack()
@@ -263,17 +279,19 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
             # post-backward function (a backward from the wrapped tensor would run the head's
             # post-backward without its pre-backward and crash)
             stack.callback(head.register_forward_pre_hook(keep_hidden, prepend=True).remove)
-        mask = _scatter(sb.canvas, sb.inp, torch.ones_like(sb.soft))
+
+        def at_inputs(values: Tensor) -> Tensor:  # values [n, ...] laid out like the inputs
+            return _scatter(sb.embed_shape, sb.embed_rows, values)
+
         stack.enter_context(soft_inputs(
-            embed, mask, _scatter(sb.canvas, sb.inp, sb.topk_ids),
-            _scatter(sb.canvas, sb.inp, sb.scores), _scatter(sb.canvas, sb.inp, tau),
-            _scatter(sb.canvas, sb.inp, sb.soft)))
+            embed, at_inputs(torch.ones_like(sb.soft_mask)), at_inputs(sb.topk_ids),
+            at_inputs(sb.scores), at_inputs(tau), at_inputs(sb.soft_mask)))
         self._soft_state = state
-        output_args["soft"] = state
+        output_args["soft_replay"] = state
         return model_inputs, output_args
 
     def prepare_model_outputs(self, output, output_args, micro_batch, logits_processor_func):
-        state = output_args.get("soft")
+        state = output_args.get("soft_replay")
         if state is None:
             return super().prepare_model_outputs(output, output_args, micro_batch,
                                                  logits_processor_func)
@@ -291,28 +309,28 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
         d = self.density
         # no [n, V] fp32 copy: soft steps read their K candidate logits, discrete steps go through
         # a chunked log-softmax (GPU memory stays close to verl's stock log-prob computation)
-        lik = step_likelihood(logits, sb.topk_ids, sb.scores, sb.soft, sb.temperature,
-                              self.noise_scale, d.reduce, d.clamp, d.min_logp, rows=sb.row,
+        lik = step_likelihood(logits, sb.topk_ids, sb.scores, sb.soft_mask, sb.temperature,
+                              self.noise_scale, d.reduce, d.clamp, d.min_logp, rows=sb.logit_rows,
                               banned=self._banned_ids(logits))
         loglik = lik.loglik
         cu = micro_batch["input_ids"].offsets()
         model_output = {"log_probs": torch.nested.nested_tensor_from_jagged(
-            loglik.new_zeros(sb.nnz).index_put((sb.flat,), loglik), cu)}
+            loglik.new_zeros(sb.nnz).index_put((sb.logprob_index,), loglik), cu)}
         if self.kl.over == "candidates":
             # log p̃^θ of the recorded candidates at soft steps (0 elsewhere), [nnz, K]: the
             # reference's copy travels to the loss as ref_cand_logp (candidate KL, §2.8)
             logp = lik.cand_logp
+            rows = sb.logprob_index[lik.soft_rows]
             model_output["cand_logp"] = torch.nested.nested_tensor_from_jagged(
-                logp.new_zeros(sb.nnz, logp.shape[-1]).index_put((sb.flat[lik.soft_rows],),
-                                                                 logp), cu)
+                logp.new_zeros(sb.nnz, logp.shape[-1]).index_put((rows,), logp), cu)
         if tu.get_non_tensor_data(data=micro_batch, key="calculate_entropy", default=False):
             ent = self._entropy(logits, sb)  # a diagnostic: every id counts, no gradient
             model_output["entropy"] = torch.nested.nested_tensor_from_jagged(
-                ent.new_zeros(sb.nnz).index_put((sb.flat,), ent), cu)
+                ent.new_zeros(sb.nnz).index_put((sb.logprob_index,), ent), cu)
         state["likelihood"] = lik
         if "hidden" in state:
             h = state["hidden"]
-            state["hidden_steps"] = h.reshape(-1, h.shape[-1]).index_select(0, sb.row)
+            state["hidden_steps"] = h.reshape(-1, h.shape[-1]).index_select(0, sb.logit_rows)
         return model_output
 
     def _entropy(self, logits: Tensor, sb: "SoftBatch", chunk_elements: int = 1 << 25) -> Tensor:
@@ -320,11 +338,11 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
         gradient) in row chunks; with a gradient (entropy_coeff ≠ 0) in one piece, as verl does."""
         if torch.is_grad_enabled():
             return self.compute_entropy_from_logits(
-                logits.index_select(0, sb.row).float() / sb.temperature[:, None])
-        n, step = sb.row.numel(), max(1, chunk_elements // logits.shape[-1])
+                logits.index_select(0, sb.logit_rows).float() / sb.temperature[:, None])
+        n, step = sb.logit_rows.numel(), max(1, chunk_elements // logits.shape[-1])
         out = torch.empty(n, dtype=torch.float32, device=logits.device)
         for s in range(0, n, step):
-            x = logits.index_select(0, sb.row[s:s + step]).float()
+            x = logits.index_select(0, sb.logit_rows[s:s + step]).float()
             out[s:s + step] = self.compute_entropy_from_logits(x / sb.temperature[s:s + step, None])
         return out
 

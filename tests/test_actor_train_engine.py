@@ -26,7 +26,7 @@ def rollout(tiny_qwen3_text_small):
 def test_registered_for_cpu_and_gpu_devices(process_group):
     from verl.workers.engine.base import EngineRegistry
 
-    from soft_spatial.actor.engine import MODEL_TYPE, SoftFSDPEngine
+    from soft_spatial.actor.train_engine import MODEL_TYPE, SoftFSDPEngine
 
     assert EngineRegistry.get_engine_cls(MODEL_TYPE, "fsdp2") is SoftFSDPEngine
     table = EngineRegistry._engines[MODEL_TYPE]
@@ -42,10 +42,10 @@ def test_engine_log_probs_equal_rollout_replay(process_group, rollout, tiny_qwen
     prompts, outs, ref, _ = rollout
     soft = torch.cat([o.trace.soft for o in outs])
     assert soft.any() and (~soft).any()  # both kinds of steps are covered
-    engine = H.make_engine(tiny_qwen3_text_small, remove_padding=remove_padding)
+    train_engine = H.make_train_engine(tiny_qwen3_text_small, remove_padding=remove_padding)
     td = H.set_infer_keys(H.verl_batch(prompts, outs), 2, remove_padding)
-    with engine.eval_mode():
-        out = engine.infer_batch(td)
+    with train_engine.eval_mode():
+        out = train_engine.infer_batch(td)
     lp = no_padding_2_padding(out["model_output"]["log_probs"], td)
     for i, r in enumerate(ref):
         torch.testing.assert_close(lp[i, : len(r)], r.float(), rtol=1e-5, atol=5e-5)
@@ -57,13 +57,13 @@ def test_batch_without_trace_is_the_stock_engine(process_group, rollout, tiny_qw
     from verl.workers.utils.padding import no_padding_2_padding
 
     prompts, outs, _, _ = rollout
-    engine = H.make_engine(tiny_qwen3_text_small, remove_padding=False)
+    train_engine = H.make_train_engine(tiny_qwen3_text_small, remove_padding=False)
     td = H.verl_batch(prompts, outs)
     for key in [k for k in td.keys() if k.startswith("trace_")]:
         del td[key]
     H.set_infer_keys(td, 2, False)
-    with engine.eval_mode():
-        out = engine.infer_batch(td)
+    with train_engine.eval_mode():
+        out = train_engine.infer_batch(td)
     lp = no_padding_2_padding(out["model_output"]["log_probs"], td)
     # token log-probs of the spine tokens: finite, <= 0, and differ from the soft densities
     assert torch.isfinite(lp).all() and (lp <= 0).all()
@@ -78,11 +78,11 @@ def test_candidate_kl_reading_returns_candidate_logp(process_group, rollout,
     from soft_spatial.softthink import KLConfig
 
     prompts, outs, _, cand = rollout
-    engine = H.make_engine(tiny_qwen3_text_small, remove_padding=True)
-    engine.configure_soft(kl=KLConfig(over="candidates"))
+    train_engine = H.make_train_engine(tiny_qwen3_text_small, remove_padding=True)
+    train_engine.configure_soft(kl=KLConfig(over="candidates"))
     td = H.set_infer_keys(H.verl_batch(prompts, outs), 2, True)
-    with engine.eval_mode():
-        out = engine.infer_batch(td)
+    with train_engine.eval_mode():
+        out = train_engine.infer_batch(td)
     got = no_padding_2_padding(out["model_output"]["cand_logp"], td)
     for i, (c, o) in enumerate(zip(cand, outs)):
         soft = o.trace.soft
@@ -92,9 +92,9 @@ def test_candidate_kl_reading_returns_candidate_logp(process_group, rollout,
 
 def test_misaligned_trace_raises(process_group, rollout, tiny_qwen3_text_small):
     prompts, outs, _, _ = rollout
-    engine = H.make_engine(tiny_qwen3_text_small, remove_padding=True)
+    train_engine = H.make_train_engine(tiny_qwen3_text_small, remove_padding=True)
     td = H.verl_batch(prompts, outs)
     td["trace_topk_ids"] = torch.roll(td["trace_topk_ids"], 1, dims=1)
     H.set_infer_keys(td, 2, True)
-    with engine.eval_mode(), pytest.raises(ValueError, match="misaligned"):
-        engine.infer_batch(td)
+    with train_engine.eval_mode(), pytest.raises(ValueError, match="misaligned"):
+        train_engine.infer_batch(td)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import types
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -117,7 +117,7 @@ class PlatformCPU(PlatformBase):
     def set_device(self, device_index: int) -> None:
         return None
 
-    def synchronize(self, device_index: Optional[int] = None) -> None:
+    def synchronize(self, device_index: int | None = None) -> None:
         return None
 
     def manual_seed(self, seed: int) -> None:
@@ -184,7 +184,7 @@ def register() -> None:
     from verl.workers.engine.fsdp.transformer_impl import (FSDPEngineWithLMHead,
                                                            FSDPEngineWithValueHead)
 
-    from .verl_compat import register_engine
+    from soft_spatial.compat.verl import register_engine
 
     register_engine(FSDPEngineWithLMHead, "language_model", ["fsdp", "fsdp2"], ["cpu"])
     register_engine(FSDPEngineWithValueHead, "value_model", ["fsdp", "fsdp2"], ["cpu"])

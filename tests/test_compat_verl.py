@@ -1,18 +1,18 @@
-"""Fails loudly when verl changes the internals soft_spatial touches (trainer/verl_compat.py)."""
+"""Fails loudly when verl changes the internals soft_spatial touches (soft_spatial/compat/verl.py)."""
 import os
 
 os.environ.setdefault("VERL_PLATFORM", "cpu")
 
 
 def test_pinned_verl_version():
-    from soft_spatial.trainer.verl_compat import VERL_VERSION, check_verl_version
+    from soft_spatial.compat.verl import VERL_VERSION, check_verl_version
 
     assert check_verl_version(strict=True) == VERL_VERSION
 
 
 def test_internals_we_touch_are_unchanged():
-    from soft_spatial.trainer.platform import use_cpu_platform
-    from soft_spatial.trainer.verl_compat import check_internals
+    from soft_spatial.platform import use_cpu_platform
+    from soft_spatial.compat.verl import check_internals
 
     use_cpu_platform()  # VERL_PLATFORM=cpu: the platform must exist before verl's engines import
 
@@ -20,7 +20,7 @@ def test_internals_we_touch_are_unchanged():
 
 
 def test_cpu_platform_selected_and_engines_registered():
-    from soft_spatial.trainer.platform import PlatformCPU, use_cpu_platform
+    from soft_spatial.platform import PlatformCPU, use_cpu_platform
 
     use_cpu_platform()
     from verl.utils.device import (get_device_id, get_device_name, get_nccl_backend,
@@ -38,11 +38,11 @@ def test_cpu_platform_selected_and_engines_registered():
 
 
 def test_register_is_idempotent():
-    from soft_spatial.trainer.platform import register
+    from soft_spatial.platform import register
 
     register()
     register()
-    import soft_spatial.actor.engine as eng
+    import soft_spatial.actor.train_engine as eng
 
     eng.register()
     eng.register()
@@ -56,7 +56,7 @@ def test_ref_log_prob_outputs_matches_upstream_and_keeps_extra_outputs():
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.utils import tensordict_utils as tu
 
-    from soft_spatial.trainer.verl_compat import ref_log_prob_outputs
+    from soft_spatial.compat.verl import ref_log_prob_outputs
 
     b, p, r, k = 3, 4, 5, 2
     g = torch.Generator().manual_seed(0)
@@ -89,3 +89,35 @@ def test_ref_log_prob_outputs_matches_upstream_and_keeps_extra_outputs():
         assert torch.equal(ours.batch["ref_cand_logp"][..., j], ref * (j + 1))
     # response step t carries the value at the token before it (verl's shift by one)
     assert ref[0, 0] == -ids[0, p - 1] / 100
+
+
+def test_check_internals_names_a_moved_private_override(monkeypatch):
+    """An overridden private method that verl renames, or stops calling, is reported by name."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from soft_spatial.compat.verl import check_internals
+    from soft_spatial.platform import use_cpu_platform
+
+    use_cpu_platform()
+    monkeypatch.delattr(RayPPOTrainer, "_update_actor")
+    problems = check_internals()
+    assert problems == ["RayPPOTrainer._update_actor is gone (overridden by soft_spatial)"]
+
+
+def test_register_rollout_adapter_and_loss_config():
+    from functools import partial
+
+    import pytest
+    from verl.workers.rollout.base import get_rollout_class
+
+    from soft_spatial.compat.verl import loss_config, register_rollout_adapter
+
+    register_rollout_adapter("compat_test_backend",
+                             "soft_spatial.rollout.replica.LocalSoftServerAdapter")
+    from soft_spatial.rollout.replica import LocalSoftServerAdapter
+
+    assert get_rollout_class("compat_test_backend", "async") is LocalSoftServerAdapter
+    config = object()
+    assert loss_config(partial(print, config=config)) is config
+    with pytest.raises(RuntimeError, match="compat/verl.py"):
+        loss_config(print)

@@ -1,0 +1,197 @@
+"""The SGLang internals soft_spatial touches (sglang 0.5.12), one function per touch.
+
+The soft plugin itself (:mod:`soft_spatial.engines.sglang.hooks`) uses SGLang's plugin API
+(``register_sampler_backend``, ``HookRegistry``) and these functions; every reference to an
+SGLang private name, undocumented attribute or module-level seam is here, with the 0.5.12
+location it relies on. :func:`check_internals` lists what moved (``tests/sglang_real/
+test_plugin_real.py`` runs it against the real modules). Imports sglang only inside functions.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable
+
+__all__ = ["SUPPORTED_SGLANG", "check_version", "preprocess_logits", "attach_logprobs",
+           "sync_token_ids_across_tp", "protect_soft_kv", "request_pool_size",
+           "scheduler_launch", "collect_records", "launch_engine", "tensor_update_request",
+           "check_internals"]
+
+SUPPORTED_SGLANG = "0.5.12"
+
+
+def check_version() -> str:
+    """Raise ImportError unless sglang is installed at the supported version (the hook targets
+    and every function below are version-specific)."""
+    import sglang
+
+    if sglang.__version__ != SUPPORTED_SGLANG:
+        raise ImportError(f"soft_spatial's SGLang plugin supports sglang=={SUPPORTED_SGLANG}, "
+                          f"found {sglang.__version__}")
+    return sglang.__version__
+
+
+# -- the sampler backend (``sglang/srt/layers/sampler.py``, class ``Sampler``) ----------------
+def preprocess_logits(sampler, logits, sampling_info):
+    """``Sampler._preprocess_logits`` (0.5.12 L74): SGLang's custom logit processors and NaN
+    check, as its own ``forward`` applies them before sampling."""
+    return sampler._preprocess_logits(logits, sampling_info)
+
+
+def attach_logprobs(sampler, logits_output, logprobs, top_logprobs_nums, token_ids_logprobs,
+                    sampling_info, tokens) -> None:
+    """``Sampler._attach_logprobs_to_output`` (0.5.12 L329): fills the output's log-prob
+    fields for the chosen ``tokens`` when the request asked for log-probs."""
+    sampler._attach_logprobs_to_output(logits_output, logprobs, top_logprobs_nums,
+                                       token_ids_logprobs, sampling_info, tokens)
+
+
+def sync_token_ids_across_tp(sampler, tokens, sampling_info) -> None:
+    """``Sampler._sync_token_ids_across_tp`` (0.5.12 L361): with ``SYNC_TOKEN_IDS_ACROSS_TP=1``
+    the ranks' sampled token ids are made equal (the spine only, not the records)."""
+    sampler._sync_token_ids_across_tp(tokens, sampling_info)
+
+
+# -- the scheduler's requests -----------------------------------------------------------------
+def protect_soft_kv(req) -> None:
+    """Keep ``req``'s KV out of the radix cache from now on (sglang 0.5.12: ``Req.
+    skip_radix_cache_insert``, ``managers/schedule_batch.py`` L887, read by
+    ``mem_cache/common.py`` L47 ``release_kv_cache`` and L582 ``maybe_cache_unfinished_req``, the
+    two paths that insert a request into the tree).
+
+    Called before every decode forward of a request that has taken a soft step. Its prompt was
+    inserted after the prefill (``cache_unfinished_req``: the prompt's KV is a function of the
+    prompt's tokens and images, so the G samples of a prompt and later requests share it); from
+    the first decode position on, the KV depends on mixture inputs that the tree's token keys do
+    not describe, so the request's output KV is freed instead of inserted and can never be matched.
+    """
+    req.skip_radix_cache_insert = True
+
+
+def request_pool_size(worker) -> int | None:
+    """Slots of the worker's request pool (sglang 0.5.12: ``TpModelWorker.model_runner.
+    req_to_token_pool.size``, ``mem_cache/memory_pool.py`` L142; ``Req.req_pool_idx`` < this):
+    the size of the static decode-input buffers. None for stand-ins without a model runner."""
+    pool = getattr(getattr(worker, "model_runner", None), "req_to_token_pool", None)
+    return int(pool.size) if pool is not None else None
+
+
+# -- launching the schedulers ----------------------------------------------------------------
+@contextlib.contextmanager
+def scheduler_launch(run_scheduler_process: Callable):
+    """While active, SGLang launchers that read the module attribute ``sglang.srt.entrypoints.
+    engine.run_scheduler_process`` at call time (0.5.12 ``entrypoints/engine.py`` L88; verl
+    0.9.1's ``SGLangHttpServer.launch_server``) start every scheduler through
+    ``run_scheduler_process``.
+
+    It also runs SGLang's ``load_plugins()`` first (idempotent), as SGLang's own ``Engine`` and
+    ``launch_server`` do before they build ``ServerArgs``: verl 0.9.1's ``launch_server`` builds
+    ``ServerArgs`` without it, so installed SGLang plugins would not see the server's arguments.
+    """
+    from sglang.srt.plugins import load_plugins
+    load_plugins()
+    import sglang.srt.entrypoints.engine as sgl_engine
+    original = sgl_engine.run_scheduler_process
+    sgl_engine.run_scheduler_process = run_scheduler_process
+    try:
+        yield
+    finally:
+        sgl_engine.run_scheduler_process = original
+
+
+def launch_engine(run_scheduler_process: Callable, **server_args):
+    """SGLang's offline ``Engine`` (same keyword arguments as ``ServerArgs``) whose scheduler
+    processes start through ``run_scheduler_process`` (0.5.12: the class attribute
+    ``Engine.run_scheduler_process_func``, ``entrypoints/engine.py`` L196)."""
+    from sglang.srt.entrypoints.engine import Engine
+
+    class SoftEngine(Engine):
+        run_scheduler_process_func = staticmethod(run_scheduler_process)
+
+    return SoftEngine(**server_args)
+
+
+def collect_records(tokenizer_manager, accumulator) -> None:
+    """Feed each batch output's ``customized_info`` to ``accumulator`` (a
+    :class:`~soft_spatial.engines.sglang.client.TraceAccumulator`) before SGLang handles it.
+    Idempotent.
+
+    sglang 0.5.12: ``TokenizerManager.handle_loop`` passes every ``BatchStrOutput`` /
+    ``BatchTokenIDOutput`` to ``self._handle_batch_output`` (``managers/tokenizer_manager.py``
+    L1654/L1660), which keeps only the newest ``customized_info`` slice in ``meta_info``; this
+    wraps that method on the instance.
+    """
+    handle = tokenizer_manager._handle_batch_output
+    if getattr(handle, "soft_spatial_accumulator", None) is accumulator:
+        return
+
+    async def _handle_batch_output(recv_obj):
+        accumulator.feed(recv_obj.rids, getattr(recv_obj, "customized_info", None))
+        return await handle(recv_obj)
+
+    _handle_batch_output.soft_spatial_accumulator = accumulator
+    tokenizer_manager._handle_batch_output = _handle_batch_output
+
+
+# -- weight updates over HTTP ----------------------------------------------------------------
+def tensor_update_request(named_tensors, copies: int, load_format: str | None,
+                          flush_cache: bool):
+    """An ``UpdateWeightsFromTensorReqInput`` carrying ``named_tensors`` serialized once per TP
+    worker (``copies``), as verl's SGLang ``ServerAdapter.update_weights`` builds it (sglang
+    0.5.12: ``managers/io_struct.py`` L1466, ``utils/common.py`` L2234
+    ``MultiprocessingSerializer``, and ``utils/patch_torch.py`` L41
+    ``monkey_patch_torch_reductions``, which makes device tensors pickle as IPC handles)."""
+    from sglang.srt.managers.io_struct import UpdateWeightsFromTensorReqInput
+    from sglang.srt.utils import MultiprocessingSerializer
+    from sglang.srt.utils.patch_torch import monkey_patch_torch_reductions
+
+    monkey_patch_torch_reductions()
+    named = list(named_tensors)
+    return UpdateWeightsFromTensorReqInput(
+        serialized_named_tensors=[MultiprocessingSerializer.serialize(named)
+                                  for _ in range(copies)],
+        load_format=load_format, flush_cache=flush_cache)
+
+
+def check_internals() -> list:
+    """Check every internal above against the installed sglang (needs sglang); return a list of
+    problems (empty = OK)."""
+    problems = []
+    try:
+        check_version()
+    except ImportError as e:
+        problems.append(str(e))
+    from sglang.srt.layers.sampler import Sampler
+    for name, params in (("_preprocess_logits", ["self", "logits", "sampling_info"]),
+                         ("_attach_logprobs_to_output",
+                          ["self", "logits_output", "logprobs", "top_logprobs_nums",
+                           "token_ids_logprobs", "sampling_info", "batch_next_token_ids"]),
+                         ("_sync_token_ids_across_tp",
+                          ["self", "batch_next_token_ids", "sampling_info"])):
+        fn = getattr(Sampler, name, None)
+        got = None if fn is None else list(inspect.signature(fn).parameters)
+        if got != params:
+            problems.append(f"sglang Sampler.{name} is gone or changed: {got} != {params}")
+    from sglang.srt.managers.tokenizer_manager import TokenizerManager
+    if not callable(getattr(TokenizerManager, "_handle_batch_output", None)) or (
+            "self._handle_batch_output(recv_obj)"
+            not in inspect.getsource(TokenizerManager.handle_loop)):
+        problems.append("TokenizerManager.handle_loop no longer calls "
+                        "self._handle_batch_output(recv_obj) (collect_records)")
+    import sglang.srt.entrypoints.engine as sgl_engine
+    if not callable(getattr(sgl_engine, "run_scheduler_process", None)):
+        problems.append("sglang.srt.entrypoints.engine.run_scheduler_process is gone "
+                        "(scheduler_launch)")
+    if not callable(getattr(sgl_engine.Engine, "run_scheduler_process_func", None)):
+        problems.append("Engine.run_scheduler_process_func is gone (launch_engine)")
+    from sglang.srt.mem_cache import common
+    if "skip_radix_cache_insert" not in inspect.getsource(common):
+        problems.append("mem_cache.common no longer reads Req.skip_radix_cache_insert "
+                        "(protect_soft_kv)")
+    from sglang.srt.managers.io_struct import UpdateWeightsFromTensorReqInput
+    fields = set(getattr(UpdateWeightsFromTensorReqInput, "__dataclass_fields__", {}))
+    missing = {"serialized_named_tensors", "load_format", "flush_cache"} - fields
+    if missing:
+        problems.append(f"UpdateWeightsFromTensorReqInput lost {sorted(missing)} "
+                        f"(tensor_update_request)")
+    return problems

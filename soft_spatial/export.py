@@ -1,0 +1,159 @@
+"""``python -m soft_spatial.export CHECKPOINT_DIR OUT_DIR``: a training checkpoint as one directory.
+
+OUT_DIR gets the Hugging Face weights (verl's model merger, ``python -m verl.model_merger merge
+--backend fsdp``, run on the actor's FSDP shards), the AdaptSoft controller (``adaptsoft.pt``,
+when the run trained one) and the soft-thinking settings of the run (``soft_thinking.yaml``: the
+``actor_rollout_ref.rollout.custom`` block training wrote beside its checkpoints). Then
+
+    python -m soft_spatial.eval model.path=OUT_DIR
+
+evaluates in the run's mode with its controller and settings, no further arguments needed;
+arguments given on the command line still win (`apply_exported`).
+
+CHECKPOINT_DIR is the trainer's ``default_local_dir`` (its latest step is taken), one
+``global_step_N`` directory, or that step's ``actor`` directory. The export is written to
+``OUT_DIR.partial`` and renamed when complete, so an interrupted export never looks finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+from collections.abc import Sequence
+
+import yaml
+
+#: written by training beside its checkpoints, copied into the export
+SETTINGS_FILE = "soft_thinking.yaml"
+CONTROLLER_FILE = "adaptsoft.pt"  # = soft_spatial.actor.train_engine.ADAPTSOFT_CKPT
+LATEST = "latest_checkpointed_iteration.txt"  # verl's pointer to the last saved step
+
+
+def actor_dir(checkpoint: str | Path) -> Path:
+    """The ``global_step_N/actor`` directory that ``checkpoint`` names (see the module docstring)."""
+    path = Path(checkpoint)
+    if (path / LATEST).is_file():
+        step = (path / LATEST).read_text().strip()
+        path = path / f"global_step_{step}"
+    if (path / "actor").is_dir():
+        path = path / "actor"
+    if not path.is_dir() or not any(path.glob("model_world_size_*_rank_*.pt")):
+        raise FileNotFoundError(f"{checkpoint}: no FSDP actor checkpoint (model_world_size_*_rank_*.pt) "
+                                f"found at {path}")
+    return path
+
+
+def settings_file(actor: Path) -> Path | None:
+    """The run's ``soft_thinking.yaml``: in the trainer's directory above ``global_step_N``."""
+    for directory in (actor, actor.parent, actor.parent.parent):
+        if (directory / SETTINGS_FILE).is_file():
+            return directory / SETTINGS_FILE
+    return None
+
+
+def merge_command(actor: Path, target: Path) -> list[str]:
+    """verl's merger CLI for an FSDP actor checkpoint."""
+    return [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
+            "--local_dir", str(actor), "--target_dir", str(target)]
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def export(checkpoint: str | Path, out: str | Path, *, overwrite: bool = False) -> Path:
+    """Merge ``checkpoint`` into ``out`` with the controller and settings beside the weights."""
+    actor = actor_dir(checkpoint)
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise FileExistsError(f"{out} exists and is not empty (pass --overwrite to replace it)")
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    env = dict(os.environ)
+    if not _has_cuda():
+        env.setdefault("VERL_PLATFORM", "cpu")  # verl's merger needs a platform; ours on a CPU
+    res = subprocess.run(merge_command(actor, partial), env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"verl's model merger failed on {actor} (exit {res.returncode}):\n"
+                           f"{(res.stdout + res.stderr)[-3000:]}")
+    if (actor / CONTROLLER_FILE).is_file():
+        shutil.copy2(actor / CONTROLLER_FILE, partial / CONTROLLER_FILE)
+    source = settings_file(actor)
+    if source is not None:
+        shutil.copy2(source, partial / SETTINGS_FILE)
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(partial, out)
+    return out
+
+
+# --- reading an export back (evaluation) -----------------------------------------------------------
+
+
+def read_settings(model_dir: str | Path) -> dict[str, Any] | None:
+    """The exported settings of ``model_dir`` (None when it is not an export)."""
+    path = Path(model_dir) / SETTINGS_FILE
+    if not path.is_file():
+        return None
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of soft-thinking settings")
+    return data
+
+
+def _overridden(overrides: Sequence[str]) -> set[str]:
+    """Keys given on the command line (``key=value``, ``+key=value``, ``~key``)."""
+    return {o.lstrip("+~").split("=", 1)[0] for o in overrides}
+
+
+def apply_exported(cfg: Any, overrides: Sequence[str] = ()) -> list[str]:
+    """Fill an evaluation config (an OmegaConf ``DictConfig``) from an export at ``model.path``.
+
+    Every ``soft_thinking.<key>`` of the run, the run's mode and its controller are taken unless
+    the command line set them (``overrides``: ``soft_thinking.<key>=``, ``mode=``,
+    ``controller=``). Returns the keys that were taken, for the log.
+    """
+    from omegaconf import open_dict
+
+    model_dir = Path(str(cfg.model.path))
+    settings = read_settings(model_dir)
+    controller = model_dir / CONTROLLER_FILE
+    given = _overridden(overrides)
+    taken = []
+    with open_dict(cfg):
+        soft_thinking = (settings or {}).get("soft_thinking") or {}
+        for key, value in soft_thinking.items():
+            if f"soft_thinking.{key}" not in given:
+                cfg.soft_thinking[key] = value
+                taken.append(f"soft_thinking.{key}")
+        if "mode" not in given and "soft_thinking.mode" not in given and "mode" in soft_thinking:
+            cfg.mode = soft_thinking["mode"]
+            taken.append("mode")
+        if "controller" not in given and cfg.get("controller") is None and controller.is_file() \
+                and cfg.mode == "adaptsoft":
+            cfg.controller = str(controller)
+            taken.append("controller")
+    return taken
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m soft_spatial.export", description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", type=Path, help="trainer.default_local_dir, a global_step_N or its actor dir")
+    parser.add_argument("out", type=Path, help="the directory to write (Hugging Face weights + controller + settings)")
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
+    args = parser.parse_args(argv)
+    out = export(args.checkpoint, args.out, overwrite=args.overwrite)
+    files = sorted(p.name for p in out.iterdir())
+    print(f"exported {actor_dir(args.checkpoint)} to {out}: {', '.join(files)}")
+    print(f"evaluate with: python -m soft_spatial.eval model.path={out}")
+
+
+if __name__ == "__main__":
+    main()

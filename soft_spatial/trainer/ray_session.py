@@ -1,0 +1,119 @@
+"""The Ray processes of a local training run never outlive it.
+
+When the entry point starts Ray itself (no cluster address), the run gets its own Ray temporary
+directory, ``/tmp/ssray-<uid>/<driver pid>-<driver start time>`` (through ``RAY_TMPDIR``), so every
+Ray process of the run (GCS, raylet, dashboard and runtime-env agents, log monitor, workers) has
+that path on its command line. Two things remove them once the driver is gone:
+
+* `start_watchdog`: a small process started before Ray blocks reading a pipe whose only writer is
+  the driver. When the driver exits, however it exits (SIGKILL included), the read returns and the
+  watchdog kills the run's processes and removes the directory (Ray's own agents otherwise linger
+  for 40 s or more after a SIGKILL).
+* `reap_orphans`, called at the start of every run, does the same synchronously for every
+  directory whose driver is gone (its watchdog was killed too, the machine rebooted).
+
+``python -m soft_spatial.trainer.ray_session --reap`` runs `reap_orphans` by hand.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from soft_spatial.procs import find_pids, start_time
+
+__all__ = ["runs_root", "run_ray_dir", "session_pids", "kill_session", "reap_orphans",
+           "start_watchdog"]
+
+_WATCHDOGS: list = []  # the driver keeps its watchdog's Popen (and so the pipe) for its lifetime
+
+
+def runs_root() -> Path:
+    """``/tmp/ssray-<uid>``: short, because Ray's unix socket paths live below it (108 bytes)."""
+    return Path("/tmp") / f"ssray-{os.getuid()}"
+
+
+def run_ray_dir(pid: int | None = None) -> Path:
+    """The Ray temporary directory of the driver ``pid`` (default: this process), created."""
+    pid = os.getpid() if pid is None else pid
+    path = runs_root() / f"{pid}-{start_time(pid)}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _driver_alive(path: Path) -> bool:
+    pid, _, start = path.name.partition("-")
+    return pid.isdigit() and start_time(int(pid)) == start
+
+
+def session_pids(path: Path) -> list[int]:
+    """Pids of this user's processes whose command line mentions ``path`` (not this process)."""
+    needle = str(path).encode()
+    # a zombie's cmdline is empty: the exited are not listed
+    return find_pids("cmdline", lambda cmdline: needle in cmdline, same_user=True)
+
+
+def kill_session(path: Path, timeout: float = 30.0) -> list[int]:
+    """SIGKILL every process of the run directory ``path`` until none is left (a dying raylet may
+    still start a worker), then remove the directory. Returns the pids killed."""
+    killed: list[int] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = session_pids(path)
+        if not pids or time.monotonic() > deadline:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+    shutil.rmtree(path, ignore_errors=True)
+    return sorted(set(killed))
+
+
+def reap_orphans(root: Path | None = None) -> list[int]:
+    """Kill the processes of every run directory under ``root`` whose driver is gone; returns
+    the pids killed."""
+    root = runs_root() if root is None else root
+    killed: list[int] = []
+    if not root.is_dir():
+        return killed
+    for path in sorted(root.iterdir()):
+        if path.is_dir() and not _driver_alive(path):
+            killed += kill_session(path)
+    return killed
+
+
+def start_watchdog(path: Path) -> subprocess.Popen:
+    """Start the process that cleans up ``path`` when this process exits (see the module doc)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "soft_spatial.trainer.ray_session", "--watch", str(path)],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True)
+    _WATCHDOGS.append(proc)
+    return proc
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m soft_spatial.trainer.ray_session",
+                                     description=__doc__.splitlines()[0])
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--watch", type=Path, help="wait for EOF on stdin, then clean up DIR")
+    group.add_argument("--reap", action="store_true", help="clean up the runs whose driver is gone")
+    args = parser.parse_args(argv)
+    if args.reap:
+        print(f"killed {len(reap_orphans())} leftover Ray process(es)")
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # outlive a Ctrl-C sent to the driver's group
+    sys.stdin.buffer.read()  # returns when the driver has exited
+    kill_session(args.watch)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,20 @@
+"""Fails loudly when Ray changes what soft_spatial/compat/ray.py relies on."""
+
+
+def test_ray_internals_we_touch_are_unchanged():
+    from soft_spatial.compat.ray import check_internals
+
+    assert check_internals() == []
+
+
+def test_node_ip_address_is_what_ray_private_services_returned():
+    """The public call gives the address the launcher used to read from ray._private."""
+    import ipaddress
+
+    from ray._private.services import get_node_ip_address
+
+    from soft_spatial.compat.ray import node_ip_address
+
+    ip = node_ip_address()
+    ipaddress.ip_address(ip)  # a valid address
+    assert ip == get_node_ip_address()

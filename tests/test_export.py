@@ -1,0 +1,68 @@
+"""python -m soft_spatial.export: one directory per trained model, picked up by evaluation. A real
+export of a trained run, evaluated from the export alone, is part of
+tests/test_train_cpu.py::test_train_resume_export_and_evaluate."""
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+
+from soft_spatial.eval.__main__ import CONFIG_DIR, build_config
+from soft_spatial.export import CONTROLLER_FILE, SETTINGS_FILE, actor_dir, apply_exported
+from soft_spatial.softthink import AdaptSoft
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fake_export(tmp_path: Path, mode: str = "adaptsoft") -> Path:
+    out = tmp_path / "exported"
+    out.mkdir()
+    (out / SETTINGS_FILE).write_text(yaml.safe_dump(
+        {"soft_thinking": {"mode": mode, "top_k": 3, "noise_scale": 0.5, "fixed_tau": 0.4},
+         "adaptsoft": {"tau0": 0.5}}))
+    AdaptSoft(hidden_size=8, width=4).save(out / CONTROLLER_FILE)
+    (out / "config.json").write_text("{}")  # evaluation checks model.path is a model directory
+    return out
+
+
+def _compose(overrides):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        return compose(config_name="eval", overrides=overrides)
+
+
+def test_exported_settings_apply_and_the_command_line_wins(tmp_path):
+    out = _fake_export(tmp_path)
+    cfg = _compose([f"model.path={out}"])
+    taken = apply_exported(cfg, [f"model.path={out}"])
+    assert set(taken) == {"soft_thinking.mode", "soft_thinking.top_k", "soft_thinking.noise_scale",
+                          "soft_thinking.fixed_tau", "mode", "controller"}
+    ecfg = build_config(cfg)
+    st = ecfg.soft_thinking
+    assert (st.mode, st.top_k, st.noise_scale, st.fixed_tau) == ("adaptsoft", 3, 0.5, 0.4)
+    assert ecfg.controller == str(out / CONTROLLER_FILE)
+
+    given = [f"model.path={out}", "mode=fixed", "soft_thinking.top_k=7"]
+    cfg = _compose(given)
+    apply_exported(cfg, given)
+    ecfg = build_config(cfg)
+    st = ecfg.soft_thinking
+    assert (st.mode, st.top_k, st.noise_scale) == ("fixed", 7, 0.5)
+    assert ecfg.controller is None  # no controller outside adaptsoft mode
+
+    elsewhere = tmp_path / "elsewhere.pt"
+    AdaptSoft(hidden_size=8, width=4).save(elsewhere)
+    given = [f"model.path={out}", f"controller={elsewhere}"]
+    cfg = _compose(given)
+    apply_exported(cfg, given)
+    assert build_config(cfg).controller == str(elsewhere)
+
+
+def test_a_plain_model_directory_changes_nothing(tmp_path):
+    cfg = _compose([f"model.path={tmp_path}"])
+    before = dict(cfg.soft_thinking)
+    assert apply_exported(cfg, []) == [] and dict(cfg.soft_thinking) == before
+
+
+def test_actor_dir_names_what_is_missing(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no FSDP actor checkpoint"):
+        actor_dir(tmp_path)

@@ -1,0 +1,143 @@
+"""Imports point down: every soft_spatial module imports only its own component or the tiers
+below, and no modules import each other in a cycle (imports read with ``ast``, nothing runs;
+imports inside functions count too).
+
+    .venv/bin/python -m pytest tests/test_layers.py -q
+    .venv/bin/python tests/test_layers.py        # prints the component graph and any problem
+
+The tiers (bottom to top; README "Layers"): a module of tier n may import its own component
+and components of tiers < n, never a sibling of its own tier (so ``engines`` and ``actor`` stay
+independent, and ``softthink`` ← ``engines`` ← ``rollout``, ``softthink`` ← ``actor``).
+"""
+from __future__ import annotations
+
+import ast
+import collections
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "soft_spatial"
+
+TIERS = [
+    {"atomic", "dirlock", "jsonl", "compat", "ray_env", "procs"},  # utilities, upstream internals, Ray env, /proc
+    {"platform", "softthink", "models", "data"},  # verl's CPU platform; the method; inputs
+    {"settings"},  # rollout.custom, seeds, verl → engine sampling
+    {"engines", "actor"},  # rollout engines; the training engine
+    {"rollout"},  # the verl rollout servers around the engines
+    {"plugin", "reward", "export", "bench"},  # verl registration; reward; HF export
+    {"trainer", "eval"},  # verl worker/trainer/task runner; evaluation
+    {"train", "analysis", "launch"},  # entry points (launch: Ray across the nodes, docs/launch.md)
+    {"ablation", "stats"},  # entry points built on train / eval / analysis
+]
+TIER = {component: n for n, tier in enumerate(TIERS) for component in tier}
+
+
+def modules() -> dict:
+    """``{dotted name: path}`` of every module of the package (packages by their name)."""
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def imports(mods: dict) -> dict:
+    """``{module: {imported soft_spatial module: line}}`` (``from pkg import sub`` → ``pkg.sub``)."""
+    graph = collections.defaultdict(dict)
+    for name, path in mods.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = package[:len(package) - node.level + 1] if node.level else []
+                base = ".".join(base + ([node.module] if node.module else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base
+                           for a in node.names]
+            else:
+                continue
+            for target in targets:
+                while target and target not in mods:  # a name inside a module
+                    target = target.rpartition(".")[0]
+                if target.startswith("soft_spatial.") and target != name:
+                    graph[name].setdefault(target, node.lineno)
+    return graph
+
+
+def component(module: str) -> str:
+    return module.split(".")[1]
+
+
+def upward_imports(graph: dict) -> list:
+    problems = []
+    for src, targets in sorted(graph.items()):
+        for dst, line in sorted(targets.items()):
+            a, b = component(src), component(dst)
+            if a != b and TIER[b] >= TIER[a]:
+                problems.append(f"{src} (line {line}) imports {dst}: {a} (tier {TIER[a]}) may "
+                                f"not import {b} (tier {TIER[b]})")
+    return problems
+
+
+def cycles(graph: dict) -> list:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            scc = []
+            while not scc or scc[-1] != v:
+                scc.append(stack.pop())
+                on_stack.discard(scc[-1])
+            if len(scc) > 1:
+                found.append(sorted(scc))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_every_component_has_a_tier():
+    assert {component(m) for m in modules() if m != "soft_spatial"} <= set(TIER)
+
+
+def test_no_module_imports_upward():
+    assert upward_imports(imports(modules())) == []
+
+
+def test_no_import_cycles():
+    assert cycles(imports(modules())) == []
+
+
+def test_the_checks_catch_an_upward_import_and_a_cycle():
+    graph = {"soft_spatial.engines.local": {"soft_spatial.rollout.server": 3},
+             "soft_spatial.rollout.server": {"soft_spatial.engines.local": 5}}
+    assert len(upward_imports(graph)) == 1 and "tier 4" in upward_imports(graph)[0]
+    assert cycles(graph) == [["soft_spatial.engines.local", "soft_spatial.rollout.server"]]
+    sibling = {"soft_spatial.actor.train_engine": {"soft_spatial.engines.step": 1}}
+    assert upward_imports(sibling)  # engines and actor are siblings
+
+
+if __name__ == "__main__":
+    g = imports(modules())
+    edges = collections.defaultdict(set)
+    for src, targets in g.items():
+        edges[component(src)].update(component(d) for d in targets if component(d) != component(src))
+    for n, tier in enumerate(TIERS):
+        for c in sorted(tier):
+            print(f"tier {n} {c:10s} -> {', '.join(sorted(edges.get(c, ()))) or '-'}")
+    problems = upward_imports(g) + [f"cycle: {c}" for c in cycles(g)]
+    print("\n".join(problems) or "OK: no upward import, no cycle")
+    sys.exit(1 if problems else 0)

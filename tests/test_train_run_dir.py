@@ -1,0 +1,254 @@
+"""The training entry point around verl: checks before Ray starts, the run directory (lock, metrics
+kept across resumes, Hydra's files), and the local Ray session that never outlives its driver.
+All fast: nothing here starts Ray or verl's trainer (the slow resume test in test_train_cpu.py
+runs the real thing)."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from soft_spatial.dirlock import DirLock, DirLockedError
+from soft_spatial.train import CONFIG_DIR, preflight, run
+from soft_spatial.trainer import ray_session
+from soft_spatial.trainer.run_dir import SUPERSEDED, keep_metrics_until, resume_step
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def compose_train(*overrides, hydra=False):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        return compose(config_name="train", overrides=list(overrides), return_hydra_config=hydra)
+
+
+@pytest.fixture(scope="module")
+def parquet(tmp_path_factory, tiny_qwen3_vl_small):
+    from test_train_cpu import prepare_train_data
+    return prepare_train_data(tmp_path_factory.mktemp("data"), tiny_qwen3_vl_small)
+
+
+def train_cfg(model, data, out, *overrides):
+    return compose_train("model=tiny", "cluster=cpu", f"model.path={model}",
+                         f"data.train_files={data / 'train.parquet'}",
+                         f"data.val_files={data / 'test.parquet'}",
+                         f"trainer.default_local_dir={out}", *overrides)
+
+
+# -- errors before Ray starts, naming the setting --------------------------------------------------
+@pytest.mark.parametrize("override, message", [
+    ("soft_thinking.top_k=0", "top_k"),
+    ("soft_thinking.mode=softest", "mode"),
+    ("actor_rollout_ref.rollout.temperature=-1", "actor_rollout_ref.rollout.temperature must be >= 0"),
+    ("model.path=/nonexistent/mistyped", "model.path='/nonexistent/mistyped' does not exist"),
+    ("data.train_files=/nonexistent/train.parquet", "data.train_files: training data /nonexistent"),
+])
+def test_preflight_names_the_bad_setting(override, message, tiny_qwen3_vl_small, parquet, tmp_path):
+    cfg = train_cfg(tiny_qwen3_vl_small, parquet, tmp_path / "run", override)
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        preflight(cfg)
+    assert preflight(train_cfg(tiny_qwen3_vl_small, parquet, tmp_path / "run")) == Path(
+        str(tiny_qwen3_vl_small))
+
+
+@pytest.mark.parametrize("override, message", [
+    # the loss would then depend on every logit of a soft step: the controller's K-sparse d_t is not exact
+    ("actor_rollout_ref.actor.entropy_coeff=0.01", "entropy_coeff=0.01"),
+    ("actor_rollout_ref.actor.loss_agg_mode=token-sum", "loss_agg_mode='token-sum'"),
+])
+def test_preflight_warns_about_actor_settings_that_break_the_method(override, message, tiny_qwen3_vl_small,
+                                                                     parquet, tmp_path):
+    cfg = train_cfg(tiny_qwen3_vl_small, parquet, tmp_path / "run", override)
+    with pytest.warns(RuntimeWarning, match=f"soft_spatial actor config: {re.escape(message)}"):
+        preflight(cfg)
+    with warnings.catch_warnings(record=True) as seen:  # the paper's configuration: no warning
+        warnings.simplefilter("always")
+        preflight(train_cfg(tiny_qwen3_vl_small, parquet, tmp_path / "run"))
+    assert not [w for w in seen if "soft_spatial actor config" in str(w.message)]
+
+
+def test_a_trailing_slash_on_the_model_path_is_dropped(tiny_qwen3_vl_small, parquet, tmp_path):
+    """verl's copy_to_local asserts that a path does not end in "/"; shell completion adds one."""
+    from verl.utils.fs import copy_to_local
+    cfg = train_cfg(f"{tiny_qwen3_vl_small}/", parquet, tmp_path / "run")
+    with pytest.raises(AssertionError, match="last char"):
+        copy_to_local(str(cfg.actor_rollout_ref.model.path))
+    assert preflight(cfg) == Path(tiny_qwen3_vl_small)
+    assert cfg.actor_rollout_ref.model.path == cfg.model.path == str(tiny_qwen3_vl_small)
+    assert copy_to_local(str(cfg.actor_rollout_ref.model.path)) == str(tiny_qwen3_vl_small)
+
+
+def test_training_cli_fails_before_ray_on_a_mistyped_model_path(tmp_path):
+    res = subprocess.run(
+        [sys.executable, "-m", "soft_spatial.train", "model=tiny", "cluster=cpu",
+         f"model.path={tmp_path / 'mistyped'}", f"trainer.default_local_dir={tmp_path / 'run'}"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode != 0
+    assert f"model.path='{tmp_path / 'mistyped'}' does not exist" in res.stderr
+    assert not (tmp_path / "mistyped").exists()  # no random model was built in its place
+    assert "Ray instance" not in res.stdout + res.stderr  # Ray was never started
+    assert not (tmp_path / "outputs").exists()  # Hydra's files went under the run directory
+    assert list((tmp_path / "run" / "hydra").glob("*/.hydra/config.yaml"))
+
+
+def test_hydra_run_dir_is_under_the_run_directory():
+    cfg = compose_train("trainer.default_local_dir=/data/runs/x", hydra=True)
+    assert cfg.hydra.run.dir.startswith("/data/runs/x/hydra/")
+    assert cfg.hydra.sweep.dir.startswith("/data/runs/x/hydra/")
+
+
+# -- one writer per run directory ------------------------------------------------------------------
+def test_a_second_training_run_into_a_locked_directory_fails_at_once(tiny_qwen3_vl_small, parquet,
+                                                                      tmp_path):
+    out = tmp_path / "run"
+    env = dict(os.environ)
+    try:
+        with DirLock(out, "training run directory"):  # a run in progress (this process)
+            with pytest.raises(DirLockedError, match=f"training run directory {out} is in use by "
+                                                     f"pid {os.getpid()} "):
+                run(train_cfg(tiny_qwen3_vl_small, parquet, out))
+    finally:  # run() exports the plugin environment
+        os.environ.clear()
+        os.environ.update(env)
+
+
+# -- metrics survive a resume ----------------------------------------------------------------------
+def metrics_lines(steps, tag):
+    return "".join(json.dumps({"step": s, "data": {"tag": tag}}) + "\n" for s in steps)
+
+
+def test_verl_file_logger_appends(tmp_path, monkeypatch):
+    from verl.utils import tracking
+
+    from soft_spatial.compat.verl import append_file_logger
+    path = tmp_path / "metrics.jsonl"
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+    monkeypatch.setattr(tracking, "FileLogger", tracking.FileLogger)  # restored after the test
+    path.write_text(metrics_lines([1, 2], "before"))
+    upstream = tracking.FileLogger("p", "e")  # verl 0.9.1 truncates: the reason for the patch
+    upstream.finish()
+    assert path.read_text() == ""
+    path.write_text(metrics_lines([1, 2], "before"))
+    append_file_logger()
+    append_file_logger()  # idempotent
+    logger = tracking.FileLogger("p", "e")  # what Tracking builds for the "file" backend
+    logger.log({"tag": "after"}, step=3)
+    logger.finish()
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3]
+    # the upstream internals this relies on: test_compat_verl.py (check_internals)
+
+
+def test_resume_keeps_the_metrics_up_to_the_checkpoint(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    # a run killed after logging step 5 whose last checkpoint is step 4, plus a torn line
+    path.write_text(metrics_lines([1, 2, 3, 4, 5], "first") + '{"step": 6, "da')
+    assert keep_metrics_until(path, 4) == 2
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3, 4]
+    superseded = (tmp_path / SUPERSEDED).read_text().splitlines()
+    assert json.loads(superseded[0])["step"] == 5 and superseded[1] == '{"step": 6, "da'
+    assert keep_metrics_until(path, 4) == 0  # nothing more to move
+    assert keep_metrics_until(tmp_path / "absent.jsonl", 3) == 0
+
+
+def test_resume_step_follows_verl(tmp_path):
+    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+    assert resume_step(tmp_path, "auto") == 0
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("3")  # tracker, no directory
+    assert resume_step(tmp_path, "auto") == 0 and find_latest_ckpt_path(str(tmp_path)) is None
+    (tmp_path / "global_step_4").mkdir()
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("4")
+    assert resume_step(tmp_path, "auto") == 4
+    assert find_latest_ckpt_path(str(tmp_path)).endswith("global_step_4")  # verl agrees
+    assert resume_step(tmp_path, "disable") == 0
+    assert resume_step(tmp_path, "resume_path", str(tmp_path / "global_step_2")) == 2
+    with pytest.raises(ValueError, match="resume_from_path"):
+        resume_step(tmp_path, "resume_path", None)
+    # the entry point of a CPU run has VERL_PLATFORM=cpu and no CPU platform plugin loaded:
+    # importing verl's checkpoint module there fails, so resume_step must not
+    res = subprocess.run([sys.executable, "-c", "import sys; from soft_spatial.trainer.run_dir "
+                          "import resume_step; print(resume_step(sys.argv[1], 'auto'))",
+                          str(tmp_path)], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, VERL_PLATFORM="cpu"))
+    assert res.returncode == 0 and res.stdout.split()[-1] == "4", res.stderr[-2000:]
+
+
+# -- a local Ray session never outlives its driver --------------------------------------------------
+DRIVER = r"""
+import subprocess, sys, time
+from soft_spatial.trainer import ray_session
+path = ray_session.run_ray_dir()
+ray_session.start_watchdog(path)
+# a stand-in for a Ray agent: its own session (so it survives the driver), the run dir on its
+# command line like every process of a Ray session
+agent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", str(path)],
+                         start_new_session=True)
+print(path, agent.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_gone(pid, within=60.0):
+    """True once ``pid`` is gone (a state check with a generous bound, not a timing assertion)."""
+    deadline = time.monotonic() + within
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not alive(pid)
+
+
+def test_the_watchdog_kills_the_session_of_a_killed_driver(tmp_path):
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True,
+                              cwd=ROOT)
+    path, agent = driver.stdout.readline().split()
+    agent = int(agent)
+    try:
+        assert alive(agent) and agent in ray_session.session_pids(Path(path))
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+        assert wait_gone(agent), f"agent {agent} of {path} outlived its driver"
+        assert _dir_removed_eventually(Path(path))
+    finally:
+        if alive(agent):
+            os.kill(agent, signal.SIGKILL)
+
+
+def _dir_removed_eventually(path, within=30.0):
+    deadline = time.monotonic() + within
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not path.exists()
+
+
+def test_reap_orphans_kills_sessions_whose_driver_is_gone(tmp_path):
+    root = tmp_path / "ssray"
+    orphan = root / "999999999-12345"  # no such driver
+    live = ray_session.run_ray_dir()  # this process: alive
+    mine = root / live.name
+    mine.mkdir(parents=True)
+    orphan.mkdir(parents=True)
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", str(d)])
+             for d in (orphan, mine)]
+    try:
+        killed = ray_session.reap_orphans(root)
+        procs[0].wait(timeout=30)
+        assert killed == [procs[0].pid] and not orphan.exists()
+        assert procs[1].poll() is None and mine.exists()  # a live driver's session is kept
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        ray_session.kill_session(live)
