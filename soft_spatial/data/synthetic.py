@@ -32,11 +32,10 @@ decide the answer, e.g. ``"up, turned clockwise: right"``), which the warm start
 (:mod:`soft_spatial.experiments.warmstart`) uses as the text inside ``<think>``.
 
 Answer letters are balanced: for every option count the correct position cycles through a
-shuffled deck of all positions. Scenes use a grid layout by default (one object per 32-pixel cell, the tiny models' image
-tokens; ``--layout free`` places objects anywhere). Everything is a pure function of (split,
-seed, knobs); the test
-split draws from its own random stream and any test item whose image and question also occur in
-train is redrawn, so the splits are disjoint.
+shuffled deck of all positions. Scenes use a grid layout by default (one object per 32-pixel
+cell, the tiny models' image tokens; ``--layout free`` places objects anywhere). Everything is a
+pure function of (split, seed, knobs); the test split draws from its own random stream and any
+test item whose image and question also occur in train is redrawn, so the splits are disjoint.
 """
 from __future__ import annotations
 
@@ -48,7 +47,7 @@ import random
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
 
 from PIL import Image, ImageDraw
 
@@ -56,7 +55,7 @@ __all__ = ["TASKS", "Difficulty", "DIFFICULTIES", "SyntheticConfig", "Item", "ge
            "write_benchmark", "chance_levels", "chance_levels_of_release", "corpus", "read_reasoning", "main"]
 
 #: task -> (OmniSpatial task_type, sub_task_type)
-TASKS: Dict[str, Tuple[str, str]] = {
+TASKS: dict[str, tuple[str, str]] = {
     "relative_position": ("Spatial_Interaction", "Localization"),
     "depth_order": ("Spatial_Interaction", "Geospatial_Strategy"),
     "egocentric": ("Perspective_Taking", "Egocentric"),
@@ -65,7 +64,7 @@ TASKS: Dict[str, Tuple[str, str]] = {
 }
 SUB_TASK_TO_TASK = {sub: task for task, (_, sub) in TASKS.items()}
 
-COLORS: Dict[str, Tuple[int, int, int]] = {
+COLORS: dict[str, tuple[int, int, int]] = {
     "red": (220, 40, 40), "green": (30, 160, 60), "blue": (40, 80, 230),
     "yellow": (235, 200, 30), "purple": (150, 50, 190), "orange": (245, 130, 20),
 }
@@ -91,10 +90,10 @@ class Difficulty:
     margin: float = 6.0
     size_ratio: float = 1.3
     max_count: int = 4
-    object_size: Tuple[float, float] = (0.16, 0.24)
+    object_size: tuple[float, float] = (0.16, 0.24)
 
 
-DIFFICULTIES: Dict[str, Difficulty] = {
+DIFFICULTIES: dict[str, Difficulty] = {
     "easy": Difficulty(distractors=0, margin=12.0, size_ratio=1.6, max_count=3,
                        object_size=(0.2, 0.28)),
     "medium": Difficulty(),
@@ -111,8 +110,8 @@ class SyntheticConfig:
     patches merged 2x2), ``free`` anywhere without overlap (harder to read)."""
 
     size: int = 96
-    tasks: Tuple[str, ...] = tuple(TASKS)
-    options: Tuple[int, ...] = (2, 3, 4)
+    tasks: tuple[str, ...] = tuple(TASKS)
+    options: tuple[int, ...] = (2, 3, 4)
     difficulty: Difficulty = field(default_factory=Difficulty)
     difficulty_name: str = "medium"
     layout: str = "grid"
@@ -142,7 +141,7 @@ class Item:
     task: str
     image: Image.Image
     question: str
-    options: List[str]
+    options: list[str]
     answer: int
     reasoning: str
 
@@ -155,7 +154,7 @@ class Item:
 
 # -- drawing -----------------------------------------------------------------------------------
 def _draw_shape(draw: ImageDraw.ImageDraw, shape: str, cx: float, cy: float, r: float,
-                color: Tuple[int, int, int]) -> None:
+                color: tuple[int, int, int]) -> None:
     box = [cx - r, cy - r, cx + r, cy + r]
     if shape == "square":
         draw.rectangle(box, fill=color)
@@ -168,7 +167,7 @@ def _draw_shape(draw: ImageDraw.ImageDraw, shape: str, cx: float, cy: float, r: 
 
 
 def _draw_arrow(draw: ImageDraw.ImageDraw, direction: str, cx: float, cy: float, r: float,
-                color: Tuple[int, int, int]) -> None:
+                color: tuple[int, int, int]) -> None:
     """A shaft and a triangular head pointing ``direction``."""
     dx, dy = _UNIT[direction]
     px, py = -dy, dx  # perpendicular
@@ -195,10 +194,10 @@ class _Canvas:
         self.size, self.rng, self.cell = size, rng, cell
         self.image = Image.new("RGB", (size, size), BACKGROUND)
         self.draw = ImageDraw.Draw(self.image)
-        self.placed: List[Tuple[float, float, float]] = []
+        self.placed: list[tuple[float, float, float]] = []
         self.used: set = set()
 
-    def radius(self, lo_hi: Tuple[float, float], arrow: bool = False) -> float:
+    def radius(self, lo_hi: tuple[float, float], arrow: bool = False) -> float:
         """A random size from fractions of half the image side; on a grid, capped so the shape
         (an arrow reaches r from its centre, other shapes r·√2) stays inside its cell."""
         r = self.rng.uniform(*lo_hi) * self.size / 2
@@ -207,7 +206,7 @@ class _Canvas:
         return r
 
     def free_spot(self, r: float, tries: int = 200,
-                  accept: Optional[Callable[[float, float], bool]] = None) -> Tuple[float, float]:
+                  accept: Callable[[float, float], bool] | None = None) -> tuple[float, float]:
         """A centre for a shape of radius ``r`` inside the canvas, clear of every placed shape
         (and accepted by ``accept``); raises `_Retry` when none is found."""
         if self.cell:
@@ -247,7 +246,7 @@ def _canvas(cfg: "SyntheticConfig", rng: random.Random) -> _Canvas:
 
 
 # -- tasks -------------------------------------------------------------------------------------
-def _colors(rng: random.Random, k: int) -> List[str]:
+def _colors(rng: random.Random, k: int) -> list[str]:
     return rng.sample(list(COLORS), k)
 
 
@@ -260,7 +259,7 @@ def _distractors(canvas: _Canvas, rng: random.Random, colors: Sequence[str], n: 
         canvas.add(x, y, r)
 
 
-def _relation(dx: float, dy: float) -> Tuple[str, float]:
+def _relation(dx: float, dy: float) -> tuple[str, float]:
     """The dominant direction of offset (dx, dy) (image coordinates) and its lead over the
     other axis."""
     if abs(dx) >= abs(dy):
@@ -307,7 +306,7 @@ def _depth_order(rng, cfg: SyntheticConfig, n: int):
             _draw_shape(canvas.draw, shapes[i], *centres[i], radii[i], COLORS[colors[i]])
         names = [f"the {c} {s}" for c, s in zip(colors, shapes)]
         return canvas.image, "Which shape is closest to the camera?", names[0], names, colors[0]
-    centres: List[Tuple[float, float]] = []
+    centres: list[tuple[float, float]] = []
     for r in radii:  # shapes may overlap, but no centre lies inside another shape
         for _ in range(200):
             x, y = rng.uniform(r, cfg.size - r), rng.uniform(r, cfg.size - r)
@@ -430,7 +429,7 @@ def _make_item(task: str, rng: random.Random, cfg: SyntheticConfig, n: int, pos:
 
 
 def generate_split(count: int, seed: int, split: str, cfg: SyntheticConfig,
-                   exclude: Optional[set] = None) -> List[Item]:
+                   exclude: set | None = None) -> list[Item]:
     """``count`` items, tasks in round-robin order; deterministic in (count, seed, split, cfg).
 
     ``exclude``: signatures to avoid (the train split's, when generating test).
@@ -439,7 +438,7 @@ def generate_split(count: int, seed: int, split: str, cfg: SyntheticConfig,
     rng = random.Random(int.from_bytes(digest[:8], "big"))
     decks = _Decks(random.Random(rng.random()))
     exclude = exclude if exclude is not None else set()
-    items: List[Item] = []
+    items: list[Item] = []
     for i in range(count):
         task = cfg.tasks[i % len(cfg.tasks)]
         n = cfg.options[rng.randrange(len(cfg.options))]
@@ -455,9 +454,9 @@ def generate_split(count: int, seed: int, split: str, cfg: SyntheticConfig,
     return items
 
 
-def chance_levels(items: Sequence[Item]) -> Dict[str, float]:
+def chance_levels(items: Sequence[Item]) -> dict[str, float]:
     """Expected accuracy of uniform guessing, per task and overall (mean of 1/#options), in %."""
-    per: Dict[str, List[float]] = defaultdict(list)
+    per: dict[str, list[float]] = defaultdict(list)
     for it in items:
         per[it.task].append(1.0 / len(it.options))
     out = {t: 100.0 * sum(v) / len(v) for t, v in per.items()}
@@ -465,10 +464,10 @@ def chance_levels(items: Sequence[Item]) -> Dict[str, float]:
     return out
 
 
-def chance_levels_of_release(release: str | Path) -> Dict[str, float]:
+def chance_levels_of_release(release: str | Path) -> dict[str, float]:
     """`chance_levels` of a written split, from its ``data.json``."""
     rows = json.loads((Path(release) / "data.json").read_text(encoding="utf-8"))
-    per: Dict[str, List[float]] = defaultdict(list)
+    per: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         per[r["synthetic_task"]].append(1.0 / len(r["options"]))
     out = {t: 100.0 * sum(v) / len(v) for t, v in per.items()}
@@ -494,7 +493,7 @@ def _write_release(release: Path, items: Sequence[Item], cfg: SyntheticConfig) -
 
 
 def write_benchmark(out: str | Path, train: int, test: int, seed: int = 0,
-                    cfg: Optional[SyntheticConfig] = None) -> Dict[str, Dict[str, float]]:
+                    cfg: SyntheticConfig | None = None) -> dict[str, dict[str, float]]:
     """Write both splits and ``README.md`` under ``out``; returns the chance levels per split."""
     cfg = cfg or SyntheticConfig()
     out = Path(out)
@@ -525,7 +524,7 @@ def _readme(cfg, seed, train_items, test_items, chance) -> str:
             f"| overall | | {len(test_items)} | {chance['test']['overall']:.1f}% |\n")
 
 
-def corpus(repeat: int = 20) -> List[str]:
+def corpus(repeat: int = 20) -> list[str]:
     """Texts a tokenizer for this benchmark should know as whole words: our system prompt, every
     question template, option and reasoning word, in the chat layout (``repeat`` times each, so a
     BPE trained on them merges these words first)."""
@@ -545,13 +544,13 @@ def corpus(repeat: int = 20) -> List[str]:
     return texts * repeat
 
 
-def read_reasoning(release: str | Path) -> Dict[str, dict]:
+def read_reasoning(release: str | Path) -> dict[str, dict]:
     """``{id: {"task", "reasoning"}}`` of a written split (its ``data.json``)."""
     rows = json.loads((Path(release) / "data.json").read_text(encoding="utf-8"))
     return {r["id"]: {"task": r["synthetic_task"], "reasoning": r["reasoning"]} for r in rows}
 
 
-def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, float]]:
+def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     p = argparse.ArgumentParser(prog="python -m soft_spatial.data.synthetic",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, type=Path, help="output directory")

@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 __all__ = ["LearnConfig", "Experiment", "EVAL_MODE", "main"]
 
@@ -47,7 +47,7 @@ class DataSpec:
     train: int = 2000
     test: int = 300
     size: int = 96
-    options: List[int] = field(default_factory=lambda: [2, 3, 4])
+    options: list[int] = field(default_factory=lambda: [2, 3, 4])
     difficulty: str = "medium"
 
 
@@ -71,14 +71,14 @@ class WarmStartSpec:
     steps: int = 150
     batch_size: int = 32
     lr: float = 2e-3
-    overrides: List[str] = field(default_factory=list)
+    overrides: list[str] = field(default_factory=list)
 
 
 @dataclass
 class TrainSpec:
     steps: int = 30
     save_freq: int = 10
-    overrides: List[str] = field(default_factory=list)
+    overrides: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -94,7 +94,7 @@ class LearnConfig:
 
     out: str
     seed: int = 0
-    modes: List[str] = field(default_factory=lambda: ["adaptsoft"])
+    modes: list[str] = field(default_factory=lambda: ["adaptsoft"])
     budget_name: str = "demo"
     data: DataSpec = field(default_factory=DataSpec)
     model: ModelSpec = field(default_factory=ModelSpec)
@@ -121,7 +121,7 @@ class LearnConfig:
         return from_mapping(cls, raw, "learn")
 
 
-def _python() -> List[str]:
+def _python() -> list[str]:
     return [sys.executable]
 
 
@@ -169,8 +169,8 @@ class Experiment:
     def say(self, msg: str) -> None:
         print(f"[{(time.time() - self.t0) / 60:5.1f} min] {msg}", flush=True)
 
-    def _run(self, name: str, cmd: Sequence[str], env: Optional[dict] = None,
-             follow: Optional[Callable[[subprocess.Popen], None]] = None) -> None:
+    def _run(self, name: str, cmd: Sequence[str], env: dict | None = None,
+             follow: Callable[[subprocess.Popen], None] | None = None) -> None:
         """Run a stage's command in its own session with its output in ``logs/<name>.log``
         (``follow(proc)`` watches it meanwhile); whatever it leaves running is stopped, also
         when this process is interrupted. Raise with the log's tail on failure."""
@@ -251,7 +251,7 @@ class Experiment:
                 "--max-pixels", "0"])
             os.replace(tmp, out)
 
-    def evaluate(self, name: str, model: Path, mode: str, controller: Optional[Path] = None
+    def evaluate(self, name: str, model: Path, mode: str, controller: Path | None = None
                  ) -> Path:
         """``python -m soft_spatial.eval`` on the test split (resumable); returns its directory."""
         e = self.cfg.eval
@@ -354,7 +354,7 @@ class Experiment:
         os.replace(tmp, final)
         return final
 
-    def analyse(self, run: Dict) -> None:
+    def analyse(self, run: dict) -> None:
         """The paper's Figs. 4-7 for the trained adaptsoft policy (``python -m
         soft_spatial.analysis all``) under ``out/analysis``."""
         from soft_spatial.analysis.__main__ import main as analysis
@@ -363,7 +363,7 @@ class Experiment:
         analysis(["all", "--metrics", str(run["metrics"]), "--eval", str(run["after"]),
                   "--out", str(self.out / "analysis"), "--min-steps", "3"])
 
-    def run(self) -> Dict:
+    def run(self) -> dict:
         from .report import write_report
 
         c = self.cfg

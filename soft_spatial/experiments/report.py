@@ -12,7 +12,7 @@ import json
 import math
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 __all__ = ["read_metrics", "per_question", "paired_difference", "write_report", "trend",
            "CATEGORY_ORDER"]
@@ -21,13 +21,13 @@ Z95 = 1.959963984540054
 CATEGORY_ORDER = ("relative_position", "depth_order", "egocentric", "mental_rotation", "counting")
 
 
-def read_metrics(path) -> List[dict]:
+def read_metrics(path) -> list[dict]:
     """verl's file-logger lines as ``{"step", **metrics}``, one per step (the last line of a step
     wins: a resumed run may log a step twice); a torn last line is ignored."""
     path = Path(path)
     if not path.is_file():
         return []
-    by_step: Dict[int, dict] = {}
+    by_step: dict[int, dict] = {}
     for line in path.read_text().splitlines():
         try:
             row = json.loads(line)
@@ -37,13 +37,13 @@ def read_metrics(path) -> List[dict]:
     return [by_step[s] for s in sorted(by_step)]
 
 
-def per_question(samples_jsonl) -> Dict[int, dict]:
+def per_question(samples_jsonl) -> dict[int, dict]:
     """``{question_index: {"acc": mean over samples, "category", "n"}}`` from eval's JSONL."""
     from soft_spatial.data.synthetic import SUB_TASK_TO_TASK
     from soft_spatial.eval.runner import read_results
 
-    acc: Dict[int, List[float]] = defaultdict(list)
-    cat: Dict[int, str] = {}
+    acc: dict[int, list[float]] = defaultdict(list)
+    cat: dict[int, str] = {}
     for r in read_results(Path(samples_jsonl)):
         acc[r["question_index"]].append(float(bool(r["correct"])))
         cat[r["question_index"]] = SUB_TASK_TO_TASK.get(r.get("subcategory"), r["category"])
@@ -91,11 +91,11 @@ def _fmt_ci(r: dict) -> str:
     return f"{r['diff']:+.1f} [{r['lo']:+.1f}, {r['hi']:+.1f}]"
 
 
-def _series(metrics: List[dict], key: str) -> List[float]:
+def _series(metrics: list[dict], key: str) -> list[float]:
     return [m[key] for m in metrics if key in m]
 
 
-def _plot(path: Path, curves: Dict[str, List[float]], ylabel: str, title: str) -> None:
+def _plot(path: Path, curves: dict[str, list[float]], ylabel: str, title: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -177,14 +177,15 @@ def write_report(out, runs: Mapping[str, Mapping[str, Path]], data_dir, tau0: fl
                        a["tau_mean"], a["tau_min"], a["tau_max"], a.get("adaptsoft/alpha_rms", []),
                        a.get("adaptsoft/grad_norm", [])))]
     md += ["", "Figures: `reward.png` (mean training reward per step)"
-           + (", `tau.png` (τ mean with its min..max band: the paper's Fig. 5, drawn by `soft_spatial.analysis`), `analysis/` (Figs. 4–7 of the trained policy)" if "adaptsoft" in runs
-              else "") + "."]
+           + (", `tau.png` (τ mean with its min..max band: the paper's Fig. 5, drawn by "
+              "`soft_spatial.analysis`), `analysis/` (Figs. 4–7 of the trained policy)"
+              if "adaptsoft" in runs else "") + "."]
     (out / "report.md").write_text("\n".join(md) + "\n")
     (out / "results.json").write_text(json.dumps(results, indent=2))
     return results
 
 
-def _checks(results: dict, tau0: float) -> List[str]:
+def _checks(results: dict, tau0: float) -> list[str]:
     """The "what must hold" list of issue 11, each with the numbers that decide it."""
     a = results["modes"].get("adaptsoft")
     if a is None:

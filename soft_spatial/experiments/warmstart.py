@@ -27,9 +27,9 @@ import os
 import random
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -63,7 +63,7 @@ class WarmStartConfig:
     seed: int = 0
     log_every: int = 25
     save_every: int = 100
-    threads: Optional[int] = None
+    threads: int | None = None
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "log_every", "save_every"):
@@ -84,7 +84,7 @@ class Example:
     """One tokenised training example: processor tensors of prompt + response, and where the
     response starts."""
 
-    inputs: Dict[str, Tensor]
+    inputs: dict[str, Tensor]
     response_start: int
 
 
@@ -113,10 +113,10 @@ def encode(processor, record: QuestionRecord, reasoning: str) -> Example:
     return Example(inputs, start + len(newline))
 
 
-def collate(examples: Sequence[Example], pad_id: int) -> Dict[str, Tensor]:
+def collate(examples: Sequence[Example], pad_id: int) -> dict[str, Tensor]:
     """Right-pad a batch; ``labels`` hold the response tokens and -100 elsewhere."""
     n = max(e.inputs["input_ids"].shape[1] for e in examples)
-    batch: Dict[str, Tensor] = {}
+    batch: dict[str, Tensor] = {}
     for key in ("input_ids", "attention_mask", "mm_token_type_ids"):
         if key not in examples[0].inputs:
             continue
@@ -137,7 +137,7 @@ def collate(examples: Sequence[Example], pad_id: int) -> Dict[str, Tensor]:
     return batch
 
 
-def response_loss(model, batch: Dict[str, Tensor]) -> Tensor:
+def response_loss(model, batch: dict[str, Tensor]) -> Tensor:
     """Mean next-token cross-entropy over the response tokens (position t predicts t+1)."""
     labels = batch["labels"]
     out = model(**{k: v for k, v in batch.items() if k != "labels"})
@@ -156,14 +156,14 @@ def _lr_factor(step: int, cfg: WarmStartConfig) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def train(model, examples: List[Example], cfg: WarmStartConfig, pad_id: int,
-          state_path: Optional[Path] = None, log=print) -> List[float]:
+def train(model, examples: list[Example], cfg: WarmStartConfig, pad_id: int,
+          state_path: Path | None = None, log=print) -> list[float]:
     """The loop: AdamW, warmup + cosine, gradient clipping, shuffled epochs; resumes from
     ``state_path`` when it exists. Returns the loss of every step run here."""
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, cfg))
     rng = random.Random(cfg.seed)
-    order: List[int] = []
+    order: list[int] = []
     step = 0
     if state_path is not None and state_path.is_file():
         state = torch.load(state_path, weights_only=False)
@@ -174,7 +174,7 @@ def train(model, examples: List[Example], cfg: WarmStartConfig, pad_id: int,
         order, step = state["order"], state["step"]
         log(f"warm start: resumed at step {step}")
     model.train()
-    losses: List[float] = []
+    losses: list[float] = []
     t0, tokens = time.time(), 0
     while step < cfg.steps:
         if len(order) < cfg.batch_size:

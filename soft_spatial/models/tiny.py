@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, trainers
