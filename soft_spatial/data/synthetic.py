@@ -107,7 +107,14 @@ class SyntheticConfig:
     """What to generate: image side in pixels (a multiple of 32 keeps the tiny models' patch
     grid exact), the tasks, the allowed option counts, the difficulty and the layout: ``grid``
     puts one object per ``cell``-pixel square (with 32, the tiny Qwen3-VL's image tokens: 16-pixel
-    patches merged 2x2), ``free`` anywhere without overlap (harder to read)."""
+    patches merged 2x2), ``free`` anywhere without overlap (harder to read).
+
+    ``describe``: the question starts with a text description of the scene, every object with its
+    colour, shape and grid cell (``top left`` .. ``bottom right``; arrows with their direction, in
+    depth questions a size 1-9), and every answer is decided by that description alone (layouts
+    whose cells would leave it ambiguous are redrawn). A model then can answer by reading text,
+    which a tiny model trained from scratch learns in minutes, where reading the pixels it does
+    not (README, "Learning on a CPU")."""
 
     size: int = 96
     tasks: tuple[str, ...] = tuple(TASKS)
@@ -116,6 +123,7 @@ class SyntheticConfig:
     difficulty_name: str = "medium"
     layout: str = "grid"
     cell: int = 32
+    describe: bool = False
 
     def __post_init__(self):
         unknown = [t for t in self.tasks if t not in TASKS]
@@ -130,6 +138,10 @@ class SyntheticConfig:
         if self.layout == "grid" and self.size // self.cell < 3:
             raise ValueError(f"a grid layout needs at least 3x3 cells: size {self.size} // cell "
                              f"{self.cell} < 3 (use layout='free' for small images)")
+        if self.describe and (self.layout != "grid" or self.size // self.cell != 3):
+            raise ValueError(f"describe=True names grid cells (top left .. bottom right): it needs "
+                             f"layout='grid' with 3x3 cells, got layout {self.layout!r}, "
+                             f"size {self.size} // cell {self.cell} = {self.size // self.cell}")
         if self.difficulty.max_count < 2:
             raise ValueError(f"max_count must be >= 2, got {self.difficulty.max_count}")
 
@@ -196,6 +208,20 @@ class _Canvas:
         self.draw = ImageDraw.Draw(self.image)
         self.placed: list[tuple[float, float, float]] = []
         self.used: set = set()
+        self.objects: list[dict] = []  # what was drawn, for the text description
+
+    def shape(self, shape: str, x: float, y: float, r: float, color: str) -> None:
+        _draw_shape(self.draw, shape, x, y, r, COLORS[color])
+        self.objects.append({"color": color, "shape": shape, "x": x, "y": y, "r": r})
+
+    def arrow(self, direction: str, x: float, y: float, r: float, color: str) -> None:
+        _draw_arrow(self.draw, direction, x, y, r, COLORS[color])
+        self.objects.append({"color": color, "shape": "arrow", "x": x, "y": y, "r": r,
+                             "direction": direction})
+
+    def cell_of(self, x: float, y: float) -> tuple[int, int]:
+        """(column, row) of the grid cell holding the point."""
+        return int(x // self.cell), int(y // self.cell)
 
     def radius(self, lo_hi: tuple[float, float], arrow: bool = False) -> float:
         """A random size from fractions of half the image side; on a grid, capped so the shape
@@ -255,8 +281,37 @@ def _distractors(canvas: _Canvas, rng: random.Random, colors: Sequence[str], n: 
     for _ in range(n):
         r = canvas.radius(d.object_size) * 0.8
         x, y = canvas.free_spot(r)
-        _draw_shape(canvas.draw, rng.choice(SHAPES), x, y, r, COLORS[rng.choice(colors)])
+        canvas.shape(rng.choice(SHAPES), x, y, r, rng.choice(colors))
         canvas.add(x, y, r)
+
+
+ROWS, COLUMNS = ("top", "middle", "bottom"), ("left", "center", "right")
+
+
+def _where(cell: tuple[int, int]) -> str:
+    """A 3x3 grid cell in words: ``top left`` .. ``bottom right``."""
+    return f"{ROWS[cell[1]]} {COLUMNS[cell[0]]}"
+
+
+def _size_digit(r: float, cell: int) -> int:
+    """A shape's size on a 1-9 scale (9: it fills its cell)."""
+    return max(1, min(9, round(9 * r / (cell / 2))))
+
+
+def _describe(canvas: _Canvas, rng: random.Random, sizes: bool = False) -> tuple[str, list]:
+    """The scene in words, objects in a random order: ``Scene: red square at top left; green
+    arrow at middle center, pointing up.`` Returns the text and the objects in that order."""
+    objects = list(canvas.objects)
+    rng.shuffle(objects)
+    parts = []
+    for o in objects:
+        text = f"{o['color']} {o['shape']} at {_where(canvas.cell_of(o['x'], o['y']))}"
+        if "direction" in o:
+            text += f", pointing {o['direction']}"
+        if sizes:
+            text += f", size {_size_digit(o['r'], canvas.cell)}"
+        parts.append(text)
+    return "Scene: " + "; ".join(parts) + ".", objects
 
 
 def _relation(dx: float, dy: float) -> tuple[str, float]:
@@ -276,14 +331,30 @@ def _relative_position(rng, cfg: SyntheticConfig):
     bx, by = canvas.free_spot(rb)
     canvas.add(bx, by, rb)
     ra = canvas.radius(d.object_size)
-    ax, ay = canvas.free_spot(ra, accept=lambda x, y: _relation(x - bx, y - by)[1] >= d.margin)
+    cell_b = canvas.cell_of(bx, by)
+
+    def clear(x, y):  # the pixels decide with a margin; described, the cells decide the same way
+        answer, lead = _relation(x - bx, y - by)
+        if not cfg.describe:
+            return lead >= d.margin
+        (i, j), (bi, bj) = canvas.cell_of(x, y), cell_b
+        by_cells, cell_lead = _relation(i - bi, j - bj)
+        return lead >= d.margin and cell_lead > 0 and by_cells == answer
+
+    ax, ay = canvas.free_spot(ra, accept=clear)
     canvas.add(ax, ay, ra)
-    _draw_shape(canvas.draw, sb, bx, by, rb, COLORS[cb])
-    _draw_shape(canvas.draw, sa, ax, ay, ra, COLORS[ca])
+    canvas.shape(sb, bx, by, rb, cb)
+    canvas.shape(sa, ax, ay, ra, ca)
     _distractors(canvas, rng, rest or [c for c in COLORS if c not in (ca, cb)], d.distractors, d)
     answer, _ = _relation(ax - bx, ay - by)
     question = f"Where is the {ca} {sa} relative to the {cb} {sb}?"
-    return canvas.image, question, answer, ["left", "right", "above", "below"], answer
+    reasoning = answer
+    if cfg.describe:
+        scene, _ = _describe(canvas, rng)
+        question = f"{scene} {question}"
+        reasoning = (f"{ca} {sa} {_where(canvas.cell_of(ax, ay))}, {cb} {sb} "
+                     f"{_where(cell_b)}: {answer}")
+    return canvas.image, question, answer, ["left", "right", "above", "below"], reasoning
 
 
 def _depth_order(rng, cfg: SyntheticConfig, n: int):
@@ -296,16 +367,24 @@ def _depth_order(rng, cfg: SyntheticConfig, n: int):
     radii = [top]
     for _ in range(n - 1):  # every other shape at least size_ratio smaller than the closest
         radii.append(top / rng.uniform(d.size_ratio, d.size_ratio * 1.5))
+    names = [f"the {c} {s}" for c, s in zip(colors, shapes)]
+    question = "Which shape is closest to the camera?"
     if cfg.layout == "grid":  # one shape per cell: no occlusion, size is the cue
         centres = []
         for r in radii:
             centres.append(canvas.free_spot(r))
             canvas.add(*centres[-1], r)
-        radii_order = sorted(range(n), key=lambda i: radii[i])
-        for i in radii_order:
-            _draw_shape(canvas.draw, shapes[i], *centres[i], radii[i], COLORS[colors[i]])
-        names = [f"the {c} {s}" for c, s in zip(colors, shapes)]
-        return canvas.image, "Which shape is closest to the camera?", names[0], names, colors[0]
+        for i in sorted(range(n), key=lambda i: radii[i]):
+            canvas.shape(shapes[i], *centres[i], radii[i], colors[i])
+        if not cfg.describe:
+            return canvas.image, question, names[0], names, colors[0]
+        digits = [_size_digit(r, canvas.cell) for r in radii]
+        if digits[0] <= max(digits[1:]):  # the described sizes must single out the closest
+            raise _Retry()
+        scene, objects = _describe(canvas, rng, sizes=True)
+        reasoning = ", ".join(f"{o['color']} {_size_digit(o['r'], canvas.cell)}"
+                              for o in objects) + f": {colors[0]}"
+        return canvas.image, f"{scene} {question}", names[0], names, reasoning
     centres: list[tuple[float, float]] = []
     for r in radii:  # shapes may overlap, but no centre lies inside another shape
         for _ in range(200):
@@ -316,9 +395,8 @@ def _depth_order(rng, cfg: SyntheticConfig, n: int):
             raise _Retry()
         centres.append((x, y))
     for i in sorted(range(n), key=lambda i: radii[i]):  # farthest first: closer shapes occlude
-        _draw_shape(canvas.draw, shapes[i], *centres[i], radii[i], COLORS[colors[i]])
-    names = [f"the {c} {s}" for c, s in zip(colors, shapes)]
-    return canvas.image, "Which shape is closest to the camera?", names[0], names, colors[0]
+        canvas.shape(shapes[i], *centres[i], radii[i], colors[i])
+    return canvas.image, question, names[0], names, colors[0]
 
 
 def _egocentric(rng, cfg: SyntheticConfig):
@@ -333,25 +411,37 @@ def _egocentric(rng, cfg: SyntheticConfig):
     canvas.add(ax, ay, r_arrow)
     r_t = canvas.radius(d.object_size) * 0.8
 
-    def side(x, y):
-        fwd = (x - ax) * fx + (y - ay) * fy
-        lat = (x - ax) * rx + (y - ay) * ry
+    def side(dx, dy):
+        fwd, lat = dx * fx + dy * fy, dx * rx + dy * ry
         if abs(lat) >= abs(fwd):
             return ("right" if lat > 0 else "left"), abs(lat) - abs(fwd)
         return ("front" if fwd > 0 else "behind"), abs(fwd) - abs(lat)
 
-    tx, ty = canvas.free_spot(r_t, accept=lambda x, y: side(x, y)[1] >= d.margin)
+    def clear(x, y):  # as in _relative_position: described, the cells decide the same way
+        where, lead = side(x - ax, y - ay)
+        if not cfg.describe:
+            return lead >= d.margin
+        (i, j), (ai, aj) = canvas.cell_of(x, y), canvas.cell_of(ax, ay)
+        by_cells, cell_lead = side(i - ai, j - aj)
+        return lead >= d.margin and cell_lead > 0 and by_cells == where
+
+    tx, ty = canvas.free_spot(r_t, accept=clear)
     canvas.add(tx, ty, r_t)
-    _draw_arrow(canvas.draw, facing, ax, ay, r_arrow, COLORS[c_arrow])
+    canvas.arrow(facing, ax, ay, r_arrow, c_arrow)
     shape = rng.choice(SHAPES)
-    _draw_shape(canvas.draw, shape, tx, ty, r_t, COLORS[c_target])
+    canvas.shape(shape, tx, ty, r_t, c_target)
     _distractors(canvas, rng, rest or [c for c in COLORS if c not in (c_arrow, c_target)],
                  d.distractors, d)
-    where, _ = side(tx, ty)
+    where, _ = side(tx - ax, ty - ay)
     question = (f"Imagine you stand at the {c_arrow} arrow, facing the way it points. "
                 f"Where is the {c_target} {shape}?")
-    return (canvas.image, question, _EGO_OPTIONS[where], list(_EGO_OPTIONS.values()),
-            f"facing {facing}, {where}")
+    reasoning = f"facing {facing}, {where}"
+    if cfg.describe:
+        scene, _ = _describe(canvas, rng)
+        question = f"{scene} {question}"
+        reasoning = (f"arrow {_where(canvas.cell_of(ax, ay))} facing {facing}, {c_target} {shape} "
+                     f"{_where(canvas.cell_of(tx, ty))}: {where}")
+    return (canvas.image, question, _EGO_OPTIONS[where], list(_EGO_OPTIONS.values()), reasoning)
 
 
 _EGO_OPTIONS = {"left": "on your left", "right": "on your right", "front": "in front of you",
@@ -368,9 +458,11 @@ def _mental_rotation(rng, cfg: SyntheticConfig):
     end = DIRECTIONS[(DIRECTIONS.index(start) + _TURNS[turn]) % 4]
     r = canvas.radius((d.object_size[1], d.object_size[1] * 1.5), arrow=True)
     x, y = canvas.free_spot(r)
-    _draw_arrow(canvas.draw, start, x, y, r, COLORS[color])
+    canvas.arrow(start, x, y, r, color)
     question = (f"The {color} arrow is turned {turn} in the picture plane. "
                 f"Which way does it point after the turn?")
+    if cfg.describe:
+        question = f"{_describe(canvas, rng)[0]} {question}"
     return canvas.image, question, end, list(DIRECTIONS), f"{start}, turned: {end}"
 
 
@@ -383,12 +475,17 @@ def _counting(rng, cfg: SyntheticConfig):
         r = canvas.radius(d.object_size) * 0.7
         x, y = canvas.free_spot(r)
         canvas.add(x, y, r)
-        _draw_shape(canvas.draw, rng.choice(SHAPES), x, y, r, COLORS[target])
+        canvas.shape(rng.choice(SHAPES), x, y, r, target)
     _distractors(canvas, rng, others, d.distractors, replace(d, object_size=(
         d.object_size[0] * 0.9, d.object_size[1] * 0.9)))
     pool = [str(k) for k in range(1, d.max_count + 2)]
-    return (canvas.image, f"How many {target} shapes are in the picture?", str(count), pool,
-            str(count))
+    question, reasoning = f"How many {target} shapes are in the picture?", str(count)
+    if cfg.describe:
+        scene, objects = _describe(canvas, rng)
+        question = f"{scene} {question}"
+        reasoning = ", ".join(f"{o['color']} {o['shape']}" for o in objects
+                              if o["color"] == target) + f": {count}"
+    return canvas.image, question, str(count), pool, reasoning
 
 
 class _Decks:
@@ -516,7 +613,8 @@ def _readme(cfg, seed, train_items, test_items, chance) -> str:
     return (f"# Synthetic spatial benchmark (seed {seed}, difficulty {cfg.difficulty_name})\n\n"
             f"Written by `python -m soft_spatial.data.synthetic`; OmniSpatial release layout.\n"
             f"Train {len(train_items)} questions, test {len(test_items)} (disjoint), images "
-            f"{cfg.size}x{cfg.size} ({cfg.layout} layout), options per question "
+            f"{cfg.size}x{cfg.size} ({cfg.layout} layout"
+            f"{', scene described in words' if cfg.describe else ''}), options per question "
             f"{list(cfg.options)}.\n"
             f"Knobs: {json.dumps(asdict(cfg.difficulty))}.\n"
             f"Answer letters over both splits: {dict(sorted(letters.items()))}.\n\n"
@@ -532,7 +630,8 @@ def corpus(repeat: int = 20) -> list[str]:
 
     words = (list(COLORS) + list(SHAPES) + list(DIRECTIONS) + list(_EGO_OPTIONS)
              + list(_EGO_OPTIONS.values()) + ["above", "below", "facing", "turned", "closest"]
-             + [str(k) for k in range(10)] + [f"{c}. " for c in "ABCD"] + list(_TURNS))
+             + [str(k) for k in range(10)] + [f"{c}. " for c in "ABCD"] + list(_TURNS)
+             + list(ROWS) + list(COLUMNS) + ["Scene:", "at", "pointing", "size", "arrow"])
     texts = [SYSTEM_PROMPT, "Where is the red square relative to the blue circle?",
              "Which shape is closest to the camera?",
              "Imagine you stand at the green arrow, facing the way it points. Where is the red "
@@ -540,7 +639,9 @@ def corpus(repeat: int = 20) -> list[str]:
              "The blue arrow is turned 90 degrees clockwise in the picture plane. Which way does it "
              "point after the turn?", "How many yellow shapes are in the picture?",
              " ".join(words), "\n".join(words + ["system", "user", "assistant"]),
-             "\n".join(f"{c}. {w}" for c, w in zip("ABCD", words))]
+             "\n".join(f"{c}. {w}" for c, w in zip("ABCD", words)),
+             "Scene: red square at top left; green arrow at middle center, pointing up; blue "
+             "circle at bottom right, size 5."]
     return texts * repeat
 
 
@@ -564,6 +665,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     p.add_argument("--layout", choices=("grid", "free"), default=SyntheticConfig.layout,
                    help="one object per grid cell, or anywhere")
     p.add_argument("--cell", type=int, default=SyntheticConfig.cell, help="grid cell (pixels)")
+    p.add_argument("--describe", action="store_true",
+                   help="start each question with the scene in words (needs a 3x3 grid)")
     for name in ("distractors", "max_count"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None)
     for name in ("margin", "size_ratio"):
@@ -575,7 +678,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
                           options=tuple(int(n) for n in a.options.split(",")),
                           difficulty=replace(DIFFICULTIES[a.difficulty], **knobs),
                           difficulty_name=a.difficulty + ("+" if knobs else ""),
-                          layout=a.layout, cell=a.cell)
+                          layout=a.layout, cell=a.cell, describe=a.describe)
     chance = write_benchmark(a.out, a.train, a.test, a.seed, cfg)
     print(f"{a.out}: {a.train} train + {a.test} test questions; chance on test: "
           + ", ".join(f"{k} {v:.1f}%" for k, v in chance["test"].items()))

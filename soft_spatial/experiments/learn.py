@@ -49,6 +49,7 @@ class DataSpec:
     size: int = 96
     options: list[int] = field(default_factory=lambda: [2, 3, 4])
     difficulty: str = "medium"
+    describe: bool = True
 
 
 @dataclass
@@ -200,7 +201,7 @@ class Experiment:
         d = self.cfg.data
         args = ["--out", self.data, "--train", d.train, "--test", d.test, "--seed",
                 self.cfg.seed, "--size", d.size, "--options", ",".join(map(str, d.options)),
-                "--difficulty", d.difficulty]
+                "--difficulty", d.difficulty] + (["--describe"] if d.describe else [])
         self.say(f"1 data: synthetic benchmark, {d.train} train / {d.test} test questions")
         synthetic.main([str(a) for a in args])
 
