@@ -67,14 +67,23 @@ def test_response_loss_is_the_mean_cross_entropy_of_the_response(bench, tiny_qwe
     model, proc, tok = load_model(tiny_qwen3_vl_small, dtype=torch.float32)
     records = load_omnispatial(bench, "train")[:3]
     reasoning = {k: v["reasoning"] for k, v in read_reasoning(bench / "OmniSpatial-train").items()}
-    batch = collate([encode(proc, r, reasoning[r.id]) for r in records], tok.pad_token_id)
+    examples = [encode(proc, r, reasoning[r.id]) for r in records]
+    batch = collate(examples, tok.pad_token_id)
+    weighted = collate(examples, tok.pad_token_id, answer_weight=5.0)
     with torch.no_grad():
-        loss = response_loss(model, batch)
-        logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits.double()
+        loss, loss5 = response_loss(model, batch), response_loss(model, weighted)
+        logits = model(**{k: v for k, v in batch.items() if k not in ("labels", "weights")}
+                       ).logits.double()
     logp = torch.log_softmax(logits, -1)
-    terms = [-logp[i, t - 1, batch["labels"][i, t]] for i in range(3)
-             for t in range(1, logits.shape[1]) if batch["labels"][i, t] != -100]
-    assert float(loss) == pytest.approx(float(sum(terms) / len(terms)), rel=1e-5)
+    terms = [(-logp[i, t - 1, batch["labels"][i, t]], 5.0 if t == e.answer_at else 1.0)
+             for i, e in enumerate(examples) for t in range(1, logits.shape[1])
+             if batch["labels"][i, t] != -100]
+    assert float(loss) == pytest.approx(float(sum(x for x, _ in terms) / len(terms)), rel=1e-5)
+    assert float(loss5) == pytest.approx(
+        float(sum(x * w for x, w in terms) / sum(w for _, w in terms)), rel=1e-5)
+    for i, (r, e) in enumerate(zip(records, examples)):  # the weighted token is the letter
+        assert tok.decode(batch["input_ids"][i, e.answer_at]) == r.answer
+        assert tok.decode(batch["input_ids"][i, e.answer_at + 1]) == "<|im_end|>"
 
 
 def test_paired_difference_matches_an_independent_computation():
@@ -166,11 +175,10 @@ def test_reduced_learning_run_changes_policy_and_controller(tmp_path):
 
     out = tmp_path / "learn"
     cmd = [sys.executable, "-m", "soft_spatial.experiments.learn", f"out={out}", "seed=1",
-           "data.train=160", "data.test=12", "data.size=96", "data.options=[2]",
-           "model.hidden_size=64", "model.intermediate_size=128", "model.num_hidden_layers=2",
-           "model.head_dim=16", "model.vision_hidden_size=32", "model.vision_depth=1",
-           "warmstart.steps=25", "warmstart.batch_size=16", "train.steps=3", "train.save_freq=3",
-           "eval.samples=2", "eval.max_new_tokens=24"]
+           "data.train=160", "data.test=6", "model.hidden_size=64", "model.intermediate_size=128",
+           "model.num_hidden_layers=2", "model.head_dim=16", "model.vision_hidden_size=32",
+           "model.vision_depth=1", "warmstart.steps=25", "warmstart.batch_size=16",
+           "train.steps=3", "train.save_freq=3", "eval.samples=1", "eval.max_new_tokens=24"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0")
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, env=env, cwd=ROOT)
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
@@ -193,5 +201,5 @@ def test_reduced_learning_run_changes_policy_and_controller(tmp_path):
     assert torch.equal(initial["projection"], trained["projection"])  # fixed, never trained
     assert not torch.equal(initial["fc2.weight"], trained["fc2.weight"])  # zero at init
     results = json.loads((out / "results.json").read_text())
-    assert results["modes"]["adaptsoft"]["overall"]["n"] == 12
+    assert results["modes"]["adaptsoft"]["overall"]["n"] == 6
     assert (out / "analysis" / "fig5_tau_training.png").is_file()

@@ -110,11 +110,19 @@ class SyntheticConfig:
     patches merged 2x2), ``free`` anywhere without overlap (harder to read).
 
     ``describe``: the question starts with a text description of the scene, every object with its
-    colour, shape and grid cell (``top left`` .. ``bottom right``; arrows with their direction, in
-    depth questions a size 1-9), and every answer is decided by that description alone (layouts
-    whose cells would leave it ambiguous are redrawn). A model then can answer by reading text,
-    which a tiny model trained from scratch learns in minutes, where reading the pixels it does
-    not (README, "Learning on a CPU")."""
+    colour, shape and grid cell in compass words (``northwest`` .. ``southeast``; arrows with
+    their direction, ``pointing north``; in depth questions a size 1-9), and every answer is
+    decided by that description alone (layouts whose cells would leave it ambiguous are
+    redrawn). A model can then answer by reading text, which a tiny model trained from scratch
+    partly learns in minutes, where it never learns to read the pixels (README, "Learning on a
+    CPU").
+
+    ``option_order``: ``shuffled`` (the answer's position drawn from a balanced deck, the others
+    in random order), or ``canonical``: every task lists its options in one fixed order (left,
+    right, above, below; up, right, down, left; counts ascending; colours in `COLORS` order), so
+    the letter follows from the answer itself and a reader need not find its answer among the
+    options; letters stay balanced (the scene is redrawn until its answer sits at the deck's
+    position)."""
 
     size: int = 96
     tasks: tuple[str, ...] = tuple(TASKS)
@@ -124,6 +132,7 @@ class SyntheticConfig:
     layout: str = "grid"
     cell: int = 32
     describe: bool = False
+    option_order: str = "shuffled"
 
     def __post_init__(self):
         unknown = [t for t in self.tasks if t not in TASKS]
@@ -139,9 +148,12 @@ class SyntheticConfig:
             raise ValueError(f"a grid layout needs at least 3x3 cells: size {self.size} // cell "
                              f"{self.cell} < 3 (use layout='free' for small images)")
         if self.describe and (self.layout != "grid" or self.size // self.cell != 3):
-            raise ValueError(f"describe=True names grid cells (top left .. bottom right): it needs "
+            raise ValueError(f"describe=True names grid cells (northwest .. southeast): it needs "
                              f"layout='grid' with 3x3 cells, got layout {self.layout!r}, "
                              f"size {self.size} // cell {self.cell} = {self.size // self.cell}")
+        if self.option_order not in ("shuffled", "canonical"):
+            raise ValueError(f"option_order must be 'shuffled' or 'canonical', got "
+                             f"{self.option_order!r}")
         if self.difficulty.max_count < 2:
             raise ValueError(f"max_count must be >= 2, got {self.difficulty.max_count}")
 
@@ -285,12 +297,17 @@ def _distractors(canvas: _Canvas, rng: random.Random, colors: Sequence[str], n: 
         canvas.add(x, y, r)
 
 
-ROWS, COLUMNS = ("top", "middle", "bottom"), ("left", "center", "right")
+#: the 3x3 grid cells and the arrows' directions in compass words, as on a map (north up): no
+#: word of a scene is an answer option, so a reader that matches its answer against the options
+#: finds it there only
+CELLS = (("northwest", "north", "northeast"), ("west", "center", "east"),
+         ("southwest", "south", "southeast"))  # [row][column]
+COMPASS = {"up": "north", "right": "east", "down": "south", "left": "west"}
 
 
 def _where(cell: tuple[int, int]) -> str:
-    """A 3x3 grid cell in words: ``top left`` .. ``bottom right``."""
-    return f"{ROWS[cell[1]]} {COLUMNS[cell[0]]}"
+    """A 3x3 grid cell (column, row) in words: ``northwest`` .. ``southeast``."""
+    return CELLS[cell[1]][cell[0]]
 
 
 def _size_digit(r: float, cell: int) -> int:
@@ -299,15 +316,15 @@ def _size_digit(r: float, cell: int) -> int:
 
 
 def _describe(canvas: _Canvas, rng: random.Random, sizes: bool = False) -> tuple[str, list]:
-    """The scene in words, objects in a random order: ``Scene: red square at top left; green
-    arrow at middle center, pointing up.`` Returns the text and the objects in that order."""
+    """The scene in words, objects in a random order: ``Scene: red square at northwest; green
+    arrow at center, pointing north.`` Returns the text and the objects in that order."""
     objects = list(canvas.objects)
     rng.shuffle(objects)
     parts = []
     for o in objects:
         text = f"{o['color']} {o['shape']} at {_where(canvas.cell_of(o['x'], o['y']))}"
         if "direction" in o:
-            text += f", pointing {o['direction']}"
+            text += f", pointing {COMPASS[o['direction']]}"
         if sizes:
             text += f", size {_size_digit(o['r'], canvas.cell)}"
         parts.append(text)
@@ -331,7 +348,7 @@ def _relative_position(rng, cfg: SyntheticConfig):
     bx, by = canvas.free_spot(rb)
     canvas.add(bx, by, rb)
     ra = canvas.radius(d.object_size)
-    cell_b = canvas.cell_of(bx, by)
+    cell_b = canvas.cell_of(bx, by) if cfg.describe else None
 
     def clear(x, y):  # the pixels decide with a margin; described, the cells decide the same way
         answer, lead = _relation(x - bx, y - by)
@@ -382,8 +399,8 @@ def _depth_order(rng, cfg: SyntheticConfig, n: int):
         if digits[0] <= max(digits[1:]):  # the described sizes must single out the closest
             raise _Retry()
         scene, objects = _describe(canvas, rng, sizes=True)
-        reasoning = ", ".join(f"{o['color']} {_size_digit(o['r'], canvas.cell)}"
-                              for o in objects) + f": {colors[0]}"
+        sizes = " ".join(str(_size_digit(o["r"], canvas.cell)) for o in objects)
+        reasoning = f"sizes {sizes}, largest {digits[0]}: {colors[0]}"
         return canvas.image, f"{scene} {question}", names[0], names, reasoning
     centres: list[tuple[float, float]] = []
     for r in radii:  # shapes may overlap, but no centre lies inside another shape
@@ -439,8 +456,8 @@ def _egocentric(rng, cfg: SyntheticConfig):
     if cfg.describe:
         scene, _ = _describe(canvas, rng)
         question = f"{scene} {question}"
-        reasoning = (f"arrow {_where(canvas.cell_of(ax, ay))} facing {facing}, {c_target} {shape} "
-                     f"{_where(canvas.cell_of(tx, ty))}: {where}")
+        reasoning = (f"arrow {_where(canvas.cell_of(ax, ay))} facing {COMPASS[facing]}, "
+                     f"{c_target} {shape} {_where(canvas.cell_of(tx, ty))}: {where}")
     return (canvas.image, question, _EGO_OPTIONS[where], list(_EGO_OPTIONS.values()), reasoning)
 
 
@@ -461,9 +478,11 @@ def _mental_rotation(rng, cfg: SyntheticConfig):
     canvas.arrow(start, x, y, r, color)
     question = (f"The {color} arrow is turned {turn} in the picture plane. "
                 f"Which way does it point after the turn?")
+    reasoning = f"{start}, turned: {end}"
     if cfg.describe:
         question = f"{_describe(canvas, rng)[0]} {question}"
-    return canvas.image, question, end, list(DIRECTIONS), f"{start}, turned: {end}"
+        reasoning = f"{COMPASS[start]}, turned: {end}"
+    return canvas.image, question, end, list(DIRECTIONS), reasoning
 
 
 def _counting(rng, cfg: SyntheticConfig):
@@ -478,7 +497,10 @@ def _counting(rng, cfg: SyntheticConfig):
         canvas.shape(rng.choice(SHAPES), x, y, r, target)
     _distractors(canvas, rng, others, d.distractors, replace(d, object_size=(
         d.object_size[0] * 0.9, d.object_size[1] * 0.9)))
-    pool = [str(k) for k in range(1, d.max_count + 2)]
+    # counts 1..max_count and one more; canonical: 1..max(max_count, 4), so four options are
+    # always 1-4 and a count's letter does not depend on which wrong counts were drawn
+    top = max(d.max_count, 4) if cfg.option_order == "canonical" else d.max_count + 1
+    pool = [str(k) for k in range(1, top + 1)]
     question, reasoning = f"How many {target} shapes are in the picture?", str(count)
     if cfg.describe:
         scene, objects = _describe(canvas, rng)
@@ -502,9 +524,18 @@ class _Decks:
         return deck.pop()
 
 
+def _canonical_order(task: str, choices: Sequence[str]) -> list[str]:
+    """The task's fixed option order (`SyntheticConfig.option_order`): as the task lists its
+    choices (left, right, above, below; up, right, down, left; counts ascending; on your left,
+    right, in front, behind), shapes by their colour's place in `COLORS`."""
+    if task == "depth_order":
+        return sorted(choices, key=lambda name: list(COLORS).index(name.split()[1]))
+    return list(choices)
+
+
 def _make_item(task: str, rng: random.Random, cfg: SyntheticConfig, n: int, pos: int) -> Item:
     """One question of ``task`` with ``n`` options and the correct one at index ``pos``."""
-    for _ in range(100):
+    for _ in range(100 if cfg.option_order == "shuffled" else 2000):
         try:
             if task == "depth_order":
                 image, question, answer, choices, reasoning = _depth_order(rng, cfg, n)
@@ -519,7 +550,13 @@ def _make_item(task: str, rng: random.Random, cfg: SyntheticConfig, n: int, pos:
         options = wrong[: n - 1]
         if len(options) < n - 1:
             raise ValueError(f"{task}: only {len(options) + 1} distinct options for n={n}")
-        options.insert(pos, answer)
+        if cfg.option_order == "canonical":
+            order = _canonical_order(task, choices)
+            options = sorted(options + [answer], key=order.index)
+            if options.index(answer) != pos:  # keep the letters balanced: draw again
+                continue
+        else:
+            options.insert(pos, answer)
         return Item(task, image, question, options, options.index(answer), reasoning)
     raise RuntimeError(f"{task}: could not lay out a scene in 100 tries (size {cfg.size} too "
                        f"small for the difficulty knobs?)")
@@ -615,7 +652,7 @@ def _readme(cfg, seed, train_items, test_items, chance) -> str:
             f"Train {len(train_items)} questions, test {len(test_items)} (disjoint), images "
             f"{cfg.size}x{cfg.size} ({cfg.layout} layout"
             f"{', scene described in words' if cfg.describe else ''}), options per question "
-            f"{list(cfg.options)}.\n"
+            f"{list(cfg.options)} in {cfg.option_order} order.\n"
             f"Knobs: {json.dumps(asdict(cfg.difficulty))}.\n"
             f"Answer letters over both splits: {dict(sorted(letters.items()))}.\n\n"
             f"| task | OmniSpatial type | test questions | chance |\n|---|---|---|---|\n{rows}\n"
@@ -631,7 +668,8 @@ def corpus(repeat: int = 20) -> list[str]:
     words = (list(COLORS) + list(SHAPES) + list(DIRECTIONS) + list(_EGO_OPTIONS)
              + list(_EGO_OPTIONS.values()) + ["above", "below", "facing", "turned", "closest"]
              + [str(k) for k in range(10)] + [f"{c}. " for c in "ABCD"] + list(_TURNS)
-             + list(ROWS) + list(COLUMNS) + ["Scene:", "at", "pointing", "size", "arrow"])
+             + [w for row in CELLS for w in row] + ["Scene:", "at", "pointing", "size", "sizes",
+                                                     "largest", "arrow"])
     texts = [SYSTEM_PROMPT, "Where is the red square relative to the blue circle?",
              "Which shape is closest to the camera?",
              "Imagine you stand at the green arrow, facing the way it points. Where is the red "
@@ -640,8 +678,8 @@ def corpus(repeat: int = 20) -> list[str]:
              "point after the turn?", "How many yellow shapes are in the picture?",
              " ".join(words), "\n".join(words + ["system", "user", "assistant"]),
              "\n".join(f"{c}. {w}" for c, w in zip("ABCD", words)),
-             "Scene: red square at top left; green arrow at middle center, pointing up; blue "
-             "circle at bottom right, size 5."]
+             "Scene: red square at northwest; green arrow at center, pointing north; blue "
+             "circle at southeast, size 5."]
     return texts * repeat
 
 
@@ -665,6 +703,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     p.add_argument("--layout", choices=("grid", "free"), default=SyntheticConfig.layout,
                    help="one object per grid cell, or anywhere")
     p.add_argument("--cell", type=int, default=SyntheticConfig.cell, help="grid cell (pixels)")
+    p.add_argument("--option-order", choices=("shuffled", "canonical"), default="shuffled",
+                   help="options in random order, or in one fixed order per task")
     p.add_argument("--describe", action="store_true",
                    help="start each question with the scene in words (needs a 3x3 grid)")
     for name in ("distractors", "max_count"):
@@ -678,7 +718,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
                           options=tuple(int(n) for n in a.options.split(",")),
                           difficulty=replace(DIFFICULTIES[a.difficulty], **knobs),
                           difficulty_name=a.difficulty + ("+" if knobs else ""),
-                          layout=a.layout, cell=a.cell, describe=a.describe)
+                          layout=a.layout, cell=a.cell, describe=a.describe,
+                          option_order=a.option_order)
     chance = write_benchmark(a.out, a.train, a.test, a.seed, cfg)
     print(f"{a.out}: {a.train} train + {a.test} test questions; chance on test: "
           + ", ".join(f"{k} {v:.1f}%" for k, v in chance["test"].items()))

@@ -44,12 +44,13 @@ BEFORE_MODE = {"hard": "hard", "fixed": "fixed", "adaptsoft": "fixed"}
 
 @dataclass
 class DataSpec:
-    train: int = 2000
+    train: int = 20000
     test: int = 300
     size: int = 96
     options: list[int] = field(default_factory=lambda: [2, 3, 4])
     difficulty: str = "medium"
     describe: bool = True
+    option_order: str = "canonical"
 
 
 @dataclass
@@ -69,15 +70,16 @@ class ModelSpec:
 
 @dataclass
 class WarmStartSpec:
-    steps: int = 150
+    steps: int = 600
     batch_size: int = 32
     lr: float = 2e-3
+    answer_weight: float = 10.0
     overrides: list[str] = field(default_factory=list)
 
 
 @dataclass
 class TrainSpec:
-    steps: int = 30
+    steps: int = 40
     save_freq: int = 10
     overrides: list[str] = field(default_factory=list)
 
@@ -85,7 +87,7 @@ class TrainSpec:
 @dataclass
 class EvalSpec:
     samples: int = 4
-    temperature: float = 0.6
+    temperature: float = 1.0
     max_new_tokens: int = 32
 
 
@@ -201,7 +203,8 @@ class Experiment:
         d = self.cfg.data
         args = ["--out", self.data, "--train", d.train, "--test", d.test, "--seed",
                 self.cfg.seed, "--size", d.size, "--options", ",".join(map(str, d.options)),
-                "--difficulty", d.difficulty] + (["--describe"] if d.describe else [])
+                "--difficulty", d.difficulty, "--option-order", d.option_order] + (
+                    ["--describe"] if d.describe else [])
         self.say(f"1 data: synthetic benchmark, {d.train} train / {d.test} test questions")
         synthetic.main([str(a) for a in args])
 
@@ -235,7 +238,8 @@ class Experiment:
         self._run("warmstart", _python() + [
             "-m", "soft_spatial.experiments.warmstart", f"model_path={self.init_model}",
             f"data_root={self.data}", f"output_dir={self.warm}", f"steps={w.steps}",
-            f"batch_size={w.batch_size}", f"lr={w.lr}", f"seed={self.cfg.seed}", *w.overrides],
+            f"batch_size={w.batch_size}", f"lr={w.lr}", f"answer_weight={w.answer_weight}",
+            f"seed={self.cfg.seed}", *w.overrides],
             follow=lambda proc: self._follow_log(proc, self.logs / "warmstart.log",
                                                  "warm start step"))
 

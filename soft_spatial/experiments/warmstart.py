@@ -60,6 +60,7 @@ class WarmStartConfig:
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.01
     clip_grad: float = 1.0
+    answer_weight: float = 1.0
     seed: int = 0
     log_every: int = 25
     save_every: int = 100
@@ -71,6 +72,8 @@ class WarmStartConfig:
                 raise ValueError(f"warmstart.{name} must be >= 1, got {getattr(self, name)}")
         if not self.lr > 0:
             raise ValueError(f"warmstart.lr must be > 0, got {self.lr}")
+        if not self.answer_weight > 0:
+            raise ValueError(f"warmstart.answer_weight must be > 0, got {self.answer_weight}")
 
 
 def assistant_turn(reasoning: str, letter: str) -> str:
@@ -86,6 +89,7 @@ class Example:
 
     inputs: dict[str, Tensor]
     response_start: int
+    answer_at: int  # position of the answer letter (the token before <|im_end|>)
 
 
 def encode(processor, record: QuestionRecord, reasoning: str) -> Example:
@@ -110,11 +114,17 @@ def encode(processor, record: QuestionRecord, reasoning: str) -> Example:
     if ids[start:start + len(newline)] != newline:
         raise ValueError(f"record {record.id!r}: '<think>\\n' does not tokenise as <think> + "
                          f"newline inside the conversation")
-    return Example(inputs, start + len(newline))
+    letter = len(ids) - 2
+    if tok.decode(ids[letter:letter + 1]).strip() != record.answer:
+        raise ValueError(f"record {record.id!r}: the answer {record.answer!r} is not one token "
+                         f"before <|im_end|>")
+    return Example(inputs, start + len(newline), letter)
 
 
-def collate(examples: Sequence[Example], pad_id: int) -> dict[str, Tensor]:
-    """Right-pad a batch; ``labels`` hold the response tokens and -100 elsewhere."""
+def collate(examples: Sequence[Example], pad_id: int, answer_weight: float = 1.0
+            ) -> dict[str, Tensor]:
+    """Right-pad a batch; ``labels`` hold the response tokens and -100 elsewhere; ``weights``
+    each label's weight in the loss (1, and ``answer_weight`` at the answer letter)."""
     n = max(e.inputs["input_ids"].shape[1] for e in examples)
     batch: dict[str, Tensor] = {}
     for key in ("input_ids", "attention_mask", "mm_token_type_ids"):
@@ -131,6 +141,10 @@ def collate(examples: Sequence[Example], pad_id: int) -> dict[str, Tensor]:
         length = e.inputs["input_ids"].shape[1]
         labels[i, e.response_start:length] = batch["input_ids"][i, e.response_start:length]
     batch["labels"] = labels
+    weights = (labels != -100).float()
+    for i, e in enumerate(examples):
+        weights[i, e.answer_at] = answer_weight
+    batch["weights"] = weights
     for key in ("pixel_values", "image_grid_thw"):
         if key in examples[0].inputs:
             batch[key] = torch.cat([e.inputs[key] for e in examples])
@@ -138,13 +152,17 @@ def collate(examples: Sequence[Example], pad_id: int) -> dict[str, Tensor]:
 
 
 def response_loss(model, batch: dict[str, Tensor]) -> Tensor:
-    """Mean next-token cross-entropy over the response tokens (position t predicts t+1)."""
+    """Weighted mean next-token cross-entropy over the response tokens (position t predicts
+    t+1; ``batch["weights"]``, when given, weighs each label; without it, the plain mean)."""
     labels = batch["labels"]
-    out = model(**{k: v for k, v in batch.items() if k != "labels"})
+    out = model(**{k: v for k, v in batch.items() if k not in ("labels", "weights")})
     logits = out.logits[:, :-1].float()
     target = labels[:, 1:]
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                             target.reshape(-1), ignore_index=-100)
+    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                           target.reshape(-1), ignore_index=-100,
+                                           reduction="none")
+    w = batch.get("weights", (labels != -100).float())[:, 1:].reshape(-1)
+    return (ce * w).sum() / w.sum()
 
 
 def _lr_factor(step: int, cfg: WarmStartConfig) -> float:
@@ -182,7 +200,7 @@ def train(model, examples: list[Example], cfg: WarmStartConfig, pad_id: int,
             rng.shuffle(fresh)
             order += fresh
         idx, order = order[:cfg.batch_size], order[cfg.batch_size:]
-        batch = collate([examples[i] for i in idx], pad_id)
+        batch = collate([examples[i] for i in idx], pad_id, cfg.answer_weight)
         loss = response_loss(model, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
