@@ -27,7 +27,7 @@ TIERS = [
     {"plugin", "reward", "export", "bench"},  # verl registration; reward; HF export
     {"trainer", "eval"},  # verl worker/trainer/task runner; evaluation
     {"train", "analysis", "launch"},  # entry points (launch: Ray across the nodes, docs/launch.md)
-    {"ablation", "stats"},  # entry points built on train / eval / analysis
+    {"ablation", "stats", "experiments"},  # entry points built on train / eval / analysis
 ]
 TIER = {component: n for n, tier in enumerate(TIERS) for component in tier}
 

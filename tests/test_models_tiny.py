@@ -236,3 +236,14 @@ def _without_added_tokens(backend):
     data = json.loads(backend.to_str())
     data["added_tokens"] = []
     return Tokenizer.from_str(json.dumps(data))
+
+
+def test_small_vocab_with_a_task_corpus():
+    corpus = ["Which hexagonal prism is nearest?\nhexagonal"] * 30
+    tok = tiny.build_tokenizer("small", corpus=corpus, vocab_size=600)
+    assert len(tok) == 600 + len(QWEN_ADDED_TOKENS)
+    assert tok.convert_tokens_to_ids("</think>") == 600 + 25
+    assert tok.tokenize(" hexagonal") == ["Ġhexagonal"]  # a corpus word is one token
+    assert len(tiny.build_tokenizer("small").tokenize(" hexagonal")) > 1
+    with pytest.raises(ValueError, match="small BPE"):
+        tiny.build_tiny_model("/nonexistent", vocab="qwen", corpus=corpus)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from collections.abc import Sequence
 
 import torch
 from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, trainers
@@ -86,28 +87,36 @@ SMALL_CORPUS = (
 )
 
 
-def small_tokenizer_backend(vocab_size: int = SMALL_BPE_SIZE) -> Tokenizer:
-    """A byte-level BPE with the Qwen pre-tokenizer, trained on SMALL_CORPUS, plus the Qwen added
-    tokens right after the trained vocabulary (same order and special flags as the real one)."""
+def small_tokenizer_backend(vocab_size: int = SMALL_BPE_SIZE, corpus: Sequence[str] = (),
+                            phrases: Sequence[str] = ()) -> Tokenizer:
+    """A byte-level BPE with the Qwen pre-tokenizer, trained on SMALL_CORPUS (plus `corpus`, e.g. a
+    task's prompts and answers, so that its words become whole tokens), plus the Qwen added
+    tokens right after the trained vocabulary (same order and special flags as the real one),
+    then `phrases` as added (non-special) tokens: each becomes one token wherever it occurs, e.g.
+    a fixed system prompt."""
     tok = with_qwen_pipeline(Tokenizer(models.BPE(fuse_unk=False)))
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
     )
-    tok.train_from_iterator(list(SMALL_CORPUS) * 4, trainer=trainer)
+    tok.train_from_iterator(list(SMALL_CORPUS) * 4 + list(corpus), trainer=trainer)
     if tok.get_vocab_size() != vocab_size:
         raise AssertionError(f"small BPE has {tok.get_vocab_size()} tokens, wanted {vocab_size}: enlarge SMALL_CORPUS")
     tok.add_tokens([AddedToken(t, special=s, normalized=False) for t, s in QWEN_ADDED_TOKENS])
+    tok.add_tokens([AddedToken(p, special=False, normalized=False) for p in phrases])
     return tok
 
 
-def build_tokenizer(vocab: str = "qwen"):
-    """The tokenizer of a tiny model (`vocab` "qwen" or "small"), with CHAT_TEMPLATE set."""
+def build_tokenizer(vocab: str = "qwen", corpus: Sequence[str] = (), vocab_size: int = SMALL_BPE_SIZE,
+                    phrases: Sequence[str] = ()):
+    """The tokenizer of a tiny model (`vocab` "qwen" or "small"), with CHAT_TEMPLATE set.
+
+    `corpus`, `vocab_size` and `phrases` shape the "small" BPE (see `small_tokenizer_backend`)."""
     if vocab == "qwen":
         tokenizer = load_qwen_tokenizer()
         tokenizer.chat_template = CHAT_TEMPLATE
         return tokenizer
     if vocab == "small":
-        return wrap(small_tokenizer_backend(), chat_template=CHAT_TEMPLATE)
+        return wrap(small_tokenizer_backend(vocab_size, corpus, phrases), chat_template=CHAT_TEMPLATE)
     raise ValueError(f"unknown vocab {vocab!r}; expected one of {VOCABS}")
 
 
@@ -243,7 +252,8 @@ def build_tiny_model(
     only the tokenizer.
 
     `overrides`: text-config fields, `vision_config={...}`, `init_std` and `head_init_std`
-    (DEFAULT_INIT_STD, DEFAULT_HEAD_INIT_STD).
+    (DEFAULT_INIT_STD, DEFAULT_HEAD_INIT_STD), and for `vocab="small"` the BPE's extra training
+    `corpus` (texts), `bpe_size` and `phrases` (texts that become single added tokens).
     Weights depend only on (`family`, `vocab`, `seed`, `overrides`). `out_dir` must not exist or
     be empty; the directory appears complete or not at all. Returns `out_dir` as a Path.
     """
@@ -253,8 +263,13 @@ def build_tiny_model(
         raise ValueError(f"unknown family {family!r}; expected one of {FAMILIES}")
     init_std = overrides.pop("init_std", DEFAULT_INIT_STD)
     head_init_std = overrides.pop("head_init_std", DEFAULT_HEAD_INIT_STD)
+    corpus = overrides.pop("corpus", ())
+    bpe_size = overrides.pop("bpe_size", SMALL_BPE_SIZE)
+    phrases = overrides.pop("phrases", ())
+    if (corpus or phrases or bpe_size != SMALL_BPE_SIZE) and vocab != "small":
+        raise ValueError("corpus, phrases and bpe_size shape the small BPE: use vocab='small'")
     out = Path(out_dir)
-    tokenizer = build_tokenizer(vocab)
+    tokenizer = build_tokenizer(vocab, corpus, bpe_size, phrases)
     config = tiny_config(family, tokenizer, **overrides)
     auto = AutoModelForCausalLM if family == "qwen3" else AutoModelForImageTextToText
     with torch.random.fork_rng(devices=[]):  # leave the caller's global RNG untouched
