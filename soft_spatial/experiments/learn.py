@@ -10,7 +10,7 @@ real entry points (config: ``configs/learn.yaml``; ``budget=demo`` trains adapts
     4 parquet    python -m soft_spatial.data.prepare (train, test)      -> out/parquet
     5 eval       python -m soft_spatial.eval of the warm start, per decoding mode
     6 per mode   python -m soft_spatial.train recipe=synthetic_cpu experiment=<mode>
-                 -> verl.model_merger -> python -m soft_spatial.eval of the trained policy
+                 -> python -m soft_spatial.export -> python -m soft_spatial.eval of the trained policy
     7 report     out/report.md (table with 95% CIs, per category, the checks of issue 11),
                  out/reward.png, out/tau.png, out/results.json
     8 analysis   python -m soft_spatial.analysis all on the adaptsoft run -> out/analysis
@@ -342,21 +342,16 @@ class Experiment:
             time.sleep(2)
 
     def merge(self, mode: str, ckpt: Path) -> Path:
-        """The final FSDP checkpoint as a Hugging Face model (verl.model_merger)."""
+        """The final checkpoint as one model directory (``python -m soft_spatial.export``:
+        verl's merger, the controller and the run's soft settings)."""
         step = int((ckpt / "latest_checkpointed_iteration.txt").read_text())
         final = self.out / "runs" / mode / "final"
         marker = final / "merged_from.txt"
         if marker.is_file() and marker.read_text().strip() == str(step):
             return final
-        tmp = final.with_name("final.tmp")
-        self._run(f"merge_{mode}", _python() + [
-            "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir",
-            ckpt / f"global_step_{step}" / "actor", "--target_dir", tmp],
-            env=dict(self.env, VERL_PLATFORM="cpu"))
-        (tmp / "merged_from.txt").write_text(str(step))
-        import shutil
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
+        self._run(f"export_{mode}", _python() + [
+            "-m", "soft_spatial.export", ckpt, final, "--overwrite"])
+        marker.write_text(str(step))
         return final
 
     def analyse(self, run: dict) -> None:
@@ -385,10 +380,8 @@ class Experiment:
         for mode in c.modes:
             ckpt = self.train(mode)
             final = self.merge(mode, ckpt)
-            step = int((ckpt / "latest_checkpointed_iteration.txt").read_text())
-            ctrl = ckpt / f"global_step_{step}" / "actor" / "adaptsoft.pt"
             after = self.evaluate(f"{mode}_trained", final, EVAL_MODE[mode],
-                                  ctrl if EVAL_MODE[mode] == "adaptsoft" else None)
+                                  final / "adaptsoft.pt" if EVAL_MODE[mode] == "adaptsoft" else None)
             runs[mode] = {"before": before[mode], "after": after,
                           "metrics": ckpt / "metrics.jsonl"}
         self.say("7 report")
