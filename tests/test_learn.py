@@ -20,7 +20,8 @@ from soft_spatial.data.synthetic import read_reasoning, write_benchmark
 from soft_spatial.experiments.learn import BEFORE_MODE, EVAL_MODE, LearnConfig
 from soft_spatial.experiments.report import (paired_difference, per_question, read_metrics,
                                              trend, write_report)
-from soft_spatial.experiments.warmstart import assistant_turn, collate, encode, response_loss
+from soft_spatial.experiments.warmstart import (assistant_turn, collate, demonstration, encode,
+                                                response_loss)
 from soft_spatial.reward import compute_score
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,6 +85,38 @@ def test_response_loss_is_the_mean_cross_entropy_of_the_response(bench, tiny_qwe
     for i, (r, e) in enumerate(zip(records, examples)):  # the weighted token is the letter
         assert tok.decode(batch["input_ids"][i, e.answer_at]) == r.answer
         assert tok.decode(batch["input_ids"][i, e.answer_at + 1]) == "<|im_end|>"
+
+
+def test_a_noisy_demonstrator_writes_a_wrong_letter_on_its_fraction_of_records(
+        tmp_path, tiny_qwen3_vl_small):
+    """warmstart.noise: about that fraction of the records (binomial 4-sigma band) get a wrong
+    letter, any wrong one; the same records in every call; noise 0 keeps every answer; the
+    encoded target keeps the reasoning and ends with the chosen letter, the token the answer
+    weight falls on."""
+    from transformers import AutoProcessor
+
+    write_benchmark(tmp_path, train=400, test=1, seed=1)
+    records = load_omnispatial(tmp_path, "train")
+    noise = 0.3
+    letters = [demonstration(r, noise, 5) for r in records]
+    assert letters == [demonstration(r, noise, 5) for r in records]
+    assert [demonstration(r, 0.0, 5) for r in records] == [r.answer for r in records]
+    wrong = [(r, x) for r, x in zip(records, letters) if x != r.answer]
+    n = len(records)
+    assert abs(len(wrong) - noise * n) < 4 * math.sqrt(n * noise * (1 - noise))
+    assert all(x in r.letters for r, x in wrong)
+    assert {x for _, x in wrong} == set("ABCD")  # any wrong option, not one
+    other = [demonstration(r, noise, 6) for r in records]  # another seed, other records
+    assert [x != r.answer for r, x in zip(records, other)] != [x != r.answer for r, x in
+                                                               zip(records, letters)]
+    proc = AutoProcessor.from_pretrained(tiny_qwen3_vl_small)
+    reasoning = read_reasoning(tmp_path / "OmniSpatial-train")
+    r, x = wrong[0]
+    e = encode(proc, r, reasoning[r.id]["reasoning"], x)
+    ids = e.inputs["input_ids"][0]
+    assert proc.tokenizer.decode(ids[e.response_start:]) == (
+        f"{reasoning[r.id]['reasoning']}\n</think>\n\n{x}<|im_end|>")
+    assert proc.tokenizer.decode(ids[e.answer_at]) == x != r.answer
 
 
 def test_paired_difference_matches_an_independent_computation():

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable, Sequence
 
+from soft_spatial.data.synthetic import TASKS
+
 __all__ = ["LearnConfig", "Experiment", "EVAL_MODE", "main"]
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -51,6 +53,7 @@ class DataSpec:
     difficulty: str = "medium"
     describe: bool = True
     option_order: str = "canonical"
+    tasks: list[str] = field(default_factory=lambda: list(TASKS))
 
 
 @dataclass
@@ -74,6 +77,7 @@ class WarmStartSpec:
     batch_size: int = 32
     lr: float = 2e-3
     answer_weight: float = 10.0
+    noise: float = 0.0
     overrides: list[str] = field(default_factory=list)
 
 
@@ -203,7 +207,8 @@ class Experiment:
         d = self.cfg.data
         args = ["--out", self.data, "--train", d.train, "--test", d.test, "--seed",
                 self.cfg.seed, "--size", d.size, "--options", ",".join(map(str, d.options)),
-                "--difficulty", d.difficulty, "--option-order", d.option_order] + (
+                "--difficulty", d.difficulty, "--option-order", d.option_order,
+                "--tasks", ",".join(d.tasks)] + (
                     ["--describe"] if d.describe else [])
         self.say(f"1 data: synthetic benchmark, {d.train} train / {d.test} test questions")
         synthetic.main([str(a) for a in args])
@@ -239,6 +244,7 @@ class Experiment:
             "-m", "soft_spatial.experiments.warmstart", f"model_path={self.init_model}",
             f"data_root={self.data}", f"output_dir={self.warm}", f"steps={w.steps}",
             f"batch_size={w.batch_size}", f"lr={w.lr}", f"answer_weight={w.answer_weight}",
+            f"noise={w.noise}",
             f"seed={self.cfg.seed}", *w.overrides],
             follow=lambda proc: self._follow_log(proc, self.logs / "warmstart.log",
                                                  "warm start step"))

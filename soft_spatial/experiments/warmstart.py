@@ -35,9 +35,9 @@ import torch
 from torch import Tensor
 
 from soft_spatial.data.prompt import build_messages
-from soft_spatial.data.record import QuestionRecord
+from soft_spatial.data.record import QuestionRecord, index_to_letter, letter_to_index
 
-__all__ = ["WarmStartConfig", "assistant_turn", "encode", "collate", "response_loss", "train",
+__all__ = ["WarmStartConfig", "assistant_turn", "demonstration", "encode", "collate", "response_loss", "train",
            "run"]
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -61,6 +61,7 @@ class WarmStartConfig:
     weight_decay: float = 0.01
     clip_grad: float = 1.0
     answer_weight: float = 1.0
+    noise: float = 0.0
     seed: int = 0
     log_every: int = 25
     save_every: int = 100
@@ -74,6 +75,8 @@ class WarmStartConfig:
             raise ValueError(f"warmstart.lr must be > 0, got {self.lr}")
         if not self.answer_weight > 0:
             raise ValueError(f"warmstart.answer_weight must be > 0, got {self.answer_weight}")
+        if not 0 <= self.noise < 1:
+            raise ValueError(f"warmstart.noise must be in [0, 1), got {self.noise}")
 
 
 def assistant_turn(reasoning: str, letter: str) -> str:
@@ -92,10 +95,25 @@ class Example:
     answer_at: int  # position of the answer letter (the token before <|im_end|>)
 
 
-def encode(processor, record: QuestionRecord, reasoning: str) -> Example:
+def demonstration(record: QuestionRecord, noise: float, seed: int) -> str:
+    """The letter a demonstrator who reasons right but writes a wrong letter on a fraction
+    ``noise`` of the questions gives for ``record``: with probability ``noise`` (drawn from
+    ``seed`` and the record's id, so the same records in every run) a uniformly drawn wrong
+    option's letter, else the answer. GRPO, rewarded by the real answer, can learn to write the
+    letter its own reasoning names."""
+    rng = random.Random(f"{seed}:{record.id}")
+    if rng.random() >= noise:
+        return record.answer
+    right = letter_to_index(record.answer)
+    return index_to_letter(rng.choice([i for i in range(len(record.options)) if i != right]))
+
+
+def encode(processor, record: QuestionRecord, reasoning: str, letter: str | None = None
+           ) -> Example:
     """Render ``record`` with the chat template (generation prompt included), append the target
-    response and ``<|im_end|>``, and run the processor once. The response starts after the
-    generation prompt's closing ``<think>\n``."""
+    response (``letter`` defaults to the record's answer) and ``<|im_end|>``, and run the
+    processor once. The response starts after the generation prompt's closing ``<think>\n``."""
+    letter = record.answer if letter is None else letter
     from soft_spatial.engines.prompts import chat_images
 
     messages = build_messages(record)
@@ -103,7 +121,7 @@ def encode(processor, record: QuestionRecord, reasoning: str) -> Example:
     prompt = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     if not prompt.endswith(THINK_OPEN):
         raise ValueError(f"the chat template's generation prompt must end with {THINK_OPEN!r}")
-    enc = processor(text=[prompt + assistant_turn(reasoning, record.answer) + "<|im_end|>"],
+    enc = processor(text=[prompt + assistant_turn(reasoning, letter) + "<|im_end|>"],
                     images=images or None, return_tensors="pt")
     inputs = {k: v for k, v in enc.items() if isinstance(v, Tensor)}
     ids = inputs["input_ids"][0].tolist()
@@ -114,11 +132,11 @@ def encode(processor, record: QuestionRecord, reasoning: str) -> Example:
     if ids[start:start + len(newline)] != newline:
         raise ValueError(f"record {record.id!r}: '<think>\\n' does not tokenise as <think> + "
                          f"newline inside the conversation")
-    letter = len(ids) - 2
-    if tok.decode(ids[letter:letter + 1]).strip() != record.answer:
-        raise ValueError(f"record {record.id!r}: the answer {record.answer!r} is not one token "
+    at = len(ids) - 2
+    if tok.decode(ids[at:at + 1]).strip() != letter:
+        raise ValueError(f"record {record.id!r}: the answer {letter!r} is not one token "
                          f"before <|im_end|>")
-    return Example(inputs, start + len(newline), letter)
+    return Example(inputs, start + len(newline), at)
 
 
 def collate(examples: Sequence[Example], pad_id: int, answer_weight: float = 1.0
@@ -243,8 +261,11 @@ def run(cfg: WarmStartConfig) -> Path:
     if missing:
         raise KeyError(f"{release / 'data.json'}: records {missing[:5]} have no 'reasoning'")
     t0 = time.time()
-    examples = [encode(processor, r, reasoning[r.id]) for r in records]
-    print(f"warm start: {len(examples)} examples encoded in {time.time() - t0:.0f} s; "
+    letters = [demonstration(r, cfg.noise, cfg.seed) for r in records]
+    examples = [encode(processor, r, reasoning[r.id], x) for r, x in zip(records, letters)]
+    wrong = sum(x != r.answer for r, x in zip(records, letters))
+    print(f"warm start: {len(examples)} examples encoded in {time.time() - t0:.0f} s "
+          f"({wrong} with a wrong letter, noise {cfg.noise}); "
           f"{cfg.steps} steps of {cfg.batch_size}", flush=True)
     losses = train(model, examples, cfg, tokenizer.pad_token_id, work / CHECKPOINT,
                    log=lambda m: print(m, flush=True))
