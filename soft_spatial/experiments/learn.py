@@ -32,8 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable, Sequence
 
-from soft_spatial.data.synthetic import TASKS
-
 __all__ = ["LearnConfig", "Experiment", "EVAL_MODE", "main"]
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -46,14 +44,14 @@ BEFORE_MODE = {"hard": "hard", "fixed": "fixed", "adaptsoft": "fixed"}
 
 @dataclass
 class DataSpec:
-    train: int = 20000
+    train: int = 8000
     test: int = 300
     size: int = 96
     options: list[int] = field(default_factory=lambda: [2, 3, 4])
     difficulty: str = "medium"
     describe: bool = True
     option_order: str = "canonical"
-    tasks: list[str] = field(default_factory=lambda: list(TASKS))
+    tasks: list[str] = field(default_factory=lambda: ["mental_rotation", "counting"])
 
 
 @dataclass
@@ -77,7 +75,7 @@ class WarmStartSpec:
     batch_size: int = 32
     lr: float = 2e-3
     answer_weight: float = 10.0
-    noise: float = 0.0
+    noise: float = 0.3
     overrides: list[str] = field(default_factory=list)
 
 
