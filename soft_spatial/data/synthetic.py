@@ -535,7 +535,8 @@ def _canonical_order(task: str, choices: Sequence[str]) -> list[str]:
 
 def _make_item(task: str, rng: random.Random, cfg: SyntheticConfig, n: int, pos: int) -> Item:
     """One question of ``task`` with ``n`` options and the correct one at index ``pos``."""
-    for _ in range(100 if cfg.option_order == "shuffled" else 2000):
+    tries = 100 if cfg.option_order == "shuffled" else 2000  # canonical also redraws for pos
+    for _ in range(tries):
         try:
             if task == "depth_order":
                 image, question, answer, choices, reasoning = _depth_order(rng, cfg, n)
@@ -558,7 +559,7 @@ def _make_item(task: str, rng: random.Random, cfg: SyntheticConfig, n: int, pos:
         else:
             options.insert(pos, answer)
         return Item(task, image, question, options, options.index(answer), reasoning)
-    raise RuntimeError(f"{task}: could not lay out a scene in 100 tries (size {cfg.size} too "
+    raise RuntimeError(f"{task}: could not lay out a scene in {tries} tries (size {cfg.size} too "
                        f"small for the difficulty knobs?)")
 
 

@@ -47,7 +47,7 @@ class DataSpec:
     train: int = 8000
     test: int = 300
     size: int = 96
-    options: list[int] = field(default_factory=lambda: [2, 3, 4])
+    options: list[int] = field(default_factory=lambda: [4])
     difficulty: str = "medium"
     describe: bool = True
     option_order: str = "canonical"

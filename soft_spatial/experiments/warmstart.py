@@ -37,8 +37,8 @@ from torch import Tensor
 from soft_spatial.data.prompt import build_messages
 from soft_spatial.data.record import QuestionRecord, index_to_letter, letter_to_index
 
-__all__ = ["WarmStartConfig", "assistant_turn", "demonstration", "encode", "collate", "response_loss", "train",
-           "run"]
+__all__ = ["WarmStartConfig", "assistant_turn", "demonstration", "encode", "collate",
+           "response_loss", "train", "run"]
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 CHECKPOINT = "warmstart_state.pt"
