@@ -1,7 +1,7 @@
 """Time and peak memory of `alignment_scores` against the naive per-step outer products.
 
     python scripts/bench_alignment.py            # default size grid (long: the naive method)
-    python scripts/bench_alignment.py --quick    # small grid (about a minute)
+    python scripts/bench_alignment.py --quick    # small grid (V up to 64000)
     python scripts/bench_alignment.py --quick --repeats 7 --min-seconds 0.5
     python scripts/bench_alignment.py --quick --threads 1   # a shared machine: one torch thread
 
@@ -9,12 +9,15 @@ Time: per size one subprocess holds the inputs and measures both methods in turn
 rotates every repeat (`soft_spatial.bench.interleaved`), one measurement being the mean of as many
 consecutive calls as fill ``--min-seconds``, after those calls were counted (a warm-up). Printed
 per size: min, median and spread ((max - min) / median) of the seconds per method and the time
-ratios naive/ours of the minima, of the medians and paired per turn. Peak memory: one fresh subprocess per method
-and size, the growth of its maximum resident set size over the inputs (`ru_maxrss`), so it counts
-every temporary; the two methods' results are compared there (a mismatch is printed). The naive
-method builds G_ref = Σ_s d_s v_sᵀ as a dense V×D matrix and one V×D outer product per
-optimisation step; its time is measured on at most ``--naive-steps`` steps and scaled to N
-(marked `*`), because its per-step cost does not depend on N and its memory does not either.
+ratios naive/ours of the minima, of the medians and paired per turn. Peak memory: the exact peak
+bytes of the tensors each method creates (`soft_spatial.bench.TensorMemory`; deterministic, where
+a peak resident set depends on what the allocator kept), one fresh subprocess per method and size;
+the two methods' results are compared there (a mismatch is printed). The naive method builds
+G_ref = Σ_s d_s v_sᵀ as a dense V×D matrix and one dense V×D outer product per optimisation step
+(into one buffer it reuses: allocating 4·V·D bytes per step would time the kernel's page faults,
+not the method); its time is G_ref's plus its steps' measured on at most ``--naive-steps`` steps
+and scaled to N (marked `*`), because the per-step cost does not depend on N and the memory does
+not either.
 Setup mirrors training: the optimisation steps are soft (K-sparse d), the reference set holds 25%
 as many soft steps plus a few dense discrete steps. Goal: the memory ratio naive/ours grows with
 V·D (printed at the largest size the naive method ran). ``--threads`` sets torch's threads in
@@ -25,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 
@@ -37,7 +39,10 @@ GRID = [  # (V, D, N optimisation steps)
     (151_936, 4_096, 8_192),
     (151_936, 4_096, 32_768),
 ]
-QUICK = [(1_000, 64, 256), (8_000, 128, 512), (32_000, 256, 1_024)]
+# The naive method's working set (G_ref and one outer product, 8·V·D bytes) fits in each core's L2
+# at the first size and exceeds a 32 MiB shared L3 at the others: a size in between measures how
+# much of the L3 other jobs on the machine hold (V=8000, D=128 moved ±13% between runs).
+QUICK = [(1_000, 64, 256), (32_000, 256, 1_024), (64_000, 256, 2_048)]
 K, N_DENSE = 5, 8
 
 
@@ -57,41 +62,63 @@ def _inputs(v, d, n, seed=0, device="cpu"):
     return d_opt, v_opt.to(device), d_ref, [x.to(device) for x in v_ref]
 
 
-def _naive(d_opt, v_opt, d_ref, v_ref, v, steps, device="cpu"):
+def _naive_gref(d_ref, v_ref, v, device="cpu"):
+    """G_ref = Σ_s d_s v_sᵀ, built once as a dense V×D matrix."""
     import torch
-    g_ref = torch.zeros(v, v_opt.shape[1], device=device)
+    g_ref = torch.zeros(v, v_ref[0].shape[1], device=device)
     for dd, vv in zip(d_ref, v_ref):
         dense = dd.to_dense(v) if not isinstance(dd, torch.Tensor) else dd
         g_ref += dense.T @ vv
+    return g_ref
+
+
+def _naive_steps(d_opt, v_opt, g_ref, steps):
+    """α_t = ⟨d_t v_tᵀ, G_ref⟩ for the first ``steps`` steps: one dense d_t and one V×D outer
+    product per step."""
+    import torch
+    d_t = torch.empty(g_ref.shape[0], device=g_ref.device)
+    outer = torch.empty_like(g_ref)
     out = []
-    for t in range(steps):  # one dense d_t and one V×D outer product per step
-        d_t = torch.zeros(v, device=device).index_add_(0, d_opt.ids[t], d_opt.values[t])
-        out.append((torch.outer(d_t, v_opt[t]) * g_ref).sum())
+    for t in range(steps):
+        d_t.zero_().index_add_(0, d_opt.ids[t], d_opt.values[t])
+        out.append(torch.outer(d_t, v_opt[t], out=outer).mul_(g_ref).sum())
     return torch.stack(out)
 
 
+def _naive(d_opt, v_opt, d_ref, v_ref, v, steps, device="cpu"):
+    return _naive_steps(d_opt, v_opt, _naive_gref(d_ref, v_ref, v, device), steps)
+
+
 def _memory(method: str, v: int, d: int, n: int, naive_steps: int) -> dict:
-    """Peak resident-set growth (MiB) of one call of ``method`` in this fresh process."""
+    """Peak bytes (MiB) of the tensors one call of ``method`` creates, and a checksum."""
+    from soft_spatial.bench import TensorMemory
     from soft_spatial.softthink import alignment_scores
     args = _inputs(v, d, n)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     steps = n if method == "ours" else min(n, naive_steps)
-    out = alignment_scores(*args) if method == "ours" else _naive(*args, v, steps)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base
-    return {"peak_mib": peak / 1024, "checksum": float(out[: min(steps, 16)].double().sum())}
+    with TensorMemory() as mem:
+        out = alignment_scores(*args) if method == "ours" else _naive(*args, v, steps)
+    return {"peak_mib": mem.peak / 2**20, "checksum": float(out[: min(steps, 16)].double().sum())}
 
 
 def _time(v: int, d: int, n: int, naive_steps: int, repeats: int, min_seconds: float) -> dict:
-    """Seconds per method (naive scaled to N), the methods interleaved across repeats."""
+    """Seconds per method, the methods interleaved across repeats; the naive method's G_ref once
+    plus its steps scaled to N."""
     from soft_spatial.bench import calls_for, interleaved, mean_seconds
     from soft_spatial.softthink import alignment_scores
-    args = _inputs(v, d, n)
+    d_opt, v_opt, d_ref, v_ref = args = _inputs(v, d, n)
     steps = min(n, naive_steps)
-    work = {"ours": lambda: alignment_scores(*args), "naive": lambda: _naive(*args, v, steps)}
-    scale = {"ours": 1.0, "naive": n / steps}
+    g_ref = _naive_gref(d_ref, v_ref, v)
+    work = {"ours": lambda: alignment_scores(*args), "G_ref": lambda: _naive_gref(d_ref, v_ref, v),
+            "steps": lambda: _naive_steps(d_opt, v_opt, g_ref, steps)}
     calls = {m: calls_for(fn, min_seconds) for m, fn in work.items()}
-    timings = interleaved(lambda m, _: mean_seconds(work[m], calls[m]) * scale[m], list(work),
-                          repeats)
+
+    def measure(method, _):
+        if method == "ours":
+            return mean_seconds(work["ours"], calls["ours"])
+        return (mean_seconds(work["G_ref"], calls["G_ref"])
+                + mean_seconds(work["steps"], calls["steps"]) * n / steps)
+
+    timings = interleaved(measure, ["ours", "naive"], repeats)
     return {"seconds": {m: t.seconds for m, t in timings.items()}, "scaled": steps < n}
 
 
@@ -159,7 +186,8 @@ def main() -> None:
         v, d, n, r = largest
         print(f"\nmemory ratio naive/ours at the largest size the naive method ran "
               f"(V={v}, D={d}, N={n}): {r:.1f}x")
-    print("* naive time measured on a subset of steps and scaled to N (per-step cost is constant)")
+    print("* naive time: G_ref once plus its steps measured on a subset and scaled to N (per-step "
+          "cost is constant)")
 
 
 if __name__ == "__main__":

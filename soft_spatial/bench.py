@@ -8,18 +8,22 @@ timing statistics of the benchmarks.
   machine hits every mode alike), each timing summarised by min, median and spread;
   `calls_for` and `mean_seconds`: enough calls per measurement that it dominates timer noise;
   `paired_ratio`: the median of per-turn ratios (drift between turns cancels; what reproduces
-  run to run on a 2-core VM); `ratio_lines`: the table every benchmark prints.
+  run to run on a 2-core VM); `ratio_lines`: the table every benchmark prints;
+* `TensorMemory`: exact peak bytes of the tensors a block creates, where a process's peak resident
+  set depends on the allocator's state.
 """
 from __future__ import annotations
 
 import math
 import statistics
 import time
+import weakref
 from collections import Counter
 from dataclasses import dataclass
 from collections.abc import Callable, Hashable, Sequence
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from soft_spatial.softthink import AdaptSoft
 
@@ -104,6 +108,60 @@ def ratio_lines(timings: dict[str, Timing], base: str) -> list[str]:
                      f"{t.min / b.min:{r}.3f} {t.median / b.median:{r}.3f} "
                      f"{paired_ratio(t, b):{r + 3}.3f}")
     return lines
+
+
+def _tensors(obj):
+    """The tensors in nested tuples, lists and dicts."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (tuple, list)):
+        for x in obj:
+            yield from _tensors(x)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            yield from _tensors(x)
+
+
+class TensorMemory(TorchFunctionMode):
+    """Live and peak bytes of the tensor storages that torch calls create inside the block::
+
+        with TensorMemory() as mem:
+            fn()
+        mem.peak  # bytes
+
+    A storage counts from the call that returns it to the moment it is freed (a weak-reference
+    finalizer); views, in-place results and storages of the call's arguments are not new, and
+    tensors made before the block do not count. Deterministic, unlike a process's peak resident
+    set (which depends on what the allocator kept from before); kernels' internal scratch space is
+    not seen.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.live = self.peak = 0
+        self._mine: set[int] = set()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if not isinstance(out, (torch.Tensor, tuple, list)):
+            return out
+        given = {id(t.untyped_storage()) for t in _tensors((args, kwargs)) if t.layout == torch.strided}
+        for t in _tensors(out):
+            if t.layout != torch.strided:
+                continue
+            s = t.untyped_storage()
+            if id(s) in given or id(s) in self._mine:
+                continue
+            self._mine.add(id(s))
+            self.live += s.nbytes()
+            self.peak = max(self.peak, self.live)
+            weakref.finalize(s, self._free, id(s), s.nbytes())
+        return out
+
+    def _free(self, key: int, nbytes: int) -> None:
+        self._mine.discard(key)
+        self.live -= nbytes
 
 
 PROMPTS = [[5, 9, 13, 40, 41, 42], [7, 8, 9, 10, 11, 12, 13, 14, 15]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 import soft_spatial.bench as bench
 from soft_spatial.bench import Timing, calls_for, interleaved, mean_seconds, paired_ratio, ratio_lines
@@ -101,3 +102,26 @@ def test_paired_ratio_cancels_drift_between_turns():
     assert paired_ratio(mode, base) == pytest.approx(2.0)
     with pytest.raises(ValueError):
         paired_ratio(Timing([1.0]), base)  # every turn has both modes
+
+
+def test_tensor_memory_counts_new_storages_until_they_are_freed():
+    from soft_spatial.bench import TensorMemory
+
+    before = torch.zeros(10_000)  # made before the block: never counted
+    with TensorMemory() as mem:
+        a = torch.zeros(1000)                          # 4000 bytes
+        b = torch.ones(250, dtype=torch.float64)       # 2000
+        a.add_(1)                                      # in place: nothing new
+        views = (a[:10], a.view(-1), a.T, before[5:])  # views: nothing new
+        x, y = torch.split(a * 2, 500)                 # one new 4000-byte storage, two views
+        before.mul_(3)
+        assert (mem.live, mem.peak) == (10_000, 10_000)
+        del a, views                                   # a and its views: its storage is freed
+        assert mem.live == 6000
+        z = torch.cat([x, y])                          # 4000 more
+        del x
+        assert mem.live == 10_000                      # y still holds the split's storage
+        del y, b
+        assert mem.live == 4000
+        w = torch.empty(3, 5, dtype=torch.int16)       # 30
+    assert (mem.live, mem.peak) == (4030, 10_000) and z.numel() == 1000 and w.numel() == 15
