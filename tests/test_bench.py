@@ -112,7 +112,7 @@ def test_tensor_memory_counts_new_storages_until_they_are_freed():
         a = torch.zeros(1000)                          # 4000 bytes
         b = torch.ones(250, dtype=torch.float64)       # 2000
         a.add_(1)                                      # in place: nothing new
-        views = (a[:10], a.view(-1), a.T, before[5:])  # views: nothing new
+        views = (a[:10], a.view(-1), a.view(10, 100).T, before[5:])  # views: nothing new
         x, y = torch.split(a * 2, 500)                 # one new 4000-byte storage, two views
         before.mul_(3)
         assert (mem.live, mem.peak) == (10_000, 10_000)
