@@ -189,6 +189,7 @@ def test_learn_config_is_typed_and_checked():
         full = LearnConfig.from_omegaconf(compose(config_name="learn",
                                                   overrides=["budget=full", "seed=3"]))
     assert demo.modes == ["adaptsoft"] and demo.out.endswith("demo/seed0")
+    assert demo == LearnConfig(out=demo.out)  # the dataclass defaults are configs/learn.yaml's
     assert full.modes == ["hard", "soft_fixed", "adaptsoft"] and full.out.endswith("full/seed3")
     assert {BEFORE_MODE[EVAL_MODE[m]] for m in full.modes} == {"hard", "fixed"}
     with pytest.raises(ValueError, match="modes"):
