@@ -1,4 +1,5 @@
 """python -m soft_spatial.eval: end to end on the fixtures, resume, aggregation."""
+import hashlib
 import json
 import subprocess
 import sys
@@ -177,7 +178,7 @@ def test_weights_fingerprint_follows_content_not_location(tiny_qwen3_vl_small, t
     copy = tmp_path / "copy"
     shutil.copytree(tiny_qwen3_vl_small, copy)
     assert weights_fingerprint(copy) == weights_fingerprint(tiny_qwen3_vl_small)
-    big = copy / "model-00002.safetensors"  # a large shard: hashed by size, head and tail
+    big = copy / "model-00002.safetensors"  # a large shard
     big.write_bytes(bytes(5 << 20))
     before = weights_fingerprint(copy)
     with open(big, "r+b") as f:
@@ -428,3 +429,211 @@ def test_omnispatial_table_lists_ten_subtypes_in_order_with_weighted_average():
     avg = 100 * sum(g for g, _ in spec.values()) / sum(t for _, t in spec.values())
     assert cells[-1] == f"{avg:.2f}"  # sample-weighted average of the sub-types = micro overall
     assert paper.split("|")[order.index("Egocentric") + 2].strip() == "50.00"
+
+
+# --- issue 27: fingerprints see every byte, refusals change nothing, errors say enough ----------
+import struct  # noqa: E402
+
+from soft_spatial.eval import runkey  # noqa: E402
+
+
+def overwrite_in_place(path, offset, data):
+    """Overwrite bytes of ``path`` at ``offset``, then put its mtime back (its size is unchanged):
+    only the content and the ctime differ afterwards."""
+    st = os.stat(path)
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def zero_middle_tensor(path):
+    """Zero the safetensors tensor that holds the middle byte of ``path``; returns its name."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    middle = os.path.getsize(path) // 2 - 8 - n
+    name, info = next((k, v) for k, v in header.items() if k != "__metadata__"
+                      and v["data_offsets"][0] <= middle < v["data_offsets"][1])
+    a, b = info["data_offsets"]
+    overwrite_in_place(path, 8 + n + a, bytes(b - a))
+    return name
+
+
+@pytest.fixture(scope="module")
+def tiny_7mb(tmp_path_factory):
+    """A tiny Qwen3-VL whose model.safetensors is about 7 MB (wide MLPs): bytes in its middle are
+    neither in the first nor in the last MiB."""
+    from soft_spatial.models import build_tiny_model
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_7mb"), family="qwen3_vl", vocab="small",
+                            intermediate_size=4096)
+
+
+@pytest.fixture
+def private_cache(tmp_path, monkeypatch):
+    """A digest cache of this test's own (``$SOFT_SPATIAL_CACHE``)."""
+    monkeypatch.setenv("SOFT_SPATIAL_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_weights_fingerprint_sees_a_change_in_the_middle_of_a_large_file(tmp_path, private_cache):
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    data = bytearray(os.urandom(9 << 20))
+    (model / "model.safetensors").write_bytes(data)
+    before = runkey.weights_fingerprint(model)
+    for offset in (0, 3 << 20, (9 << 20) // 2, (9 << 20) - 1):  # head, middle, tail
+        overwrite_in_place(model / "model.safetensors", offset, b"\xff")
+        data[offset] = 0xFF
+        after = runkey.weights_fingerprint(model)
+        assert after != before
+        before = after
+    # every byte counts: the file's digest is sha256 of its whole content
+    assert runkey.file_sha256(model / "model.safetensors") == hashlib.sha256(data).hexdigest()
+
+
+def test_a_re_run_after_the_weights_changed_in_place_is_refused(fixtures, tiny_7mb, tmp_path,
+                                                                private_cache):
+    model = tmp_path / "model"
+    shutil.copytree(tiny_7mb, model)
+    out = tmp_path / "out"
+    evaluate(small(fixtures, model, out), progress=False)
+    name = zero_middle_tensor(model / "model.safetensors")
+    assert name  # a tensor in the middle of a 7 MB file, neither in its first nor its last MiB
+    with pytest.raises(RunKeyMismatch, match=r"model\.fingerprint: "):
+        evaluate(small(fixtures, model, out), engine=NoEngine(), progress=False)
+
+
+def test_digest_cache_reads_each_file_once_until_it_changes(tmp_path, private_cache, monkeypatch):
+    model = tmp_path / "m"
+    model.mkdir()
+    for name, size in (("config.json", 10), ("a.safetensors", 6 << 20), ("b.safetensors", 5 << 20)):
+        (model / name).write_bytes(os.urandom(size))
+    reads = []
+    digest = hashlib.file_digest
+    monkeypatch.setattr(runkey.hashlib, "file_digest",
+                        lambda f, name: reads.append(os.path.basename(f.name)) or digest(f, name))
+
+    def fingerprint():
+        with runkey.sha256_cache() as cache:
+            return runkey.weights_fingerprint(model, cache)
+
+    first = fingerprint()
+    assert sorted(reads) == ["a.safetensors", "b.safetensors", "config.json"]
+    assert fingerprint() == first and len(reads) == 3  # nothing read again
+    overwrite_in_place(model / "a.safetensors", 3 << 20, b"\x00\x01")
+    changed = fingerprint()
+    assert reads[3:] == ["a.safetensors"] and changed != first
+    # a file replaced by another of the same size and mtime is read again
+    st = os.stat(model / "b.safetensors")
+    (tmp_path / "b2").write_bytes(os.urandom(5 << 20))
+    os.utime(tmp_path / "b2", ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(tmp_path / "b2", model / "b.safetensors")
+    replaced = fingerprint()
+    assert reads[4:] == ["b.safetensors"] and replaced != changed
+    monkeypatch.setattr(runkey.hashlib, "file_digest", digest)
+    assert replaced == runkey.weights_fingerprint(model)  # the cache agrees with no cache
+    stored = private_cache / runkey.SHA256_CACHE
+    stored.write_text("{not json")  # a broken cache is ignored, then rewritten
+    assert fingerprint() == replaced and json.loads(stored.read_text())
+
+
+def tree(directory):
+    """Every path under ``directory`` (hidden ones too): file -> bytes, directory -> None."""
+    return {p.relative_to(directory).as_posix(): (p.read_bytes() if p.is_file() else None)
+            for p in sorted(directory.rglob("*"))}
+
+
+def run_cli(monkeypatch, *args):
+    """``python -m soft_spatial.eval ARGS`` in this process (Hydra and all), errors raised as is."""
+    from soft_spatial.eval.__main__ import main
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    monkeypatch.setattr(sys, "argv", ["soft_spatial.eval", *map(str, args)])
+    main()
+
+
+def test_a_refused_eval_changes_nothing_and_a_finished_one_re_run_neither(
+        fixtures, tiny_qwen3_vl_small, tmp_path, monkeypatch):
+    import yaml
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    out = tmp_path / "out"
+    args = ["benchmarks=[omnispatial]", f"data.omnispatial={fixtures.omnispatial}",
+            f"model.path={tiny_qwen3_vl_small}", "mode=hard", "samples=1", "max_new_tokens=4",
+            "limit=2", f"output_dir={out}"]
+    run_cli(monkeypatch, *args)
+    # the record of the accepted run: what Hydra's output_subdir held
+    assert yaml.safe_load((out / "hydra" / "overrides.yaml").read_text()) == args
+    assert yaml.safe_load((out / "hydra" / "config.yaml").read_text())["temperature"] == 0.6
+    assert yaml.safe_load((out / "hydra" / "hydra.yaml").read_text())["hydra"]["job"]["name"]
+    before = tree(out)
+    assert len(read_results(out / "samples.jsonl")) == 2 and ".lock" in before
+    with pytest.raises(RunKeyMismatch, match=r"sampling\.temperature: 0\.6 -> 0\.9"):
+        run_cli(monkeypatch, *args, "temperature=0.9")
+    assert tree(out) == before
+    with pytest.raises(FileNotFoundError, match=r"controller=.*missing\.pt: no such file"):
+        run_cli(monkeypatch, *args, "mode=adaptsoft", f"controller={tmp_path / 'missing.pt'}")
+    assert tree(out) == before
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(out)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(DirLockedError, match=f"in use by pid {holder.pid} "):
+            run_cli(monkeypatch, *args, "samples=2")  # same key: refused by the lock only
+        assert tree(out) == {**before, ".lock": tree(out)[".lock"]}  # the holder wrote its pid
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert (out / ".lock").read_bytes().startswith(f"pid {holder.pid} ".encode())
+    (out / ".lock").write_bytes(b"")  # as a finished run leaves it
+    run_cli(monkeypatch, *args)  # finished: nothing is redone, no file changes
+    assert tree(out) == before
+    # a refused run into a new directory creates none, and nothing lands in the working directory
+    for refused in (["mode=adaptsoft", f"controller={tmp_path / 'missing.pt'}"],
+                    ["benchmarks=[omnispatail]"], ["task_types=[Perspective]"]):
+        with pytest.raises((FileNotFoundError, ValueError)):
+            run_cli(monkeypatch, *args, f"output_dir={tmp_path / 'new'}", *refused)
+        assert not (tmp_path / "new").exists()
+    assert tree(cwd) == {}
+
+
+def test_an_unknown_benchmark_name_lists_the_valid_ones(fixtures, tiny_qwen3_vl_small, tmp_path):
+    with pytest.raises(ValueError, match=r"unknown benchmark 'omnispatail'; the valid ones are "
+                                         r"omnispatial, spatialab, mindcube"):
+        make_cfg(fixtures, tiny_qwen3_vl_small, tmp_path, benchmarks="[omnispatail,mindcube]")
+    one = make_cfg(fixtures, tiny_qwen3_vl_small, tmp_path, benchmarks="mindcube")  # not a list
+    assert one.benchmarks == ["mindcube"]
+
+
+def cell(table, column):
+    """Our row's cell under ``column`` of a Markdown table."""
+    head, _, ours = table.split("\n\n", 1)[1].splitlines()[:3]
+    names = [c.strip() for c in head.strip("|").split("|")]
+    return [c.strip() for c in ours.strip("|").split("|")][names.index(column)]
+
+
+def test_the_table_says_over_how_many_questions_a_cell_averages(fixtures, tiny_qwen3_vl_small,
+                                                               tmp_path):
+    from soft_spatial.data import load_benchmark
+    records = load_benchmark("omnispatial", fixtures.omnispatial)[:4]
+    engine = LocalEngine.from_pretrained(tiny_qwen3_vl_small)
+    cfg = small(fixtures, tiny_qwen3_vl_small, tmp_path / "out", limit=4, samples=2)
+    s = evaluate(cfg, engine=TooLong(engine, [records[1].question]), progress=False)["omnispatial"]
+    rows = read_results(tmp_path / "out" / "samples.jsonl")
+    table = (tmp_path / "out" / "omnispatial.md").read_text()
+    acc = 100 * sum(r["correct"] for r in rows) / len(rows)
+    assert len(rows) == 6 and s["questions"] == 3
+    assert cell(table, "Avg.") == f"{acc:.2f} (n=3 of 4; 1 skipped: prompt too long)"
+    sub = records[1].subcategory.replace("_", " ")
+    asked = sum(r.subcategory == records[1].subcategory for r in records)
+    assert cell(table, sub).endswith(f" (n={asked - 1} of {asked})")
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["benchmarks"][
+        "omnispatial"]["requested"]["skipped_overlong"] == 1
+    # every question answered: plain numbers
+    full = small(fixtures, tiny_qwen3_vl_small, tmp_path / "full", limit=4, samples=2)
+    evaluate(full, engine=engine, progress=False)
+    assert "n=" not in (tmp_path / "full" / "omnispatial.md").read_text()

@@ -43,6 +43,9 @@ def check_controller(cfg: DictConfig) -> None:
     if cfg.mode != "adaptsoft":
         raise ValueError(f"controller={cfg.controller} is used only by mode=adaptsoft (mode is "
                          f"{cfg.mode}); drop controller= or set mode=adaptsoft")
+    if not Path(cfg.controller).is_file():
+        raise FileNotFoundError(f"controller={cfg.controller}: no such file (the AdaptSoft "
+                                f"checkpoint adaptsoft.pt of a training run or an exported model)")
     paper = OmegaConf.load(CONFIG_DIR / "soft_thinking" / "paper.yaml").adaptsoft
     trained = AdaptSoft.read_checkpoint(cfg.controller)["config"]
     conflicts = [f"adaptsoft.{k}={v} (checkpoint: {trained[k]})"
@@ -63,7 +66,8 @@ def build_config(cfg: DictConfig) -> EvalConfig:
     check_controller(cfg)
     published = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "eval" / "published.yaml"))
     return EvalConfig(
-        benchmarks=list(cfg.benchmarks), data=dict(cfg.data), model_path=str(model_path),
+        benchmarks=[cfg.benchmarks] if isinstance(cfg.benchmarks, str) else list(cfg.benchmarks),
+        data=dict(cfg.data), model_path=str(model_path),
         model_name=cfg.model.name,
         soft_thinking=from_mapping(SoftThinkingConfig, soft_thinking, "soft_thinking"),
         output_dir=cfg.output_dir, controller=cfg.controller, engine=cfg.engine,
@@ -74,6 +78,18 @@ def build_config(cfg: DictConfig) -> EvalConfig:
         top_k=cfg.top_k, analysis_steps=cfg.analysis_steps,
         task_types=(OmegaConf.to_container(cfg.task_types) if OmegaConf.is_list(cfg.task_types)
                     else cfg.task_types))
+
+
+def hydra_record(cfg: DictConfig) -> dict[str, str]:
+    """What Hydra's ``output_subdir`` would hold (the composed config as run, after an exported
+    model's settings, Hydra's own config and the command-line overrides), for `evaluate` to write
+    into the output directory once the run is accepted (configs/eval.yaml turns Hydra's off)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_cfg = HydraConfig.get()
+    return {"hydra/config.yaml": OmegaConf.to_yaml(cfg),
+            "hydra/hydra.yaml": OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})),
+            "hydra/overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task)}
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="eval", version_base=None)
@@ -87,7 +103,7 @@ def main(cfg: DictConfig) -> None:
     if taken:
         print(f"from {cfg.model.path}: {', '.join(taken)}")
     ecfg = build_config(cfg)
-    summaries = evaluate(ecfg)
+    summaries = evaluate(ecfg, record=hydra_record(cfg))
     out = Path(ecfg.output_dir).resolve()
     for name, s in summaries.items():
         overall = "–" if s["overall"] is None else f"{s['overall']:.2f}"

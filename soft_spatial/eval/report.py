@@ -8,7 +8,9 @@ categories equals the overall micro accuracy.
 The OmniSpatial table has the layout of the paper's Table 1: the 10 sub-task types in the order
 of OmniSpatial's taxonomy (Dynamic Reasoning, Spatial Interaction, Complex Logic, Perspective
 Taking), then ``Avg.``, the sample-weighted average (= the micro overall). Other benchmarks list
-their categories and ``Overall``.
+their categories and ``Overall``. A cell that averages over fewer questions than were asked for
+(prompts skipped as too long) says so beside its number: ``62.50 (n=120 of 128; 8 skipped: prompt
+too long)``.
 """
 from __future__ import annotations
 
@@ -34,26 +36,30 @@ def _acc(correct: int, total: int) -> float | None:
     return 100.0 * correct / total if total else None
 
 
+def _group(v: list) -> dict:
+    return {"accuracy": _acc(v[0], v[1]), "samples": v[1], "questions": len(v[2])}
+
+
 def summarize(rows: Iterable[Mapping], benchmark: str) -> dict:
     """Accuracy per category (and subcategory), overall, no-answer and truncation rates, τ stats.
 
     ``rows`` are the per-sample JSONL records of one benchmark.
     """
-    cats: dict[str, list[int]] = OrderedDict()
-    subs: dict[str, list[int]] = OrderedDict()
+    cats: dict[str, list] = OrderedDict()  # name -> [correct, samples, question keys]
+    subs: dict[str, list] = OrderedDict()
     n = correct = no_answer = truncated = closed = 0
     questions = set()
     tau_means: list[float] = []
     excluded = EXCLUDED_FROM_OVERALL.get(benchmark, set())
     for r in rows:
         c = int(bool(r["correct"]))
-        cats.setdefault(r["category"], [0, 0])
-        cats[r["category"]][0] += c
-        cats[r["category"]][1] += 1
-        if r.get("subcategory"):
-            subs.setdefault(r["subcategory"], [0, 0])
-            subs[r["subcategory"]][0] += c
-            subs[r["subcategory"]][1] += 1
+        q = r.get("question_key", r.get("question_index"))
+        for groups, name in ((cats, r["category"]), (subs, r.get("subcategory"))):
+            if name:
+                g = groups.setdefault(name, [0, 0, set()])
+                g[0] += c
+                g[1] += 1
+                g[2].add(q)
         if r["category"] in excluded:
             continue
         n += 1
@@ -61,7 +67,7 @@ def summarize(rows: Iterable[Mapping], benchmark: str) -> dict:
         no_answer += r["pred"] is None
         truncated += r["finish_reason"] == "length"
         closed += bool(r.get("think_closed"))
-        questions.add(r.get("question_key", r.get("question_index")))
+        questions.add(q)
         if r.get("tau_mean") is not None:
             tau_means.append(r["tau_mean"])
     return {
@@ -69,8 +75,8 @@ def summarize(rows: Iterable[Mapping], benchmark: str) -> dict:
         "samples": n,
         "questions": len(questions),
         "overall": _acc(correct, n),
-        "categories": {k: {"accuracy": _acc(*v), "samples": v[1]} for k, v in cats.items()},
-        "subcategories": {k: {"accuracy": _acc(*v), "samples": v[1]} for k, v in subs.items()},
+        "categories": {k: _group(v) for k, v in cats.items()},
+        "subcategories": {k: _group(v) for k, v in subs.items()},
         "no_answer_rate": _acc(no_answer, n),
         "truncation_rate": _acc(truncated, n),
         "think_closed_rate": _acc(closed, n),
@@ -83,19 +89,39 @@ def _fmt(v: float | None) -> str:
     return "–" if v is None else f"{v:.2f}"
 
 
+def _coverage(answered: int, requested: int | None, skipped: int | None = None) -> str:
+    """`` (n=answered of requested)`` when questions are missing; with ``skipped`` (the overall
+    cell) also why: ``; k skipped: prompt too long`` (and any others ``without results``)."""
+    if requested is None or answered >= requested:
+        return ""
+    notes = [f"n={answered} of {requested}"]
+    if skipped is not None:
+        notes += [f"{skipped} skipped: prompt too long"] if skipped else []
+        if requested - answered - skipped > 0:
+            notes.append(f"{requested - answered - skipped} without results")
+    return f" ({'; '.join(notes)})"
+
+
 def markdown_table(summary: Mapping, label: str, published: Iterable[Mapping] = (),
                    samples_per_question: int = 1) -> str:
     """One benchmark's table: categories (OmniSpatial: the 10 sub-task types, see the module
-    docstring) as columns, ours and the published rows beside it."""
+    docstring) as columns, ours and the published rows beside it. With ``summary["requested"]``
+    (`soft_spatial.eval.runner.requested_counts`) a cell short of questions says over how many of
+    how many it averages."""
     layout = TABLE_LAYOUT.get(summary["benchmark"])
     level, cats, overall = (layout() if layout else
                             ("categories", list(summary["categories"]), "Overall"))
     groups = summary[level]
+    requested = summary.get("requested") or {}
+    wanted = requested.get(level, {})
     head = ["Model", *[c.replace("_", " ") for c in cats], overall]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     ours = [f"{label} (mean@{samples_per_question})"]
-    ours += [_fmt(groups[c]["accuracy"]) if c in groups else "–" for c in cats]
-    ours.append(_fmt(summary["overall"]))
+    for c in cats:
+        g = groups.get(c, {})
+        ours.append(_fmt(g.get("accuracy")) + _coverage(g.get("questions", 0), wanted.get(c)))
+    ours.append(_fmt(summary["overall"]) + _coverage(summary["questions"], requested.get("questions"),
+                                                     requested.get("skipped_overlong")))
     lines.append("| " + " | ".join(ours) + " |")
     for row in published:
         pc = row.get("categories") or {}

@@ -20,13 +20,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
 from soft_spatial.atomic import write_text
-from soft_spatial.data import build_messages, extract_answer, load_benchmark
+from soft_spatial.data import BENCHMARKS, build_messages, extract_answer, load_benchmark
 from soft_spatial.data.record import QuestionRecord
 from soft_spatial.data.subsets import normalise_task_types, subset_indices
 from soft_spatial.dirlock import DirLock
@@ -34,7 +35,7 @@ from soft_spatial.jsonl import read_jsonl
 from soft_spatial.engines.base import PromptTooLongError
 from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
 
-from .report import group_rows, markdown_table, summarize
+from .report import EXCLUDED_FROM_OVERALL, group_rows, markdown_table, summarize
 from .runkey import check_run_key, run_key
 from .steps import STEPS, steps_row
 
@@ -88,8 +89,11 @@ class EvalConfig:
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if not self.benchmarks:
-            raise ValueError("benchmarks is empty; name at least one of omnispatial, spatialab, "
-                             "mindcube")
+            raise ValueError(f"benchmarks is empty; name at least one of {', '.join(BENCHMARKS)}")
+        unknown = [b for b in self.benchmarks if b not in BENCHMARKS]
+        if unknown:
+            raise ValueError(f"benchmarks: unknown benchmark {', '.join(map(repr, unknown))}; the "
+                             f"valid ones are {', '.join(BENCHMARKS)}")
         missing = [b for b in self.benchmarks if b not in self.data]
         if missing:
             raise ValueError(f"no data root configured for {missing} (set data.<name>=DIR)")
@@ -148,13 +152,34 @@ def select_records(cfg: EvalConfig) -> dict[str, tuple[list[QuestionRecord], lis
     return selected
 
 
-def evaluate(cfg: EvalConfig, engine=None, progress: bool = True) -> dict[str, dict]:
+def _write_if_changed(path: Path, text: str) -> None:
+    """Write ``text`` atomically unless ``path`` holds it already (a re-run of a finished run
+    leaves every file as it was)."""
+    if not (path.is_file() and path.read_text(encoding="utf-8") == text):
+        write_text(path, text)
+
+
+def write_record(out: Path, record: dict[str, str] | None) -> None:
+    """Write the files of ``record`` (path under ``out`` -> text)."""
+    for rel, text in (record or {}).items():
+        _write_if_changed(out / rel, text)
+
+
+def evaluate(cfg: EvalConfig, engine=None, progress: bool = True,
+             record: dict[str, str] | None = None) -> dict[str, dict]:
     """Run (or resume) the evaluation; returns the summary per benchmark. An engine made here
-    (none is made when everything is done) is closed here, on errors too."""
+    (none is made when everything is done) is closed here, on errors too.
+
+    A refused run changes nothing: the data and the run key are checked before the output
+    directory is created or locked; ``record`` (path under the output directory -> text: the
+    command's configuration) is written only once the run is accepted."""
     out = Path(cfg.output_dir)
+    selected = select_records(cfg)
+    key = run_key(cfg)
+    check_run_key(out, key, RESULTS, write=False)  # refuse before the lock creates anything
     with DirLock(out, "evaluation output directory"):
-        selected = select_records(cfg)
-        check_run_key(out, run_key(cfg), RESULTS)
+        check_run_key(out, key, RESULTS)  # again: another run may have written in between
+        write_record(out, record)
         results_path = out / RESULTS
         _drop_torn_tail(results_path)
         _drop_torn_tail(results_path.with_name(STEPS))
@@ -260,6 +285,20 @@ def selected_rows(rows: Sequence[dict], bench: str, records: Sequence[QuestionRe
     return out
 
 
+def requested_counts(records: Sequence[QuestionRecord], bench: str,
+                     skipped: Sequence[str]) -> dict:
+    """Questions this run asked for, per category and subcategory and in the overall (``questions``;
+    ``skipped_overlong``: how many of those were skipped as too long): what each table cell would
+    average over had every question been answered."""
+    excluded = EXCLUDED_FROM_OVERALL.get(bench, set())
+    counted = [r for r in records if r.category not in excluded]
+    skipped = set(skipped)
+    return {"questions": len(counted),
+            "skipped_overlong": sum(r.key in skipped for r in counted),
+            "categories": dict(Counter(r.category for r in records)),
+            "subcategories": dict(Counter(r.subcategory for r in records if r.subcategory))}
+
+
 def write_reports(cfg: EvalConfig, rows: Sequence[dict],
                   selected: dict[str, list[QuestionRecord]],
                   skipped: dict[str, list[str]] | None = None) -> dict[str, dict]:
@@ -273,14 +312,15 @@ def write_reports(cfg: EvalConfig, rows: Sequence[dict],
         s = summarize(selected_rows(grouped.get(b, []), b, selected[b], cfg.samples), b)
         s["questions_requested"] = len(selected[b])
         s["skipped_overlong"] = sorted(skipped.get(b, []))
+        s["requested"] = requested_counts(selected[b], b, s["skipped_overlong"])
         summaries[b] = s
-        write_text(out / f"{b}.md", f"## {b}\n\n" + markdown_table(
+        _write_if_changed(out / f"{b}.md", f"## {b}\n\n" + markdown_table(
             s, label, cfg.published.get(b, []), cfg.samples))
     meta = {"mode": cfg.soft_thinking.mode, "protocol": cfg.protocol, "samples": cfg.samples,
             "limit": cfg.limit, "temperature": cfg.temperature, "top_k": cfg.soft_thinking.top_k,
             "max_new_tokens": cfg.max_new_tokens, "model": cfg.model_path,
             "controller": cfg.controller, "decode_top_k": cfg.top_k,
             "task_types": cfg.task_types}
-    write_text(out / "summary.json", json.dumps({"config": meta, "benchmarks": summaries},
-                                                indent=2))
+    _write_if_changed(out / "summary.json", json.dumps({"config": meta, "benchmarks": summaries},
+                                                       indent=2))
     return summaries
