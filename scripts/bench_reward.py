@@ -4,16 +4,16 @@
     python scripts/bench_reward.py --mb 1 4     # other sizes
     python scripts/bench_reward.py --repeats 5 --min-seconds 0.2
 
-Each family is a response shape that made a parser superlinear or recursive at some point
-(repeated phrases, long whitespace or asterisk runs after a cue, nested or unclosed ``<answer>``
-tags, hedges, many ``</think>``). Per family, every callable at every size is one mode; the modes
-are measured in turns whose order rotates every repeat (`soft_spatial.bench.interleaved`), one
-measurement being the mean of as many consecutive calls as fill ``--min-seconds``. The table
-shows the minimum seconds of the reward (``compute_score``) and of each extractor at the largest
-size, and how the slowest one grows with the size (the time ratio of the largest to the smallest
-size divided by the size ratio: about 1 for linear time), from the minima and from the medians,
-with the largest spread ((max - min) / median) of its measurements. Goal: growth about 1 (linear
-time) for every family.
+Each family is a response shape that made a parser superlinear or recursive at some point (repeated
+phrases, long whitespace or asterisk runs after a cue, nested or unclosed ``<answer>`` tags,
+hedges, many ``</think>``) or that works the negation rule (negated and refused letters, a negated
+list). Per family, every callable at every size is one mode; the modes are measured in turns whose
+order rotates every repeat (`soft_spatial.bench.interleaved`), one measurement being the mean of as
+many consecutive calls as fill ``--min-seconds``. The table shows the minimum seconds of the reward
+(``compute_score``) and of each extractor at the largest size, and how the slowest one grows with
+the size (the time ratio of the largest to the smallest size divided by the size ratio: about 1 for
+linear time), from the minima and from the medians, with the largest spread ((max - min) / median)
+of its measurements. Goal: growth about 1 (linear time) for every family.
 """
 from __future__ import annotations
 
@@ -37,6 +37,9 @@ FAMILIES = {
     "option marks": lambda n: "</think>" + "A. " * (n // 3) + ";",
     "newlines": lambda n: "</think>" + "\n" * n + "B",
     "letters and dots": lambda n: "</think>" + "B." * (n // 2),
+    "negated letters": lambda n: "</think>" + "not B. " * (n // 7),
+    "refused letters": lambda n: "</think>" + "B is wrong, " * (n // 12),
+    "negated list": lambda n: "</think>not " + "A or " * (n // 5) + "B",
 }
 OPTIONS = {"options": ["left", "right", "in front", "behind"]}
 CALLS = {

@@ -64,6 +64,51 @@ def test_answer_tail():
     assert answer_tail("no end") is None
 
 
+# The grading rule's case table (docs/design.md §2.11): the letter our protocol reads, or None.
+NEGATION_CASES = [
+    # a negated letter is no answer
+    ("not A", None), ("Not A.", None), ("NOT (A)", None), ("A is wrong", None),
+    ("The answer is not A.", None), ("A is incorrect", None), ("A is false", None),
+    ("A isn't right", None), ("A isn’t correct", None), ("The answer isn't (A)", None),
+    ("A is not the answer", None), ("A is the wrong answer", None), ("A seems unlikely", None),
+    ("We can rule out A", None), ("Exclude option A", None), ("everything except A", None),
+    ("A can be ruled out", None), ("It cannot be A", None), ("It can't be **A**", None),
+    ("Answer: A is wrong", None), ("<answer>not A</answer>", None), ("<answer>not A</answer> B", None),
+    # a negation covers its whole list; a list of letters is a hedge anyway
+    ("not A or B", None), ("A and B are wrong", None), ("A or B is wrong", None),
+    ("neither A nor B", None), ("not only A but also B", None),
+    # where refusing would be wrong
+    ("A, not B", "A"), ("The answer is A, not B", "A"), ("B, not A", "B"), ("Not A but B", "B"),
+    ("A is wrong, so B", "B"), ("A and C are wrong, so B", "B"), ("neither A nor C, so D", "D"),
+    ("B isn't right; A", "A"), ("I choose C because A is wrong", "C"), ("Answer: B. A is wrong", "B"),
+    ("Option A is not blocked, so A", "A"), ("A. The chair is not to the left", "A"),
+    ("A is not blocked", "A"), ("A is correct; not B", "A"), ("not only B", "B"),
+    ("It is not A cat, so D", "D"), ("The knot B", "B"), ("cannot tell; B", "B"),
+    # tags, boxes, official formats, unicode
+    ("<answer>B</answer>", "B"), ("<answer>B. right</answer> A is wrong", "B"),
+    ("<answer>I think</answer> B", None), ("\\boxed{B}", "B"), ("Answer: B", "B"),
+    ("<answer>C. in front</answer>", "C"), ('```json\n{"answer": "B"}\n```', "B"),
+    ("Ｂ", "B"), ("Answer：Ｃ", "C"), ("\u00a0B\u00a0", "B"), ("B\u200b", "B"), ("not\u00a0A", None),
+]
+
+
+@pytest.mark.parametrize("tail, expected", NEGATION_CASES)
+def test_negation_cases(tail, expected):
+    assert extract_ours("r</think> " + tail, OPTIONS) == expected
+    assert extract_spatialab("r</think> " + tail, OPTIONS) == expected  # the stand-in follows ours
+
+
+@pytest.mark.parametrize("response, omni, mindcube", [
+    ("Answer: A is wrong", "A", "A"), ("The answer is not A.", "A", "A"), ("<answer>not A</answer>", "A", "A"),
+    ("Answer: not B", "A", "B"),
+])
+def test_official_extractors_stay_faithful_and_credit_negations(response, omni, mindcube):
+    # evaluation comparability: the official protocols are reproduced as published, negations
+    # included (OmniSpatial's "A" fallback also makes "not B" an A); only ours refuses them
+    assert extract_omnispatial_official(response) == omni
+    assert extract_mindcube_official(response) == mindcube
+
+
 # --- OmniSpatial official -------------------------------------------------------------------------
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -284,6 +285,39 @@ def test_mindcube_bad_field(fx: FixtureSet, changes, field):
     with pytest.raises(DataFormatError) as info:
         load_benchmark("mindcube", fx.mindcube)
     _assert_names(info.value, path, 0, None, field)
+
+
+# --- gold answers: normalise what is unambiguous, refuse the rest naming the record ----------------
+
+
+@pytest.mark.parametrize("written", ["B", " b ", "B.", "(B)", "B)", "[b]", "Option B", "option: b", "Ｂ"])
+def test_letter_answers_in_any_unambiguous_form(fx: FixtureSet, written):
+    for path, field, loader in ((fx.mindcube / "raw" / "MindCube_tinybench.jsonl", "gt_answer", "mindcube"),
+                                (fx.spatialab / "spatialab.jsonl", "answer", "spatialab")):
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        rows[0][field] = written
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        assert load_benchmark(loader, path.parent.parent if loader == "mindcube" else path)[0].answer == "B"
+
+
+@pytest.mark.parametrize("written", ["1", "2", "B or A", "BA", "B.A", "the second", "", "(B", "**B**"])
+def test_ambiguous_letter_answers_are_refused_naming_the_record(fx: FixtureSet, written):
+    # MindCube answers are letters (no index schema): a number is refused, not guessed 0- or 1-based
+    path = fx.mindcube / "raw" / "MindCube_tinybench.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows[0]["gt_answer"] = written
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DataFormatError) as info:
+        load_benchmark("mindcube", fx.mindcube)
+    _assert_names(info.value, path, 0, rows[0]["id"], "gt_answer")
+    assert repr(written) in str(info.value)
+
+
+def test_a_record_refuses_an_answer_that_is_not_one_of_its_letters():
+    for answer in ("A.", "(A)", "1", "a", "D", None):
+        with pytest.raises(ValueError, match=re.escape(f"record 'q': answer {answer!r} is not one of")):
+            QuestionRecord("q", [], "Q?", ["x", "y", "z"], answer, "omnispatial", "Complex_Logic")
+    assert QuestionRecord("q", [], "Q?", ["x", "y", "z"], "C", "omnispatial", "Complex_Logic").answer_text == "z"
 
 
 def test_load_benchmark_unknown_name(fx: FixtureSet):

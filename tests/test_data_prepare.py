@@ -263,6 +263,31 @@ def test_check_parquet_rejects_missing_images_and_empty_files(fx: FixtureSet, pr
         check_parquet(tmp_path / "missing.parquet")
 
 
+def test_check_parquet_refuses_a_gold_answer_that_names_no_option(fx: FixtureSet, processor, tmp_path: Path):
+    # the reward would raise mid-run (or, before, score every response 0): refuse before training
+    import pyarrow as pa
+
+    from soft_spatial.data.errors import DataFormatError
+    from soft_spatial.data.prepare import check_parquet, parquet_schema
+
+    out = tmp_path / "train.parquet"
+    write_parquet(load_benchmark("omnispatial", fx.omnispatial), out, processor, progress=False)
+    rows = pq.read_table(out).to_pylist()
+    for i, gold in enumerate(["(B)", "b.", "Option A"]):  # unambiguous: accepted as written
+        rows[i]["reward_model"]["ground_truth"] = gold
+    fine = tmp_path / "fine.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=parquet_schema()), fine)
+    assert check_parquet(fine) == len(rows)
+    rows[4]["reward_model"]["ground_truth"] = "1"
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=parquet_schema()), bad)
+    with pytest.raises(DataFormatError) as info:
+        check_parquet(bad)
+    assert (info.value.index, info.value.record_id, info.value.field) == (
+        4, rows[4]["extra_info"]["id"], "reward_model.ground_truth")
+    assert "gold answer '1'" in str(info.value) and str(bad) in str(info.value)
+
+
 def test_atomic_writes_leave_old_content_on_error(tmp_path: Path):
     from soft_spatial.atomic import atomic_dir, atomic_open, write_text
 

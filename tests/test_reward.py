@@ -46,10 +46,23 @@ def test_golden(response, expected):
     assert score(response) == pytest.approx(expected)
 
 
-def test_gold_letter_forms():
-    assert score("x</think>B", gold=" b ")[1] == 1.0
-    assert score("x</think>B", gold="right")[1] == 1.0  # gold given as option text
-    assert score("x</think>B", gold="Z")[1] == 0.0
+@pytest.mark.parametrize("gold", ["B", " b ", "B.", "(B)", "B)", "[b]", "Option B", "option: b", "Answer: B",
+                                  "Ｂ", "right", " Right. "])
+def test_gold_letter_forms(gold):
+    assert score("x</think>B", gold=gold) == pytest.approx((1.2, 1.0, 0.2))
+    assert score("x</think>C", gold=gold)[1] == 0.0
+
+
+@pytest.mark.parametrize("gold", [None, "1", "2", 1, 1.0, "Z", "E", "B or C", "BC", "", "(B", "**B**", "up"])
+def test_a_gold_answer_that_names_no_option_is_refused_naming_it_and_the_record(gold):
+    # before: every response scored 0 with no warning; "1" may be 0- or 1-based: never guessed
+    extra = {**OPTS, "index": 7, "id": "q7"}
+    with pytest.raises(ValueError) as info:
+        compute_score("omnispatial", "x</think>B", gold, extra)
+    message = str(info.value)
+    assert "omnispatial, record id 'q7', index 7: gold answer" in message and repr(gold) in message
+    with pytest.raises(ValueError, match="gold answer"):
+        compute_score("omnispatial", "x</think>B", gold, None)  # without options: A-D, no texts
 
 
 def test_duplicate_option_texts():
@@ -110,10 +123,29 @@ def test_a_hedge_earns_no_answer_credit_whichever_letter_is_gold(tail):
         assert score("x</think>" + tail, gold)[1] == 0.0
 
 
-def test_missing_response_or_gold_scores_zero():
+def test_missing_response_scores_zero():
     assert compute_score("omnispatial", None, "B") == {"score": 0.0, "acc": 0.0, "format": 0.0}
-    assert compute_score("omnispatial", "x</think>B", None)["acc"] == 0.0
     assert not format_ok(None)
+
+
+# Grading rule (docs/design.md §2.11): a negated letter is no answer; the examples scored
+# acc 1 for gold A before the rule.
+@pytest.mark.parametrize(
+    "tail, gold, acc",
+    [
+        ("not A", "A", 0.0), ("A is wrong", "A", 0.0), ("The answer is not A.", "A", 0.0),
+        ("A is incorrect", "A", 0.0), ("A isn't right", "A", 0.0), ("we can rule out A", "A", 0.0),
+        ("Answer: A is wrong", "A", 0.0), ("<answer>not A</answer>", "A", 0.0),
+        ("not A or B", "B", 0.0), ("A and B are wrong", "B", 0.0),
+        # where refusing would be wrong
+        ("A, not B", "A", 1.0), ("The answer is A, not B", "A", 1.0), ("A is wrong, so B", "B", 1.0),
+        ("Option A is not blocked, so A", "A", 1.0), ("A. The chair is not to the left", "A", 1.0),
+        ("I choose C because A is wrong", "C", 1.0), ("<answer>B</answer> A is wrong", "B", 1.0),
+        ("\\boxed{B}", "B", 1.0), ("Ｂ", "B", 1.0), ("neither A nor C, so D", "D", 1.0),
+    ],
+)
+def test_negations_earn_no_answer_credit(tail, gold, acc):
+    assert score("x</think>" + tail, gold)[1] == acc
 
 
 def test_nested_tags_and_megabyte_responses_score():

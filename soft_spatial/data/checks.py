@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from PIL import Image
 
 from .errors import DataFormatError
+from .gold import parse_letter
 from .record import LETTERS, QuestionRecord
 
 
@@ -80,10 +81,12 @@ def answer_from_index(value: Any, n_options: int, field: str, ctx: RecordContext
 
 
 def answer_from_letter(value: Any, n_options: int, field: str, ctx: RecordContext) -> str:
-    """Upper-case letter of a letter answer that must address one of the options."""
-    if not isinstance(value, str) or len(value.strip()) != 1 or not value.strip().isalpha():
+    """Upper-case letter of a letter answer that must address one of the options; the forms that
+    name a letter unambiguously ("B", " b ", "B.", "(B)", "B)", "Option B") are read as the letter
+    (`gold.parse_letter`); anything else (a number, "B or C") is an error."""
+    letter = parse_letter(value)
+    if letter is None:
         raise ctx.error(field, f"expected an option letter, got {value!r}")
-    letter = value.strip().upper()
     if LETTERS.index(letter) >= n_options:
         raise ctx.error(field, f"answer {letter!r} out of range for {n_options} options")
     return letter

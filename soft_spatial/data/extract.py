@@ -8,9 +8,12 @@
     ("A cat is on the left, so B" -> B). Lower-case letters count only as a bare answer or right
     after a cue, and only when no word follows them ("answer is a cat" is not A). A hedge names
     no answer: a cued letter followed by a list of others ("Answer: A or B", "answer: B, C, D")
-    or, without a cue, several different stand-alone letters ("A or B"). Only the last
-    `ANSWER_WINDOW` (32,768) characters of the tail are read; finding the tail is one linear
-    split, so any response parses in linear time, without recursion.
+    or, without a cue, several different stand-alone letters ("A or B"). A negated letter is no
+    answer ("not A", "A is wrong", "rule out A"; "A, not B" is A): docs/design.md §2.11. When
+    the tail has ``<answer>`` tags, only their content is read. Only the last `ANSWER_WINDOW`
+    (32,768) characters of the tail are read, NFKC-normalised without zero-width characters
+    (full-width "Ｂ" is B); finding the tail is one linear split, so any response parses in linear
+    time, without recursion.
 
 ``official``, per benchmark (docs/notes/benchmarks.md):
     OmniSpatial ``re``: case-insensitive ``Answer\\s*:\\s*([A-D])\\b``, last match. With
@@ -22,7 +25,9 @@
     MindCube: the official raw-QA cascade, run on the whole response (no think stripping), no
     case folding; None when nothing matches.
     Both read at most the last `OFFICIAL_WINDOW` (1 MiB) characters of a response, which changes
-    nothing for any response of the configured lengths and bounds the cost of any other.
+    nothing for any response of the configured lengths and bounds the cost of any other. Both
+    stay faithful to their code, negations included ("Answer: A is wrong" is A): comparability
+    with published numbers (docs/design.md §2.11).
     SpatiaLab publishes no extractor. Our stand-in: the ``ours`` parser (`parse_choice`, whose
     "Answer: X" cue rule matches the stand-in prompt's format line) on the text after the last
     ``</think>``, or on the whole response if there is none. It is the project's own protocol,
@@ -33,8 +38,10 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 
+from .gold import DEFAULT_LETTERS, normalise_option_text
 from .record import LETTERS
 
 THINK_END = "</think>"
@@ -52,7 +59,9 @@ _THINK_END_RE = re.compile(re.escape(THINK_END), re.IGNORECASE)
 # capital "A" makes it the English article ("A cat is ...").
 _VERBS_AFTER_LETTER = frozenset(
     "is was would will seems seem should could must might appears appear matches match fits fit "
-    "best correct looks look describes describe remains and or".split()
+    "best correct looks look describes describe remains and or "
+    # and the words of a negation ("A isn't right", "not only A but also B"): never after an article
+    "not but nor rather instead cannot isn't wasn't doesn't won't can't isn’t wasn’t doesn’t won’t can’t".split()
 )
 # Every pattern below runs in time linear in the text: no two adjacent quantifiers can match the
 # same characters (so a long run of spaces or asterisks is scanned once, not once per split).
@@ -69,8 +78,48 @@ _ANSWER_TAG = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.IGNORECASE | re.DOT
 _TAG_MARKUP = re.compile(r"</?answer>", re.IGNORECASE)
 # after "A": not a lower-case word other than those verbs (that would make "A" the article)
 _NOT_ARTICLE = r"(?![ \t]+(?!(?:" + "|".join(sorted(_VERBS_AFTER_LETTER)) + r")(?![a-z'’-]))[a-z])"
-# "A or B", "B, C, D", "A/B", "C and D": after a chosen letter, another letter in a list
-_LIST_NEXT = r"[ \t)\]*\"']*(?:,|/|&|\bor\b|\band\b)[ \t]*(?:[(\[*\"'][(\[*\"' \t]*)?"
+# "A or B", "B, C, D", "A/B", "C and D", "A or maybe B": after a chosen letter, another letter in a list
+_LIST_NEXT = (r"[ \t)\]*\"']*(?:,|/|&|\bor\b(?:[ \t]+(?:maybe|perhaps|possibly)\b)?|\band\b)"
+              r"[ \t]*(?:[(\[*\"'][(\[*\"' \t]*)?")
+# Negation (docs/design.md §2.11): a negator right before a letter ("not A", "isn't (B)",
+# "rule out option C", "except D") or a refusing predicate right after it ("A is wrong", "B is not
+# correct", "C can be ruled out") takes the letter, and the list it heads or ends ("not A or B",
+# "A and B are wrong"), out of the candidates. "not only A" is no negation.
+_NEGATORS = ("not never nor neither cannot except excluding exclude excludes excluded eliminate eliminates "
+             "eliminated eliminating").split() + ["rule out", "rules out", "ruled out", "ruling out", "rather than",
+                                                  "instead of", "other than"]
+_NEGATOR_FILLERS = "be the option options choice choices answer letter choose pick select".split()
+
+
+def _backwards(phrase: str) -> str:
+    """A pattern for ``phrase`` read from its end ("rule out" -> "tuo\\s+elur")."""
+    return r"\s+".join(re.escape(word[::-1]) for word in reversed(phrase.split()))
+
+
+# A negator read backwards from the letter, on the reversed text before it: brackets and spaces,
+# filler words ("not the option A"), then the negator ("not", or "n't" ending "isn't"). Anchored at
+# the letter, so a look costs the same on any text. "not only A" is no negation ("only" is no filler).
+_NEGATOR_BACKWARDS = re.compile(
+    r"(?i)[\s*_\"'`(\[]*(?:(?:" + "|".join(map(_backwards, _NEGATOR_FILLERS)) + r")\b\s+)*"
+    r"(?:t['’]n|(?:" + "|".join(map(_backwards, sorted(_NEGATORS, key=len, reverse=True))) + r")\b)"
+)
+_JUDGED = r"(?:correct|right|true|valid|possible|likely|answer|case|it|one|work|fit|match|apply)"
+_REFUSING = (
+    r"(?i:[\s*_\"'`)\]]*(?:"
+    r"(?:is|was|are|were|seems?|looks?|appears?|sounds?|(?:would|must|should|can|could|will|may|might)\s+be)"
+    r"\s+(?:(?:clearly|definitely|certainly|also|therefore|thus|obviously|surely|probably)\s+)?"
+    r"(?:(?:the|an?)\s+)?(?:wrong|incorrect|false|invalid|impossible|unlikely|ruled\s+out|excluded|"
+    r"eliminated|rejected)"
+    r"|(?:(?:is|was|are|were|does|do|did|would|could|should|must|might|ca|wo)n[’']t"
+    r"|(?:is|was|are|were|does|do|did|would|could|can|should|must|will|may|might)\s+not|cannot)"
+    r"\s+(?:be\s+)?(?:(?:the|an?)\s+)?" + _JUDGED + r")\b)"
+)
+_REFUSING_RE = re.compile(_REFUSING)
+#: how far before a letter `_negated` looks for its negator: the longest negator with its words
+#: ("instead of the option") and some spacing
+NEGATION_REACH = 64
+# characters that change no reading of an answer: zero-width spaces and joiners, soft hyphen, BOM
+_INVISIBLE = re.compile("[\u00ad\u200b-\u200d\u2060\ufeff]")
 
 
 class _Patterns:
@@ -84,10 +133,15 @@ class _Patterns:
         self.cued = re.compile(
             rf"{_CUE}(?:({up})(?![\w'’-])|({low})(?=[.)\]:,*\"']|[ \t]*$))", re.MULTILINE)
         self.listed = re.compile(rf"{_LIST_NEXT}(?:({up})|({low}))(?![\w'’-])")
-        # one pattern per letter: the letter standing alone, "A" not as the article ("A cat")
-        self.alone = {letter: re.compile(rf"(?<![\w'’-]){letter}(?![\w'’-])"
-                                         + (_NOT_ARTICLE if letter == "A" else ""))
-                      for letter in allowed}
+        # a letter standing alone, "A" not as the article ("A cat")
+        others = allowed.replace("A", "")
+        alone = "|".join(([f"[{others}](?![\\w'’-])"] if others else [])
+                         + (["A(?![\\w'’-])" + _NOT_ARTICLE] if "A" in allowed else []))
+        self.letter = re.compile(rf"(?<![\w'’-])(?:{alone})")
+        self.alone = {letter: re.compile(rf"(?<![\w'’-]){letter}(?![\w'’-])" + (_NOT_ARTICLE if letter == "A" else ""))
+                      for letter in allowed}  # one pattern per letter: is it there at all?
+        # a list of such letters ("A", "A or B", "B, C and D"): a negation takes the whole list
+        self.group = re.compile(rf"{self.letter.pattern}(?:{_LIST_NEXT}{self.letter.pattern})*")
 
     @classmethod
     def get(cls, allowed: str) -> "_Patterns":
@@ -112,13 +166,6 @@ def answer_tail(response: str | None) -> str | None:
     return think_ends(response)[1]
 
 
-def normalise_option_text(text: str) -> str:
-    """Lower case, single spaces, no surrounding quotes/asterisks, no trailing period."""
-    text = re.sub(r"\s+", " ", text.strip().lower())
-    text = text.strip("*\"'`“”‘’ ")
-    return text.rstrip(". ").strip()
-
-
 def _allowed(letters: str) -> str:
     return "".join(sorted(set(letters.upper())))
 
@@ -132,40 +179,64 @@ def parse_choice(text: str | None, options: Sequence[str] | None = None, letters
     same on any input, without recursion.
     """
     if letters is None:
-        letters = LETTERS[: len(options)] if options else "ABCD"
+        letters = LETTERS[: len(options)] if options else DEFAULT_LETTERS
     allowed = _allowed(letters)
     if not allowed or not text:
         return None
     text = text.strip()[-ANSWER_WINDOW:]
+    if not text.isascii():  # full-width letters, NBSP, zero-width spaces: read as what they show
+        text = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text)).strip()[-ANSWER_WINDOW:]
     if not text:
         return None
     pats = _Patterns.get(allowed)
     tags = [m.group(1) for m in _ANSWER_TAG.finditer(text)]
-    for inner in reversed(tags):  # the last tag that names one letter
-        found = _parse_plain(_TAG_MARKUP.sub(" ", inner).strip(), options, allowed, pats)
-        if found:
-            return found
+    if tags:  # the tags hold the answer: the last one that names one letter, nothing outside them
+        for inner in reversed(tags):
+            found = _parse_plain(_TAG_MARKUP.sub(" ", inner).strip(), options, allowed, pats)
+            if found:
+                return found
+        return None
     return _parse_plain(text, options, allowed, pats)
 
 
 def _parse_plain(text: str, options: Sequence[str] | None, allowed: str, pats: _Patterns) -> str | None:
-    """`parse_choice` without ``<answer>`` tags: bare letter, cue, option text, lone letter."""
+    """`parse_choice` without ``<answer>`` tags: bare letter, cue, option text, lone letter; a
+    negated letter (`_negated`) is never the one chosen."""
     if not text:
         return None
     bare = pats.bare.fullmatch(text)
     if bare:
         return bare.group(1).upper()
     last_cue = None
-    for last_cue in pats.cued.finditer(text):
-        pass
+    for cue in pats.cued.finditer(text):
+        if _REFUSING_RE.match(text, cue.end()) is None:  # "Answer: A is wrong" chooses nothing
+            last_cue = cue
     if last_cue is not None:
         letter = (last_cue.group(1) or last_cue.group(2)).upper()
         return None if _hedged(text, last_cue.end(), letter, pats) else letter
     found = _match_option_text(text, options)
     if found and found in allowed:
         return found
-    chosen = [letter for letter, alone in pats.alone.items() if alone.search(text)]
-    return chosen[0] if len(chosen) == 1 else None  # several different letters: a hedge
+    present = {letter for letter, alone in pats.alone.items() if alone.search(text)}
+    chosen: set[str] = set()
+    for m in pats.group.finditer(text) if present else ():  # maximal lists: linear in the text
+        start, end = m.span()
+        letters = text[start] if end - start == 1 else set(pats.letter.findall(text, start, end))
+        if set(letters) <= chosen or _negated(text, start, end):
+            continue
+        chosen.update(letters)
+        if len(chosen) > 1:
+            return None  # several different letters: a hedge
+        if chosen == present:
+            break  # every letter there is chosen: the rest can change nothing
+    return chosen.pop() if chosen else None
+
+
+def _negated(text: str, start: int, end: int) -> bool:
+    """Whether the list of letters at ``text[start:end]`` follows a negator (within
+    `NEGATION_REACH` characters) or precedes a refusing predicate."""
+    before = text[max(0, start - NEGATION_REACH):start][::-1]
+    return _NEGATOR_BACKWARDS.match(before) is not None or _REFUSING_RE.match(text, end) is not None
 
 
 def _hedged(text: str, end: int, letter: str, pats: _Patterns) -> bool:

@@ -44,6 +44,7 @@ from soft_spatial.atomic import atomic_path
 
 from .benchmarks import BENCHMARKS, load_benchmark
 from .errors import DataFormatError
+from .gold import gold_letter, options_from_extra_info
 from .images import TRAIN_MAX_PIXELS, fit_budget, open_rgb, png_bytes
 from .prompt import SYSTEM_PROMPT, build_messages, question_text
 from .record import QuestionRecord
@@ -200,9 +201,11 @@ def _decode(image: Any, record: QuestionRecord) -> Any:
 
 
 def check_parquet(path: str | Path) -> int:
-    """Number of rows of a training parquet, after checking that it has rows and that every
+    """Number of rows of a training parquet, after checking that it has rows, that every
     prompt has as many ``<image>`` placeholders as the row has images (a mismatch would train on
-    a prompt whose image is missing). Raises `DataFormatError` naming the file and the row."""
+    a prompt whose image is missing) and that every gold answer names one option
+    (`gold.gold_letter`: the reward would otherwise refuse it mid-run). Raises `DataFormatError`
+    naming the file, the row and the field."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -214,7 +217,7 @@ def check_parquet(path: str | Path) -> int:
     for name in ("prompt", "images"):
         if name not in columns:
             raise DataFormatError(path, f"no {name!r} column (columns: {columns})")
-    wanted = ["prompt", "images"] + (["extra_info"] if "extra_info" in columns else [])
+    wanted = ["prompt", "images"] + [c for c in ("extra_info", "reward_model") if c in columns]
     table = pq.read_table(path, columns=wanted)
     if table.num_rows == 0:
         raise DataFormatError(path, "no rows")
@@ -226,6 +229,13 @@ def check_parquet(path: str | Path) -> int:
             raise DataFormatError(path, f"the prompt has {placeholders} {IMAGE_PLACEHOLDER} placeholder(s) "
                                   f"but the row has {n} image(s)", index=row,
                                   record_id=(info or {}).get("id"), field="images")
+    if "reward_model" in columns:
+        for row, (reward, info) in enumerate(zip(table["reward_model"].to_pylist(), extra)):
+            try:
+                gold_letter((reward or {}).get("ground_truth"), options_from_extra_info(info))
+            except ValueError as e:
+                raise DataFormatError(path, str(e), index=row, record_id=(info or {}).get("id"),
+                                      field="reward_model.ground_truth") from None
     return table.num_rows
 
 

@@ -68,6 +68,12 @@ class QuestionRecord:
     options_inline: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # the answer is compared to extracted letters as is: "A." or "1" would score every response 0
+        if not isinstance(self.answer, str) or self.answer not in LETTERS[: len(self.options)]:
+            raise ValueError(f"{self.benchmark} record {self.id!r}: answer {self.answer!r} is not one of "
+                             f"its option letters {LETTERS[: len(self.options)]!r}")
+
     @property
     def key(self) -> str:
         """The record's identity within its benchmark split: the id, qualified by the task type

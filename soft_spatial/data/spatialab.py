@@ -20,6 +20,7 @@ from typing import Any
 
 from .checks import (RecordContext, answer_from_index, answer_from_letter, check_records, missing_cell, option_list,
                      text_field)
+from .gold import parse_letter
 from .image_refs import image_refs
 from .record import LETTERS, ImageRef, QuestionRecord
 from .tables import TABLE_SUFFIXES, read_table
@@ -191,7 +192,7 @@ def _answer(value: Any, options: list[str], slots: list[int | None], cols: Spati
         or (isinstance(value, float) and value.is_integer())
         or (text is not None and text.isdigit())
     )
-    if text is not None and len(text) == 1 and text.isalpha():
+    if parse_letter(text) is not None:  # "B", "b", "B.", "(B)", "Option B"
         slot = LETTERS.index(answer_from_letter(text, len(slots), field, ctx))
     elif is_index and cols.answer_index_base is not None:
         slot = LETTERS.index(answer_from_index(value, len(slots), field, ctx, base=cols.answer_index_base))
