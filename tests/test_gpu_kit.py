@@ -137,6 +137,7 @@ def test_pack_is_reproducible_and_keeps_executable_bits(tmp_path):
     (store / "pieces" / "verl.tar.xz").write_bytes(Path(a["path"]).read_bytes())
     kit.unpack_pack(store, e)
     assert os.access(store / "verl/site/probe/tool", os.X_OK)
+    assert (store / "verl/site/probe/tool").stat().st_mtime == kit.TAR_MTIME
     assert (store / "verl/lib/libx.so.1").read_bytes() == b"\x7fELF lib"
     assert kit.installed(store, e) and not list((store / "pieces").iterdir())
 

@@ -111,6 +111,7 @@ FLASHINFER_JIT_SOURCES = {"jit/norm.py": ["csrc/norm.cu", "csrc/flashinfer_norm_
 FLASHINFER_OWN = ("include", "csrc")
 FLASHINFER_SEARCH = ["cccl/cub", "cccl/libcudacxx/include", "cccl/thrust", "include", "csrc",
                      "cutlass/include", "cutlass/tools/util/include", "spdlog/include"]
+TAR_MTIME = 1767225600  # 2026-01-01 UTC: every packed file's time
 INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
 
 
@@ -213,11 +214,12 @@ def unpack_wheel(wheel: Path, site: Path, rule: dict | None = None) -> dict:
 
 
 def tar_xz(src: Path, dest: Path, preset: int = 9) -> None:
-    """``src``'s contents as a reproducible .tar.xz (sorted names, no owners or times)."""
+    """``src``'s contents as a reproducible .tar.xz (sorted names, no owners, one fixed time: one
+    that zip files can hold too, so nothing that zips these files later trips over it)."""
     def clean(ti: tarfile.TarInfo) -> tarfile.TarInfo:
         ti.uid = ti.gid = 0
         ti.uname = ti.gname = ""
-        ti.mtime = 0
+        ti.mtime = TAR_MTIME
         return ti
 
     with tarfile.open(dest, "w:xz", preset=preset) as tar:
@@ -420,7 +422,7 @@ def build_pack(pack: str, wheels: dict[str, Path], libs: list[Path], build: Path
     root, tar = build / pack, build / f"{pack}.tar.xz"
     recipe = json.dumps([sorted(w.name for w in wheels.values()), [p.name for p in libs],
                          {n: TRIM.get(n) for n in wheels}, FLASHINFER_JIT_SOURCES,
-                         FLASHINFER_SEARCH, preset], sort_keys=True)
+                         FLASHINFER_SEARCH, preset, TAR_MTIME], sort_keys=True)
     stamp = build / f"{pack}.recipe.json"
     if tar.is_file() and stamp.is_file() and json.loads(stamp.read_text())["recipe"] == recipe:
         return json.loads(stamp.read_text())["entry"]  # built from the same wheels and rules
