@@ -4,6 +4,7 @@ budget, splitting and reassembly across device calls, checksum refusal, idempote
 check.py's --help and --dry-run (each stage's logic at tiny sizes on the CPU). No network."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -129,6 +130,11 @@ def test_pack_is_reproducible_and_keeps_executable_bits(tmp_path):
     a = kit.build_pack("verl", {"probe": wheel}, [lib], tmp_path / "b1", preset=1)
     b = kit.build_pack("verl", {"probe": wheel}, [lib], tmp_path / "b2", preset=1)
     assert kit.sha256(Path(a["path"])) == kit.sha256(Path(b["path"]))
+    shutil.copytree(tmp_path / "b1", tmp_path / "moved")  # a copied build folder is reused as is
+    moved = tmp_path / "moved" / "verl.tar.xz"
+    written = moved.stat().st_mtime_ns
+    c = kit.build_pack("verl", {"probe": wheel}, [lib], tmp_path / "moved", preset=1)
+    assert c == {**a, "path": str(moved)} and moved.stat().st_mtime_ns == written
     assert a["files"] == 5 and a["dists"] == ["probe==1.0"] and a["stages"] == ["c", "e"]
     store = tmp_path / "store"
     e = {"name": "verl", "file": "verl.tar.xz", "size": Path(a["path"]).stat().st_size,

@@ -425,7 +425,8 @@ def build_pack(pack: str, wheels: dict[str, Path], libs: list[Path], build: Path
                          FLASHINFER_SEARCH, preset, TAR_MTIME], sort_keys=True)
     stamp = build / f"{pack}.recipe.json"
     if tar.is_file() and stamp.is_file() and json.loads(stamp.read_text())["recipe"] == recipe:
-        return json.loads(stamp.read_text())["entry"]  # built from the same wheels and rules
+        # built from the same wheels and rules (perhaps in a copy of this folder elsewhere)
+        return {**json.loads(stamp.read_text())["entry"], "path": str(tar)}
     shutil.rmtree(root, ignore_errors=True)
     (root / "site").mkdir(parents=True)
     dists, files, unpacked, dropped = [], 0, 0, 0
