@@ -8,7 +8,8 @@ runs too). On a GPU: a Qwen3-VL-2B-shaped model (check.py's shapes, random weigh
 SGLang in bf16 (configs/cluster/gpu1.yaml: SGLang's memory released during training, weights
 synced over CUDA IPC). In a dry run: the tiny Qwen3-VL with the small vocabulary and
 configs/cluster/cpu.yaml, SGLang's real engine on the CPU (as tests/sglang_real runs it), the same
-code path.
+code path. ``--quick`` keeps the 2B widths and vocabulary with 4 language and 4 vision layers.
+Each run is limited to ``$SOFT_SPATIAL_STAGE_E_TIMEOUT`` seconds (default 900).
 
 From the runs' ``metrics.jsonl`` and their controller logs the report gives, per step:
 
@@ -248,10 +249,14 @@ def run(ctx, kit) -> list[str]:
     out.mkdir(parents=True)
     work = ctx.workdir / "e"
     t0 = time.perf_counter()
-    shape = dict(vocab="small") if dry else dict(vocab="qwen", **kit.QWEN3_VL_2B_TEXT,
-                                                  vision_config=kit.QWEN3_VL_2B_VISION)
+    text, vision = dict(kit.QWEN3_VL_2B_TEXT), dict(kit.QWEN3_VL_2B_VISION)
+    if ctx.quick:  # the 2B widths and vocabulary, 4 layers each: a third of the bytes to move
+        text.update(num_hidden_layers=4)
+        vision.update(depth=4, deepstack_visual_indexes=[1, 2, 3])
+    shape = dict(vocab="small") if dry else dict(vocab="qwen", **text, vision_config=vision)
     model = build_tiny_model(work / "model", family="qwen3_vl", **shape)
     build_s = time.perf_counter() - t0
+    n_params = sum(f.stat().st_size for f in model.glob("*.safetensors")) / 4  # fp32 on disk
     fx = write_fixtures(work / "fixtures")
     for split in ("train", "test"):
         prepare(["--benchmark", "omnispatial", "--root", str(fx.omnispatial), "--split", split,
@@ -314,12 +319,13 @@ def run(ctx, kit) -> list[str]:
 
     steps = sorted(metrics)
     where = "the CPU (dry run: tiny Qwen3-VL, small vocabulary, fp32, cluster=cpu)" if dry else \
-        "one GPU (Qwen3-VL-2B shape, random weights, bf16, cluster=gpu1)"
-    lines = [f"`python -m soft_spatial.train rollout=sglang experiment=adaptsoft` on {where}; model "
-             f"written in {build_s:.0f} s. Run 1 trains step 1 and saves it, run 2 resumes and "
-             f"trains step 2 (wall {runs[0][1]:.0f} s and {runs[1][1]:.0f} s, Ray, SGLang and the "
-             f"workers' start included). Logs, metrics.jsonl and the controller logs: `stage-e/` "
-             f"beside this report.", ""]
+        (f"one GPU (Qwen3-VL-2B widths, {text['num_hidden_layers']} language and "
+         f"{vision['depth']} vision layers, random weights, bf16, cluster=gpu1)")
+    lines = [f"`python -m soft_spatial.train rollout=sglang experiment=adaptsoft` on {where}; "
+             f"{n_params / 1e9:.3f} B parameters, written in {build_s:.0f} s. Run 1 trains step 1 "
+             f"and saves it, run 2 resumes and trains step 2 (wall {runs[0][1]:.0f} s and "
+             f"{runs[1][1]:.0f} s, Ray, SGLang and the workers' start included). Logs, "
+             f"metrics.jsonl and the controller logs: `stage-e/` beside this report.", ""]
     lines += [f"- run {i}: `{c}`" for i, c in enumerate(commands, 1)] + [""]
     lines += ["Time split per step (s; verl's `timing_s/*` keys, step 2 is the resumed run's "
               "first step):", ""]
