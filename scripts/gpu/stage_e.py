@@ -322,7 +322,7 @@ def run(ctx, kit) -> list[str]:
         (f"one GPU (Qwen3-VL-2B widths, {text['num_hidden_layers']} language and "
          f"{vision['depth']} vision layers, random weights, bf16, cluster=gpu1)")
     lines = [f"`python -m soft_spatial.train rollout=sglang experiment=adaptsoft` on {where}; "
-             f"{n_params / 1e9:.3f} B parameters, written in {build_s:.0f} s. Run 1 trains step 1 "
+             f"{n_params / 1e6:,.1f} M parameters, written in {build_s:.0f} s. Run 1 trains step 1 "
              f"and saves it, run 2 resumes and trains step 2 (wall {runs[0][1]:.0f} s and "
              f"{runs[1][1]:.0f} s, Ray, SGLang and the workers' start included). Logs, "
              f"metrics.jsonl and the controller logs: `stage-e/` beside this report.", ""]
