@@ -34,6 +34,7 @@ Limits (raise): fused kernels, Ulysses sequence parallelism, top-K distillation 
 from __future__ import annotations
 
 import os
+import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
@@ -186,6 +187,14 @@ def _scatter(shape, rows: Tensor, values: Tensor) -> Tensor:
     return out.index_put((rows,), values).reshape(tuple(shape) + tuple(values.shape[1:]))
 
 
+def _device_clock(device: torch.device) -> float:
+    """``time.perf_counter()`` once the work queued on ``device`` has finished (the alignment
+    time excludes the forward still running on a GPU when it starts)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 class SoftFSDPEngine(FSDPEngineWithLMHead):
     """``FSDPEngineWithLMHead`` with soft replay and per-step likelihoods (module docstring)."""
 
@@ -240,7 +249,9 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
         loss, metrics = loss_function(model_output=model_output, data=data, dp_group=dp_group)
         if self._soft_state is not None:
             metrics = dict(metrics)
+            t0 = _device_clock(loss.device)
             metrics.update(self.adaptsoft.alignment_step(loss, self._soft_state, group=dp_group))
+            metrics["adaptsoft/alignment_s"] = _device_clock(loss.device) - t0  # per micro-batch
         return loss, metrics
 
     def prepare_model_inputs(self, micro_batch):

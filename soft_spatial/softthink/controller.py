@@ -11,13 +11,22 @@ initialisation. The features are always recorded in full (``[d_p + 1]``); the ab
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
 from .mixture import normalized_entropy
 
-__all__ = ["AdaptSoft", "ENTROPY_EPS"]
+__all__ = ["AdaptSoft", "ENTROPY_EPS", "FINGERPRINT_LOG_ENV", "log_fingerprint",
+           "state_fingerprint"]
+
+FINGERPRINT_LOG_ENV = "SOFT_SPATIAL_CONTROLLER_LOG"  # a directory: log_fingerprint writes there
 
 ENTROPY_EPS = 1e-6  # ε_H in Ĥ_s = (Ĥ − μ_H)/(σ_H + ε_H)
 
@@ -198,3 +207,40 @@ class AdaptSoft(nn.Module):
         """Rebuild a controller written by :meth:`save`, or the controller inside a training
         checkpoint's ``adaptsoft.pt`` (projection included)."""
         return cls.from_state(cls.read_checkpoint(path, map_location))
+
+
+def state_fingerprint(state_dict: Mapping[str, Tensor]) -> str:
+    """sha256 (hex) of a state dict: every entry's name, shape and values, in name order.
+
+    Floating values are hashed as float64, to which every smaller float format converts exactly:
+    the same values give the same fingerprint on any device and in any float dtype (the trainer's
+    fp32 CPU copy, SGLang's controller on its GPU), and any changed bit of an fp32 weight changes it.
+    """
+    h = hashlib.sha256()
+    for name in sorted(state_dict):
+        t = state_dict[name].detach().to("cpu")
+        t = t.to(torch.float64) if t.is_floating_point() else t
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype};".encode())
+        h.update(t.contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def log_fingerprint(side: str, controller: nn.Module | Mapping[str, Tensor] | None,
+                    **fields) -> str | None:
+    """Append ``{"side", "pid", "time", "sha256", **fields}`` to
+    ``$SOFT_SPATIAL_CONTROLLER_LOG/<side>-<pid>.jsonl`` and return the fingerprint, when that
+    variable is set and there is a controller (a module or its state dict); else do nothing.
+
+    The trainer logs what it sends at each weight sync, the SGLang plugin what it installed: the GPU
+    kit's stage e (scripts/gpu/stage_e.py) checks that the two sequences are equal."""
+    root = os.environ.get(FINGERPRINT_LOG_ENV)
+    if not root or controller is None:
+        return None
+    sd = controller.state_dict() if isinstance(controller, nn.Module) else controller
+    fp = state_fingerprint(sd)
+    path = Path(root) / f"{side}-{os.getpid()}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:  # one short line per sync: appends stay whole
+        f.write(json.dumps({"side": side, "pid": os.getpid(), "time": time.time(), "sha256": fp,
+                            **fields}) + "\n")
+    return fp

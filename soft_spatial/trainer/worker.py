@@ -9,7 +9,8 @@
   installs the soft PPO loss and, in ``adaptsoft`` mode, gives the actor's training engine an
   :class:`~soft_spatial.actor.adaptsoft_trainer.AdaptSoftTrainer` (controller, its AdamW, the
   alignment scaler; saved and restored with verl's checkpoints);
-* after each weight sync it also sends the controller's weights to the rollout server.
+* after each weight sync it also sends the controller's weights to the rollout server (and, with
+  ``SOFT_SPATIAL_CONTROLLER_LOG`` set, logs their fingerprint: ``softthink.controller.log_fingerprint``).
 
 The soft settings come from ``actor_rollout_ref.rollout.custom`` (one copy for the servers and
 the workers): ``soft_thinking``, ``adaptsoft``, ``density``, ``alignment``, ``kl``.
@@ -27,6 +28,7 @@ from verl.workers.engine_workers import ActorRolloutRefWorker
 from soft_spatial.compat.verl import loss_config
 from soft_spatial.settings import SoftSettings
 from soft_spatial.softthink import AdaptSoft
+from soft_spatial.softthink.controller import log_fingerprint
 
 __all__ = ["SoftActorRolloutRefWorker", "record_placement"]
 
@@ -103,5 +105,8 @@ class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
     async def update_weights(self, global_steps: int = None, mode: str = "auto"):
         result = await super().update_weights(global_steps=global_steps, mode=mode)
         if self.rollout is not None and hasattr(self.rollout, "update_controller"):
-            await self.rollout.update_controller(self.controller_state())
+            state = self.controller_state()
+            if state is not None:  # what is sent, for the GPU kit's check (a no-op by default)
+                log_fingerprint("trainer", state["state_dict"], step=global_steps)
+            await self.rollout.update_controller(state)
         return result

@@ -125,6 +125,31 @@ def clear_batch_log(engine) -> None:
     (engine.tmp_path / "batches.jsonl").unlink(missing_ok=True)
 
 
+def assert_prefill_shared(batch_file, prompts: int, n: int) -> None:
+    """The ``n`` samples of each of ``prompts`` prompts shared its prefill (radix cache + one
+    prefill-only request per prompt, ``client.PromptPrefill``): the prefill-only requests computed
+    what the cache did not hold yet (image tokens included), each sample only its last prompt token."""
+    rows = [r for b in batch_log(batch_file) if b["mode"] == "EXTEND" for r in b["rows"]]
+    prefills = [k for rid, _, k in rows if rid.endswith("-prefill")]
+    samples = [k for rid, _, k in rows if not rid.endswith("-prefill")]
+    assert len(prefills) == prompts and max(prefills) > 300, prefills
+    assert len(samples) == prompts * n and set(samples) == {1}, samples
+
+
+def assert_marked_gone(mark: str) -> None:
+    """No process whose environment holds ``SOFT_SPATIAL_TEST_MARK=mark`` (every process a run
+    started inherits it) is left after 30 s, the test process aside."""
+    def environ(p):
+        try:
+            return p.environ()
+        except (psutil.Error, OSError):
+            return {}
+    mine = [p for p in psutil.process_iter() if environ(p).get("SOFT_SPATIAL_TEST_MARK") == mark
+            and p.pid != os.getpid()]
+    _, left = psutil.wait_procs(mine, timeout=30)  # Ray's own processes exit after the run
+    assert not left, f"the run left processes behind: {[p.name() for p in left]}"
+
+
 class WireLog:
     """Wraps the tokenizer manager's ``_handle_batch_output`` (inside the plugin's record
     collection) and keeps, per request id, the list of (new output ids, record slices)."""

@@ -18,13 +18,11 @@ second step checks that the first step's update reached SGLang.
 """
 from __future__ import annotations
 
-import os
 import uuid
 
-import psutil
 import pytest
 
-from real_engine import BATCH_LOG_ENV, batch_log
+from real_engine import BATCH_LOG_ENV, assert_marked_gone, assert_prefill_shared
 from test_train_cpu import prepare_train_data, run_train
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
@@ -50,23 +48,5 @@ def test_two_training_steps_with_the_sglang_rollout(tiny_qwen3_vl_small, tmp_pat
         assert abs(m["rollout_corr/kl"]) < 1e-4
         assert m["actor/grad_norm"] > 0 and m["actor/adaptsoft/grad_finite"] == 1.0
         assert m["actor/adaptsoft/optimizer_steps"] == m["step"]  # the controller was trained
-    # the 2 samples of each prompt shared its prefill: one prefill-only request per prompt
-    # computed what the radix cache did not hold yet (image tokens included), each sample then
-    # computed only its last prompt token
-    rows = [r for b in batch_log(tmp_path / "batches.jsonl") if b["mode"] == "EXTEND"
-            for r in b["rows"]]
-    prefills = [n for rid, _, n in rows if rid.endswith("-prefill")]
-    samples = [n for rid, _, n in rows if not rid.endswith("-prefill")]
-    assert len(prefills) == 2 * 2 and max(prefills) > 300  # 2 prompts per step, 2 steps
-    assert len(samples) == 2 * 2 * 2 and set(samples) == {1}
-    mine = [p for p in psutil.process_iter() if _environ(p).get("SOFT_SPATIAL_TEST_MARK") == mark
-            and p.pid != os.getpid()]
-    _, left = psutil.wait_procs(mine, timeout=30)  # Ray's own processes exit after the run
-    assert not left, f"the training run left processes behind: {[p.name() for p in left]}"
-
-
-def _environ(p):
-    try:
-        return p.environ()
-    except (psutil.Error, OSError):
-        return {}
+    assert_prefill_shared(tmp_path / "batches.jsonl", prompts=2 * 2, n=2)  # 2 prompts, 2 steps
+    assert_marked_gone(mark)

@@ -73,6 +73,7 @@ import torch
 
 from soft_spatial.compat import sglang as sgl_compat
 from soft_spatial.compat.sglang import protect_soft_kv, request_pool_size
+from soft_spatial.softthink.controller import log_fingerprint
 
 from .client import CONTROLLER_NAME, decode_controller
 from .runtime import (STATE_ATTR, BatchContext, SoftRuntime, batch_context, current_batch,
@@ -184,6 +185,7 @@ def load_weights(model, named_tensors):
     for name, tensor in named_tensors:
         if name == CONTROLLER_NAME:
             runtime().set_controller(decode_controller(tensor))
+            log_fingerprint("rollout", runtime().controller)  # what was installed (stage e)
         else:
             rest.append((name, tensor))
     if rest:
