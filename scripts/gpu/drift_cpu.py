@@ -34,6 +34,10 @@ SHAPES["deep-gain0.8"] = dict(SHAPES["deep"], init_std=0.8 / 256 ** 0.5, head_in
 # stage d's parity model (check.parity_init): gain 0.32, logits of std 4
 SHAPES["wide-parity"] = dict(SHAPES["wide"], **check.parity_init(2048))
 SHAPES["deep-parity"] = dict(SHAPES["deep"], **check.parity_init(256))
+# untied: a random tied model's final hidden state keeps its input token's embedding, whose own
+# logit then dominates (one-hot mixtures: soft steps degenerate to hard ones)
+SHAPES["deep-parity-untied"] = dict(SHAPES["deep-parity"], tie_word_embeddings=False)
+SHAPES["wide-parity-untied"] = dict(SHAPES["wide-parity"], tie_word_embeddings=False)
 
 
 def shape_overrides(name: str) -> dict:
@@ -82,10 +86,13 @@ def main() -> None:
                 r32, r64 = runs[m]["float32"], runs[m]["float64"]
                 same = sum(parity.same_path(x, y) for x, y in zip(r32, r64))
                 soft = sum(int(r.trace.soft.sum()) for r in r64)
+                mix = torch.cat([torch.softmax(r.trace.scores / r.trace.tau[:, None], -1).max(-1).values[r.trace.soft]
+                                 for r in r64])  # the mixture's largest weight at soft steps
+                top = f", mean top mixture weight {float(mix.mean()):.3f}" if mix.numel() else ""
                 first = parity.first_divergence(r32, r64, float("inf"))
                 lines.append(f"{m}: fp32 on the fp64 path {same}/{len(r64)} rows, soft steps "
                              f"{soft}/{sum(len(r.token_ids) for r in r64)}; first path "
-                             f"divergence: {parity.describe(first, ('fp32', 'fp64'))}")
+                             f"divergence: {parity.describe(first, ('fp32', 'fp64'))}{top}")
                 for f, v in parity.per_step_deltas(r32, r64).items():
                     lines.append(f"    max|Δ {f}| every {a.every} steps: {parity.curve(v, a.every)}")
             print("\n".join(lines[-14:]), flush=True)
