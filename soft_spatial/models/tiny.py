@@ -145,8 +145,9 @@ def tiny_config(family: str, tokenizer, vocab_size: int | None = None, **overrid
     """The tiny config of `family` with token ids from `tokenizer`.
 
     `overrides` set text-config fields (e.g. `num_hidden_layers=3`); `vision_config={...}` updates the
-    vision config of the VL families. `vocab_size` defaults to 151,936 for a full Qwen vocabulary,
-    else len(tokenizer) rounded up to a multiple of 64.
+    vision config of the VL families; `tie_word_embeddings` (default False) ties the output layer to
+    the input embeddings, as the small released checkpoints do (Qwen3-VL-2B). `vocab_size`
+    defaults to 151,936 for a full Qwen vocabulary, else len(tokenizer) rounded up to a multiple of 64.
     """
     from transformers import Qwen2_5_VLConfig, Qwen3Config, Qwen3VLConfig
 
@@ -184,6 +185,7 @@ def tiny_config(family: str, tokenizer, vocab_size: int | None = None, **overrid
         cls = text_cls = Qwen3Config
         text.update(head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 1e4})
     vision_overrides = overrides.pop("vision_config", None) or {}
+    tie = overrides.pop("tie_word_embeddings", False)
     if vision_overrides and family == "qwen3":
         raise ValueError("vision_config overrides need a VL family (qwen3_vl or qwen2_5_vl), not qwen3")
     unknown = sorted(set(overrides) - set(text_cls().to_dict()))
@@ -191,10 +193,10 @@ def tiny_config(family: str, tokenizer, vocab_size: int | None = None, **overrid
         raise ValueError(f"unknown tiny-model overrides {unknown} for {family} (text-config fields or vision_config)")
     text.update(overrides)
     if family == "qwen3":
-        return cls(**text, tie_word_embeddings=False)
+        return cls(**text, tie_word_embeddings=tie)
     vision.update(vision_overrides)
     top = {k: ids[k] for k in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")}
-    return cls(text_config=text, vision_config=vision, tie_word_embeddings=False, **top)
+    return cls(text_config=text, vision_config=vision, tie_word_embeddings=tie, **top)
 
 
 def build_processor(family: str, tokenizer):
