@@ -1,9 +1,12 @@
 """The Ray processes of a local training run never outlive it.
 
 When the entry point starts Ray itself (no cluster address), the run gets its own Ray temporary
-directory, ``/tmp/ssray-<uid>/<driver pid>-<driver start time>`` (through ``RAY_TMPDIR``), so every
-Ray process of the run (GCS, raylet, dashboard and runtime-env agents, log monitor, workers) has
-that path on its command line. Two things remove them once the driver is gone:
+directory, ``/tmp/ssray-<uid>/<driver pid>-<driver start time>`` (through ``RAY_TMPDIR``). Every
+Ray process of the run (GCS, raylet, dashboard and runtime-env agents, log monitor, workers)
+inherits ``RAY_TMPDIR=<that path>`` in its environment, and most also name the path on their
+command line; the agents rename themselves (``ray::DashboardAgent``: setproctitle rewrites the
+command line), so a process belongs to the run when either holds the path (`session_pids`). Two
+things remove them once the driver is gone:
 
 * `start_watchdog`: a small process started before Ray blocks reading a pipe whose only writer is
   the driver. When the driver exits, however it exits (SIGKILL included), the read returns and the
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -30,6 +34,7 @@ from soft_spatial.procs import find_pids, start_time
 __all__ = ["runs_root", "run_ray_dir", "session_pids", "kill_session", "reap_orphans",
            "start_watchdog"]
 
+RAY_TMPDIR = "RAY_TMPDIR"  # Ray's temporary directory: set to the run's before Ray starts
 _WATCHDOGS: list = []  # the driver keeps its watchdog's Popen (and so the pipe) for its lifetime
 
 
@@ -52,10 +57,15 @@ def _driver_alive(path: Path) -> bool:
 
 
 def session_pids(path: Path) -> list[int]:
-    """Pids of this user's processes whose command line mentions ``path`` (not this process)."""
-    needle = str(path).encode()
-    # a zombie's cmdline is empty: the exited are not listed
-    return find_pids("cmdline", lambda cmdline: needle in cmdline, same_user=True)
+    """Pids of this user's processes (not this process) of the run directory ``path``: with
+    ``RAY_TMPDIR=<path>`` in their environment or ``path`` on their command line (not followed
+    by a digit: ``<pid>-<start>`` is not another run's ``<pid>-<start>7``)."""
+    named = re.compile(re.escape(str(path).encode()) + rb"(?![0-9])")
+    marker = f"{RAY_TMPDIR}={path}".encode()
+    # a zombie's cmdline and environ are empty: the exited are not listed
+    by_cmdline = find_pids("cmdline", lambda cmdline: bool(named.search(cmdline)), same_user=True)
+    by_environ = find_pids("environ", lambda environ: marker in environ.split(b"\0"), same_user=True)
+    return sorted(set(by_cmdline) | set(by_environ))
 
 
 def kill_session(path: Path, timeout: float = 30.0) -> list[int]:
