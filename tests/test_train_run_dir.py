@@ -273,15 +273,19 @@ from soft_spatial.trainer import ray_session
 path = ray_session.run_ray_dir()
 ray_session.start_watchdog(path)
 # stand-ins for Ray's processes, each in its own session (so it survives the driver): one with
-# the run dir on its command line (GCS, raylet, workers), one with it only in its inherited
-# RAY_TMPDIR (the agents, which rename themselves: "ray::DashboardAgent")
-SLEEP = "print(flush=True); import time; time.sleep(600)"  # says it runs (exec'd), then waits
+# the run dir on its command line (GCS, raylet), one with it only in its inherited RAY_TMPDIR,
+# one with only its log open there (the agents and workers rename themselves,
+# "ray::DashboardAgent", and Ray's setproctitle wipes their command line and environment)
+SLEEP = "import sys, time; print(file=sys.stderr, flush=True); time.sleep(600)"  # exec'd, waits
 agent = subprocess.Popen([sys.executable, "-c", SLEEP, str(path)], start_new_session=True,
-                         stdout=subprocess.PIPE)
+                         stderr=subprocess.PIPE)
+by_env = subprocess.Popen([sys.executable, "-c", SLEEP], start_new_session=True,
+                          stderr=subprocess.PIPE, env=dict(os.environ, RAY_TMPDIR=str(path)))
 renamed = subprocess.Popen([sys.executable, "-c", SLEEP], start_new_session=True,
-                           stdout=subprocess.PIPE, env=dict(os.environ, RAY_TMPDIR=str(path)))
-agent.stdout.readline(), renamed.stdout.readline()
-print(path, agent.pid, renamed.pid, flush=True)
+                           stderr=subprocess.PIPE, stdout=open(path / "agent.out", "w"))
+for p in (agent, by_env, renamed):
+    p.stderr.readline()
+print(path, agent.pid, by_env.pid, renamed.pid, flush=True)
 time.sleep(600)
 """
 
@@ -334,11 +338,15 @@ def test_session_pids_do_not_mix_up_runs_whose_names_share_a_prefix(tmp_path):
     other = subprocess.Popen([sys.executable, "-c", sleep, f"{path}7/ray"], stdout=subprocess.PIPE,
                              env=dict(os.environ, RAY_TMPDIR=f"{path}7"))
     mine = subprocess.Popen([sys.executable, "-c", sleep, f"{path}/ray"], stdout=subprocess.PIPE)
+    (tmp_path / "123-4567").mkdir()
+    other_log = subprocess.Popen([sys.executable, "-c", sleep], stdout=subprocess.PIPE,
+                                 stderr=open(tmp_path / "123-4567" / "log", "w"))
     try:
-        other.stdout.readline(), mine.stdout.readline()  # both started
+        for p in (other, mine, other_log):
+            p.stdout.readline()  # started
         assert ray_session.session_pids(path) == [mine.pid]
     finally:
-        for p in (other, mine):
+        for p in (other, mine, other_log):
             p.kill()
             p.wait()
 
@@ -351,7 +359,14 @@ path = ray_session.run_ray_dir()
 os.environ[ray_session.RAY_TMPDIR] = str(path)  # as soft_spatial.train does
 watchdog = ray_session.start_watchdog(path)
 ray.init(num_cpus=1, include_dashboard=False)
-worker = ray.get(ray.remote(os.getpid).remote())
+
+
+@ray.remote
+def pid():
+    return os.getpid()
+
+
+worker = ray.get(pid.remote())
 print(path, watchdog.pid, worker, flush=True)
 time.sleep(600)
 """
