@@ -12,7 +12,9 @@ arguments given on the command line still win (`apply_exported`).
 
 CHECKPOINT_DIR is the trainer's ``default_local_dir`` (its latest step is taken), one
 ``global_step_N`` directory, or that step's ``actor`` directory. The export is written to
-``OUT_DIR.partial`` and renamed when complete, so an interrupted export never looks finished.
+``OUT_DIR.partial`` and renamed when complete, so an interrupted export never looks finished; a
+failed one removes ``OUT_DIR.partial``. A checkpoint of an ``adaptsoft`` run without its
+controller is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -56,6 +58,19 @@ def settings_file(actor: Path) -> Path | None:
     return None
 
 
+def check_controller(actor: Path, settings: Path | None) -> None:
+    """Refuse the checkpoint of an ``adaptsoft`` run (per its ``settings``) whose actor directory
+    lacks the trained controller: the export would evaluate in a mode it cannot run."""
+    if settings is None:
+        return
+    data = yaml.safe_load(settings.read_text(encoding="utf-8")) or {}
+    mode = ((data.get("soft_thinking") or {}) if isinstance(data, dict) else {}).get("mode")
+    if mode == "adaptsoft" and not (actor / CONTROLLER_FILE).is_file():
+        raise FileNotFoundError(
+            f"{actor / CONTROLLER_FILE} is missing: {settings} says soft_thinking.mode=adaptsoft, "
+            f"so the checkpoint must hold the trained controller; nothing was exported")
+
+
 def merge_command(actor: Path, target: Path) -> list[str]:
     """verl's merger CLI for an FSDP actor checkpoint."""
     return [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
@@ -74,20 +89,25 @@ def export(checkpoint: str | Path, out: str | Path, *, overwrite: bool = False) 
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"{out} exists and is not empty (pass --overwrite to replace it)")
+    source = settings_file(actor)
+    check_controller(actor, source)
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     env = dict(os.environ)
     if not _has_cuda():
         env.setdefault("VERL_PLATFORM", "cpu")  # verl's merger needs a platform; ours on a CPU
-    res = subprocess.run(merge_command(actor, partial), env=env, capture_output=True, text=True)
-    if res.returncode != 0:
-        raise RuntimeError(f"verl's model merger failed on {actor} (exit {res.returncode}):\n"
-                           f"{(res.stdout + res.stderr)[-3000:]}")
-    if (actor / CONTROLLER_FILE).is_file():
-        shutil.copy2(actor / CONTROLLER_FILE, partial / CONTROLLER_FILE)
-    source = settings_file(actor)
-    if source is not None:
-        shutil.copy2(source, partial / SETTINGS_FILE)
+    try:
+        res = subprocess.run(merge_command(actor, partial), env=env, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError(f"verl's model merger failed on {actor} (exit {res.returncode}):\n"
+                               f"{(res.stdout + res.stderr)[-3000:]}")
+        if (actor / CONTROLLER_FILE).is_file():
+            shutil.copy2(actor / CONTROLLER_FILE, partial / CONTROLLER_FILE)
+        if source is not None:
+            shutil.copy2(source, partial / SETTINGS_FILE)
+    except BaseException:  # a failed (or interrupted) export leaves no OUT.partial behind
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     if out.exists():
         shutil.rmtree(out)
     os.replace(partial, out)
@@ -149,7 +169,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("out", type=Path, help="the directory to write (Hugging Face weights + controller + settings)")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
     args = parser.parse_args(argv)
-    out = export(args.checkpoint, args.out, overwrite=args.overwrite)
+    try:
+        out = export(args.checkpoint, args.out, overwrite=args.overwrite)
+    except (FileNotFoundError, FileExistsError, RuntimeError) as e:  # refused or failed: said plainly
+        raise SystemExit(f"python -m soft_spatial.export: {e}") from None
     files = sorted(p.name for p in out.iterdir())
     print(f"exported {actor_dir(args.checkpoint)} to {out}: {', '.join(files)}")
     print(f"evaluate with: python -m soft_spatial.eval model.path={out}")

@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["stat_fields", "alive", "start_time", "find_pids"]
+__all__ = ["stat_fields", "alive", "start_time", "find_pids", "open_paths"]
 
 
 def stat_fields(pid: int) -> list[str] | None:
@@ -48,3 +48,19 @@ def find_pids(file: str, match: Callable[[bytes], bool], same_user: bool = False
         except OSError:
             continue
     return pids
+
+
+def open_paths(pid: int) -> list[str]:
+    """The targets of ``/proc/<pid>/fd/*`` (files, sockets, pipes as ``readlink`` names them);
+    empty when the process is gone, a zombie, or not readable."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return []
+    paths = []
+    for fd in fds:
+        try:
+            paths.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            continue
+    return paths

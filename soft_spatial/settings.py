@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from soft_spatial.softthink import (AdaptSoftConfig, AlignmentConfig, DensityConfig, KLConfig,
-                                    SamplingConfig, SoftThinkingConfig, from_mapping)
+                                    SamplingConfig, SoftThinkingConfig, check_field_types,
+                                    from_mapping)
 
 __all__ = ["SoftSettings", "row_seed", "request_seed", "request_row_seed", "sampling_config"]
 
@@ -36,6 +37,9 @@ class SoftSettings:
     seed: int = 0
     batch_window_s: float = 0.02
     max_batch_rows: int = 64
+
+    def __post_init__(self):
+        check_field_types(self)  # e.g. rollout.custom.seed=abc: an error naming the field
 
     @classmethod
     def from_custom(cls, custom: dict[str, Any] | None) -> "SoftSettings":

@@ -9,7 +9,8 @@ settings, the sampling temperatures, the actor's loss settings (a warning where 
 eq. 8 or break the controller's K-sparse gradient), the model directory (a tiny random model is
 built only with ``model.build_tiny=true``) and the training data. The run directory (``trainer.default_local_dir``)
 is locked for the run, its metrics log is kept across resumes, and a local Ray started here never
-outlives the run (`soft_spatial.trainer.ray_session`).
+outlives the run (`soft_spatial.trainer.ray_session`). A run whose latest checkpoint already
+reached ``trainer.total_training_steps`` says so and exits without starting Ray.
 
 ``data.task_types=[Perspective_Taking]`` trains (and validates) on a task-type subset: the rows
 of ``data.train_files``/``data.val_files`` of those task types (or sub-types) are written to
@@ -100,7 +101,7 @@ def run(cfg) -> None:
     """Start training from a composed config (also used by tests)."""
     from soft_spatial.dirlock import DirLock
     from soft_spatial.trainer import ray_session
-    from soft_spatial.trainer.run_dir import keep_metrics_until, resume_step
+    from soft_spatial.trainer.run_dir import finished, keep_metrics_until, resume_step
 
     device = str(cfg.trainer.get("device", "cuda"))
     env = plugin_env(device)
@@ -113,6 +114,10 @@ def run(cfg) -> None:
     os.environ.update(env)
     with DirLock(ckpt_dir, "training run directory"):
         step = resume_step(ckpt_dir, str(cfg.trainer.resume_mode), cfg.trainer.get("resume_from_path"))
+        note = finished(step, cfg.trainer.get("total_training_steps"), ckpt_dir)
+        if note:  # a finished run is a no-op: no Ray, nothing written
+            print(note)
+            return
         moved = keep_metrics_until(metrics, step)
         if moved:
             print(f"{metrics}: {moved} line(s) logged after step {step} (the resumed checkpoint) "
@@ -138,7 +143,7 @@ def run(cfg) -> None:
             else:  # a local Ray started by this process: its processes end with this process
                 ray_session.reap_orphans()
                 ray_dir = ray_session.run_ray_dir()
-                os.environ["RAY_TMPDIR"] = str(ray_dir)
+                os.environ[ray_session.RAY_TMPDIR] = str(ray_dir)  # inherited by every Ray process
                 ray_session.start_watchdog(ray_dir)
         settings = OmegaConf.to_yaml(cfg.actor_rollout_ref.rollout.custom, resolve=True)
         print("soft thinking settings (actor_rollout_ref.rollout.custom):\n" + settings)

@@ -8,7 +8,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from soft_spatial.eval.__main__ import CONFIG_DIR, build_config
-from soft_spatial.export import CONTROLLER_FILE, SETTINGS_FILE, actor_dir, apply_exported
+from soft_spatial.export import CONTROLLER_FILE, SETTINGS_FILE, actor_dir, apply_exported, export
 from soft_spatial.softthink import AdaptSoft
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,3 +66,34 @@ def test_a_plain_model_directory_changes_nothing(tmp_path):
 def test_actor_dir_names_what_is_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match="no FSDP actor checkpoint"):
         actor_dir(tmp_path)
+
+
+def _fake_checkpoint(tmp_path: Path, mode: str, controller: bool = False) -> Path:
+    """A trainer directory whose step 1 has an (unreadable) FSDP shard and the run's settings."""
+    ckpt = tmp_path / "ckpt"
+    actor = ckpt / "global_step_1" / "actor"
+    actor.mkdir(parents=True)
+    (actor / "model_world_size_1_rank_0.pt").write_bytes(b"not a checkpoint")
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("1")
+    (ckpt / SETTINGS_FILE).write_text(yaml.safe_dump({"soft_thinking": {"mode": mode}}))
+    if controller:
+        AdaptSoft(hidden_size=8, width=4).save(actor / CONTROLLER_FILE)
+    return ckpt
+
+
+def test_an_adaptsoft_checkpoint_without_its_controller_is_refused_before_anything_is_written(tmp_path):
+    ckpt = _fake_checkpoint(tmp_path, "adaptsoft")
+    before = sorted(p for p in tmp_path.rglob("*"))
+    missing = ckpt / "global_step_1" / "actor" / CONTROLLER_FILE
+    with pytest.raises(FileNotFoundError, match=f"{missing} is missing: .*soft_thinking.mode=adaptsoft"):
+        export(ckpt, tmp_path / "out")
+    assert sorted(p for p in tmp_path.rglob("*")) == before  # no OUT, no OUT.partial
+
+
+@pytest.mark.parametrize("mode, controller", [("hard", False), ("adaptsoft", True)])
+def test_a_failed_export_leaves_no_partial_directory(tmp_path, mode, controller):
+    """The controller check passes (a hard run needs none); verl's merger then fails on the shard."""
+    ckpt = _fake_checkpoint(tmp_path, mode, controller)
+    with pytest.raises(RuntimeError, match="verl's model merger failed"):
+        export(ckpt, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()

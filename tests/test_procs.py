@@ -4,7 +4,7 @@ import subprocess
 import sys
 import uuid
 
-from soft_spatial.procs import alive, find_pids, start_time, stat_fields
+from soft_spatial.procs import alive, find_pids, open_paths, start_time, stat_fields
 
 
 def test_state_start_time_and_scan_follow_a_child_through_its_life():
@@ -35,3 +35,16 @@ def test_a_zombie_is_not_alive():
         assert stat_fields(child.pid)[0] == "Z" and not alive(child.pid)
     finally:
         child.wait()
+
+
+def test_open_paths_lists_a_childs_open_files_and_nothing_once_it_exited(tmp_path):
+    log = tmp_path / "child.log"
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=open(log, "w"))
+    try:
+        assert str(log) in open_paths(child.pid)
+        child.stdin.close()
+        child.wait(timeout=60)
+    finally:
+        child.kill()
+    assert open_paths(child.pid) == []

@@ -112,9 +112,11 @@ def train_data(tmp_path_factory, tiny_qwen3_vl_small):
     return prepare_train_data(tmp_path_factory.mktemp("train_data"), tiny_qwen3_vl_small)
 
 
-def run_train(model, data, out, *overrides, timeout=600):
+def run_train(model, data, out, *overrides, timeout=600, env=None, ok=True):
+    """Train into ``out/ckpt`` (metrics in ``out/metrics.jsonl``); the metrics logged. ``ok``:
+    assert exit status 0 (else assert a failure)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0",
-               VERL_FILE_LOGGER_PATH=str(out / "metrics.jsonl"))
+               VERL_FILE_LOGGER_PATH=str(out / "metrics.jsonl"), **(env or {}))
     cmd = [sys.executable, "-m", "soft_spatial.train", "model=tiny", "cluster=cpu",
            f"model.path={model}", f"data.train_files={data / 'train.parquet'}",
            f"data.val_files={data / 'test.parquet'}", f"trainer.default_local_dir={out / 'ckpt'}",
@@ -122,8 +124,9 @@ def run_train(model, data, out, *overrides, timeout=600):
            *overrides]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
     log = res.stdout + res.stderr
-    (out / "train.log").write_text(log)
-    assert res.returncode == 0, log[-4000:]
+    with open(out / "train.log", "a") as f:
+        f.write(log)
+    assert (res.returncode == 0) == ok, log[-4000:]
     return [json.loads(line)["data"] | {"step": json.loads(line)["step"]}
             for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
@@ -240,3 +243,33 @@ def test_train_resume_export_and_evaluate(tiny_qwen3_vl_small, train_data, tmp_p
     config = json.loads((evaluated / "summary.json").read_text())["config"]
     assert config["mode"] == "adaptsoft" and config["controller"] == str(out / CONTROLLER_FILE)
     assert config["model"] == str(out)
+
+
+def steps_logged(out):
+    return [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_a_run_killed_after_a_checkpoint_keeps_every_step_and_never_trains_past_its_budget(
+        tiny_qwen3_vl_small, train_data, tmp_path):
+    """The trainer is SIGKILLed right after writing step 4's checkpoint, the last of its budget
+    (tests/kill_hook.py). Every step's metrics were logged before (verl 0.9.1 saves first: step 4's
+    were lost, and the resumed run trained a step 5); the re-run is a no-op that starts no Ray."""
+    budget = ("experiment=hard", "trainer.total_training_steps=4", "trainer.save_freq=2")
+    kill = {"VERL_USE_EXTERNAL_MODULES": "kill_hook", "SOFT_SPATIAL_TEST_KILL_AFTER_SAVE": "4",
+            "SOFT_SPATIAL_FORWARD_ENV": "SOFT_SPATIAL_TEST_KILL_AFTER_SAVE",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    run_train(tiny_qwen3_vl_small, train_data, tmp_path, *budget, env=kill, ok=False)
+    ckpt = tmp_path / "ckpt"
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "4"  # killed after saving 4
+    assert steps_logged(tmp_path) == [1, 2, 3, 4]
+    log = (tmp_path / "train.log").read_text()
+    for _ in range(2):  # resumed, then once more: nothing is trained, nothing moves
+        run_train(tiny_qwen3_vl_small, train_data, tmp_path, *budget)
+        new = (tmp_path / "train.log").read_text()[len(log):]
+        assert "finished: the latest checkpoint is step 4, trainer.total_training_steps=4" in new
+        assert "Ray instance" not in new and "Training Progress" not in new
+        assert steps_logged(tmp_path) == [1, 2, 3, 4]
+        assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "4"
+        assert sorted(p.name for p in ckpt.glob("global_step_*")) == ["global_step_2", "global_step_4"]
+        log += new

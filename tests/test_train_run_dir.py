@@ -118,6 +118,94 @@ def test_a_second_training_run_into_a_locked_directory_fails_at_once(tiny_qwen3_
         os.environ.update(env)
 
 
+# -- a finished run trains nothing; a step is checkpointed after its metrics are logged ----------
+def _finished_run(out, step):
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"global_step_{step}").mkdir()
+    (out / "latest_checkpointed_iteration.txt").write_text(str(step))
+    (out / "metrics.jsonl").write_text(metrics_lines(range(1, step + 1), "done"))
+
+
+def _tree(path):
+    return {p: p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+def test_a_finished_run_exits_before_ray_and_changes_nothing(tiny_qwen3_vl_small, parquet, tmp_path,
+                                                            monkeypatch, capsys):
+    out = tmp_path / "run"
+    _finished_run(out, 3)
+    before = _tree(out)
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("a finished run started a Ray session")
+    monkeypatch.setattr(ray_session, "reap_orphans", no_ray)
+    monkeypatch.setattr(ray_session, "start_watchdog", no_ray)
+    env = dict(os.environ)
+    try:
+        run(train_cfg(tiny_qwen3_vl_small, parquet, out, "trainer.total_training_steps=3"))
+    finally:  # run() exports the plugin environment
+        os.environ.clear()
+        os.environ.update(env)
+    assert "finished: the latest checkpoint is step 3, trainer.total_training_steps=3" in capsys.readouterr().out
+    assert _tree(out) == before
+
+
+@pytest.fixture(scope="module")
+def trainer_module():
+    from soft_spatial.platform import use_cpu_platform
+
+    use_cpu_platform()  # the platform must exist before verl's trainer imports
+    from soft_spatial.trainer import ppo_trainer
+    return ppo_trainer
+
+
+def _bare_trainer(trainer_module, out, total):
+    from omegaconf import OmegaConf
+    trainer = object.__new__(trainer_module.SoftRayPPOTrainer)  # no workers: the loop is faked
+    trainer.config = OmegaConf.create({"trainer": {"default_local_dir": str(out), "resume_mode": "auto",
+                                                   "resume_from_path": None}})
+    trainer.total_training_steps = total  # as verl derives it (also from the data when null)
+    return trainer
+
+
+def test_the_trainer_trains_no_step_past_its_budget(trainer_module, tmp_path, monkeypatch, capsys):
+    """verl 0.9.1's fit, resumed at its budget, trains one more step (it tests the budget after
+    a step); the trainer returns before the loop, whatever set the budget."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    calls = []
+    monkeypatch.setattr(RayPPOTrainer, "fit", lambda self: calls.append(self.total_training_steps))
+    _finished_run(tmp_path, 3)
+    assert _bare_trainer(trainer_module, tmp_path, 3).fit() is None and calls == []
+    assert "finished: the latest checkpoint is step 3" in capsys.readouterr().out
+    _bare_trainer(trainer_module, tmp_path, 4).fit()  # a raised budget trains on
+    assert calls == [4]
+
+
+def test_a_step_is_checkpointed_after_its_metrics_are_logged(trainer_module, tmp_path, monkeypatch):
+    """verl 0.9.1's loop saves step N, then logs its metrics: a run killed in between resumed
+    after a step whose metrics were lost. The trainer writes the checkpoint once they are logged."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    events = []
+
+    def verl_loop(self):  # the order of verl 0.9.1's fit (checked by test_compat_verl.py)
+        from verl.utils.tracking import Tracking
+        logger = Tracking(project_name="p", experiment_name="e", default_backend=[])
+        for step in range(1, self.total_training_steps + 1):
+            self.global_steps = step
+            if step % 2 == 0:
+                self._save_checkpoint()
+            events.append(("log", step))
+            logger.log(data={}, step=step)
+
+    monkeypatch.setattr(RayPPOTrainer, "fit", verl_loop)
+    monkeypatch.setattr(RayPPOTrainer, "_save_checkpoint",
+                        lambda self: events.append(("saved", self.global_steps)))
+    _bare_trainer(trainer_module, tmp_path, 4).fit()
+    assert events == [("log", 1), ("log", 2), ("saved", 2), ("log", 3), ("log", 4), ("saved", 4)]
+    from verl.utils import tracking
+    assert tracking.Tracking.log is not None and tracking.Tracking.__name__ == "Tracking"  # restored
+
+
 # -- metrics survive a resume ----------------------------------------------------------------------
 def metrics_lines(steps, tag):
     return "".join(json.dumps({"step": s, "data": {"tag": tag}}) + "\n" for s in steps)
@@ -180,15 +268,24 @@ def test_resume_step_follows_verl(tmp_path):
 
 # -- a local Ray session never outlives its driver --------------------------------------------------
 DRIVER = r"""
-import subprocess, sys, time
+import os, subprocess, sys, time
 from soft_spatial.trainer import ray_session
 path = ray_session.run_ray_dir()
 ray_session.start_watchdog(path)
-# a stand-in for a Ray agent: its own session (so it survives the driver), the run dir on its
-# command line like every process of a Ray session
-agent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", str(path)],
-                         start_new_session=True)
-print(path, agent.pid, flush=True)
+# stand-ins for Ray's processes, each in its own session (so it survives the driver): one with
+# the run dir on its command line (GCS, raylet), one with it only in its inherited RAY_TMPDIR,
+# one with only its log open there (the agents and workers rename themselves,
+# "ray::DashboardAgent", and Ray's setproctitle wipes their command line and environment)
+SLEEP = "import sys, time; print(file=sys.stderr, flush=True); time.sleep(600)"  # exec'd, waits
+agent = subprocess.Popen([sys.executable, "-c", SLEEP, str(path)], start_new_session=True,
+                         stderr=subprocess.PIPE)
+by_env = subprocess.Popen([sys.executable, "-c", SLEEP], start_new_session=True,
+                          stderr=subprocess.PIPE, env=dict(os.environ, RAY_TMPDIR=str(path)))
+renamed = subprocess.Popen([sys.executable, "-c", SLEEP], start_new_session=True,
+                           stderr=subprocess.PIPE, stdout=open(path / "agent.out", "w"))
+for p in (agent, by_env, renamed):
+    p.stderr.readline()
+print(path, agent.pid, by_env.pid, renamed.pid, flush=True)
 time.sleep(600)
 """
 
@@ -212,17 +309,20 @@ def wait_gone(pid, within=60.0):
 def test_the_watchdog_kills_the_session_of_a_killed_driver(tmp_path):
     driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True,
                               cwd=ROOT)
-    path, agent = driver.stdout.readline().split()
-    agent = int(agent)
+    path, *agents = driver.stdout.readline().split()
+    agents = [int(a) for a in agents]
     try:
-        assert alive(agent) and agent in ray_session.session_pids(Path(path))
+        assert all(alive(a) for a in agents)
+        assert set(agents) <= set(ray_session.session_pids(Path(path)))
         driver.send_signal(signal.SIGKILL)
         driver.wait()
-        assert wait_gone(agent), f"agent {agent} of {path} outlived its driver"
+        for agent in agents:
+            assert wait_gone(agent), f"agent {agent} of {path} outlived its driver"
         assert _dir_removed_eventually(Path(path))
     finally:
-        if alive(agent):
-            os.kill(agent, signal.SIGKILL)
+        for agent in agents:
+            if alive(agent):
+                os.kill(agent, signal.SIGKILL)
 
 
 def _dir_removed_eventually(path, within=30.0):
@@ -230,6 +330,98 @@ def _dir_removed_eventually(path, within=30.0):
     while path.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     return not path.exists()
+
+
+def test_session_pids_do_not_mix_up_runs_whose_names_share_a_prefix(tmp_path):
+    path = tmp_path / "123-456"
+    sleep = "print(flush=True); import time; time.sleep(600)"
+    other = subprocess.Popen([sys.executable, "-c", sleep, f"{path}7/ray"], stdout=subprocess.PIPE,
+                             env=dict(os.environ, RAY_TMPDIR=f"{path}7"))
+    mine = subprocess.Popen([sys.executable, "-c", sleep, f"{path}/ray"], stdout=subprocess.PIPE)
+    (tmp_path / "123-4567").mkdir()
+    other_log = subprocess.Popen([sys.executable, "-c", sleep], stdout=subprocess.PIPE,
+                                 stderr=open(tmp_path / "123-4567" / "log", "w"))
+    try:
+        for p in (other, mine, other_log):
+            p.stdout.readline()  # started
+        assert ray_session.session_pids(path) == [mine.pid]
+    finally:
+        for p in (other, mine, other_log):
+            p.kill()
+            p.wait()
+
+
+RAY_DRIVER = r"""
+import os, time
+import ray
+from soft_spatial.trainer import ray_session
+path = ray_session.run_ray_dir()
+os.environ[ray_session.RAY_TMPDIR] = str(path)  # as soft_spatial.train does
+watchdog = ray_session.start_watchdog(path)
+ray.init(num_cpus=1, include_dashboard=False)
+
+
+@ray.remote
+def pid():
+    return os.getpid()
+
+
+worker = ray.get(pid.remote())
+print(path, watchdog.pid, worker, flush=True)
+time.sleep(600)
+"""
+
+
+def _children():
+    tree = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError):
+                continue
+            tree.setdefault(ppid, []).append(int(entry.name))
+    return tree
+
+
+def _descendants(pid):
+    tree, out, todo = _children(), [], [pid]
+    while todo:
+        for child in tree.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+@pytest.mark.slow
+def test_the_reaper_leaves_no_process_of_a_sigkilled_drivers_real_ray_session():
+    """A driver starts a real local Ray and is SIGKILLed with its watchdog; the reaper (run at
+    the next training start) must end every process the driver had started, the agents that
+    renamed themselves included (they have no trace of the run on their command line)."""
+    from soft_spatial.procs import start_time
+    driver = subprocess.Popen([sys.executable, "-c", RAY_DRIVER], stdout=subprocess.PIPE, text=True,
+                              cwd=ROOT, env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"))
+    started = []
+    try:
+        path, watchdog, worker = driver.stdout.readline().split()
+        path, watchdog = Path(path), int(watchdog)
+        started = [(p, start_time(p)) for p in _descendants(driver.pid) if p != watchdog]
+        titles = {p: Path(f"/proc/{p}/cmdline").read_bytes() for p, _ in started}
+        renamed = [p for p, t in titles.items()
+                   if t.startswith(b"ray::") and b"Agent" in t and str(path).encode() not in t]
+        assert renamed and int(worker) in titles  # the agents, renamed; a worker
+        os.kill(watchdog, signal.SIGKILL)  # the watchdog died too (e.g. killed with the group)
+        driver.kill()
+        driver.wait()
+        killed = ray_session.reap_orphans()
+        left = [p for p, t in started if alive(p) and start_time(p) == t]
+        assert not left, {p: titles[p][:60] for p in left}
+        assert set(renamed) <= set(killed) and not path.exists()
+    finally:
+        driver.kill()
+        for p, t in started:
+            if alive(p) and start_time(p) == t:
+                os.kill(p, signal.SIGKILL)
 
 
 def test_reap_orphans_kills_sessions_whose_driver_is_gone(tmp_path):

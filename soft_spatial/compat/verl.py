@@ -26,6 +26,12 @@ fails loudly when upstream moves:
   a resumed run erases the metrics of the steps before the resume: :func:`append_file_logger`
   replaces the class ``Tracking`` instantiates (a module global it looks up at call time) by one
   that appends.
+* ``RayPPOTrainer.fit`` (``ray_trainer.py`` L1405–1822) builds its logger as ``Tracking(...)``,
+  imported from ``verl.utils.tracking`` when ``fit`` runs, and logs each step with one
+  ``logger.log(data=metrics, step=self.global_steps)`` *after* the step's ``_save_checkpoint()``:
+  :func:`after_step_logged` calls back after every ``Tracking.log`` within a block, so
+  :class:`soft_spatial.trainer.ppo_trainer.SoftRayPPOTrainer` writes a step's checkpoint once its
+  metrics are logged.
 * ``RayPPOTrainer._validate`` (``ray_trainer.py`` L596–693) generates each validation batch through
   ``self.async_rollout_manager.generate_sequences`` and hands ``_maybe_log_val_generations`` only
   the decoded texts: :func:`validation_outputs` sees the generated batches (their soft traces) for
@@ -42,7 +48,8 @@ fails loudly when upstream moves:
 * Private ``RayPPOTrainer`` / ``FSDPEngine`` methods overridden by soft_spatial's subclasses
   (:data:`OVERRIDDEN_PRIVATE_METHODS`: name, 0.9.1 signature, 0.9.1 line, who overrides it):
   ``_compute_old_log_prob`` (L1290), ``_compute_ref_log_prob`` (L1266), ``_update_actor``
-  (L1327), ``_validate`` (L596), ``_maybe_log_val_generations`` (L548) of ``ray_trainer.py``
+  (L1327), ``_validate`` (L596), ``_maybe_log_val_generations`` (L548), ``_save_checkpoint``
+  (L983) of ``ray_trainer.py``
   (:class:`soft_spatial.trainer.ppo_trainer.SoftRayPPOTrainer`), and ``_build_module`` (L254),
   ``_build_fsdp_module`` (L385) of ``transformer_impl.py``
   (:class:`soft_spatial.actor.train_engine.SoftFSDPEngine`); ``check_internals`` checks each exists
@@ -65,7 +72,8 @@ from typing import Any
 from collections.abc import Callable, Iterator, Sequence
 
 __all__ = ["VERL_VERSION", "check_verl_version", "register_engine", "as_language_model",
-           "check_internals", "cpu_pool_manager", "append_file_logger", "OUTPUT_ARGS_KEYS",
+           "check_internals", "cpu_pool_manager", "append_file_logger", "after_step_logged",
+           "OUTPUT_ARGS_KEYS",
            "ref_log_prob_outputs", "validation_outputs", "register_rollout_adapter", "loss_config",
            "to_ipc_device", "server_adapter_engine", "set_replica_server", "OVERRIDDEN_PRIVATE_METHODS",
            "check_sglang_internals"]
@@ -210,6 +218,28 @@ def append_file_logger() -> None:
     tracking.FileLogger = AppendingFileLogger
 
 
+@contextlib.contextmanager
+def after_step_logged(callback: Callable[[int], None]) -> Iterator[None]:
+    """Within the block, ``callback(step)`` runs after every ``Tracking.log(data, step)`` has
+    written to all backends (verl 0.9.1: ``RayPPOTrainer.fit`` instantiates
+    ``verl.utils.tracking.Tracking``, looked up when ``fit`` runs, and logs each training step
+    once). Replaces ``verl.utils.tracking.Tracking`` by a subclass for the block only."""
+    from verl.utils import tracking
+
+    original = tracking.Tracking
+
+    class CallbackTracking(original):
+        def log(self, data, step, backend=None):
+            super().log(data=data, step=step, backend=backend)
+            callback(step)
+
+    tracking.Tracking = CallbackTracking
+    try:
+        yield
+    finally:
+        tracking.Tracking = original
+
+
 def ref_log_prob_outputs(trainer, batch, extra: dict):
     """``RayPPOTrainer._compute_ref_log_prob`` (verl 0.9.1) keeping more reference outputs.
 
@@ -326,6 +356,8 @@ OVERRIDDEN_PRIVATE_METHODS = {
         (["self", "merged"], "fit", "self._validate("),
     ("verl.trainer.ppo.ray_trainer", "RayPPOTrainer", "_maybe_log_val_generations"):
         (["self", "inputs", "outputs", "scores"], "_validate", "self._maybe_log_val_generations("),
+    ("verl.trainer.ppo.ray_trainer", "RayPPOTrainer", "_save_checkpoint"):
+        (["self"], "fit", "self._save_checkpoint()"),
     ("verl.workers.engine.fsdp.transformer_impl", "FSDPEngine", "_build_module"):
         (["self"], "_build_model_optimizer", "self._build_module()"),
     ("verl.workers.engine.fsdp.transformer_impl", "FSDPEngine", "_build_fsdp_module"):
@@ -449,6 +481,14 @@ def check_internals() -> list:
             if needle not in src:
                 problems.append(f"RayPPOTrainer._compute_ref_log_prob no longer contains "
                                 f"{needle!r} (ref_log_prob_outputs mirrors it)")
+    src = inspect.getsource(RayPPOTrainer.fit)
+    save, log = src.find("self._save_checkpoint()"), src.find("logger.log(data=metrics, step=self.global_steps)")
+    if "from verl.utils.tracking import Tracking" not in src or "logger = Tracking(" not in src \
+            or not 0 <= save < log:
+        problems.append("RayPPOTrainer.fit no longer builds verl.utils.tracking.Tracking when it runs "
+                        "and saves each step before logging it (after_step_logged)")
+    if list(inspect.signature(tracking.Tracking.log).parameters) != ["self", "data", "step", "backend"]:
+        problems.append("Tracking.log's parameters changed (after_step_logged)")
     src = inspect.getsource(RayPPOTrainer._validate)
     for needle in ("self.async_rollout_manager.generate_sequences(",
                    "self.tokenizer.decode(ids, skip_special_tokens=True) for ids in output_ids",

@@ -33,7 +33,7 @@ from soft_spatial.data.subsets import normalise_task_types, subset_indices
 from soft_spatial.dirlock import DirLock
 from soft_spatial.jsonl import read_jsonl
 from soft_spatial.engines.base import PromptTooLongError
-from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
+from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig, check_field_types
 
 from .report import EXCLUDED_FROM_OVERALL, group_rows, markdown_table, summarize
 from .runkey import check_run_key, run_key
@@ -74,6 +74,7 @@ class EvalConfig:
 
     def __post_init__(self):
         self.task_types = normalise_task_types(self.task_types)
+        check_field_types(self)  # temperature=abc: an error naming the field, not a TypeError
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if self.protocol not in ("ours", "official"):

@@ -14,7 +14,7 @@ from .alignment import (AlignmentScaler, SparseGrad, alignment_loss, alignment_s
                         all_gather_rows, center_per_rollout, controller_surrogate,
                         select_reference, world_size)
 from .config import (AdaptSoftConfig, AlignmentConfig, DensityConfig, KLConfig, SamplingConfig,
-                     SoftThinkingConfig, from_mapping)
+                     SoftThinkingConfig, check_field_types, from_mapping)
 from .controller import AdaptSoft
 from .density import (StepLikelihood, candidate_logp, gumbel_log_density,
                       soft_step_log_density, step_likelihood, step_log_likelihood,
@@ -29,7 +29,8 @@ __all__ = [
     "AdaptSoft", "AdaptSoftConfig", "AlignmentConfig", "AlignmentScaler", "DensityConfig",
     "SamplingConfig", "SoftThinkingConfig", "SoftTrace", "SparseGrad", "TraceRecorder",
     "alignment_loss", "alignment_scores", "all_gather_rows", "candidate_logp", "candidates",
-    "center_per_rollout", "collate_traces", "controller_surrogate", "from_mapping",
+    "center_per_rollout", "check_field_types", "collate_traces", "controller_surrogate",
+    "from_mapping",
     "gumbel_log_density", "mixture_weights", "normalized_entropy", "perturb",
     "select_reference", "soft_embedding", "soft_step", "soft_step_log_density", "sort_by_score",
     "spine", "uncollate_traces", "gumbel_from_uniform", "record_input_embeddings",

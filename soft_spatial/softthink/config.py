@@ -1,14 +1,21 @@
 """Typed settings of the method (docs/design.md §2, §6).
 
 The defaults are the paper's values; ``configs/`` (Hydra) sets every one of them explicitly, and
-code receives these dataclasses, never loose dicts. Each ``__post_init__`` validates and raises a
+code receives these dataclasses, never loose dicts. Each ``__post_init__`` first checks every
+field's type against its annotation (`check_field_types`: ``temperature=abc`` is an error naming
+``temperature``, not a ``TypeError`` from a comparison), then validates, and raises a
 ``ValueError`` naming the field.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
+import numbers
+import types
+import typing
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 __all__ = [
     "SoftThinkingConfig",
@@ -18,11 +25,73 @@ __all__ = [
     "AlignmentConfig",
     "KLConfig",
     "from_mapping",
+    "check_field_types",
     "MODES",
 ]
 
 MODES = ("hard", "fixed", "adaptsoft")
 T = TypeVar("T")
+
+
+@functools.cache
+def _hints(cls: type) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _typed(value, hint, where: str):
+    """``value`` checked against the annotation ``hint`` (an int is accepted, as a float, for a
+    float; a list or tuple for a tuple); raises ValueError naming ``where``."""
+    if hint is Any:
+        return value
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        for option in options:
+            try:
+                return _typed(value, option, where)
+            except ValueError:
+                continue
+        if len(options) == 1:
+            return _typed(value, options[0], where)  # its own message
+        raise ValueError(f"{where}: expected {hint}, got {value!r}")
+    expected = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    ok = {bool: lambda v: isinstance(v, bool),
+          int: lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool),
+          float: lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool),
+          str: lambda v: isinstance(v, str)}
+    if hint in ok:
+        if not ok[hint](value):
+            raise ValueError(f"{where}: expected {expected[hint]}, got {value!r}")
+        return float(value) if hint is float else value
+    if origin in (list, tuple):
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            raise ValueError(f"{where}: expected a list, got {value!r}")
+        if origin is tuple and args and args[-1] is not Ellipsis and len(args) != len(value):
+            raise ValueError(f"{where}: expected {len(args)} values, got {value!r}")
+        inner = args[:1] * len(value) if origin is list or args[-1:] == (Ellipsis,) else args
+        items = [_typed(v, h, f"{where}[{i}]") for i, (v, h) in enumerate(zip(value, inner))]
+        return origin(items) if inner else value
+    if origin is dict or hint is dict:
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{where}: expected a mapping, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(hint) and not isinstance(value, hint):
+        raise ValueError(f"{where}: expected {hint.__name__} settings, got {value!r}")
+    return value
+
+
+def check_field_types(obj) -> None:
+    """Check every field of the dataclass instance ``obj`` against its annotation, in place (a
+    float field given an int holds the float); the first mismatch raises a ValueError naming
+    ``<Class>.<field>``. Called first in every settings class's ``__post_init__``."""
+    hints = _hints(type(obj))
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        typed = _typed(value, hints[f.name], f"{type(obj).__name__}.{f.name}")
+        if typed is not value:
+            object.__setattr__(obj, f.name, typed)
 
 
 def _check(cond: bool, cls: str, name: str, msg: str) -> None:
@@ -55,6 +124,7 @@ class SoftThinkingConfig:
     think_end: str = "</think>"
 
     def __post_init__(self):
+        check_field_types(self)
         n = type(self).__name__
         _check(self.mode in MODES, n, "mode", f"must be one of {MODES}, got {self.mode!r}")
         _check(self.top_k >= 1, n, "top_k", f"must be >= 1, got {self.top_k}")
@@ -82,6 +152,7 @@ class SamplingConfig:
     greedy: bool = False
 
     def __post_init__(self):
+        check_field_types(self)
         n = type(self).__name__
         _check(self.temperature > 0, n, "temperature", f"must be > 0, got {self.temperature}")
         _check(self.max_new_tokens >= 1, n, "max_new_tokens",
@@ -105,6 +176,7 @@ class AdaptSoftConfig:
     seed: int = 0
 
     def __post_init__(self):
+        check_field_types(self)
         n = type(self).__name__
         _check(0 < self.delta < self.tau0, n, "delta",
                f"needs 0 < delta < tau0 (tau must stay positive), got delta={self.delta}, "
@@ -126,6 +198,7 @@ class DensityConfig:
     min_logp: float | None = None
 
     def __post_init__(self):
+        check_field_types(self)
         n = type(self).__name__
         _check(self.reduce in ("sum", "mean"), n, "reduce",
                f"must be 'sum' or 'mean', got {self.reduce!r}")
@@ -148,6 +221,7 @@ class KLConfig:
 
     def __post_init__(self):
         from .kl import KL_OVER
+        check_field_types(self)
         _check(self.over in KL_OVER, type(self).__name__, "over",
                f"must be one of {KL_OVER}, got {self.over!r}")
 
@@ -173,6 +247,7 @@ class AlignmentConfig:
     vocab_block: int = 8192
 
     def __post_init__(self):
+        check_field_types(self)
         n = type(self).__name__
         _check(0 < self.ref_fraction <= 1, n, "ref_fraction",
                f"must be in (0, 1], got {self.ref_fraction}")

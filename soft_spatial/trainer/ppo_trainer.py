@@ -7,6 +7,13 @@ also keeps the candidate log-probs with ``rollout.custom.kl.over=candidates`` (a
 soft-step share, think length, never closed rate) and the rollout/replay consistency of the
 per-step likelihoods. Validation generations logged to a tracker (``trainer.log_val_generations``)
 carry their τ per soft step after the text.
+
+Two guarantees of a run are kept here, at the loop: a run whose checkpoint already reached
+``total_training_steps`` trains nothing (verl 0.9.1's ``fit`` tests the budget only after training
+one more step), and a step's checkpoint is written after its metrics are logged (verl writes it
+before: a run killed in between resumed after a step whose metrics were lost). A run killed after
+logging a step but before its checkpoint resumes from the checkpoint before and trains that step
+again; the entry point moves the lost run's lines aside (``trainer.run_dir.keep_metrics_until``).
 """
 from __future__ import annotations
 
@@ -20,7 +27,8 @@ from soft_spatial.rollout.collate import attach_traces
 from soft_spatial.rollout.server import TRACE_FIELD
 from soft_spatial.softthink import SoftTrace
 
-from soft_spatial.compat.verl import ref_log_prob_outputs, validation_outputs
+from soft_spatial.compat.verl import after_step_logged, ref_log_prob_outputs, validation_outputs
+from soft_spatial.trainer.run_dir import finished, resume_step
 
 __all__ = ["SoftRayPPOTrainer", "tau_note", "annotate_in_order"]
 
@@ -52,6 +60,27 @@ def annotate_in_order(outputs: Sequence[str], generated: Sequence[tuple[str, str
 
 class SoftRayPPOTrainer(RayPPOTrainer):
     _soft_metrics: dict = {}
+    _save_when_logged: int | None = None
+
+    def fit(self):
+        trainer = self.config.trainer
+        step = resume_step(trainer.default_local_dir, str(trainer.resume_mode),
+                           trainer.get("resume_from_path"))
+        note = finished(step, self.total_training_steps, trainer.default_local_dir)
+        if note:  # the budget is known here even when verl derived it from the data
+            print(note)
+            return
+        with after_step_logged(self._save_logged_step):
+            return super().fit()
+
+    def _save_checkpoint(self):
+        # verl calls this before logging the step's metrics: saved once they are logged instead
+        self._save_when_logged = self.global_steps
+
+    def _save_logged_step(self, step: int) -> None:
+        if self._save_when_logged == step:
+            self._save_when_logged = None
+            super()._save_checkpoint()
 
     def _compute_old_log_prob(self, batch):
         self._soft_metrics = dict(attach_traces(batch))

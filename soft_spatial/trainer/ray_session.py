@@ -1,9 +1,14 @@
 """The Ray processes of a local training run never outlive it.
 
 When the entry point starts Ray itself (no cluster address), the run gets its own Ray temporary
-directory, ``/tmp/ssray-<uid>/<driver pid>-<driver start time>`` (through ``RAY_TMPDIR``), so every
-Ray process of the run (GCS, raylet, dashboard and runtime-env agents, log monitor, workers) has
-that path on its command line. Two things remove them once the driver is gone:
+directory, ``/tmp/ssray-<uid>/<driver pid>-<driver start time>`` (through ``RAY_TMPDIR``). Every
+Ray process of the run (GCS, raylet, dashboard and runtime-env agents, log monitor, workers)
+writes its logs below that path (its stdout and stderr are files there), and most also name the
+path on their command line. The agents and workers rename themselves (``ray::DashboardAgent``,
+``ray::IDLE``: Ray's setproctitle overwrites the command line *and* the inherited environment,
+``RAY_TMPDIR`` included), so a process belongs to the run when its command line, its environment
+or one of its open files holds the path (`session_pids`). Two things remove them once the driver
+is gone:
 
 * `start_watchdog`: a small process started before Ray blocks reading a pipe whose only writer is
   the driver. When the driver exits, however it exits (SIGKILL included), the read returns and the
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -25,11 +31,12 @@ import sys
 import time
 from pathlib import Path
 
-from soft_spatial.procs import find_pids, start_time
+from soft_spatial.procs import find_pids, open_paths, start_time
 
 __all__ = ["runs_root", "run_ray_dir", "session_pids", "kill_session", "reap_orphans",
            "start_watchdog"]
 
+RAY_TMPDIR = "RAY_TMPDIR"  # Ray's temporary directory: set to the run's before Ray starts
 _WATCHDOGS: list = []  # the driver keeps its watchdog's Popen (and so the pipe) for its lifetime
 
 
@@ -52,10 +59,18 @@ def _driver_alive(path: Path) -> bool:
 
 
 def session_pids(path: Path) -> list[int]:
-    """Pids of this user's processes whose command line mentions ``path`` (not this process)."""
-    needle = str(path).encode()
-    # a zombie's cmdline is empty: the exited are not listed
-    return find_pids("cmdline", lambda cmdline: needle in cmdline, same_user=True)
+    """Pids of this user's processes (not this process) of the run directory ``path``: ``path``
+    on their command line (not followed by a digit: ``<pid>-<start>`` is not another run's
+    ``<pid>-<start>7``), ``RAY_TMPDIR=<path>`` in their environment, or a file open below it."""
+    named = re.compile(re.escape(str(path).encode()) + rb"(?![0-9])")
+    marker = f"{RAY_TMPDIR}={path}".encode()
+    below = str(path) + os.sep
+    # a zombie's cmdline, environ and fds are empty: the exited are not listed
+    by_cmdline = find_pids("cmdline", lambda cmdline: bool(named.search(cmdline)), same_user=True)
+    by_environ = find_pids("environ", lambda environ: marker in environ.split(b"\0"), same_user=True)
+    by_files = find_pids("stat", lambda _: True, same_user=True)  # every process of this user
+    by_files = [pid for pid in by_files if any(f.startswith(below) for f in open_paths(pid))]
+    return sorted(set(by_cmdline) | set(by_environ) | set(by_files))
 
 
 def kill_session(path: Path, timeout: float = 30.0) -> list[int]:

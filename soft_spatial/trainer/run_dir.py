@@ -2,6 +2,8 @@
 prepares in it before Ray starts.
 
 * `resume_step`: the step a run will resume from, found as verl finds it (0: a fresh start);
+* `finished`: whether that step already reaches the run's budget, so a re-run trains nothing
+  (verl 0.9.1's ``fit`` would train one more step: it tests the budget only after a step);
 * `keep_metrics_until`: the metrics log (``metrics.jsonl``, verl's ``file`` logger, which appends
   through `compat.verl.append_file_logger`) keeps every step up to the resumed checkpoint; the
   steps after it, logged by a run killed before its next checkpoint and about to be recomputed,
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from soft_spatial.atomic import write_text
 
-__all__ = ["resume_step", "keep_metrics_until", "SUPERSEDED"]
+__all__ = ["resume_step", "finished", "keep_metrics_until", "SUPERSEDED"]
 
 SUPERSEDED = "metrics.superseded.jsonl"
 
@@ -37,6 +39,16 @@ def resume_step(ckpt_dir: str | os.PathLike, resume_mode: str, resume_from_path:
         return 0
     step = int(tracker.read_text().strip())
     return step if (Path(ckpt_dir) / f"global_step_{step}").exists() else 0
+
+
+def finished(step: int, total_training_steps: int | None, ckpt_dir) -> str | None:
+    """A note for the user when a run resuming from ``step`` has nothing left to train (its
+    checkpoint reached ``total_training_steps``); None otherwise or when the budget is unknown."""
+    if total_training_steps is None or step < int(total_training_steps):
+        return None
+    return (f"{ckpt_dir}: finished: the latest checkpoint is step {step}, "
+            f"trainer.total_training_steps={total_training_steps}; nothing to train (raise "
+            f"trainer.total_training_steps to train further)")
 
 
 def keep_metrics_until(path: str | os.PathLike, step: int) -> int:
