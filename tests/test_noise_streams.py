@@ -274,14 +274,12 @@ def fake_trainer(replicas=1):
                            llm_server_manager=SimpleNamespace(get_replicas=lambda: [0] * replicas))
 
 
-class Batch:
-    def __init__(self, n, validate=False):
-        self.n, self.meta_info = n, {"validate": validate}
-        self.non_tensor_batch = {"uid": np.array([str(uuid.uuid4()) for _ in range(n)],
-                                                 dtype=object)}
+def batch(n, validate=False):
+    """A generation batch as verl's trainer sends it: random uids, the validate flag."""
+    from verl import DataProto
 
-    def __len__(self):
-        return self.n
+    uids = np.array([str(uuid.uuid4()) for _ in range(n)], dtype=object)
+    return DataProto.from_dict(non_tensors={"uid": uids}, meta_info={"validate": validate})
 
 
 def run_schedule(trainer):
@@ -293,7 +291,7 @@ def run_schedule(trainer):
     for step, validate, n in [(0, True, 3), (0, True, 2), (1, False, 4), (2, False, 4),
                               (2, True, 3)]:
         trainer.global_steps = step
-        gen(Batch(n, validate))
+        gen(batch(n, validate))
     return trainer.async_rollout_manager.sent
 
 
