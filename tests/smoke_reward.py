@@ -17,7 +17,15 @@ _tie_break = random.Random()  # seeded from the OS in each reward-loop worker pr
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    out = compute_score_deterministic(data_source, solution_str, ground_truth, extra_info)
+    out["score"] += _tie_break.random() * 1e-3  # < 0.001: the text's hash still dominates
+    return out
+
+
+def compute_score_deterministic(data_source, solution_str, ground_truth, extra_info=None,
+                                **kwargs):
+    """Without the tie-break: a function of the text alone, for runs compared bit for bit
+    (``reward.custom_reward_function.name=compute_score_deterministic``)."""
     out = real_score(data_source, solution_str, ground_truth, extra_info)
-    tie_break = _tie_break.random() * 1e-3  # < 0.001: the text's hash still dominates
-    out["score"] = out["score"] + (zlib.crc32(solution_str.encode()) % 1000) / 1000.0 + tie_break
+    out["score"] = out["score"] + (zlib.crc32(solution_str.encode()) % 1000) / 1000.0
     return out

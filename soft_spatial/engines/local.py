@@ -12,9 +12,10 @@ Decoding of one batch (docs/design.md §1, §2.1–2.5, §3):
    rows leave the batch (their KV is dropped).
 
 Positions are explicit (M-RoPE aware, :mod:`soft_spatial.models.rope`), so cached decoding equals an
-uncached forward. Each row draws its noise from its own generator, seeded from its prompt's seed
-(``seeds[i]``, default ``seed + i``) and its sample index, so a row's output does not depend on
-the rest of the batch.
+uncached forward. Each row's noise is a function of its seed — from its prompt's seed
+(``seeds[i]``, default ``seed + i``) and its sample index — and the step alone
+(:func:`~soft_spatial.softthink.noise_uniforms`, §2.2), so it does not depend on the rest of
+the batch.
 """
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ from soft_spatial.models.rope import decode_position_ids, is_mrope, prefill_posi
 from soft_spatial.models.tokens import single_token_id, stop_token_ids, unusable_token_ids
 from soft_spatial.settings import row_seed
 from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig,
-                                    SoftThinkingConfig, TraceRecorder, record_input_embeddings)
+                                    SoftThinkingConfig, TraceRecorder, noise_uniforms,
+                                    record_input_embeddings, seed_tensor)
 from soft_spatial.softthink.trace import TRACE_KEYS
 
 from .base import (FINISH_LENGTH, FINISH_STOP, Completion, Prompt, check_prompt_ids,
@@ -295,8 +297,7 @@ class LocalEngine:
             h, logits = h.repeat_interleave(n, 0), logits.repeat_interleave(n, 0)
             mask, deltas = mask.repeat_interleave(n, 0), deltas.repeat_interleave(n, 0)
         rows = len(prepared) * n
-        gens = [torch.Generator().manual_seed(row_seed(seeds[r // n], r % n))
-                for r in range(rows)]
+        row_seeds = seed_tensor([row_seed(seeds[r // n], r % n) for r in range(rows)], dev)
         thinking = torch.full((rows,), soft_thinking.is_soft, dtype=torch.bool, device=dev)
         active = torch.arange(rows, device=dev)  # original row of each live batch row
         recorder = TraceRecorder()
@@ -308,8 +309,7 @@ class LocalEngine:
         for step in range(sampling.max_new_tokens):
             b = active.numel()
             with tm("sample"):
-                u = torch.stack([torch.rand(k + 1, generator=gens[r]) for r in active.tolist()])
-                u = u.to(dev)
+                u = noise_uniforms(row_seeds[active], step, k + 1)
                 rec = sample_step(logits, h, u, thinking[active], soft_thinking, sampling,
                                   self.controller, fdim, debug)
             token = rec["topk_ids"][:, 0]

@@ -1,5 +1,5 @@
 """The soft agent loop: verl's single-turn loop, plus the SoftTrace kept aligned with the
-response (registered as ``soft_thinking_agent``)."""
+response and the rollout's noise key sent to the server (registered as ``soft_thinking_agent``)."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,11 +7,29 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
+from soft_spatial.settings import NOISE_PARAM
+
 from .server import TRACE_FIELD
 
-__all__ = ["SoftThinkingAgentLoop", "AGENT_NAME"]
+__all__ = ["SoftThinkingAgentLoop", "AGENT_NAME", "NOISE_KEY", "NOISE_ROWS", "with_noise_key"]
 
 AGENT_NAME = "soft_thinking_agent"
+#: the generation batch's columns the trainer fills (``trainer.ppo_trainer.tag_noise_keys``):
+#: each row's noise key, and the batch's size when one server receives all of it (else 0)
+NOISE_KEY, NOISE_ROWS = "soft_noise_key", "soft_noise_rows"
+
+
+def with_noise_key(sampling_params: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """``sampling_params`` plus ``{NOISE_PARAM: {"key", "rows"}}`` from the row's columns.
+
+    verl gives every request a fresh random id; a seed derived from it made every run draw
+    different noise. The key is a function of the training schedule, so the server seeds from
+    it instead (docs/design.md §2.2). Rows without the column keep verl's parameters."""
+    key = row.get(NOISE_KEY)
+    if key is None:
+        return sampling_params
+    return dict(sampling_params, **{NOISE_PARAM: {"key": str(key),
+                                                  "rows": int(row.get(NOISE_ROWS, 0))}})
 
 
 @register(AGENT_NAME)
@@ -20,7 +38,7 @@ class SoftThinkingAgentLoop(SingleTurnAgentLoop):
     to the same length as ``response_ids`` (verl truncates responses to ``response_length``)."""
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
-        out = await super().run(sampling_params, **kwargs)
+        out = await super().run(with_noise_key(sampling_params, kwargs), **kwargs)
         trace = out.extra_fields.get(TRACE_FIELD)
         if trace is None:
             raise RuntimeError(

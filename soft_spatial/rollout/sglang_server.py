@@ -5,7 +5,8 @@
   server arguments soft decoding needs (:func:`~soft_spatial.engines.sglang.required_server_args`)
   and launches the schedulers through :func:`soft_spatial.engines.sglang.hooks.
   run_scheduler_process` (which installs the plugin in each spawned process, then runs SGLang's).
-  Each request carries its noise seed and sampling settings in ``custom_params``; the records
+  Each request carries its noise seed (from its noise key, else its request id) and sampling
+  settings in ``custom_params``; the records
   streamed back through ``customized_info`` are accumulated per request id on this side and
   returned once as ``TokenOutput.extra_fields["soft_trace"]`` (``SoftTrace.to_lists()`` format),
   with ``log_probs`` = each step's rollout likelihood, like the local_soft server. With the
@@ -39,7 +40,7 @@ from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, PARAM_KEY, PREF
                                                 split_records)
 from soft_spatial.engines.sglang.settings import CONTROLLER_LOADER
 
-from soft_spatial.settings import SoftSettings, request_row_seed, sampling_config
+from soft_spatial.settings import NOISE_PARAM, SoftSettings, request_row_seed, sampling_config
 
 from .server import TRACE_FIELD
 
@@ -90,8 +91,9 @@ class SGLangSoftHttpServer(SGLangHttpServer):
     async def generate(self, prompt_ids, sampling_params, request_id, image_data=None,
                        video_data=None, **kwargs):
         params = dict(sampling_params)
+        noise = params.pop(NOISE_PARAM, None) or {}  # the noise key (soft agent loop, §2.2)
         sampling = sampling_config(params, self.config.response_length)
-        seed = request_row_seed(self.soft_settings.seed, request_id)
+        seed = request_row_seed(self.soft_settings.seed, noise.get("key", request_id))
         custom = dict(params.get("custom_params") or {})
         custom[PARAM_KEY] = request_params(seed, sampling)
         params["custom_params"] = custom

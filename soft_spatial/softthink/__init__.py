@@ -21,8 +21,9 @@ from .density import (StepLikelihood, candidate_logp, gumbel_log_density,
                       token_log_prob)
 from .kl import candidate_kl, gumbel_density_kl
 from .mixture import (candidates, gumbel_from_uniform, mixture_weights,
-                      normalized_entropy, perturb, record_input_embeddings, record_weights,
-                      soft_embedding, soft_step, sort_by_score, spine)
+                      noise_uniforms, normalized_entropy, perturb, record_input_embeddings,
+                      record_weights, seed_tensor, soft_embedding, soft_step, sort_by_score,
+                      spine)
 from .trace import SoftTrace, TraceRecorder, collate_traces, uncollate_traces
 
 __all__ = [
@@ -34,7 +35,7 @@ __all__ = [
     "gumbel_log_density", "mixture_weights", "normalized_entropy", "perturb",
     "select_reference", "soft_embedding", "soft_step", "soft_step_log_density", "sort_by_score",
     "spine", "uncollate_traces", "gumbel_from_uniform", "record_input_embeddings",
-    "record_weights",
+    "record_weights", "noise_uniforms", "seed_tensor",
     "step_log_likelihood", "step_likelihood", "StepLikelihood", "token_log_prob",
     "KLConfig", "candidate_kl", "gumbel_density_kl", "world_size",
 ]

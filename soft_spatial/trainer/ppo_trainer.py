@@ -1,6 +1,8 @@
 """verl's ``RayPPOTrainer`` with soft traces (docs/design.md §5).
 
-Only three steps change: before the first log-prob pass the rollout's SoftTraces are collated into
+Every generation batch is tagged with its rows' noise keys first (:func:`tag_noise_keys`), so the
+rollouts' noise is a function of the run's schedule (docs/design.md §2.2). Three steps change:
+before the first log-prob pass the rollout's SoftTraces are collated into
 ``trace_*`` tensors aligned with the response positions (with the spine check), the reference pass
 also keeps the candidate log-probs with ``rollout.custom.kl.over=candidates`` (as
 ``ref_cand_logp``), and the actor update reports the rollout metrics (τ statistics, entropy,
@@ -17,20 +19,23 @@ again; the entry point moves the lost run's lines aside (``trainer.run_dir.keep_
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
 
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
+from soft_spatial.rollout.agent_loop import NOISE_KEY, NOISE_ROWS
 from soft_spatial.rollout.collate import attach_traces
 from soft_spatial.rollout.server import TRACE_FIELD
+from soft_spatial.settings import noise_key
 from soft_spatial.softthink import SoftTrace
 
 from soft_spatial.compat.verl import after_step_logged, ref_log_prob_outputs, validation_outputs
 from soft_spatial.trainer.run_dir import finished, resume_step
 
-__all__ = ["SoftRayPPOTrainer", "tau_note", "annotate_in_order"]
+__all__ = ["SoftRayPPOTrainer", "tau_note", "annotate_in_order", "tag_noise_keys"]
 
 
 def tau_note(trace: SoftTrace) -> str:
@@ -58,6 +63,33 @@ def annotate_in_order(outputs: Sequence[str], generated: Sequence[tuple[str, str
     return out
 
 
+def tag_noise_keys(trainer) -> None:
+    """Make ``trainer.async_rollout_manager.generate_sequences`` add two columns to every
+    generation batch it sends: each row's noise key (``settings.noise_key``: training or
+    validation, ``trainer.global_steps``, the how-many-th batch of that step, the row's position)
+    and the batch's size when one rollout server receives all of it (else 0; the local_soft
+    server then decodes it in batches that do not depend on arrival times). Keys repeat only
+    across runs: a resumed run numbers its step's batches as the uninterrupted run did."""
+    manager = trainer.async_rollout_manager
+    generate = manager.generate_sequences
+    replicas = len(trainer.llm_server_manager.get_replicas())
+    calls: dict[tuple, int] = defaultdict(int)
+
+    def tagged(prompts, *args, **kwargs):
+        validate = bool(prompts.meta_info.get("validate", False))
+        step = int(trainer.global_steps)
+        call = calls[(validate, step)]
+        calls[(validate, step)] += 1
+        n = len(prompts)
+        prompts.non_tensor_batch[NOISE_KEY] = np.array(
+            [noise_key(validate, step, call, i) for i in range(n)], dtype=object)
+        prompts.non_tensor_batch[NOISE_ROWS] = np.full(n, n if replicas == 1 else 0,
+                                                       dtype=np.int64)
+        return generate(prompts, *args, **kwargs)
+
+    manager.generate_sequences = tagged
+
+
 class SoftRayPPOTrainer(RayPPOTrainer):
     _soft_metrics: dict = {}
     _save_when_logged: int | None = None
@@ -81,6 +113,10 @@ class SoftRayPPOTrainer(RayPPOTrainer):
         if self._save_when_logged == step:
             self._save_when_logged = None
             super()._save_checkpoint()
+
+    def init_workers(self):
+        super().init_workers()
+        tag_noise_keys(self)
 
     def _compute_old_log_prob(self, batch):
         self._soft_metrics = dict(attach_traces(batch))

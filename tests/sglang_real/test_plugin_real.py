@@ -27,7 +27,7 @@ from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, INFO_KEYS, PARA
 from soft_spatial.engines.sglang.runtime import BatchContext, batch_context
 from soft_spatial.engines.step import sample_step
 from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig,
-                                    SoftThinkingConfig)
+                                    SoftThinkingConfig, noise_uniforms, seed_tensor)
 
 pytestmark = pytest.mark.sglang
 
@@ -161,7 +161,6 @@ def test_real_sampler_parity_with_sample_step(installed, sgl):
     sampling = SamplingConfig(temperature=1.0)
     seeds = [11, 12, 13]
     reqs = [FakeReq(f"r{i}", s, sampling, slot=5 - i) for i, s in enumerate(seeds)]
-    gens = [torch.Generator().manual_seed(s) for s in seeds]
     thinking = torch.ones(3, dtype=torch.bool)
     sampler = create_sampler("soft_gumbel")
     g = torch.Generator().manual_seed(0)
@@ -174,7 +173,7 @@ def test_real_sampler_parity_with_sample_step(installed, sgl):
         forced = t == 2  # the TP hook asked for the hidden states for the controller only
         with batch_context(BatchContext(reqs=reqs, is_decode=t > 0, forced_capture=forced)):
             tokens = sampler(out, _sampling_info(3, v), True, [0, 0, 0], [None] * 3, None)
-        u = torch.stack([torch.rand(k + 1, generator=gen) for gen in gens])
+        u = noise_uniforms(seed_tensor(seeds), t, k + 1)  # docs/design.md §2.2
         masked = logits.index_fill(-1, banned, float("-inf"))
         rec = sample_step(masked, hidden, u, thinking.clone(), soft, sampling, rt.controller,
                           rt.feature_dim)

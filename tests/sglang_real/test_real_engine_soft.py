@@ -42,8 +42,9 @@ def test_real_engine_runs_the_plugin(engine):
 
 def test_fixed_soft_parity_with_local_engine(engine, reference):
     """Text and image prompts, 2 samples each: the </think> switch, eos and length stops."""
-    got = engine.generate(PROMPTS, soft_thinking=SOFT, sampling=SAMPLING, n=2, seed=7)
-    want, ref = reference(PROMPTS, SAMPLING, n=2, seed=7)
+    # seed 9: the first whose noise (docs/design.md §2.2) covers every case checked below
+    got = engine.generate(PROMPTS, soft_thinking=SOFT, sampling=SAMPLING, n=2, seed=9)
+    want, ref = reference(PROMPTS, SAMPLING, n=2, seed=9)
     assert_parity(got, want, ref, "fixed")
     # the cases the comparison covers
     assert any(w.think_end is not None and w.think_end + 1 < len(w.token_ids) for w in want)

@@ -7,9 +7,10 @@ step through the hooks of :mod:`.hooks`:
   (from :func:`current_batch`, set around ``TpModelWorker.forward_batch_generation``), the logits
   and the last hidden states. Each request's state lives on its ``Req`` (attribute
   :data:`STATE_ATTR`), so it follows the request through batch filtering/merging and disappears
-  with it. The state holds the request's noise generator, seeded exactly like the local engine's
-  row generator and advanced by one block of K+1 uniforms per generated token; the number of blocks
-  drawn is checked against ``len(req.output_ids)`` at every step. Rows are grouped by their
+  with it. The state holds the request's noise seed (the local engine's row seed) and the number
+  of steps sampled, checked against ``len(req.output_ids)`` at every step; each step's K+1
+  uniforms are :func:`~soft_spatial.softthink.noise_uniforms` of (seed, step), as in the local
+  engine. Rows are grouped by their
   sampling settings and passed to :func:`~soft_spatial.engines.step.sample_step` (the same function
   the local engine calls), so the records are the local engine's records. The next step's input of
   every row — ids ``[K]`` and weights ``[K]`` (softmax(z/τ) at a soft step, one-hot on the token at
@@ -35,8 +36,8 @@ from torch import Tensor
 
 from soft_spatial.engines.step import sample_step
 from soft_spatial.settings import request_row_seed
-from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig, record_weights,
-                                    soft_embedding)
+from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig,
+                                    noise_uniforms, record_weights, seed_tensor, soft_embedding)
 
 from .client import INFO_KEYS, PARAM_KEY, info_key
 from .settings import SGLangSoftSettings
@@ -85,24 +86,17 @@ def current_batch() -> BatchContext | None:
 class RequestState:
     """Per-request decoding state (lives on the Req)."""
 
-    __slots__ = ("seed", "gen", "steps", "thinking", "had_soft", "sampling")
+    __slots__ = ("seed", "steps", "thinking", "had_soft", "sampling")
 
     def __init__(self, seed: int, sampling: SamplingConfig, thinking: bool):
         self.seed, self.sampling, self.thinking = int(seed), sampling, thinking
-        self.gen = torch.Generator().manual_seed(self.seed)
-        self.steps = 0
+        self.steps = 0  # steps sampled: the next noise block's step (docs/design.md §2.2)
         self.had_soft = False
 
-    def draw(self, n: int) -> Tensor:
-        self.steps += 1
-        return torch.rand(n, generator=self.gen)
-
-    def rewind(self, steps: int, n: int) -> None:
-        """Position the generator after ``steps`` blocks (hard requests only)."""
-        self.gen = torch.Generator().manual_seed(self.seed)
-        self.steps = 0
-        for _ in range(steps):
-            self.draw(n)
+    def rewind(self, steps: int) -> None:
+        """Continue at step ``steps`` (a re-prefilled hard request): the noise is a function
+        of (seed, step), so nothing else is replayed."""
+        self.steps = steps
 
 
 def _sampling_from_req(req, params: dict[str, Any] | None) -> SamplingConfig:
@@ -198,7 +192,7 @@ class SoftRuntime:
             setattr(req, STATE_ATTR, st)
         return st
 
-    def _align(self, st: RequestState, req, k1: int) -> None:
+    def _align(self, st: RequestState, req) -> None:
         t = len(req.output_ids)
         if st.steps == t:
             return
@@ -208,7 +202,7 @@ class SoftRuntime:
                 f"soft inputs; SGLang re-prefilled it (retraction under KV-cache pressure?) and "
                 f"soft positions cannot be recomputed from token ids. Lower "
                 f"max_running_requests or raise gpu_memory_utilization.")
-        st.rewind(t, k1)
+        st.rewind(t)
 
     # -- sampling -----------------------------------------------------------------------------
     def _banned_ids(self, device) -> Tensor | None:
@@ -257,18 +251,24 @@ class SoftRuntime:
             logits = logits.index_fill(-1, banned, float("-inf"))
         live: list[int] = []
         states: dict[int, RequestState] = {}
-        u = torch.zeros(b, k + 1)
         thinking = torch.zeros(b, dtype=torch.bool)
         for i, req in enumerate(reqs):
             if getattr(req, "is_chunked", 0) > 0:
                 continue
             st = self.state(req)
-            self._align(st, req, k + 1)
-            u[i] = st.draw(k + 1)
+            self._align(st, req)
             thinking[i] = st.thinking
             live.append(i)
             states[i] = st
-        u, thinking = u.to(dev), thinking.to(dev)
+        # each live row's K+1 uniforms: a function of (seed, step) only (docs/design.md §2.2)
+        u = torch.zeros(b, k + 1, device=dev)
+        if live:
+            u[live] = noise_uniforms(seed_tensor([states[i].seed for i in live], dev),
+                                     torch.tensor([states[i].steps for i in live], device=dev),
+                                     k + 1)
+            for i in live:
+                states[i].steps += 1
+        thinking = thinking.to(dev)
         fdim = self.feature_dim
         full = {"topk_ids": torch.zeros(b, k, dtype=torch.long, device=dev),
                 "scores": torch.zeros(b, k, device=dev), "tau": torch.zeros(b, device=dev),
