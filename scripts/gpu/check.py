@@ -655,7 +655,9 @@ def stage_d(ctx: Ctx) -> list[str]:
 STAGES = {"a": ("a. Embedded engine on CUDA (Qwen3-VL-8B shape)", stage_a),
           "b": ("b. softthink at real sizes", stage_b),
           "c": ("c. One actor update through verl's FSDP2 engine", stage_c),
-          "d": ("d. SGLang soft rollout", stage_d)}
+          "d": ("d. SGLang soft rollout", stage_d),
+          "f": ("f. SGLang soft decoding under CUDA graphs",
+                lambda ctx: __import__("stage_f").stage_f(ctx))}
 
 
 def versions() -> str:
