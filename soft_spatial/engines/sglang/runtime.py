@@ -360,6 +360,11 @@ class SoftRuntime:
         if pool_rows is None and key not in self._buffers:
             raise RuntimeError("soft decode: a decode row has no record from the soft sampler "
                                "(is sampling_backend=soft_gumbel?)")
+        if key not in self._buffers and input_embeds.is_cuda and \
+                torch.cuda.is_current_stream_capturing():
+            # allocated inside a capture, the zero-fill would be replayed every step
+            raise RuntimeError("soft decode: the decode-input buffers must exist before a CUDA "
+                               "graph is captured (SGLang's warm-up forwards allocate them)")
         buf = self.buffers(input_embeds.device, pool_rows)
         return buf.mixture(slots, embed).to(input_embeds.dtype)
 
