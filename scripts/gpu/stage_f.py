@@ -10,8 +10,9 @@ Same Qwen3-VL-2B-shaped model as stage d (check.py's shape, random weights):
               graphs on and off. Ratios: fixed and adaptsoft graphs-on ÷ stock hard graphs-on
               (goal ≥ 0.9) and ÷ plugin hard graphs-on (goal ≥ 0.95).
   parity      fp32, every mode, graphs on vs off on the same weights, prompts and seeds:
-              tokens, candidates, weights, τ, log-likelihoods; the first differing
-              row/step/field is reported. Exact is the goal (the stage fails otherwise).
+              tokens, candidates, weights, τ, log-likelihoods, with the first differing
+              row/step/field. Every row alone (fixed shapes) must be exact (the stage fails
+              otherwise); the batched run is reported next to SGLang's own run-to-run rounding.
 On the CPU (``--dry-run``) SGLang captures no CUDA graph, so every graphs-on engine is skipped
 (said in the report) and the same logic runs graphs-off against graphs-off.
 """
@@ -168,8 +169,20 @@ class env_vars:
                 os.environ[k] = v
 
 
+def summary(dev: dict, first: str | None) -> str:
+    if first is None:
+        return "exact"
+    return ", ".join(f"Δ{f} {dev[f]:.2g}" for f in FIELDS if dev[f]) + f"; first: {first}"
+
+
 def parity(ctx, model, ctrl, lines: list[str]) -> list[str]:
-    """Graphs on vs off in fp32 per mode; returns the modes that differ."""
+    """Graphs on vs off in fp32 per mode; returns the modes whose one-row-at-a-time runs differ.
+
+    SGLang's batches depend on when requests reach the scheduler, and fp32 rounding on the
+    batch's shapes: two graphs-off runs of the same batch already differ by ~1e-6 (measured on
+    the CPU). So exactness is asserted where the shapes are fixed — every row alone (prefill of
+    one prompt, decode at batch 1) — and the batched comparison (padded graph batches) is
+    reported next to the graphs-off run-to-run control."""
     k = kit()
     from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
     cpu = ctx.device == "cpu"
@@ -177,40 +190,42 @@ def parity(ctx, model, ctrl, lines: list[str]) -> list[str]:
     prompts = k.image_prompts(n, 64 if ctx.dry_run else 224)
     sampling = SamplingConfig(temperature=0.8, max_new_tokens=steps)
     rows, bad = [], []
+
+    def run(eng, conf, alone: bool):
+        eng.backend.flush_cache()  # a cached prompt prefills in other shapes
+        if alone:
+            return [o for i, p in enumerate(prompts) for j in range(g) for o in eng.generate(
+                [p], soft_thinking=conf, sampling=sampling, n=1, seed=100 * i + j)]
+        return eng.generate(prompts, soft_thinking=conf, sampling=sampling, n=g, seed=7)
+
     with env_vars({} if cpu else PARITY_ENV):
         for m in MODES:
-            conf = SoftThinkingConfig(mode=m)
-            outs = {}  # graphs on -> completions (CPU: True is a second graphs-off run)
-            for graphs in ((False,) if cpu else (True, False)):
+            conf, outs = SoftThinkingConfig(mode=m), {}
+            # (graphs, what) -> completions; on the CPU "graphs on" is a second graphs-off run
+            plan = {False: [("off", "alone"), ("on", "alone"), ("off", "batch"), ("on", "batch"),
+                            ("off2", "batch")]} if cpu else {
+                True: [("on", "alone"), ("on", "batch")],
+                False: [("off", "alone"), ("off", "batch"), ("off2", "batch")]}
+            for graphs, runs in plan.items():
                 eng = plugin_engine(model, m, ctrl, server_args(ctx, "float32", graphs))
                 try:
-                    for side in ((False, True) if cpu else (graphs,)):
-                        eng.backend.flush_cache()  # a cached prompt prefills in other shapes
-                        outs[side] = eng.generate(prompts, soft_thinking=conf,
-                                                  sampling=sampling, n=g, seed=7)
+                    for side, what in runs:
+                        outs[(side, what)] = run(eng, conf, what == "alone")
                 finally:
                     eng.close()
-            dev, first = first_difference(outs[True], outs[False])
-            if first and not cpu:  # padding or a bug? graphs on again, every batch size captured
-                eng = plugin_engine(model, m, ctrl, server_args(
-                    ctx, "float32", True, cuda_graph_bs=list(range(1, n * g + 1))))
-                try:
-                    nopad = eng.generate(prompts, soft_thinking=conf, sampling=sampling, n=g,
-                                         seed=7)
-                finally:
-                    eng.close()
-                first += ("; with every batch size captured (no padding): "
-                          + (first_difference(nopad, outs[False])[1] or "exact"))
-            rows.append([m, "exact" if first is None else "DIFFERS"]
-                        + [dev[f] for f in FIELDS] + [first or "–"])
-            if first:
+            alone = first_difference(outs[("on", "alone")], outs[("off", "alone")])
+            batch = first_difference(outs[("on", "batch")], outs[("off", "batch")])
+            control = first_difference(outs[("off2", "batch")], outs[("off", "batch")])
+            rows.append([m, summary(*alone), summary(*batch), summary(*control)])
+            if alone[1] is not None:
                 bad.append(m)
-    side = "graphs off, run twice (CPU)" if cpu else "graphs on vs off"
+    side = "graphs off twice (CPU: no graphs)" if cpu else "graphs on vs off"
     lines += ["", f"Parity, {side}: fp32, {n} image prompts × {g} samples, {steps} steps, same "
-              f"seeds, SGLang's default graph batch sizes (padded batches)"
-              + ("" if cpu else f", env {PARITY_ENV}") + ":", ""]
-    lines += k.table(["mode", "parity"] + [f"max Δ {f}" for f in FIELDS] + ["first difference"],
-                     rows)
+              f"seeds; each row alone (fixed shapes: must be exact) and all {n * g} rows batched "
+              f"(padded graph batches), next to two graphs-off batched runs (SGLang's run-to-run "
+              f"rounding)" + ("" if cpu else f"; env {PARITY_ENV}") + ":", ""]
+    lines += k.table(["mode", "rows alone", f"{n * g} rows batched",
+                      "batched, graphs off twice"], rows)
     return bad
 
 
@@ -296,7 +311,8 @@ def stage_f(ctx, parts=("parity", "throughput")) -> list[str]:
     if "throughput" in parts:
         throughput(ctx, model, ctrl, lines)
     if bad:
-        ctx.notes.append(f"f: graphs-on vs graphs-off records differ in {bad} (fp32)")
+        ctx.notes.append(f"f: graphs-on vs graphs-off records of rows decoded alone differ in "
+                         f"{bad} (fp32)")
         raise k.StageFailed(lines)
     return lines
 
