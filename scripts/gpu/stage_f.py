@@ -321,7 +321,7 @@ def stage_f(ctx, parts=("parity", "throughput")) -> list[str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="scripts/gpu/stage_f.py", description=__doc__.split("\n")[0])
     ap.add_argument("--parts", default="parity,throughput")
     ap.add_argument("--out", default="gpu-report-f.md")
     ap.add_argument("--dry-run", action="store_true")
