@@ -28,6 +28,14 @@ prefilled once, each sample then computes its last token) and off (every sample 
 whole prompt; one more engine, started after the timing).
 CPU numbers say nothing about GPU speed: on a CPU SGLang's scheduler overhead per step is
 comparable to a tiny model's forward.
+
+CUDA graphs: unavailable on the CPU (SGLang 0.5.12 captures them only on CUDA; its CPU graph
+runner needs the intel_amx attention backend and sgl-kernel's CPU build), so every engine here
+decodes without them, and the output says so. On a GPU, ``--device cuda`` runs the graphs-on/off
+comparison instead (stock SGLang hard with graphs; the plugin's hard, fixed and adaptsoft with
+graphs on and off; 64 and 8 rows; the GPU kit's stage f, ``scripts/gpu/stage_f.py``):
+
+    python scripts/bench_sglang.py --device cuda [--quick]
 """
 from __future__ import annotations
 
@@ -160,7 +168,15 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="turns of the four modes")
     ap.add_argument("--no-prefill", action="store_true",
                     help="skip the prefill counts (and the radix-cache-off engine)")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="cuda: CUDA graphs on vs off on a GPU (the GPU kit's stage f)")
+    ap.add_argument("--quick", action="store_true", help="--device cuda: 64 steps, not 128")
     a = ap.parse_args()
+    if a.device == "cuda":
+        sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
+        import stage_f
+        sys.exit(stage_f.main(["--parts", "throughput", "--out", "bench-sglang-graphs.md"]
+                              + (["--quick"] if a.quick else [])))
     _reexec_with_overlay()
 
     from soft_spatial.bench import interleaved, ratio_lines
@@ -207,6 +223,8 @@ def main() -> None:
 
     print(f"\ndecode, {a.prompts} image prompts × G={a.n}, {a.steps} steps, vocab {a.vocab}, "
           f"{os.cpu_count()} CPUs, {a.repeats} interleaved turns (seconds per generate):")
+    print("CUDA graphs: unavailable on the CPU (every SGLang engine here runs without them; "
+          "graphs on vs off: --device cuda on a GPU)")
     print("\n".join(ratio_lines(timings, "sglang hard")))
     print("tokens/s (min, median): " + ", ".join(
         f"{m} {tokens[m] / t.min:.1f}, {tokens[m] / t.median:.1f}" for m, t in timings.items()))

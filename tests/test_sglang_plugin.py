@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -140,8 +141,39 @@ def test_imports_without_sglang_and_errors_clearly_on_use():
 
 
 # -- parity with the local engine -------------------------------------------------------------
-@pytest.mark.parametrize("mode", ["adaptsoft", "fixed", "hard"])
-def test_runtime_parity_with_local_engine(engine, mode, monkeypatch):
+CAPTURE_BS = [1, 2, 4, 8]  # SGLang captures a list like this and pads a batch to the next size
+
+
+class GraphReplay:
+    """What SGLang's ``CudaGraphRunner`` does around the decode read: a static
+    ``req_pool_indices`` buffer of the largest captured size, the batch's slots copied into its
+    first rows (the rest keep stale slots), the read run at the padded size, the output cut back.
+    The read is compiled once per size with ``fullgraph=True`` (a graph break would raise), the
+    way SGLang's CPU graph runner compiles the forward per captured size."""
+
+    def __init__(self, rt, embed, pool_rows, d):
+        self.slots = torch.zeros(max(CAPTURE_BS), dtype=torch.long)
+        self.plain = torch.zeros(max(CAPTURE_BS), d)
+        self.compiled = {bs: torch.compile(
+            lambda s, e: rt.decode_inputs(s, embed, e, pool_rows), fullgraph=True,
+            backend="eager", dynamic=False) for bs in CAPTURE_BS}
+        self.padded = None
+
+    def __call__(self, reqs):
+        raw = len(reqs)
+        bs = next(b for b in CAPTURE_BS if b >= raw)
+        self.slots[:raw] = slots(reqs)
+        out = self.compiled[bs](self.slots[:bs], self.plain[:bs])
+        self.padded = out[raw:]
+        return out[:raw]
+
+
+@pytest.mark.parametrize("mode,graphs", [("adaptsoft", False), ("fixed", False),
+                                         ("hard", False), ("adaptsoft", True), ("fixed", True)])
+def test_runtime_parity_with_local_engine(engine, mode, graphs, monkeypatch):
+    """Records, tokens and next-step inputs equal the local engine's bit for bit; with
+    ``graphs`` every decode read is done the CUDA-graph way (:class:`GraphReplay`: padded batch
+    sizes 3 -> 4, 2, 1 as rows finish), padded rows finite."""
     soft_thinking = SoftThinkingConfig(mode=mode)
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=14)
     seeds = [7, 8, 9]
@@ -152,8 +184,17 @@ def test_runtime_parity_with_local_engine(engine, mode, monkeypatch):
     rt = SoftRuntime(settings_for(engine, soft_thinking))
     if mode == "adaptsoft":
         rt.set_controller({"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()})
-    reqs = drive(rt.sample, lambda b, plain: rt.decode_inputs(slots(b), engine.embed, plain),
-                 engine, steps, mixes, len(PROMPTS), seeds, sampling)
+    read, sample = (lambda b, plain: rt.decode_inputs(slots(b), engine.embed, plain)), rt.sample
+    if graphs:
+        replay = GraphReplay(rt, engine.embed, 61, engine.hidden_size)
+        sample = partial(rt.sample, pool_rows=61)
+
+        def read(batch, plain):
+            out = replay(batch)
+            assert torch.isfinite(replay.padded).all()
+            return out
+    reqs = drive(sample, read, engine, steps, mixes, len(PROMPTS), seeds, sampling)
+    torch._dynamo.reset()
     for o, req in zip(outs, reqs):
         assert req.output_ids == o.token_ids
     if mode != "hard":  # the </think> switch happened in the compared steps
@@ -255,12 +296,15 @@ def test_settings_roundtrip_and_required_server_args(monkeypatch):
         SGLangSoftSettings(soft_thinking=SoftThinkingConfig(), adaptsoft=AdaptSoftConfig(), hidden_size=8)
     args = required_server_args({"custom_weight_loader": ["x.y"], "mem_fraction_static": 0.4})
     assert args["sampling_backend"] == "soft_gumbel" and "disable_radix_cache" not in args
-    assert args["disable_overlap_schedule"] and args["disable_cuda_graph"]
+    assert args["disable_overlap_schedule"] and "disable_cuda_graph" not in args  # graphs on
+    for graphs_off in (True, False):  # the user's choice, e.g. to compare
+        assert required_server_args({"disable_cuda_graph": graphs_off})["disable_cuda_graph"] \
+            is graphs_off
     assert args["custom_weight_loader"] == ["x.y", "soft_spatial.engines.sglang.hooks.load_weights"]
     for radix_off in (True, False):  # prefix caching is the user's choice (protect_soft_kv)
         assert required_server_args({"disable_radix_cache": radix_off})["disable_radix_cache"] \
             is radix_off
-    for bad in ({"disable_cuda_graph": False}, {"sampling_backend": "flashinfer"},
+    for bad in ({"disable_overlap_schedule": False}, {"sampling_backend": "flashinfer"},
                 {"enable_dp_attention": True}):
         with pytest.raises(ValueError):
             required_server_args(bad)
@@ -273,8 +317,9 @@ def test_rollout_sglang_config_composes():
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         cfg = compose(config_name="train", overrides=["rollout=sglang", "cluster=paper"])
     r = cfg.actor_rollout_ref.rollout
-    assert r.name == "sglang_soft" and r.enforce_eager and r.gpu_memory_utilization == 0.4
+    assert r.name == "sglang_soft" and not r.enforce_eager and r.gpu_memory_utilization == 0.4
     ek = dict(r.engine_kwargs.sglang)
+    assert ek["disable_cuda_graph"] is False  # soft decoding runs in SGLang's decode graphs
     assert required_server_args(ek)["sampling_backend"] == "soft_gumbel"
     assert SoftSettings.from_custom(r.custom).soft_thinking.mode == "adaptsoft"
 
@@ -305,38 +350,99 @@ def test_required_server_args_refuse_settings_that_break_soft_decoding(key, valu
     assert ok["sampling_backend"] == "soft_gumbel" and ok["disable_overlap_schedule"] is True
 
 
-# -- decode-input buffers (what a CUDA graph would capture; docs/sglang.md) --------------------
-def test_decode_input_buffers_are_static_and_their_read_is_graph_capturable(engine):
-    """With SGLang's pool size known the buffers are allocated once and written in place (a
-    captured graph keeps their addresses); the read — gather by request-pool slot, weighted sum
-    of embedding rows — traces as one graph (no data-dependent branch, no host sync); padded
-    rows of a graph batch (slots never written) read finite zeros; the checked read refuses them
-    and, having a host sync, does not trace as one graph."""
+# -- decode-input buffers under CUDA graphs (docs/sglang.md, "CUDA graphs") --------------------
+def _pool(rows):
+    """A request pool as SGLang 0.5.12 lays it out: ``rows`` rows, slots 1..rows-1 handed out
+    from a free list (freed slots appended, so they are reused), row 0 the padding row."""
+    return SimpleNamespace(free=list(range(1, rows)), rows=rows)
+
+
+@pytest.mark.parametrize("mode", ["fixed", "adaptsoft"])
+def test_graph_read_under_continuous_batching(engine, mode):
+    """Requests arrive and finish while others decode, their slots are reused, some rows switch
+    at </think>: after every step the graph-style read of every running row equals the
+    mixture its records stand for (:func:`record_input_embeddings`, computed independently from
+    the streamed records), bit for bit; the buffers never move (a captured graph keeps their
+    addresses), including for the pool's last slot; a row whose slot holds another request's
+    record is refused on the host before the forward."""
+    from soft_spatial.softthink import record_input_embeddings
+    soft_thinking = SoftThinkingConfig(mode=mode, top_k=4)
+    rt = SoftRuntime(settings_for(engine, soft_thinking))
+    v, d = engine.lm_head.weight.shape[0], engine.hidden_size
+    te = think_end_id(engine.tokenizer)
+    pool = _pool(6)
+    replay = GraphReplay(rt, engine.embed, pool.rows, d)
+    g = torch.Generator().manual_seed(0)
+    running, n_new, ptrs, switched, reused = [], 0, None, 0, set()
+    for step in range(24):
+        while pool.free and len(running) < 5 and step % 3 == 0:  # arrivals (their prefill)
+            req = fake_req(f"c{n_new}", n_new, SamplingConfig())
+            req.req_pool_idx = pool.free.pop(0)
+            reused.add(req.req_pool_idx) if n_new >= 5 else None
+            n_new += 1
+            running.append(req)
+        rt.check_decode_rows([r for r in running if r.output_ids])  # the decode rows
+        logits = torch.randn(len(running), v, generator=g)
+        logits[::2, te] += 4.0 * (step % 5 == 4)  # some rows leave <think>
+        tokens, info = rt.sample(running, logits, torch.randn(len(running), d, generator=g),
+                                 pool_rows=pool.rows)
+        buf = rt.buffers("cpu", pool.rows)
+        ptrs = ptrs or (buf.ids.data_ptr(), buf.weights.data_ptr())
+        assert (buf.ids.data_ptr(), buf.weights.data_ptr()) == ptrs and buf.size == pool.rows
+        rec = {k: torch.tensor(info[info_key(k)]) for k in ("topk_ids", "scores", "tau", "soft")}
+        want = record_input_embeddings(engine.embed.weight, rec["topk_ids"], rec["scores"],
+                                       rec["tau"], rec["soft"])
+        assert torch.equal(replay(running), want), step
+        assert torch.isfinite(replay.padded).all()
+        for r, tok in zip(running, tokens.tolist()):
+            r.output_ids.append(tok)
+            switched += tok == te
+        done = [r for i, r in enumerate(running) if (step + i) % 4 == 3]  # departures
+        for r in done:
+            pool.free.append(r.req_pool_idx)
+        running = [r for r in running if r not in done]
+    assert switched and reused and pool.rows - 1 in {r.req_pool_idx for r in running} | \
+        set(pool.free)
+    stranger = fake_req("stranger", 1, SamplingConfig())
+    stranger.req_pool_idx = pool.free[0] if pool.free else running[0].req_pool_idx
+    with pytest.raises(RuntimeError, match="no record"):
+        rt.check_decode_rows([stranger])
+    torch._dynamo.reset()
+
+
+def test_decode_read_at_graph_capture_allocates_from_the_pool(engine):
+    """SGLang captures its decode graphs at start-up, before any request: the read then has no
+    buffers yet and no batch; it allocates them from the request pool's rows, reads finite
+    zeros, does not raise, and traces as one graph (no host sync, no value branch). The
+    sampler later writes into those very tensors — the pool's last slot included — and hard
+    mode keeps SGLang's plain embeddings."""
     soft_thinking = SoftThinkingConfig(mode="fixed", top_k=4)
     rt = SoftRuntime(settings_for(engine, soft_thinking))
-    sampling = SamplingConfig()
-    reqs = [fake_req(f"g{i}", i, sampling) for i in range(3)]
-    v, d = engine.lm_head.weight.shape[0], engine.hidden_size
-    g = torch.Generator().manual_seed(0)
-    buf, ptrs = None, None
-    for step in range(3):
-        rt.sample(reqs, torch.randn(3, v, generator=g), torch.randn(3, d, generator=g),
-                  pool_size=64)
-        buf = rt.buffers("cpu", 64)
-        if ptrs is None:
-            ptrs = (buf.ids.data_ptr(), buf.weights.data_ptr())
-        assert (buf.ids.data_ptr(), buf.weights.data_ptr()) == ptrs and buf.size == 64
-        for r in reqs:
-            r.output_ids.append(0)
-    slots = torch.tensor([r.req_pool_idx for r in reqs] + [63])  # + a padded graph row
-    traced = torch.compile(buf.mixture, fullgraph=True, backend="eager")
-    out = traced(slots, engine.embed)
-    assert torch.equal(out, buf.mixture(slots, engine.embed))
-    assert torch.equal(out[-1], torch.zeros(d))
-    with pytest.raises(RuntimeError, match="no record"):
-        rt.decode_inputs(slots, engine.embed, torch.zeros(4, d))
-    checked = torch.compile(lambda s: rt.decode_inputs(s, engine.embed, torch.zeros(3, d)),
-                            fullgraph=True, backend="eager")
-    with pytest.raises(Exception, match="data-dependent"):  # the check reads a tensor on the host
-        checked(slots[:3])
+    d, rows = engine.hidden_size, 9
+    traced = torch.compile(lambda s, e: rt.decode_inputs(s, engine.embed, e, rows),
+                           fullgraph=True, backend="eager")
+    out = traced(torch.zeros(4, dtype=torch.long), torch.ones(4, d))
+    assert torch.equal(out, torch.zeros(4, d))
+    buf = rt.buffers("cpu")
+    assert buf.size == rows and buf.fixed
+    ptr = buf.ids.data_ptr()
+    req = fake_req("last", 3, SamplingConfig())
+    req.req_pool_idx = rows - 1
+    rt.sample([req], torch.randn(1, engine.lm_head.weight.shape[0]), torch.randn(1, d),
+              pool_rows=rows)
+    assert rt.buffers("cpu", rows).ids.data_ptr() == ptr and buf.owner[rows - 1] == "last"
+    assert not torch.equal(traced(torch.tensor([rows - 1]), torch.ones(1, d)),
+                           torch.zeros(1, d))
+    req = fake_req("beyond", 4, SamplingConfig())
+    req.req_pool_idx = rows  # beyond the pool: refused, never a reallocation
+    with pytest.raises(IndexError, match="outside"):
+        rt.sample([req], torch.randn(1, engine.lm_head.weight.shape[0]), torch.randn(1, d),
+                  pool_rows=rows)
+    hard = SoftRuntime(settings_for(engine, SoftThinkingConfig(mode="hard")))
+    assert hard.decode_inputs(torch.zeros(2, dtype=torch.long), engine.embed,
+                              torch.ones(2, d), rows) is None
+    hard.check_decode_rows([fake_req("h", 1, SamplingConfig())])  # nothing to check
+    with pytest.raises(RuntimeError, match="no record"):  # no pool and nothing sampled
+        SoftRuntime(settings_for(engine, soft_thinking)).decode_inputs(
+            torch.zeros(1, dtype=torch.long), engine.embed, torch.ones(1, d))
     torch._dynamo.reset()

@@ -12,9 +12,13 @@ Stages (each independent; a stage whose packages are missing is skipped with the
      and peak memory against the naive per-step V×D form, Gumbel-density and replay throughput.
   c  one actor update through verl's FSDP2 engine on one GPU (a Qwen3-VL-2B-shaped language
      model): hard vs soft_fixed vs adaptsoft time and peak memory, each mode in its own process.
-  d  SGLang 0.5.12 with the soft plugin (needs sglang and its kernels; not staged by default):
-     tokens, records and likelihoods against the embedded engine on the same weights and seeds
-     (fp32, every mode), then SGLang vs embedded decode throughput per mode (CUDA graphs off).
+  d  SGLang 0.5.12 with the soft plugin (the kit's sglang pack): tokens, records and likelihoods
+     against the embedded engine's fp32 and fp64 runs on the same weights and seeds (fp32, every
+     mode, TF32 off), the first divergence and per-step |Δ|, then SGLang vs embedded throughput.
+  e  GRPO through verl with SGLang rollouts on one GPU (scripts/gpu/stage_e.py): 2 steps with a
+     checkpoint and a resume; time split, peak memory, replay consistency, controller sync.
+  f  soft decoding under SGLang's CUDA graphs (scripts/gpu/stage_f.py): graphs on/off throughput
+     against stock SGLang hard decoding, graphs-on/off parity in fp32.
 
 The report is rewritten after every stage, so a run cut short keeps what finished. Timings
 synchronise the device and take the median of repeats after a warm-up.
@@ -594,9 +598,9 @@ def stage_d(ctx: Ctx) -> list[str]:
     try:
         import sglang
     except ImportError as e:
-        raise Skip(f"sglang is not installed ({e}): its kernels (sglang-kernel, flashinfer: about "
-                   f"700 MiB of wheels, 12+ calls on a lent machine) are not staged by default; "
-                   f"on a GPU machine with network: pip install -e .[gpu]") from e
+        raise Skip(f"sglang is not installed ({e}): on a lent machine install the kit's sglang "
+                   f"pack (scripts/gpu/kit.py, docs/gpu.md); on a GPU machine with network: "
+                   f"pip install -e .[gpu]") from e
     if ctx.device == "cpu" and os.environ.get("SGLANG_USE_CPU_ENGINE") != "1":
         raise Skip("on the CPU SGLang's engine needs SGLANG_USE_CPU_ENGINE=1 and tests/sglang_stubs "
                    "on PYTHONPATH (as scripts/test.sh runs tests/sglang_real)")
@@ -764,7 +768,9 @@ STAGES = {"a": ("a. Embedded engine on CUDA (Qwen3-VL-8B shape)", stage_a),
           "c": ("c. One actor update through verl's FSDP2 engine", stage_c),
           "d": ("d. SGLang soft rollout", stage_d),
           "e": ("e. GRPO through verl with SGLang rollouts on one GPU",  # scripts/gpu/stage_e.py
-                lambda ctx: __import__("stage_e").run(ctx, sys.modules[__name__]))}
+                lambda ctx: __import__("stage_e").run(ctx, sys.modules[__name__])),
+          "f": ("f. SGLang soft decoding under CUDA graphs",  # scripts/gpu/stage_f.py
+                lambda ctx: __import__("stage_f").stage_f(ctx))}
 
 
 def versions() -> str:
@@ -782,7 +788,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 2)[2])
-    ap.add_argument("--stages", default="a,b,c,d", help="comma-separated stages (default all)")
+    ap.add_argument("--stages", default="a,b,c,d,e,f", help="comma-separated stages (default all)")
     ap.add_argument("--out", default="gpu-report.md", help="Markdown report path")
     ap.add_argument("--dry-run", action="store_true",
                     help="run every stage's logic on the CPU at tiny sizes (no GPU needed)")

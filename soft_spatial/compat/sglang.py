@@ -13,7 +13,8 @@ import inspect
 from collections.abc import Callable
 
 __all__ = ["SUPPORTED_SGLANG", "check_version", "preprocess_logits", "attach_logprobs",
-           "sync_token_ids_across_tp", "protect_soft_kv", "request_pool_size",
+           "sync_token_ids_across_tp", "protect_soft_kv", "request_pool_rows",
+           "worker_request_pool", "forward_batch_request_pool",
            "scheduler_launch", "collect_records", "launch_engine", "tensor_update_request",
            "check_internals"]
 
@@ -68,12 +69,27 @@ def protect_soft_kv(req) -> None:
     req.skip_radix_cache_insert = True
 
 
-def request_pool_size(worker) -> int | None:
-    """Slots of the worker's request pool (sglang 0.5.12: ``TpModelWorker.model_runner.
-    req_to_token_pool.size``, ``mem_cache/memory_pool.py`` L142; ``Req.req_pool_idx`` < this):
-    the size of the static decode-input buffers. None for stand-ins without a model runner."""
-    pool = getattr(getattr(worker, "model_runner", None), "req_to_token_pool", None)
-    return int(pool.size) if pool is not None else None
+def request_pool_rows(pool) -> int | None:
+    """Rows of SGLang's request-to-token pool, i.e. one more than the largest request-pool slot
+    (sglang 0.5.12: ``ReqToTokenPool.req_to_token`` has ``size + 1`` rows, ``mem_cache/
+    memory_pool.py`` L142-L152: slots ``1..size`` go to requests, row 0 is the padding row that
+    CUDA-graph padded batches index). The size of the static decode-input buffers, so every
+    ``Req.req_pool_idx`` and every padded graph row indexes them in range. None for stand-ins."""
+    table = getattr(pool, "req_to_token", None)
+    return int(table.shape[0]) if table is not None else None
+
+
+def worker_request_pool(worker):
+    """The request pool of a ``TpModelWorker`` (sglang 0.5.12: ``worker.model_runner.
+    req_to_token_pool``); None for stand-ins without a model runner."""
+    return getattr(getattr(worker, "model_runner", None), "req_to_token_pool", None)
+
+
+def forward_batch_request_pool(forward_batch):
+    """The request pool a ``ForwardBatch`` indexes (sglang 0.5.12: the field
+    ``ForwardBatch.req_to_token_pool``, set also on the batches ``CudaGraphRunner.
+    capture_one_batch_size`` builds at start-up, where no scheduler batch exists)."""
+    return getattr(forward_batch, "req_to_token_pool", None)
 
 
 # -- launching the schedulers ----------------------------------------------------------------
@@ -194,4 +210,35 @@ def check_internals() -> list:
     if missing:
         problems.append(f"UpdateWeightsFromTensorReqInput lost {sorted(missing)} "
                         f"(tensor_update_request)")
+    problems += _graph_problems()
+    return problems
+
+
+def _graph_problems() -> list:
+    """What soft decoding under ``CudaGraphRunner`` relies on (sglang 0.5.12,
+    ``model_executor/cuda_graph_runner.py``, ``managers/mm_utils.py``, ``managers/tp_worker.py``):
+    the captured batch indexes the real request pool through the runner's static
+    ``req_pool_indices`` buffer, refreshed before each replay; the decode embedding is computed
+    and passed as ``input_embeds`` (what the hook replaces); sampling runs after the forward,
+    outside the graph; the runner recaptures when the requested hidden-state mode changes."""
+    from sglang.srt.managers import mm_utils, tp_worker
+    from sglang.srt.model_executor import cuda_graph_runner as cgr
+    problems = []
+    facts = [(cgr.CudaGraphRunner.capture_one_batch_size,
+              ("buffers.req_pool_indices[:bs]", "req_pool_indices=req_pool_indices",
+               "req_to_token_pool=self.model_runner.req_to_token_pool")),
+             (cgr.DecodeInputBuffers.populate_from_forward_batch,
+              ("self.req_pool_indices[:raw_bs]", "forward_batch.req_pool_indices")),
+             (cgr.CudaGraphRunner.recapture_if_needed, ("forward_batch.capture_hidden_mode",
+                                                        "self.capture()")),
+             (mm_utils.general_mm_embed_routine, ("input_embeds = embed_tokens(input_ids)",
+                                                  "input_embeds=input_embeds")),
+             (tp_worker.TpModelWorker.forward_batch_generation,
+              ("self.model_runner.forward(", "self.model_runner.sample("))]
+    for fn, needles in facts:
+        src = inspect.getsource(getattr(fn, "__wrapped__", fn))
+        for needle in needles:
+            if needle not in src:
+                problems.append(f"sglang {fn.__qualname__} no longer contains {needle!r} "
+                                f"(soft decoding under CUDA graphs, docs/sglang.md)")
     return problems

@@ -52,3 +52,47 @@ def test_version_check_rejects_another_version(monkeypatch):
     monkeypatch.setattr(sgl, "__version__", "0.0.1")
     with pytest.raises(ImportError, match="0.5.12"):
         sglang.check_version()
+
+
+def test_request_pool_rows_cover_every_slot_sglang_hands_out():
+    """``request_pool_rows`` sizes the static decode-input buffers: every slot SGLang's real
+    ``ReqToTokenPool`` allocates (1..size; row 0 pads CUDA-graph batches) indexes them, so the
+    sampler never has to reallocate buffers a captured graph reads. Fails if SGLang's slot
+    numbering or the pool's table moves."""
+    from types import SimpleNamespace
+
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+
+    from soft_spatial.compat.sglang import (forward_batch_request_pool, request_pool_rows,
+                                            worker_request_pool)
+
+    pool = ReqToTokenPool(size=4, max_context_len=8, device="cpu", enable_memory_saver=False)
+    reqs = [SimpleNamespace(req_pool_idx=None, is_chunked=0, kv_committed_len=0)
+            for _ in range(4)]
+    slots = pool.alloc(reqs)
+    rows = request_pool_rows(pool)
+    assert max(slots) == pool.size and rows == pool.size + 1 and 0 not in slots
+    pool.free(reqs[-1])
+    assert pool.alloc([SimpleNamespace(req_pool_idx=None, is_chunked=0,
+                                       kv_committed_len=0)]) == [pool.size]  # reused, < rows
+    worker = SimpleNamespace(model_runner=SimpleNamespace(req_to_token_pool=pool))
+    assert worker_request_pool(worker) is pool
+    assert forward_batch_request_pool(SimpleNamespace(req_to_token_pool=pool)) is pool
+    assert request_pool_rows(None) is None and worker_request_pool(object()) is None
+
+
+def test_check_internals_names_a_changed_graph_runner(monkeypatch):
+    """The CUDA-graph facts soft decoding relies on are checked (``_graph_problems``): a graph
+    runner that stopped refreshing its static ``req_pool_indices`` is named."""
+    from sglang.srt.model_executor import cuda_graph_runner as cgr
+
+    from soft_spatial.compat import sglang
+
+    def populate_from_forward_batch(self, *, forward_batch, raw_bs, **kw):
+        pass
+
+    monkeypatch.setattr(cgr.DecodeInputBuffers, "populate_from_forward_batch",
+                        populate_from_forward_batch)
+    problems = sglang.check_internals()
+    assert any("populate_from_forward_batch" in p and "req_pool_indices" in p
+               for p in problems), problems

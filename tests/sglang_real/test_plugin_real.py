@@ -224,7 +224,15 @@ def test_tp_hook_through_real_hook_wrapper(installed, sgl):
         return "result"
 
     wrapped = _wrap_fn(body, installed.hooks._tp_hook, HookType.AROUND)
-    reqs = [FakeReq("a", 1, SamplingConfig())]
+    reqs = [FakeReq("a", 1, SamplingConfig(), slot=5)]
+    mwb = SimpleNamespace(reqs=reqs, forward_mode=ForwardMode.DECODE,
+                          capture_hidden_mode=CaptureHiddenMode.NULL, extend_seq_lens=None)
+    with pytest.raises(RuntimeError, match="no record"):  # slot 5 holds no record of "a"
+        wrapped(object(), mwb)
+    assert "ctx" not in seen  # refused on the host, before the forward
+    k = installed.rt.settings.soft_thinking.top_k
+    installed.rt.buffers("cpu", 8).write([5], torch.zeros(1, k, dtype=torch.long),
+                                         torch.ones(1, k), ["a"])  # as the sampler does
     for mode, cap, forced in ((ForwardMode.DECODE, CaptureHiddenMode.NULL, True),
                               (ForwardMode.EXTEND, CaptureHiddenMode.FULL, False)):
         mwb = SimpleNamespace(reqs=reqs, forward_mode=mode, capture_hidden_mode=cap,
@@ -243,7 +251,8 @@ def test_real_server_args_accept_required_args(installed, sgl):
     from sglang.srt.server_args import ServerArgs
     kw = required_server_args({"mem_fraction_static": 0.4})
     args = ServerArgs(model_path=str(sgl.path), device="cpu", **kw)
-    assert args.disable_overlap_schedule and args.disable_cuda_graph and not args.enable_mixed_chunk
+    assert args.disable_overlap_schedule and not args.enable_mixed_chunk
+    assert not args.disable_cuda_graph  # CUDA graphs stay on (the soft read runs inside them)
     assert not args.disable_radix_cache and args.schedule_policy == "lpm"  # prefix cache kept
     assert "soft_spatial.engines.sglang.hooks.load_weights" in args.custom_weight_loader
     # SGLang forces the pytorch sampler on CPU devices (ServerArgs._handle_cpu_backends; the test
@@ -271,7 +280,8 @@ def test_embed_hook_with_real_embedding_and_signature(installed, sgl):
     ``embed_tokens``: after a real sampler step, read from the decode-input buffers by the
     batch's request-pool slots, soft rows get Σ softmax(z/τ)_k E[ids_k] (the local engine's
     :func:`record_input_embeddings`), the discrete row exactly its plain embedding; prefill
-    batches are left alone, and a slot the sampler never wrote is refused."""
+    batches are left alone; outside a batch (graph capture/replay) the read is the same, and
+    slots never written read finite zeros."""
     from sglang.srt.layers.logits_processor import LogitsProcessorOutput
     from sglang.srt.layers.sampler import create_sampler
     from sglang.srt.layers.vocab_parallel_embedding import VocabParallelEmbedding
@@ -324,17 +334,118 @@ def test_embed_hook_with_real_embedding_and_signature(installed, sgl):
     with batch_context(BatchContext(reqs=reqs, is_decode=False)):  # prefill: untouched
         assert fwd(lm, tokens, None, SimpleNamespace(forward_mode=ForwardMode.EXTEND),
                    plain) is plain
-    assert fwd(lm, tokens, None, fb_decode, plain) is plain  # outside a batch: untouched
+    # outside a scheduler batch (CUDA-graph capture and replay): the same read, no batch state
+    assert torch.equal(fwd(lm, tokens, None, fb_decode, plain), got)
     unwritten = SimpleNamespace(forward_mode=ForwardMode.DECODE,
                                 req_pool_indices=torch.tensor([6, 0, 3]))
     assert 6 not in fb_decode.req_pool_indices.tolist()
-    with batch_context(BatchContext(reqs=reqs, is_decode=True)):
-        with pytest.raises(RuntimeError, match="no record"):
-            fwd(lm, tokens, None, unwritten, plain)
+    pad = fwd(lm, tokens, None, unwritten, plain)  # padded graph rows: finite, discarded
+    assert torch.isfinite(pad).all() and torch.equal(pad[:2], torch.zeros(2, HIDDEN))
+
+
+def test_embed_hook_at_graph_capture_then_sampler_then_padded_replay(installed, sgl):
+    """The decode forward as SGLang's ``CudaGraphRunner`` runs it: first at start-up capture
+    (``capture_one_batch_size``: no scheduler batch, no buffers yet, ``req_pool_indices`` all 0
+    = the real ``ReqToTokenPool``'s padding row), then replayed with the batch's slots copied
+    into the static index buffer and the rest padding. Through SGLang's real hook wrappers:
+    the capture-time read allocates from the pool's rows, reads finite zeros and raises
+    nothing, and the hooked forward traces as ONE graph (``fullgraph``: no host sync, no
+    branch on values, nothing read from the batch context); the real sampler, published by
+    the real ``_tp_hook`` with the worker's pool, writes into those same tensors — the pool's
+    last slot (= its size) included — and the padded replay reads exactly the mixtures the
+    records stand for (:func:`record_input_embeddings`)."""
+    from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+    from sglang.srt.layers.sampler import create_sampler
+    from sglang.srt.layers.vocab_parallel_embedding import VocabParallelEmbedding
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+    from sglang.srt.models.qwen3_vl import Qwen3LLMModel
+    from sglang.srt.plugins.hook_registry import HookType, _wrap_fn
+    from soft_spatial.engines.sglang.runtime import SoftRuntime
+    from soft_spatial.softthink import record_input_embeddings
+    hooks, v = installed.hooks, sgl.vocab
+    rt = SoftRuntime(_settings(sgl.think_end))
+    rt.set_controller(_random_controller().to_state())
+    hooks.set_runtime(rt)
+    try:
+        embed = VocabParallelEmbedding(v, HIDDEN, params_dtype=torch.float32)
+        with torch.no_grad():
+            embed.weight.copy_(torch.randn(embed.weight.shape,
+                                           generator=torch.Generator().manual_seed(2)))
+        lm = SimpleNamespace(embed_tokens=embed)
+
+        def body(self, input_ids, positions, forward_batch, input_embeds=None,
+                 pp_proxy_tensors=None, input_deepstack_embeds=None):
+            return input_embeds * 1.0
+
+        assert list(inspect.signature(body).parameters) == \
+            list(inspect.signature(Qwen3LLMModel.forward.__wrapped__).parameters)
+        fwd = _wrap_fn(body, hooks._embed_hook, HookType.BEFORE)
+        pool = ReqToTokenPool(size=4, max_context_len=16, device="cpu",
+                              enable_memory_saver=False)
+        index = torch.zeros(8, dtype=torch.long)  # the runner's static req_pool_indices
+
+        def graph_batch(bs):
+            return SimpleNamespace(forward_mode=ForwardMode.DECODE, req_pool_indices=index[:bs],
+                                   req_to_token_pool=pool)
+
+        captured = torch.compile(fwd, fullgraph=True, backend="eager", dynamic=False)
+        fb4 = graph_batch(4)
+        out = captured(lm, index[:4], None, fb4, torch.ones(4, HIDDEN))  # start-up capture
+        assert torch.equal(out, torch.zeros(4, HIDDEN))
+        buf = rt.buffers("cpu")
+        ptrs = (buf.ids.data_ptr(), buf.weights.data_ptr())
+        assert buf.size == pool.size + 1
+        reqs = [FakeReq(f"p{i}", 40 + i, SamplingConfig(), slot=None) for i in range(3)]
+        for r, slot in zip(reqs, pool.alloc(reqs)):
+            r.req_pool_idx = slot
+        reqs = reqs[::-1]  # slots 3, 2, 1 ...
+        extra = FakeReq("p3", 43, SamplingConfig(), slot=None)
+        extra.req_pool_idx, = pool.alloc([extra])
+        assert extra.req_pool_idx == pool.size  # the last slot
+        reqs.append(extra)
+        worker = SimpleNamespace(model_runner=SimpleNamespace(req_to_token_pool=pool))
+        sampler, g, info = create_sampler("soft_gumbel"), torch.Generator().manual_seed(4), {}
+
+        def step(self, model_worker_batch, **kw):  # stand-in forward: a graph replay + sampler
+            b = len(model_worker_batch.reqs)
+            if model_worker_batch.forward_mode.is_decode():
+                index[:b] = torch.tensor([r.req_pool_idx for r in model_worker_batch.reqs])
+                got = captured(lm, index[:4], None, fb4, torch.ones(4, HIDDEN))[:b]
+                info["read"] = got
+            logits = torch.randn(b, v, generator=g)
+            out = LogitsProcessorOutput(next_token_logits=logits,
+                                        hidden_states=torch.randn(b, HIDDEN, generator=g))
+            tokens = sampler(out, _sampling_info(b, v), False, [0] * b, [None] * b, None)
+            info["rec"] = {k: torch.tensor(out.customized_info[info_key(k)])
+                           for k in ("topk_ids", "scores", "tau", "soft")}
+            return tokens
+
+        forward = _wrap_fn(step, hooks._tp_hook, HookType.AROUND)
+        prev = {}
+        for t in range(4):  # a prefill (extend) step, then decode steps with 3 = 4 - 1 rows
+            live = reqs if t == 0 else reqs[:3]
+            mode = ForwardMode.EXTEND if t == 0 else ForwardMode.DECODE
+            mwb = SimpleNamespace(reqs=live, forward_mode=mode, extend_seq_lens=None,
+                                  capture_hidden_mode=CaptureHiddenMode.NULL)
+            if t:
+                want = record_input_embeddings(embed.weight[:v], *[
+                    prev[k][:3] for k in ("topk_ids", "scores", "tau", "soft")])
+            tokens = forward(worker, mwb)
+            assert (rt.buffers("cpu").ids.data_ptr(), buf.weights.data_ptr()) == ptrs
+            if t:
+                assert torch.equal(info["read"], want), t
+            prev = info["rec"]
+            for r, tok in zip(live, tokens.tolist()):
+                r.output_ids.append(tok)
+        assert bool(prev["soft"].any())
+    finally:
+        hooks.set_runtime(installed.rt)
+        torch._dynamo.reset()
 
 
 def test_scheduler_internals_the_plugin_relies_on():
-    """Upgrade guard for compat.sglang.protect_soft_kv / request_pool_size / _embed_hook and
+    """Upgrade guard for compat.sglang.protect_soft_kv / request_pool_rows / _embed_hook and
     plugin_schedulers (the real-engine tests exercise them; this names what moved)."""
     import dataclasses
 

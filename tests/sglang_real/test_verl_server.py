@@ -136,7 +136,7 @@ def test_verl_server_matches_local_soft_server(server_factory, tiny_qwen3_vl_sma
     assert args["sampling_backend"] == "soft_gumbel"
     assert not args["disable_radix_cache"] and args["schedule_policy"] == "lpm"
     assert args["disable_overlap_schedule"]
-    assert args["disable_cuda_graph"] and not args["enable_mixed_chunk"]
+    assert not args["disable_cuda_graph"] and not args["enable_mixed_chunk"]  # graphs on
     assert CONTROLLER_LOADER in args["custom_weight_loader"]
     # the scheduler processes' settings: what the server exported before the launch
     settings = SGLangSoftSettings.from_json(seen["env"])

@@ -34,18 +34,20 @@ What is hooked, and why each server argument is required (``settings.required_se
   the prefill; text and image tokens) is shared by the n samples of a prompt and by later
   requests, while KV computed from soft inputs is never inserted and never matched.
 
+CUDA graphs work (``disable_cuda_graph`` is not forced; set it to compare): the decode inputs
+come from static per-slot buffers (:class:`~.runtime.DecodeInputBuffers`, ``[pool rows, K]`` ids
+and weights written by the sampler, which runs after the graph) gathered by the graph runner's
+static ``req_pool_indices``; the embedding hook runs inside the captured forward with no
+per-batch state, and the row check runs on the host before the forward (docs/sglang.md,
+"CUDA graphs").
+
 Not supported in this version (rejected by ``required_server_args`` or at runtime):
 
 * **Overlap scheduling** (``disable_overlap_schedule=True``): with overlap, batch t+1 is launched
-  before batch t's results are processed, so ``Req.output_ids`` lags one step (the noise-step check
-  fails) and the mixture of step t would have to flow through SGLang's future-token map instead of
-  the request state.
-* **CUDA graphs** (``disable_cuda_graph=True``): the embedding hook and the capture mode change run
-  inside the model forward, which a replayed graph skips. The decode inputs already come from
-  static per-slot buffers (:class:`~.runtime.DecodeInputBuffers`: ``[pool, K]`` ids and weights
-  written by the sampler, gathered by ``forward_batch.req_pool_indices`` in the forward, with no
-  data-dependent branch), which is what a captured graph can replay; docs/sglang.md ("CUDA
-  graphs") lists what remains (capturing the read inside the graph runner, hidden-state capture).
+  before batch t's results are processed, so ``Req.output_ids`` lags one step (the noise-step
+  check and the retraction check read it) and the sampler's host reads (records, ``</think>``
+  switches) serialise the two batches anyway; docs/sglang.md ("Overlap scheduling") says what
+  an exact version needs.
 * **Retraction / re-prefill after soft steps** raises :class:`SoftStateError`.
 * Mixed chunks, DP attention, speculative decoding, pipeline parallelism.
 
@@ -72,7 +74,8 @@ except ImportError as exc:  # pragma: no cover - exercised by the no-sglang test
 import torch
 
 from soft_spatial.compat import sglang as sgl_compat
-from soft_spatial.compat.sglang import protect_soft_kv, request_pool_size
+from soft_spatial.compat.sglang import (forward_batch_request_pool, protect_soft_kv,
+                                        request_pool_rows, worker_request_pool)
 from soft_spatial.softthink.controller import log_fingerprint
 
 from .client import CONTROLLER_NAME, decode_controller
@@ -118,7 +121,7 @@ class SoftGumbelSampler(Sampler):
                                               sampling_info)
         b = logits.shape[0]
         hidden = last_hidden(logits_output.hidden_states, ctx, b)
-        tokens, info = runtime().sample(ctx.reqs, logits, hidden, pool_size=ctx.pool_size)
+        tokens, info = runtime().sample(ctx.reqs, logits, hidden, pool_rows=ctx.pool_rows)
         logits_output.customized_info = {**(logits_output.customized_info or {}), **info}
         if ctx.forced_capture:
             logits_output.hidden_states = None  # nobody else asked for them
@@ -136,18 +139,22 @@ def _tp_hook(original, *args, **kwargs):
     if mwb is None or getattr(mwb, "reqs", None) is None:
         return original(*args, **kwargs)
     forced = False
+    # Always LAST (AdaptSoft's input): one fixed mode, so SGLang's graph runner recaptures once
+    # (its start-up capture uses NULL) and then replays every decode batch.
     if mwb.capture_hidden_mode in (None, CaptureHiddenMode.NULL):
         mwb.capture_hidden_mode = CaptureHiddenMode.LAST
         forced = True
     is_decode = mwb.forward_mode.is_decode()
     if is_decode:
+        runtime().check_decode_rows(mwb.reqs)  # host-side, before any graph replays
         for req in mwb.reqs:
             st = getattr(req, STATE_ATTR, None)
             if st is not None and st.had_soft:
                 protect_soft_kv(req)
     ctx = BatchContext(reqs=mwb.reqs, is_decode=is_decode,
                        extend_seq_lens=getattr(mwb, "extend_seq_lens", None),
-                       forced_capture=forced, pool_size=request_pool_size(args[0]))
+                       forced_capture=forced,
+                       pool_rows=request_pool_rows(worker_request_pool(args[0])))
     with batch_context(ctx):
         return original(*args, **kwargs)
 
@@ -155,10 +162,12 @@ def _tp_hook(original, *args, **kwargs):
 def _embed_hook(*args, **kwargs):
     """BEFORE Qwen3LLMModel.forward(self, input_ids, positions, forward_batch, input_embeds, ...):
     at decode, every row's input becomes Σ_k w_k E[ids_k] from the decode-input buffers, gathered
-    by ``forward_batch.req_pool_indices`` (sglang 0.5.12: the batch's request-pool slots)."""
-    ctx = current_batch()
-    if ctx is None or not ctx.is_decode:
-        return None
+    by ``forward_batch.req_pool_indices`` (sglang 0.5.12: the batch's request-pool slots).
+
+    Runs identically when SGLang's ``CudaGraphRunner`` captures its decode graphs (at start-up,
+    outside any scheduler batch, and on recapture): it depends only on the forward batch's static
+    tensors and the server-wide mode — no per-batch Python state, no host sync — so the captured
+    graph replays the mixture read for whatever slots the runner copies into its buffers."""
     names = _embed_params
     bound = dict(zip(names, args))
     bound.update(kwargs)
@@ -166,7 +175,8 @@ def _embed_hook(*args, **kwargs):
     if embeds is None or fb is None or not fb.forward_mode.is_decode():
         return None
     model = bound["self"]
-    new = runtime().decode_inputs(fb.req_pool_indices, model.embed_tokens, embeds)
+    new = runtime().decode_inputs(fb.req_pool_indices, model.embed_tokens, embeds,
+                                  request_pool_rows(forward_batch_request_pool(fb)))
     if new is None:
         return None
     if "input_embeds" in kwargs:

@@ -62,7 +62,7 @@ class BatchContext:
     is_decode: bool
     extend_seq_lens: Sequence[int] | None = None  # per row, extend batches only
     forced_capture: bool = False  # hidden states were captured for us only
-    pool_size: int | None = None  # slots of SGLang's request pool (size of the input buffers)
+    pool_rows: int | None = None  # rows of SGLang's request pool (size of the input buffers)
 
 
 _local = threading.local()
@@ -112,32 +112,39 @@ def _sampling_from_req(req, params: dict[str, Any] | None) -> SamplingConfig:
 
 
 class DecodeInputBuffers:
-    """The next decode step's inputs of every request-pool slot: ids ``[size, K]`` and fp32
-    weights ``[size, K]``, written by the sampler after each step and read by the decode forward.
+    """The next decode step's inputs of every request-pool slot: ids ``[rows, K]`` and fp32
+    weights ``[rows, K]``, written by the sampler after each step and read by the decode forward.
 
-    The tensors are allocated once per device at the pool's size (the static buffers a CUDA
-    graph captures); ``written`` marks slots holding a record since the server started, so a
-    forward without CUDA graphs can refuse a row whose inputs the sampler never produced.
+    Allocated once per device at the request pool's row count (the static buffers a captured CUDA
+    graph reads; never reallocated once sized from the pool). Unwritten rows hold zeros, so a
+    padded graph row reads a finite (zero, or a finished request's stale) mixture. ``owner`` is
+    host-side: the request whose record each slot holds, checked before a decode batch runs.
     """
 
-    def __init__(self, size: int, k: int, device):
-        self.size, self.k = int(size), int(k)
+    def __init__(self, size: int, k: int, device, fixed: bool = False):
+        self.size, self.k, self.fixed = int(size), int(k), fixed
         self.ids = torch.zeros(self.size, self.k, dtype=torch.long, device=device)
         self.weights = torch.zeros(self.size, self.k, dtype=torch.float32, device=device)
-        self.written = torch.zeros(self.size, dtype=torch.bool, device=device)
+        self.owner: list[Any] = [None] * self.size
 
-    def write(self, slots: Tensor, ids: Tensor, weights: Tensor) -> None:
-        """Rows ``slots [n]`` get ``ids [n, K]`` and ``weights [n, K]``."""
-        if slots.numel() and int(slots.max()) >= self.size:
-            raise IndexError(f"soft decode buffers: slot {int(slots.max())} >= pool size "
-                             f"{self.size}")
-        self.ids[slots] = ids.to(self.ids.device)
-        self.weights[slots] = weights.to(self.weights.device, torch.float32)
-        self.written[slots] = True
+    def write(self, slots: Sequence[int], ids: Tensor, weights: Tensor,
+              owners: Sequence[Any] | None = None) -> None:
+        """Rows ``slots`` (host ints, ``n``) get ``ids [n, K]`` and ``weights [n, K]``."""
+        bad = [s for s in slots if not 0 <= s < self.size]
+        if bad:
+            raise IndexError(f"soft decode buffers: slot {bad[0]} outside the pool's "
+                             f"{self.size} rows")
+        idx = torch.tensor(list(slots), dtype=torch.long, device=self.ids.device)
+        self.ids[idx] = ids.to(self.ids.device)
+        self.weights[idx] = weights.to(self.weights.device, torch.float32)
+        for i, s in enumerate(slots):
+            self.owner[s] = owners[i] if owners is not None else True
 
     def mixture(self, slots: Tensor, embed: Callable[[Tensor], Tensor]) -> Tensor:
         """Σ_k w_k E[ids_k] ``[b, D]`` of the slots ``[b]`` (the same arithmetic as
-        :func:`~soft_spatial.softthink.record_input_embeddings`, in the embedding's dtype)."""
+        :func:`~soft_spatial.softthink.record_input_embeddings`, in the embedding's dtype).
+        Every row takes the same ops — no branch on values, no host sync — so it can run while
+        a CUDA graph is captured."""
         ids, w = self.ids[slots], self.weights[slots]
         b, k = ids.shape
         table = embed(ids.reshape(-1))  # [b*K, D] = E[ids]
@@ -214,32 +221,49 @@ class SoftRuntime:
                                              device=device)
         return self._banned[key]
 
-    def buffers(self, device, pool_size: int | None = None,
+    def buffers(self, device, pool_rows: int | None = None,
                 min_size: int = 0) -> DecodeInputBuffers:
-        """The decode-input buffers on ``device``: ``pool_size`` slots when SGLang reports its
-        pool size (allocated once), else grown to hold ``min_size`` slots (tests, fakes)."""
-        key = str(device)
+        """The decode-input buffers on ``device``: ``pool_rows`` rows when SGLang's request pool
+        is known (:func:`~soft_spatial.compat.sglang.request_pool_rows`; allocated once, by the
+        first caller — the sampler, or the embedding hook while SGLang captures its graphs —
+        and never moved), else grown to hold ``min_size`` slots (tests, stand-ins)."""
+        key = str(torch.device(device))
         buf = self._buffers.get(key)
-        want = int(pool_size) if pool_size else max(min_size, 1)
-        if buf is None or buf.size < min_size:
-            k = self.settings.soft_thinking.top_k
-            old, buf = buf, DecodeInputBuffers(max(want, min_size), k, device)
-            if old is not None:  # grown (no pool size known): keep what was written
-                buf.write(torch.arange(old.size, device=device), old.ids, old.weights)
-                buf.written[: old.size] = old.written
-            self._buffers[key] = buf
-        return buf
+        if buf is not None and (buf.fixed or buf.size >= max(min_size, pool_rows or 0)):
+            return buf
+        k = self.settings.soft_thinking.top_k
+        if pool_rows:
+            new = DecodeInputBuffers(max(int(pool_rows), min_size), k, device, fixed=True)
+        else:
+            new = DecodeInputBuffers(max(min_size, 1), k, device)
+        if buf is not None:  # grown: keep what was written
+            new.write(list(range(buf.size)), buf.ids, buf.weights, buf.owner)
+        self._buffers[key] = new
+        return new
+
+    def check_decode_rows(self, reqs: Sequence[Any]) -> None:
+        """Host-side check before a decode batch's forward (outside any graph): every row's
+        request-pool slot holds this request's latest record (soft modes)."""
+        if not self.settings.soft_thinking.is_soft:
+            return
+        for req in reqs:
+            slot, ok = req.req_pool_idx, False
+            for buf in self._buffers.values():
+                ok |= slot is not None and 0 <= slot < buf.size and buf.owner[slot] == req.rid
+            if not ok:
+                raise RuntimeError(f"soft decode: request {req.rid} (slot {slot}) has no record "
+                                   f"from the soft sampler (is sampling_backend=soft_gumbel?)")
 
     @torch.no_grad()
     def sample(self, reqs: Sequence[Any], logits: Tensor, hidden: Tensor | None,
-               pool_size: int | None = None) -> tuple[Tensor, dict[str, list]]:
+               pool_rows: int | None = None) -> tuple[Tensor, dict[str, list]]:
         """One step for the batch rows ``reqs`` (logits ``[B, V]``, hidden ``[B, D]``).
 
         Returns the emitted tokens ``[B]`` (the spine at soft steps) and ``customized_info``:
         ``{"soft_<key>": [value of row i]}`` for every record key and ``loglik``. Rows of requests
         whose prefill is still chunked get the argmax token and a zero record (SGLang discards
         both); their state is untouched. In the soft modes each live row's next input is written
-        to :meth:`buffers` (``pool_size``: SGLang's request-pool size) at ``req.req_pool_idx``.
+        to :meth:`buffers` (``pool_rows``: rows of SGLang's request pool) at ``req.req_pool_idx``.
         """
         soft_thinking = self.settings.soft_thinking
         k = soft_thinking.top_k
@@ -305,10 +329,11 @@ class SoftRuntime:
                 st.thinking = False  # the </think> step itself was soft
         if soft_thinking.is_soft and live:
             idx = torch.tensor(live, device=dev)
-            slots = torch.tensor([int(reqs[i].req_pool_idx) for i in live], device=dev)
-            buf = self.buffers(dev, pool_size, int(slots.max()) + 1)
+            slots = [int(reqs[i].req_pool_idx) for i in live]
+            buf = self.buffers(dev, pool_rows, max(slots) + 1)
             buf.write(slots, full["topk_ids"][idx],
-                      record_weights(full["scores"][idx], full["tau"][idx], full["soft"][idx]))
+                      record_weights(full["scores"][idx], full["tau"][idx], full["soft"][idx]),
+                      [reqs[i].rid for i in live])
         cpu = {key: v.cpu().tolist() for key, v in full.items()}
         info = {info_key(key): cpu[key] for key in INFO_KEYS}
         return tokens, info
@@ -316,21 +341,31 @@ class SoftRuntime:
     # -- decode inputs ------------------------------------------------------------------------
     @torch.no_grad()
     def decode_inputs(self, slots: Tensor, embed: Callable[[Tensor], Tensor],
-                      input_embeds: Tensor, check: bool = True) -> Tensor | None:
+                      input_embeds: Tensor, pool_rows: int | None = None) -> Tensor | None:
         """Decode-step input embeddings ``[B, D]`` of the rows in request-pool ``slots [B]``, or
         None in hard mode (plain token embeddings). ``embed`` maps ids ``[N]`` to full embedding
         rows ``[N, D]`` (SGLang's embedding module, which all-reduces its vocabulary shards).
-        ``check`` (no CUDA graph) refuses rows the sampler never wrote."""
+
+        Safe inside a captured CUDA graph: it reads only server-wide settings, the static
+        buffers (allocated here from ``pool_rows`` when SGLang captures before any sampling)
+        and ``slots`` (the graph runner's static ``req_pool_indices``); no branch on values, no
+        host sync. Whether the rows hold records is checked before the forward
+        (:meth:`check_decode_rows`)."""
         if not self.settings.soft_thinking.is_soft:
             return None
         if slots.shape[0] != input_embeds.shape[0]:
             raise ValueError(f"soft decode: {slots.shape[0]} request slots for "
                              f"{input_embeds.shape[0]} input rows")
-        buf = self._buffers.get(str(input_embeds.device))
-        if check and (buf is None or int(slots.max()) >= buf.size
-                      or not bool(buf.written[slots].all())):
+        key = str(input_embeds.device)
+        if pool_rows is None and key not in self._buffers:
             raise RuntimeError("soft decode: a decode row has no record from the soft sampler "
                                "(is sampling_backend=soft_gumbel?)")
+        if key not in self._buffers and input_embeds.is_cuda and \
+                torch.cuda.is_current_stream_capturing():
+            # allocated inside a capture, the zero-fill would be replayed every step
+            raise RuntimeError("soft decode: the decode-input buffers must exist before a CUDA "
+                               "graph is captured (SGLang's warm-up forwards allocate them)")
+        buf = self.buffers(input_embeds.device, pool_rows)
         return buf.mixture(slots, embed).to(input_embeds.dtype)
 
 

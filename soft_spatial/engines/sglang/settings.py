@@ -79,7 +79,6 @@ class SGLangSoftSettings:
 # input on is never inserted (soft_spatial.compat.sglang.protect_soft_kv).
 _REQUIRED = {
     "disable_overlap_schedule": True,  # step t's mixture must exist before batch t+1 runs
-    "disable_cuda_graph": True,  # the decode-embedding hook runs inside the model forward
     "enable_mixed_chunk": False,  # decode rows must be pure decode batches to get mixtures
 }
 
@@ -87,8 +86,10 @@ _REQUIRED = {
 def required_server_args(engine_kwargs: dict[str, Any] | None) -> dict[str, Any]:
     """``rollout.engine_kwargs.sglang`` with what the soft backend needs set.
 
-    Sets ``sampling_backend`` and the custom weight loader (controller sync), and the three flags
+    Sets ``sampling_backend`` and the custom weight loader (controller sync), and the flags
     above; a user value that contradicts one of them raises instead of being overridden silently.
+    CUDA graphs are left to the caller (on by default; ``disable_cuda_graph=True`` turns them off
+    for comparisons: the soft decode read runs inside SGLang's captured forward either way).
     """
     out = dict(engine_kwargs or {})
     for key, value in _REQUIRED.items():
