@@ -60,7 +60,7 @@ DRY_REPLAY_BOUND = 1e-3  # fp32 on the CPU: SGLang's likelihoods = the trainer's
 def train_command(model: Path, data: Path, ckpt: Path, steps: int, save: bool, dry: bool) -> list:
     """``python -m soft_spatial.train`` for a run to ``steps`` in ``ckpt`` (a resume when a
     checkpoint is there), saving a checkpoint after every step if ``save``."""
-    cluster = ["cluster=cpu", "trainer.n_gpus_per_node=1",  # tests/sglang_real/test_train_sglang
+    cluster = ["cluster=cpu", "trainer.n_gpus_per_node=1",  # the CPU settings of the suite's training tests
                "actor_rollout_ref.actor.optim.lr=1e-3",
                "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0"] if dry else ["cluster=gpu1"]
     return [sys.executable, "-m", "soft_spatial.train", "model=tiny", "rollout=sglang",

@@ -7,7 +7,7 @@ of ``.venv`` on PYTHONPATH; .venv supplies torch, triton, torchvision, transform
 the main suite's process sglang is not importable and this folder is not collected, so the main
 suite keeps testing the package without sglang.
 
-The ``test_real_engine_*`` modules, ``test_eval_engine`` and ``test_train_sglang`` start SGLang's
+The ``test_real_engine_*`` modules, ``test_eval_engine`` and ``test_gpu_kit_stage_*`` start SGLang's
 real engine on the CPU (real_engine.py; one engine per module, no process left behind; the CPU
 stand-ins are listed in tests/sglang_stubs/README.md).
 """

@@ -5,9 +5,12 @@ resume to step 2, verl's trainer with SGLang's real engine as the rollout — pa
 (controller sent = installed at every sync and = the checkpoint, replay within 1e-3, the
 controller's optimizer restored) with the same code a GPU runs.
 
-The dry run also checks what tests/sglang_real/test_train_sglang.py checks of its 2-step run
-(spine match, soft steps, replay, the controller trained every step, the n samples of a prompt
-sharing its prefill, no process left behind), through a resume in between."""
+It is also the suite's test of training through verl with the sglang_soft rollout on the CPU:
+verl's Ray trainer and FSDP2/gloo worker, the SGLangSoftHttpServer launching SGLang's scheduler
+with the plugin, verl's weight sync before every step (the server starts from dummy weights, so
+the replay difference stays below 1e-3 only if the sync works: ~40 nats with a broken one) and the
+controller's after it; spine match, soft steps, the controller trained every step, the n samples
+of a prompt sharing its prefill, no process left behind — through a resume in between."""
 from __future__ import annotations
 
 import os
