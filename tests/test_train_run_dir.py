@@ -351,6 +351,31 @@ def test_session_pids_do_not_mix_up_runs_whose_names_share_a_prefix(tmp_path):
             p.wait()
 
 
+def test_session_pids_never_list_the_driver_that_owns_the_directory(tmp_path, monkeypatch):
+    """The driver holds Ray's driver logs open below its directory, and its watchdog fires while
+    the driver is still exiting: it must not SIGKILL its own driver (a finished run exited -9)."""
+    monkeypatch.setattr(ray_session, "runs_root", lambda: tmp_path)
+    hold = ("import sys, time; f = open(sys.argv[1], 'w'); print(flush=True); time.sleep(600)")
+    # this test's process is the driver: its directory, a log file it holds open, one agent
+    path = ray_session.run_ray_dir(os.getpid())
+    log = open(path / "driver.log", "w")
+    agent = subprocess.Popen([sys.executable, "-c", hold, str(path / "agent.log")],
+                             stdout=subprocess.PIPE)
+    try:
+        agent.stdout.readline()  # started, its log open
+        assert ray_session.session_pids(path) == [agent.pid]
+        # seen from another process (the watchdog), this process is still not listed
+        out = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
+                              "from soft_spatial.trainer import ray_session; "
+                              "print(ray_session.session_pids(Path(sys.argv[1])))", str(path)],
+                             capture_output=True, text=True, cwd=ROOT, check=True)
+        assert out.stdout.strip() == str([agent.pid])
+    finally:
+        log.close()
+        agent.kill()
+        agent.wait()
+
+
 RAY_DRIVER = r"""
 import os, time
 import ray

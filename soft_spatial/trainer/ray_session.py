@@ -61,7 +61,8 @@ def _driver_alive(path: Path) -> bool:
 def session_pids(path: Path) -> list[int]:
     """Pids of this user's processes (not this process) of the run directory ``path``: ``path``
     on their command line (not followed by a digit: ``<pid>-<start>`` is not another run's
-    ``<pid>-<start>7``), ``RAY_TMPDIR=<path>`` in their environment, or a file open below it."""
+    ``<pid>-<start>7``), ``RAY_TMPDIR=<path>`` in their environment, or a file open below it;
+    never the driver the directory is named after (``<pid>-<start time>``)."""
     named = re.compile(re.escape(str(path).encode()) + rb"(?![0-9])")
     marker = f"{RAY_TMPDIR}={path}".encode()
     below = str(path) + os.sep
@@ -70,7 +71,13 @@ def session_pids(path: Path) -> list[int]:
     by_environ = find_pids("environ", lambda environ: marker in environ.split(b"\0"), same_user=True)
     by_files = find_pids("stat", lambda _: True, same_user=True)  # every process of this user
     by_files = [pid for pid in by_files if any(f.startswith(below) for f in open_paths(pid))]
-    return sorted(set(by_cmdline) | set(by_environ) | set(by_files))
+    pids = set(by_cmdline) | set(by_environ) | set(by_files)
+    # the driver that owns ``path`` holds Ray's driver logs open below it; its watchdog fires while
+    # it is still finishing its exit, and the run is its to end: never one of its session's
+    pid, _, start = path.name.partition("-")
+    if pid.isdigit() and start_time(int(pid)) == start:
+        pids.discard(int(pid))
+    return sorted(pids)
 
 
 def kill_session(path: Path, timeout: float = 30.0) -> list[int]:

@@ -30,7 +30,14 @@ def test_stage_d_dry_run_matches_the_embedded_engine(tmp_path):
     for mode, row in parity.items():
         assert row is not None, (mode, report)
         same, total, loglik = int(row[1]), int(row[2]), float(row[3])
-        assert same == total == 4, (mode, report)  # 2 prompts × 2 samples, every path equal
+        assert total == 4 and same >= int(row[6]), (mode, report)  # 2 prompts × 2 samples
+        # SGLang leaves local fp32's path only on rows where local fp32 leaves its own fp64 run
+        # (ill-conditioned: the soft feedback amplifies fp32 rounding, docs/sglang.md)
+        rows = re.search(rf"\*\*{mode}\*\* — rows: (\d+) ok, (\d+) ill-conditioned .*?, "
+                         rf"(\d+) off the path, (\d+) beyond the bound", report)
+        assert rows and int(rows[1]) + int(rows[2]) == 4 and rows[3] == rows[4] == "0", (mode, report)
+        if mode == "hard":
+            assert same == 4, (mode, report)  # tokens fed back: every path equal
         assert loglik <= 1e-3, (mode, report)  # fp32 rounding only (tests/sglang_real tolerances)
         assert int(row[8]) == int(row[9]) == 4, (mode, report)  # every row within the bound
     # the diagnostics: per mode, the first difference and the per-step |Δ| of the three pairs
