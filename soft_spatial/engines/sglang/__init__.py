@@ -7,7 +7,8 @@ Importing this package never imports sglang. The pieces:
 * :mod:`.runtime` — the scheduler-side logic with no sglang import: per-request state (noise
   seed and step counter, counter-based like :class:`~soft_spatial.engines.local.LocalEngine`,
   thinking flag, the next step's mixture), the batched call of
-  :func:`~soft_spatial.engines.step.sample_step`, the decode input mixture Σ w_k E[ids_k] and the per-step records returned through ``customized_info``;
+  :func:`~soft_spatial.engines.step.sample_step`, the decode input mixture Σ w_k E[ids_k] and
+  the per-step records returned through ``customized_info``;
 * :mod:`.client` — the verl-server side: per-request parameters, accumulation of the records
   across streamed chunks, the controller's wire format;
 * :mod:`.hooks` — the plugin inside SGLang (version-checked; the SGLang internals it needs are
