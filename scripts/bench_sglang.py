@@ -17,7 +17,7 @@ settings are server-wide) live side by side, each SGLang engine in its own worke
 shutdown kills every child of the process that started it), its scheduler started with
 ``sleep_on_idle`` (an idle scheduler otherwise spins on a core and would slow the others). The
 four modes are measured in turns whose order rotates every repeat
-(`soft_spatial.bench.interleaved`), one measurement being one whole batched ``generate``, after a
+(`soft_spatial.lab.bench.interleaved`), one measurement being one whole batched ``generate``, after a
 warm-up per mode. Printed: min, median and spread ((max - min) / median) of the seconds per mode,
 the time ratios to SGLang hard (of minima, medians and paired per turn), tokens/s, and the
 throughput ratios SGLang soft / SGLang hard,
@@ -179,7 +179,7 @@ def main() -> None:
                               + (["--quick"] if a.quick else [])))
     _reexec_with_overlay()
 
-    from soft_spatial.bench import interleaved, ratio_lines
+    from soft_spatial.lab.bench import interleaved, ratio_lines
     from soft_spatial.engines import LocalEngine
     from soft_spatial.models import build_tiny_model
     from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Environment for soft_spatial Slurm jobs, sourced by slurm/*.sbatch after ROOT is set: the checkout's
 # virtualenv (python -m soft_spatial.launch runs from it) and the plugin module. The launcher forwards
-# the variables listed in soft_spatial/ray_env.py to every `ray start` and to the training command.
+# the variables listed in soft_spatial/infra/ray_env.py to every `ray start` and to the training command.
 # Export a variable before `sbatch` to override a default here (sbatch passes the submitting shell's
 # environment on by default).
 

@@ -26,7 +26,7 @@ Subcommands
 Options, with their environment equivalents in brackets, are listed below. Other environment:
   SOFT_SPATIAL_NODELIST="n1 n2"  node list override (else `scontrol show hostnames $SLURM_JOB_NODELIST`)
   SOFT_SPATIAL_HEAD_NODE         head node (default: the first node)
-  SOFT_SPATIAL_FORWARD_ENV       extra variable names to forward (soft_spatial/ray_env.py has the list)
+  SOFT_SPATIAL_FORWARD_ENV       extra variable names to forward (soft_spatial/infra/ray_env.py has the list)
   SOFT_SPATIAL_SRUN_ARGS         extra srun arguments for the Ray steps (e.g. "--gres=gpu:4")
   SOFT_SPATIAL_RAY_BIN           the ray CLI (default: the one beside this interpreter, else on PATH)
   RAY_AUTH_MODE                  unset: token authentication with a fresh token in RUN_DIR/ray/auth_token
@@ -52,9 +52,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from soft_spatial.procs import alive as pid_alive
-from soft_spatial.procs import find_pids
-from soft_spatial.ray_env import forwarded_env
+from soft_spatial.infra.procs import alive as pid_alive
+from soft_spatial.infra.procs import find_pids
+from soft_spatial.infra.ray_env import forwarded_env
 
 ROOT = Path(os.environ.get("SOFT_SPATIAL_ROOT") or Path(__file__).resolve().parents[1])
 SUBCOMMANDS = ("launch", "head", "worker", "wait", "stop", "nodes")

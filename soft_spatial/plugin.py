@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from soft_spatial import platform as _platform  # first: verl's engines read the device
+from soft_spatial.integration import platform as _platform  # first: verl's engines read the device
 
 if os.environ.get("VERL_PLATFORM") == _platform.PLATFORM_NAME:
     _platform.use_cpu_platform()

@@ -9,7 +9,7 @@ settings, the sampling temperatures, the actor's loss settings (a warning where 
 eq. 8 or break the controller's K-sparse gradient), the model directory (a tiny random model is
 built only with ``model.build_tiny=true``) and the training data. The run directory (``trainer.default_local_dir``)
 is locked for the run, its metrics log is kept across resumes, and a local Ray started here never
-outlives the run (`soft_spatial.trainer.ray_session`). A run whose latest checkpoint already
+outlives the run (`soft_spatial.infra.ray_session`). A run whose latest checkpoint already
 reached ``trainer.total_training_steps`` says so and exits without starting Ray.
 
 ``data.task_types=[Perspective_Taking]`` trains (and validates) on a task-type subset: the rows
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf, open_dict
 
-from soft_spatial.ray_env import plugin_env
+from soft_spatial.infra.ray_env import plugin_env
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 RUN_DIR_ENV = "SOFT_SPATIAL_RUN_DIR"
@@ -50,7 +50,7 @@ def preflight(cfg) -> Path:
     from soft_spatial.actor.loss import check_actor_config
     from soft_spatial.data.prepare import check_parquet
     from soft_spatial.models.loading import resolve_model_dir
-    from soft_spatial.settings import SoftSettings
+    from soft_spatial.softthink.settings import SoftSettings
 
     rollout = cfg.actor_rollout_ref.rollout
     SoftSettings.from_custom(rollout.get("custom"))  # typed settings: each invalid field named
@@ -99,9 +99,9 @@ def task_subset_files(files, task_types, out_dir: Path, split: str, min_rows: in
 
 def run(cfg) -> None:
     """Start training from a composed config (also used by tests)."""
-    from soft_spatial.dirlock import DirLock
-    from soft_spatial.trainer import ray_session
-    from soft_spatial.trainer.run_dir import finished, keep_metrics_until, resume_step
+    from soft_spatial.infra.dirlock import DirLock
+    from soft_spatial.infra import ray_session
+    from soft_spatial.infra.run_dir import finished, keep_metrics_until, resume_step
 
     device = str(cfg.trainer.get("device", "cuda"))
     env = plugin_env(device)
@@ -157,7 +157,7 @@ def run(cfg) -> None:
         import soft_spatial.plugin  # noqa: F401
         from verl.trainer.main_ppo import run_ppo
 
-        from soft_spatial.trainer.task_runner import SoftTaskRunner
+        from soft_spatial.integration.task_runner import SoftTaskRunner
         OmegaConf.resolve(cfg)  # ${cpu_workers:...} here: Ray's processes do not know the resolver
         run_ppo(cfg, task_runner_class=ray.remote(num_cpus=1)(SoftTaskRunner))
     print(f"checkpoints: {ckpt_dir}\nmetrics: {metrics}")

@@ -62,7 +62,7 @@ def process_group():
 
     import torch.distributed as dist
 
-    from soft_spatial.platform import init_process_group, use_cpu_platform
+    from soft_spatial.integration.platform import init_process_group, use_cpu_platform
 
     use_cpu_platform()
     created = not dist.is_initialized()

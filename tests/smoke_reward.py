@@ -11,7 +11,7 @@ what made ``test_every_preset_runs_one_training_step[adaptsoft]`` fail once (con
 import random
 import zlib
 
-from soft_spatial.reward import compute_score as real_score
+from soft_spatial.data.reward import compute_score as real_score
 
 _tie_break = random.Random()  # seeded from the OS in each reward-loop worker process
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from soft_spatial.ablation import load_sweep, main, row_result, table_markdown
+from soft_spatial.lab.ablation import load_sweep, main, row_result, table_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -250,7 +250,7 @@ def _rank_main(rank, world, init_file, model_dir, out_dir):
     import test_actor_helpers as H2
     from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
     from soft_spatial.actor.loss import soft_ppo_loss
-    from soft_spatial.platform import init_process_group, use_cpu_platform
+    from soft_spatial.integration.platform import init_process_group, use_cpu_platform
 
     torch.set_num_threads(1)
     use_cpu_platform()

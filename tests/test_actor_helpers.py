@@ -1,5 +1,5 @@
 """Helpers shared by the tests/test_actor_*.py modules (no tests here): they live in
-`soft_spatial.bench`, shared with the benchmarks."""
+`soft_spatial.lab.bench`, shared with the benchmarks."""
 from __future__ import annotations
 
 import os
@@ -8,9 +8,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VERL_PLATFORM", "cpu")
 # selecting the CPU platform registers it too: a verl import elsewhere in this process (any
 # test module collected after this one) would otherwise find "cpu" selected but unknown
-import soft_spatial.platform  # noqa: E402,F401
+import soft_spatial.integration.platform  # noqa: E402,F401
 
-from soft_spatial.bench import (  # noqa: E402,F401  (re-exported)
+from soft_spatial.lab.bench import (  # noqa: E402,F401  (re-exported)
     PROMPTS,
     actor_config,
     make_train_engine,
@@ -19,4 +19,4 @@ from soft_spatial.bench import (  # noqa: E402,F401  (re-exported)
     train_batch_td,
     verl_batch,
 )
-from soft_spatial.bench import random_controller as trained_controller  # noqa: E402,F401
+from soft_spatial.lab.bench import random_controller as trained_controller  # noqa: E402,F401

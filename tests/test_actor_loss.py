@@ -4,7 +4,7 @@ import os
 os.environ.setdefault("VERL_PLATFORM", "cpu")
 # selecting the CPU platform registers it too: a verl import elsewhere in this process (any
 # test module collected after this one) would otherwise find "cpu" selected but unknown
-import soft_spatial.platform  # noqa: E402,F401
+import soft_spatial.integration.platform  # noqa: E402,F401
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -11,7 +11,7 @@ def test_pinned_verl_version():
 
 
 def test_internals_we_touch_are_unchanged():
-    from soft_spatial.platform import use_cpu_platform
+    from soft_spatial.integration.platform import use_cpu_platform
     from soft_spatial.compat.verl import check_internals
 
     use_cpu_platform()  # VERL_PLATFORM=cpu: the platform must exist before verl's engines import
@@ -20,7 +20,7 @@ def test_internals_we_touch_are_unchanged():
 
 
 def test_cpu_platform_selected_and_engines_registered():
-    from soft_spatial.platform import PlatformCPU, use_cpu_platform
+    from soft_spatial.integration.platform import PlatformCPU, use_cpu_platform
 
     use_cpu_platform()
     from verl.utils.device import (get_device_id, get_device_name, get_nccl_backend,
@@ -38,7 +38,7 @@ def test_cpu_platform_selected_and_engines_registered():
 
 
 def test_register_is_idempotent():
-    from soft_spatial.platform import register
+    from soft_spatial.integration.platform import register
 
     register()
     register()
@@ -96,7 +96,7 @@ def test_check_internals_names_a_moved_private_override(monkeypatch):
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
     from soft_spatial.compat.verl import check_internals
-    from soft_spatial.platform import use_cpu_platform
+    from soft_spatial.integration.platform import use_cpu_platform
 
     use_cpu_platform()
     monkeypatch.delattr(RayPPOTrainer, "_update_actor")

@@ -15,7 +15,7 @@ from soft_spatial.data.fixtures import FixtureSet, write_fixtures
 from soft_spatial.data.images import TRAIN_MAX_PIXELS, budget_size, fit_budget, open_rgb
 from soft_spatial.data.prepare import SYSTEM_PROMPT, main, prompt_tokens, write_parquet
 from soft_spatial.data.prompt import question_text
-from soft_spatial.reward import compute_score
+from soft_spatial.data.reward import compute_score
 
 # --- pixel budget ---------------------------------------------------------------------------------
 
@@ -289,7 +289,7 @@ def test_check_parquet_refuses_a_gold_answer_that_names_no_option(fx: FixtureSet
 
 
 def test_atomic_writes_leave_old_content_on_error(tmp_path: Path):
-    from soft_spatial.atomic import atomic_dir, atomic_open, write_text
+    from soft_spatial.infra.atomic import atomic_dir, atomic_open, write_text
 
     target = tmp_path / "summary.json"
     write_text(target, "old")

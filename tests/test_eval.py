@@ -128,7 +128,7 @@ import re  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
 
-from soft_spatial.dirlock import DirLockedError  # noqa: E402
+from soft_spatial.infra.dirlock import DirLockedError  # noqa: E402
 from soft_spatial.engines import PromptTooLongError  # noqa: E402
 from soft_spatial.eval.runkey import RunKeyMismatch, weights_fingerprint  # noqa: E402
 
@@ -223,7 +223,7 @@ def test_smaller_samples_and_limit_report_only_what_they_ask(fixtures, tiny_qwen
 
 HOLD_LOCK = """
 import sys
-from soft_spatial.dirlock import DirLock
+from soft_spatial.infra.dirlock import DirLock
 lock = DirLock(sys.argv[1]).acquire()
 print("locked", flush=True)
 sys.stdin.read()

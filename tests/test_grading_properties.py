@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from soft_spatial.data.extract import extract_answer, extract_ours, extract_spatialab, parse_choice
 from soft_spatial.data.extract import extract_mindcube_official, extract_omnispatial_official
 from soft_spatial.data.gold import gold_letter, parse_letter
-from soft_spatial.reward import compute_score, format_ok
+from soft_spatial.data.reward import compute_score, format_ok
 
 PROPERTY = settings(max_examples=150, deadline=None, derandomize=True)
 OPTIONS = ["left", "right", "in front", "behind"]

@@ -1,9 +1,9 @@
-"""soft_spatial.jsonl: the one JSONL reader."""
+"""soft_spatial.infra.jsonl: the one JSONL reader."""
 import json
 
 import pytest
 
-from soft_spatial.jsonl import JSONLError, read_jsonl
+from soft_spatial.infra.jsonl import JSONLError, read_jsonl
 
 
 def test_records_blank_lines_and_line_separators_inside_records(tmp_path):

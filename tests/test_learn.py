@@ -17,12 +17,10 @@ from scipy import stats
 
 from soft_spatial.data import load_omnispatial
 from soft_spatial.data.synthetic import read_reasoning, write_benchmark
-from soft_spatial.experiments.learn import BEFORE_MODE, EVAL_MODE, LearnConfig
-from soft_spatial.experiments.report import (paired_difference, per_question, read_metrics,
-                                             trend, write_report)
-from soft_spatial.experiments.warmstart import (assistant_turn, collate, demonstration, encode,
-                                                response_loss)
-from soft_spatial.reward import compute_score
+from soft_spatial.lab.learn import BEFORE_MODE, EVAL_MODE, LearnConfig
+from soft_spatial.lab.report import (paired_difference, per_question, read_metrics, trend, write_report)
+from soft_spatial.lab.warmstart import (assistant_turn, collate, demonstration, encode, response_loss)
+from soft_spatial.data.reward import compute_score
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -208,7 +206,7 @@ def test_reduced_learning_run_changes_policy_and_controller(tmp_path):
     from soft_spatial.softthink import AdaptSoft
 
     out = tmp_path / "learn"
-    cmd = [sys.executable, "-m", "soft_spatial.experiments.learn", f"out={out}", "seed=1",
+    cmd = [sys.executable, "-m", "soft_spatial.lab.learn", f"out={out}", "seed=1",
            "data.train=160", "data.test=6", "model.hidden_size=64", "model.intermediate_size=128",
            "model.num_hidden_layers=2", "model.head_dim=16", "model.vision_hidden_size=32",
            "model.vision_depth=1", "warmstart.steps=25", "warmstart.batch_size=16",

@@ -22,7 +22,7 @@ from hypothesis import given, settings, strategies as st
 from soft_spatial.engines.sglang.client import PARAM_KEY, request_params
 from soft_spatial.engines.sglang.runtime import SoftRuntime
 from soft_spatial.engines.sglang.settings import SGLangSoftSettings
-from soft_spatial.settings import NOISE_PARAM, noise_key, request_row_seed, row_seed
+from soft_spatial.softthink.settings import NOISE_PARAM, noise_key, request_row_seed, row_seed
 from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig, SoftThinkingConfig,
                                     noise_uniforms, seed_tensor)
 
@@ -284,7 +284,7 @@ def batch(n, validate=False):
 
 def run_schedule(trainer):
     """Validation at step 0 (two batches), training steps 1 and 2, validation at step 2."""
-    from soft_spatial.trainer.ppo_trainer import tag_noise_keys
+    from soft_spatial.integration.ppo_trainer import tag_noise_keys
 
     tag_noise_keys(trainer)
     gen = trainer.async_rollout_manager.generate_sequences

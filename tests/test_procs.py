@@ -1,10 +1,10 @@
-"""soft_spatial.procs against processes this test starts and ends."""
+"""soft_spatial.infra.procs against processes this test starts and ends."""
 import os
 import subprocess
 import sys
 import uuid
 
-from soft_spatial.procs import alive, find_pids, open_paths, start_time, stat_fields
+from soft_spatial.infra.procs import alive, find_pids, open_paths, start_time, stat_fields
 
 
 def test_state_start_time_and_scan_follow_a_child_through_its_life():

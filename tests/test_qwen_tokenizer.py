@@ -8,6 +8,7 @@ import unicodedata
 import pytest
 
 import soft_spatial.models.qwen_tokenizer as qt
+from soft_spatial.infra.cache import cache_root
 
 TEXTS = [
     "Hello world!",
@@ -85,7 +86,7 @@ def test_cache_is_reused(tmp_path, monkeypatch):
     assert qt.qwen_tokenizer_dir() == first
     assert (first / "tokenizer.json").stat().st_mtime_ns == stamp
     monkeypatch.setenv("SOFT_SPATIAL_CACHE", str(tmp_path))
-    assert qt.cache_root() == tmp_path
+    assert cache_root() == tmp_path
 
 
 def test_ranks_to_bpe_merge_order():

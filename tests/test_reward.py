@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from soft_spatial.reward import compute_score, format_ok, is_correct, options_from_extra_info
+from soft_spatial.data.reward import compute_score, format_ok, is_correct, options_from_extra_info
 
 OPTS = {"options": ["left", "right", "in front", "behind"]}
 

@@ -1,8 +1,7 @@
-"""soft_spatial.settings: rollout.custom parsed once, the seeds, verl's sampling mapping."""
+"""soft_spatial.softthink.settings: rollout.custom parsed once, the seeds, verl's sampling mapping."""
 import pytest
 
-from soft_spatial.settings import (SoftSettings, request_row_seed, request_seed, row_seed,
-                                   sampling_config)
+from soft_spatial.softthink.settings import (SoftSettings, request_row_seed, request_seed, row_seed, sampling_config)
 from soft_spatial.softthink import (AdaptSoftConfig, AlignmentConfig, DensityConfig, KLConfig,
                                     SoftThinkingConfig)
 

@@ -31,7 +31,7 @@ from soft_spatial.engines.sglang.client import (INFO_KEYS, PARAM_KEY,
 from soft_spatial.engines.sglang.runtime import (STATE_ATTR, BatchContext, SoftRuntime,
                                                  SoftStateError, last_hidden)
 from soft_spatial.models import think_end_id
-from soft_spatial.settings import row_seed, sampling_config
+from soft_spatial.softthink.settings import row_seed, sampling_config
 from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig,
                                     SoftThinkingConfig, SoftTrace)
 
@@ -313,7 +313,7 @@ def test_settings_roundtrip_and_required_server_args(monkeypatch):
 def test_rollout_sglang_config_composes():
     from hydra import compose, initialize_config_dir
     from soft_spatial.train import CONFIG_DIR
-    from soft_spatial.settings import SoftSettings
+    from soft_spatial.softthink.settings import SoftSettings
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         cfg = compose(config_name="train", overrides=["rollout=sglang", "cluster=paper"])
     r = cfg.actor_rollout_ref.rollout

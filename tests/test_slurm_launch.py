@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from soft_spatial import launch
-from soft_spatial.ray_env import FORWARD_ENV, forwarded_env, plugin_env
+from soft_spatial.infra.ray_env import FORWARD_ENV, forwarded_env, plugin_env
 
 ROOT = Path(__file__).resolve().parents[1]
 SHELL_FILES = [ROOT / "slurm" / "train.sbatch", ROOT / "slurm" / "eval.sbatch", ROOT / "slurm" / "env.sh"]

@@ -35,7 +35,7 @@ def compose_train(*overrides):
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_composes_into_typed_settings(preset):
-    from soft_spatial.settings import SoftSettings
+    from soft_spatial.softthink.settings import SoftSettings
     cfg = compose_train(f"experiment={preset}", "model=tiny", "cluster=cpu")
     s = SoftSettings.from_custom(cfg.actor_rollout_ref.rollout.custom)
     assert cfg.actor_rollout_ref.rollout.name == "local_soft"

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from soft_spatial.dirlock import DirLock, DirLockedError
+from soft_spatial.infra.dirlock import DirLock, DirLockedError
 from soft_spatial.train import CONFIG_DIR, preflight, run
-from soft_spatial.trainer import ray_session
-from soft_spatial.trainer.run_dir import SUPERSEDED, keep_metrics_until, resume_step
+from soft_spatial.infra import ray_session
+from soft_spatial.infra.run_dir import SUPERSEDED, keep_metrics_until, resume_step
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -152,10 +152,10 @@ def test_a_finished_run_exits_before_ray_and_changes_nothing(tiny_qwen3_vl_small
 
 @pytest.fixture(scope="module")
 def trainer_module():
-    from soft_spatial.platform import use_cpu_platform
+    from soft_spatial.integration.platform import use_cpu_platform
 
     use_cpu_platform()  # the platform must exist before verl's trainer imports
-    from soft_spatial.trainer import ppo_trainer
+    from soft_spatial.integration import ppo_trainer
     return ppo_trainer
 
 
@@ -259,7 +259,7 @@ def test_resume_step_follows_verl(tmp_path):
         resume_step(tmp_path, "resume_path", None)
     # the entry point of a CPU run has VERL_PLATFORM=cpu and no CPU platform plugin loaded:
     # importing verl's checkpoint module there fails, so resume_step must not
-    res = subprocess.run([sys.executable, "-c", "import sys; from soft_spatial.trainer.run_dir "
+    res = subprocess.run([sys.executable, "-c", "import sys; from soft_spatial.infra.run_dir "
                           "import resume_step; print(resume_step(sys.argv[1], 'auto'))",
                           str(tmp_path)], capture_output=True, text=True, timeout=300,
                          env=dict(os.environ, VERL_PLATFORM="cpu"))
@@ -269,7 +269,7 @@ def test_resume_step_follows_verl(tmp_path):
 # -- a local Ray session never outlives its driver --------------------------------------------------
 DRIVER = r"""
 import os, subprocess, sys, time
-from soft_spatial.trainer import ray_session
+from soft_spatial.infra import ray_session
 path = ray_session.run_ray_dir()
 ray_session.start_watchdog(path)
 # stand-ins for Ray's processes, each in its own session (so it survives the driver): one with
@@ -366,7 +366,7 @@ def test_session_pids_never_list_the_driver_that_owns_the_directory(tmp_path, mo
         assert ray_session.session_pids(path) == [agent.pid]
         # seen from another process (the watchdog), this process is still not listed
         out = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
-                              "from soft_spatial.trainer import ray_session; "
+                              "from soft_spatial.infra import ray_session; "
                               "print(ray_session.session_pids(Path(sys.argv[1])))", str(path)],
                              capture_output=True, text=True, cwd=ROOT, check=True)
         assert out.stdout.strip() == str([agent.pid])
@@ -379,7 +379,7 @@ def test_session_pids_never_list_the_driver_that_owns_the_directory(tmp_path, mo
 RAY_DRIVER = r"""
 import os, time
 import ray
-from soft_spatial.trainer import ray_session
+from soft_spatial.infra import ray_session
 path = ray_session.run_ray_dir()
 os.environ[ray_session.RAY_TMPDIR] = str(path)  # as soft_spatial.train does
 watchdog = ray_session.start_watchdog(path)
@@ -423,7 +423,7 @@ def test_the_reaper_leaves_no_process_of_a_sigkilled_drivers_real_ray_session():
     """A driver starts a real local Ray and is SIGKILLed with its watchdog; the reaper (run at
     the next training start) must end every process the driver had started, the agents that
     renamed themselves included (they have no trace of the run on their command line)."""
-    from soft_spatial.procs import start_time
+    from soft_spatial.infra.procs import start_time
     driver = subprocess.Popen([sys.executable, "-c", RAY_DRIVER], stdout=subprocess.PIPE, text=True,
                               cwd=ROOT, env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"))
     started = []

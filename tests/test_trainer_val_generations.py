@@ -1,4 +1,4 @@
-"""Validation generations logged with their τ per soft step (soft_spatial.trainer.ppo_trainer)."""
+"""Validation generations logged with their τ per soft step (soft_spatial.integration.ppo_trainer)."""
 import torch
 
 import pytest
@@ -8,10 +8,10 @@ from soft_spatial.softthink import SoftTrace
 
 @pytest.fixture(scope="module")
 def trainer_module():
-    from soft_spatial.platform import use_cpu_platform
+    from soft_spatial.integration.platform import use_cpu_platform
 
     use_cpu_platform()  # the platform must exist before verl's trainer imports
-    from soft_spatial.trainer import ppo_trainer
+    from soft_spatial.integration import ppo_trainer
     return ppo_trainer
 
 

@@ -491,7 +491,7 @@ def child_c(mode: str, model_dir: str, batch_path: str, dry_run: bool) -> dict:
     from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
     from soft_spatial.actor.loss import soft_ppo_loss
     from soft_spatial.softthink import AdaptSoft, SoftTrace
-    from soft_spatial.platform import init_process_group
+    from soft_spatial.integration.platform import init_process_group
 
     init_method = "file://" + tempfile.mktemp()
     if cpu:

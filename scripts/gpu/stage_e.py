@@ -137,7 +137,7 @@ def run_training(cmd: list, log: Path, env: dict, timeout: float) -> int:
 def read_sync_log(directory: Path) -> tuple[list, dict]:
     """(the trainer's records, {rollout pid: its records}) of one run's controller log directory,
     each list in logging order."""
-    from soft_spatial.jsonl import read_jsonl
+    from soft_spatial.infra.jsonl import read_jsonl
     trainers, rollout = [], {}
     for path in sorted(Path(directory).glob("*.jsonl")):
         rows = read_jsonl(path)
@@ -205,7 +205,7 @@ def checkpoint_fingerprint(ckpt: Path, step: int) -> str | None:
 
 def step_metrics(path: Path) -> dict:
     """{step: metrics} of a verl file-logger ``metrics.jsonl`` (the last line of a step wins)."""
-    from soft_spatial.jsonl import read_jsonl
+    from soft_spatial.infra.jsonl import read_jsonl
     return {int(r["step"]): r["data"] for r in read_jsonl(path)} if Path(path).exists() else {}
 
 
@@ -266,7 +266,7 @@ def run(ctx, kit) -> list[str]:
                VERL_FILE_LOGGER_PATH=str(metrics_path),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     from soft_spatial.softthink.controller import FINGERPRINT_LOG_ENV
-    extra = env.get("SOFT_SPATIAL_FORWARD_ENV", "")  # soft_spatial.ray_env: to every Ray process
+    extra = env.get("SOFT_SPATIAL_FORWARD_ENV", "")  # soft_spatial.infra.ray_env: to every Ray process
     env["SOFT_SPATIAL_FORWARD_ENV"] = " ".join(filter(None, [extra, FINGERPRINT_LOG_ENV]))
     timeout = float(os.environ.get("SOFT_SPATIAL_STAGE_E_TIMEOUT", 900))
     plan = [(1, True, [0, 1]), (2, False, [1, 2])]  # (steps, save, expected sync steps)

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from soft_spatial.atomic import atomic_open
+from soft_spatial.infra.atomic import atomic_open
 from soft_spatial.softthink import (AdaptSoft, AlignmentConfig, AlignmentScaler, SparseGrad,
                                     alignment_loss, alignment_scores, all_gather_rows,
                                     center_per_rollout, controller_surrogate, select_reference,

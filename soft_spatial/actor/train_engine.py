@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-import soft_spatial.platform  # noqa: F401  (VERL_PLATFORM=cpu must resolve before verl's engines import)
+import soft_spatial.integration.platform  # noqa: F401  (VERL_PLATFORM=cpu must resolve before verl's engines import)
 from verl.utils import tensordict_utils as tu
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 

@@ -30,7 +30,7 @@ fails loudly when upstream moves:
   imported from ``verl.utils.tracking`` when ``fit`` runs, and logs each step with one
   ``logger.log(data=metrics, step=self.global_steps)`` *after* the step's ``_save_checkpoint()``:
   :func:`after_step_logged` calls back after every ``Tracking.log`` within a block, so
-  :class:`soft_spatial.trainer.ppo_trainer.SoftRayPPOTrainer` writes a step's checkpoint once its
+  :class:`soft_spatial.integration.ppo_trainer.SoftRayPPOTrainer` writes a step's checkpoint once its
   metrics are logged.
 * ``RayPPOTrainer._validate`` (``ray_trainer.py`` L596–693) generates each validation batch through
   ``self.async_rollout_manager.generate_sequences`` and hands ``_maybe_log_val_generations`` only
@@ -50,7 +50,7 @@ fails loudly when upstream moves:
   ``_compute_old_log_prob`` (L1290), ``_compute_ref_log_prob`` (L1266), ``_update_actor``
   (L1327), ``_validate`` (L596), ``_maybe_log_val_generations`` (L548), ``_save_checkpoint``
   (L983) of ``ray_trainer.py``
-  (:class:`soft_spatial.trainer.ppo_trainer.SoftRayPPOTrainer`), and ``_build_module`` (L254),
+  (:class:`soft_spatial.integration.ppo_trainer.SoftRayPPOTrainer`), and ``_build_module`` (L254),
   ``_build_fsdp_module`` (L385) of ``transformer_impl.py``
   (:class:`soft_spatial.actor.train_engine.SoftFSDPEngine`); ``check_internals`` checks each exists
   with its signature and that ``RayPPOTrainer.fit`` / ``FSDPEngine._build_model_optimizer``
@@ -193,7 +193,7 @@ def append_file_logger() -> None:
     module-global name, with a subclass that resolves the path the same way and opens it with
     ``"ab"``. Idempotent; call it in the process that runs ``RayPPOTrainer.fit`` (the TaskRunner).
     Stale steps after the resumed checkpoint are removed beforehand by the entry point
-    (``soft_spatial.trainer.run_dir.keep_metrics_until``).
+    (``soft_spatial.infra.run_dir.keep_metrics_until``).
     """
     import os
 

@@ -1,15 +1,15 @@
 """Benchmark data: loaders (OmniSpatial, SpatiaLab, MindCube), prompts, answer extraction and
 the verl parquet builder (``python -m soft_spatial.data.prepare``)."""
 
-from .benchmarks import BENCHMARKS, load_benchmark
-from .errors import DataFormatError
-from .extract import extract_answer, extract_ours
-from .layouts import LAYOUTS, detect
-from .mindcube import load_mindcube
-from .omnispatial import load_omnispatial
-from .prompt import SYSTEM_PROMPT, build_messages
-from .record import LETTERS, QuestionRecord, index_to_letter, letter_to_index, option_letters
-from .spatialab import SpatialabColumns, load_spatialab
+from soft_spatial.data.benchmarks import BENCHMARKS, load_benchmark
+from soft_spatial.data.errors import DataFormatError
+from soft_spatial.data.extract import extract_answer, extract_ours
+from soft_spatial.data.layouts import LAYOUTS, detect
+from soft_spatial.data.mindcube import load_mindcube
+from soft_spatial.data.omnispatial import load_omnispatial
+from soft_spatial.data.prompt import SYSTEM_PROMPT, build_messages
+from soft_spatial.data.record import LETTERS, QuestionRecord, index_to_letter, letter_to_index, option_letters
+from soft_spatial.data.spatialab import SpatialabColumns, load_spatialab
 
 __all__ = [
     "BENCHMARKS",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import layouts
-from .record import QuestionRecord
+from soft_spatial.data import layouts
+from soft_spatial.data.record import QuestionRecord
 
 #: benchmark -> default split (its evaluation set)
 DEFAULT_SPLITS: dict[str, str | None] = {"omnispatial": "test", "spatialab": None, "mindcube": "tinybench"}

@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 
 from PIL import Image
 
-from .errors import DataFormatError
-from .gold import parse_letter
-from .record import LETTERS, QuestionRecord
+from soft_spatial.data.errors import DataFormatError
+from soft_spatial.data.gold import parse_letter
+from soft_spatial.data.record import LETTERS, QuestionRecord
 
 
 @dataclass(frozen=True)

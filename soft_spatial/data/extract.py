@@ -41,8 +41,8 @@ import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 
-from .gold import DEFAULT_LETTERS, normalise_option_text
-from .record import LETTERS
+from soft_spatial.data.gold import DEFAULT_LETTERS, normalise_option_text
+from soft_spatial.data.record import LETTERS
 
 THINK_END = "</think>"
 #: characters at the end of an answer text that `parse_choice` reads: more than a whole response

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from .images import png_bytes
+from soft_spatial.data.images import png_bytes
 
 SIZE = (16, 16)
 

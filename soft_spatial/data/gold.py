@@ -16,7 +16,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .record import LETTERS
+from soft_spatial.data.record import LETTERS
 
 #: letters a parse allows when a question's options are unknown (`extract.parse_choice`'s default)
 DEFAULT_LETTERS = "ABCD"

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 
 from PIL import Image, UnidentifiedImageError
 
-from .checks import RecordContext, verified_image
-from .record import ImageRef
+from soft_spatial.data.checks import RecordContext, verified_image
+from soft_spatial.data.record import ImageRef
 
 #: a string this long that is no path is taken for base64 (VLMEvalKit: "len(image) > 64")
 _BASE64_MIN = 65

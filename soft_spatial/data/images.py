@@ -8,7 +8,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from .record import ImageRef
+from soft_spatial.data.record import ImageRef
 
 PATCH_FACTOR = 28
 #: training budget: 128 merged patches of 28x28 pixels

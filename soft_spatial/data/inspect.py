@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 from PIL import Image
 
-from .benchmarks import BENCHMARKS, DEFAULT_SPLITS
-from .layouts import detect, load
-from .record import QuestionRecord
+from soft_spatial.data.benchmarks import BENCHMARKS, DEFAULT_SPLITS
+from soft_spatial.data.layouts import detect, load
+from soft_spatial.data.record import QuestionRecord
 
 
 def describe_image(image) -> str:

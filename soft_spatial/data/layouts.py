@@ -44,12 +44,13 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Sequence
 
-from . import mindcube, omnispatial, spatialab
-from .checks import RecordContext, answer_from_letter, check_records, missing_cell, option_list, require, text_field
-from .errors import DataFormatError
-from .image_refs import image_refs
-from .record import LETTERS, QuestionRecord
-from .tables import TABLE_SUFFIXES, read_table
+from soft_spatial.data import mindcube, omnispatial, spatialab
+from soft_spatial.data.checks import (RecordContext, answer_from_letter, check_records, missing_cell,
+                                      option_list, require, text_field)
+from soft_spatial.data.errors import DataFormatError
+from soft_spatial.data.image_refs import image_refs
+from soft_spatial.data.record import LETTERS, QuestionRecord
+from soft_spatial.data.tables import TABLE_SUFFIXES, read_table
 
 Row = dict[str, Any]
 

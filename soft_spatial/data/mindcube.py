@@ -10,9 +10,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .checks import RecordContext, answer_from_letter, check_records, option_list, require, text_field, verified_image
-from .record import LETTERS, ImageRef, QuestionRecord
-from .tables import read_table
+from soft_spatial.data.checks import (RecordContext, answer_from_letter, check_records, option_list, require,
+                                      text_field, verified_image)
+from soft_spatial.data.record import LETTERS, ImageRef, QuestionRecord
+from soft_spatial.data.tables import read_table
 
 NAME = "mindcube"
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .checks import (RecordContext, answer_from_index, check_records, option_list, require, text_field,
+from soft_spatial.data.checks import (RecordContext, answer_from_index, check_records, option_list, require, text_field,
                      verified_image)
-from .record import ImageRef, QuestionRecord
-from .tables import read_table
+from soft_spatial.data.record import ImageRef, QuestionRecord
+from soft_spatial.data.tables import read_table
 
 NAME = "omnispatial"
 

@@ -40,15 +40,15 @@ from collections.abc import Iterable, Sequence
 
 from tqdm import tqdm
 
-from soft_spatial.atomic import atomic_path
+from soft_spatial.infra.atomic import atomic_path
 
-from .benchmarks import BENCHMARKS, load_benchmark
-from .errors import DataFormatError
-from .gold import gold_letter, options_from_extra_info
-from .images import TRAIN_MAX_PIXELS, fit_budget, open_rgb, png_bytes
-from .prompt import SYSTEM_PROMPT, build_messages, question_text
-from .record import QuestionRecord
-from .subsets import subset_indices
+from soft_spatial.data.benchmarks import BENCHMARKS, load_benchmark
+from soft_spatial.data.errors import DataFormatError
+from soft_spatial.data.gold import gold_letter, options_from_extra_info
+from soft_spatial.data.images import TRAIN_MAX_PIXELS, fit_budget, open_rgb, png_bytes
+from soft_spatial.data.prompt import SYSTEM_PROMPT, build_messages, question_text
+from soft_spatial.data.record import QuestionRecord
+from soft_spatial.data.subsets import subset_indices
 
 ABILITY = "spatial_reasoning"
 IMAGE_PLACEHOLDER = "<image>"

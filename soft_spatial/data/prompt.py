@@ -18,13 +18,13 @@ from typing import Any
 
 from PIL import Image
 
-from .official_prompts import (
+from soft_spatial.data.official_prompts import (
     MINDCUBE_QUESTION_HEADER,
     MINDCUBE_RAW_QA_INSTRUCTION,
     OMNISPATIAL_FORMAT_PROMPTS,
     OMNISPATIAL_SYSTEM_PROMPTS,
 )
-from .record import ImageRef, QuestionRecord
+from soft_spatial.data.record import ImageRef, QuestionRecord
 
 PROTOCOLS = ("ours", "official")
 

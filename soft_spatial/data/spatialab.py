@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .checks import (RecordContext, answer_from_index, answer_from_letter, check_records, missing_cell, option_list,
-                     text_field)
-from .gold import parse_letter
-from .image_refs import image_refs
-from .record import LETTERS, ImageRef, QuestionRecord
-from .tables import TABLE_SUFFIXES, read_table
+from soft_spatial.data.checks import (RecordContext, answer_from_index, answer_from_letter, check_records,
+                                      missing_cell, option_list, text_field)
+from soft_spatial.data.gold import parse_letter
+from soft_spatial.data.image_refs import image_refs
+from soft_spatial.data.record import LETTERS, ImageRef, QuestionRecord
+from soft_spatial.data.tables import TABLE_SUFFIXES, read_table
 
 NAME = "spatialab"
 

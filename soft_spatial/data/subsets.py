@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from collections.abc import Iterable, Sequence
 
-from .record import QuestionRecord
+from soft_spatial.data.record import QuestionRecord
 
 __all__ = ["normalise_task_types", "matches", "subset_indices", "filter_parquet"]
 

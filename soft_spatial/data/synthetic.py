@@ -29,7 +29,7 @@ task                          question                                        Om
 
 Every record also carries ``synthetic_task``, ``difficulty`` and ``reasoning`` (a few words that
 decide the answer, e.g. ``"up, turned clockwise: right"``), which the warm start
-(:mod:`soft_spatial.experiments.warmstart`) uses as the text inside ``<think>``.
+(:mod:`soft_spatial.lab.warmstart`) uses as the text inside ``<think>``.
 
 Answer letters are balanced: for every option count the correct position cycles through a
 shuffled deck of all positions. Scenes use a grid layout by default (one object per 32-pixel
@@ -664,7 +664,7 @@ def corpus(repeat: int = 20) -> list[str]:
     """Texts a tokenizer for this benchmark should know as whole words: our system prompt, every
     question template, option and reasoning word, in the chat layout (``repeat`` times each, so a
     BPE trained on them merges these words first)."""
-    from .prompt import SYSTEM_PROMPT
+    from soft_spatial.data.prompt import SYSTEM_PROMPT
 
     words = (list(COLORS) + list(SHAPES) + list(DIRECTIONS) + list(_EGO_OPTIONS)
              + list(_EGO_OPTIONS.values()) + ["above", "below", "facing", "turned", "closest"]

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from soft_spatial.jsonl import JSONLError, read_jsonl
+from soft_spatial.infra.jsonl import JSONLError, read_jsonl
 
-from .errors import DataFormatError
+from soft_spatial.data.errors import DataFormatError
 
 TABLE_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".csv", ".tsv")
 

@@ -4,13 +4,13 @@
 ``local`` is the embedded PyTorch engine (CPU default, and the reference the SGLang backend is
 checked against); ``sglang`` is the GPU plugin (imported lazily: it needs the sglang package).
 """
-from .base import Completion, Prompt, PromptTooLongError
+from soft_spatial.engines.base import Completion, Prompt, PromptTooLongError
 
 __all__ = ["Completion", "Prompt", "PromptTooLongError", "LocalEngine"]
 
 
 def __getattr__(name):
     if name == "LocalEngine":
-        from .local import LocalEngine
+        from soft_spatial.engines.local import LocalEngine
         return LocalEngine
     raise AttributeError(name)

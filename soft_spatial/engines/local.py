@@ -32,16 +32,16 @@ from torch import Tensor
 from soft_spatial.models.loading import load_model
 from soft_spatial.models.rope import decode_position_ids, is_mrope, prefill_position_ids
 from soft_spatial.models.tokens import single_token_id, stop_token_ids, unusable_token_ids
-from soft_spatial.settings import row_seed
+from soft_spatial.softthink.settings import row_seed
 from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig,
                                     SoftThinkingConfig, TraceRecorder, noise_uniforms,
                                     record_input_embeddings, seed_tensor)
 from soft_spatial.softthink.trace import TRACE_KEYS
 
-from .base import (FINISH_LENGTH, FINISH_STOP, Completion, Prompt, check_prompt_ids,
+from soft_spatial.engines.base import (FINISH_LENGTH, FINISH_STOP, Completion, Prompt, check_prompt_ids,
                    progress_bar, prompt_limit, prompt_seeds)
-from .prompts import load_image, render_chat
-from .step import sample_step
+from soft_spatial.engines.prompts import load_image, render_chat
+from soft_spatial.engines.step import sample_step
 
 __all__ = ["LocalEngine"]
 

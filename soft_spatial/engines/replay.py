@@ -16,7 +16,7 @@ from soft_spatial.softthink import (DensityConfig, candidate_logp, mixture_weigh
                                     step_log_likelihood)
 from soft_spatial.softthink.replay import soft_inputs
 
-from .base import Completion, Prompt
+from soft_spatial.engines.base import Completion, Prompt
 
 __all__ = ["replay_completion"]
 

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from soft_spatial.models.loading import resolve_model_dir
 from soft_spatial.softthink import AdaptSoft, SoftThinkingConfig, from_mapping
 
-from .runner import EvalConfig, evaluate
+from soft_spatial.eval.runner import EvalConfig, evaluate
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 

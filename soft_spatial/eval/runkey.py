@@ -31,9 +31,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from soft_spatial.atomic import write_text
+from soft_spatial.infra.atomic import write_text
 from soft_spatial.data.benchmarks import source_files
-from soft_spatial.models.qwen_tokenizer import cache_root
+from soft_spatial.infra.cache import cache_root
 
 __all__ = ["RUN_KEY", "RunKeyMismatch", "run_key", "check_run_key", "weights_fingerprint",
            "file_sha256", "sha256_cache"]

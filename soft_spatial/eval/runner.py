@@ -1,6 +1,6 @@
 """Evaluation loop: benchmarks → prompts → engine → extracted letters → JSONL, JSON, tables.
 
-A run holds the output directory's lock (`soft_spatial.dirlock`: one writer per directory) and
+A run holds the output directory's lock (`soft_spatial.infra.dirlock`: one writer per directory) and
 is keyed to its configuration (`runkey`: model, controller, data, mode, protocol, sampling);
 resuming into a directory written with a different configuration is refused. Rows are keyed by
 (benchmark, question key, sample), never by position, and appended to ``samples.jsonl`` after
@@ -26,18 +26,18 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
-from soft_spatial.atomic import write_text
+from soft_spatial.infra.atomic import write_text
 from soft_spatial.data import BENCHMARKS, build_messages, extract_answer, load_benchmark
 from soft_spatial.data.record import QuestionRecord
 from soft_spatial.data.subsets import normalise_task_types, subset_indices
-from soft_spatial.dirlock import DirLock
-from soft_spatial.jsonl import read_jsonl
+from soft_spatial.infra.dirlock import DirLock
+from soft_spatial.infra.jsonl import read_jsonl
 from soft_spatial.engines.base import PromptTooLongError
 from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig, check_field_types
 
-from .report import EXCLUDED_FROM_OVERALL, group_rows, markdown_table, summarize
-from .runkey import check_run_key, run_key
-from .steps import STEPS, steps_row
+from soft_spatial.eval.report import EXCLUDED_FROM_OVERALL, group_rows, markdown_table, summarize
+from soft_spatial.eval.runkey import check_run_key, run_key
+from soft_spatial.eval.steps import STEPS, steps_row
 
 __all__ = ["EvalConfig", "evaluate", "read_results"]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from soft_spatial.jsonl import read_jsonl
+from soft_spatial.infra.jsonl import read_jsonl
 
 __all__ = ["STEPS", "steps_row", "decode_steps", "read_steps", "StepsKey"]
 

@@ -28,6 +28,8 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
+from soft_spatial.infra.cache import cache_root
+
 QWEN_PRETOKENIZE_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -189,12 +191,6 @@ def wrap(backend: Tokenizer, chat_template: str | None = None):
         chat_template=chat_template,
     )
     return tokenizer
-
-
-def cache_root() -> Path:
-    """Directory for built artefacts: `$SOFT_SPATIAL_CACHE`, else `~/.cache/soft_spatial`."""
-    root = os.environ.get("SOFT_SPATIAL_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "soft_spatial"
 
 
 def qwen_tokenizer_dir(cache: str | os.PathLike | None = None) -> Path:

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 import torch
 from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, trainers
 
-from soft_spatial.atomic import atomic_dir
+from soft_spatial.infra.atomic import atomic_dir
 from soft_spatial.models.qwen_tokenizer import QWEN_ADDED_TOKENS, load_qwen_tokenizer, with_qwen_pipeline, wrap
 
 FAMILIES = ("qwen3_vl", "qwen2_5_vl", "qwen3")

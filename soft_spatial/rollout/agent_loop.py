@@ -7,9 +7,9 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-from soft_spatial.settings import NOISE_PARAM
+from soft_spatial.softthink.settings import NOISE_PARAM
 
-from .server import TRACE_FIELD
+from soft_spatial.rollout.server import TRACE_FIELD
 
 __all__ = ["SoftThinkingAgentLoop", "AGENT_NAME", "NOISE_KEY", "NOISE_ROWS", "with_noise_key"]
 

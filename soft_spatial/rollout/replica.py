@@ -21,9 +21,9 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica
 
 from soft_spatial.compat.verl import set_replica_server
-from soft_spatial.ray_env import forwarded_env
+from soft_spatial.infra.ray_env import forwarded_env
 
-from .server import LocalSoftServer
+from soft_spatial.rollout.server import LocalSoftServer
 
 __all__ = ["LocalSoftReplica", "LocalSoftServerAdapter", "server_name", "BACKEND"]
 

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from soft_spatial.settings import NOISE_PARAM, SoftSettings, request_seed, sampling_config
+from soft_spatial.softthink.settings import NOISE_PARAM, SoftSettings, request_seed, sampling_config
 from soft_spatial.softthink import SamplingConfig
 
 __all__ = ["LocalSoftServer", "TRACE_FIELD"]

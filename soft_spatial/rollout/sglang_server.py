@@ -40,9 +40,9 @@ from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, PARAM_KEY, PREF
                                                 split_records)
 from soft_spatial.engines.sglang.settings import CONTROLLER_LOADER
 
-from soft_spatial.settings import NOISE_PARAM, SoftSettings, request_row_seed, sampling_config
+from soft_spatial.softthink.settings import NOISE_PARAM, SoftSettings, request_row_seed, sampling_config
 
-from .server import TRACE_FIELD
+from soft_spatial.rollout.server import TRACE_FIELD
 
 __all__ = ["SGLangSoftHttpServer", "SGLangSoftReplica", "SGLangSoftServerAdapter", "BACKEND",
            "build_settings"]

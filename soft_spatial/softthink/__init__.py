@@ -10,21 +10,21 @@ Each equation lives in exactly one place:
   trace.py      §3        the per-step rollout record and its collation
   config.py               typed settings with the paper's defaults
 """
-from .alignment import (AlignmentScaler, SparseGrad, alignment_loss, alignment_scores,
+from soft_spatial.softthink.alignment import (AlignmentScaler, SparseGrad, alignment_loss, alignment_scores,
                         all_gather_rows, center_per_rollout, controller_surrogate,
                         select_reference, world_size)
-from .config import (AdaptSoftConfig, AlignmentConfig, DensityConfig, KLConfig, SamplingConfig,
+from soft_spatial.softthink.config import (AdaptSoftConfig, AlignmentConfig, DensityConfig, KLConfig, SamplingConfig,
                      SoftThinkingConfig, check_field_types, from_mapping)
-from .controller import AdaptSoft
-from .density import (StepLikelihood, candidate_logp, gumbel_log_density,
+from soft_spatial.softthink.controller import AdaptSoft
+from soft_spatial.softthink.density import (StepLikelihood, candidate_logp, gumbel_log_density,
                       soft_step_log_density, step_likelihood, step_log_likelihood,
                       token_log_prob)
-from .kl import candidate_kl, gumbel_density_kl
-from .mixture import (candidates, gumbel_from_uniform, mixture_weights,
+from soft_spatial.softthink.kl import candidate_kl, gumbel_density_kl
+from soft_spatial.softthink.mixture import (candidates, gumbel_from_uniform, mixture_weights,
                       noise_uniforms, normalized_entropy, perturb, record_input_embeddings,
                       record_weights, seed_tensor, soft_embedding, soft_step, sort_by_score,
                       spine)
-from .trace import SoftTrace, TraceRecorder, collate_traces, uncollate_traces
+from soft_spatial.softthink.trace import SoftTrace, TraceRecorder, collate_traces, uncollate_traces
 
 __all__ = [
     "AdaptSoft", "AdaptSoftConfig", "AlignmentConfig", "AlignmentScaler", "DensityConfig",

@@ -220,7 +220,7 @@ class KLConfig:
     over: str = "likelihood"
 
     def __post_init__(self):
-        from .kl import KL_OVER
+        from soft_spatial.softthink.kl import KL_OVER
         check_field_types(self)
         _check(self.over in KL_OVER, type(self).__name__, "over",
                f"must be one of {KL_OVER}, got {self.over!r}")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .mixture import renormalise, upcast
+from soft_spatial.softthink.mixture import renormalise, upcast
 
 __all__ = ["gumbel_log_density", "candidate_logp", "soft_step_log_density", "step_log_likelihood",
            "step_likelihood", "StepLikelihood", "token_log_prob", "EXP_CAP"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .mixture import upcast
+from soft_spatial.softthink.mixture import upcast
 
 __all__ = ["candidate_kl", "gumbel_density_kl", "KL_OVER"]
 

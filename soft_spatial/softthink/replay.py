@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from torch import Tensor, nn
 
-from .mixture import record_input_embeddings
+from soft_spatial.softthink.mixture import record_input_embeddings
 
 __all__ = ["soft_inputs"]
 

@@ -21,7 +21,7 @@ Importing this package never imports sglang. The pieces:
 """
 from soft_spatial.compat.sglang import SUPPORTED_SGLANG
 
-from .settings import SAMPLER_BACKEND, SGLangSoftSettings, required_server_args
+from soft_spatial.engines.sglang.settings import SAMPLER_BACKEND, SGLangSoftSettings, required_server_args
 
 __all__ = ["SGLangSoftSettings", "required_server_args", "install", "SAMPLER_BACKEND",
            "SUPPORTED_SGLANG"]
@@ -29,5 +29,5 @@ __all__ = ["SGLangSoftSettings", "required_server_args", "install", "SAMPLER_BAC
 
 def install(settings=None):
     """Register the sampler backend and hooks in this (scheduler) process. Needs sglang."""
-    from . import hooks
+    from soft_spatial.engines.sglang import hooks
     return hooks.install(settings)

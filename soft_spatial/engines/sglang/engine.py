@@ -22,12 +22,13 @@ from collections.abc import Sequence
 from soft_spatial.engines.base import (FINISH_LENGTH, FINISH_STOP, Completion, Prompt,
                                        check_prompt_ids, progress_bar, prompt_limit, prompt_seeds)
 from soft_spatial.engines.prompts import load_image, render_chat
-from soft_spatial.settings import row_seed
+from soft_spatial.softthink.settings import row_seed
 from soft_spatial.softthink import AdaptSoftConfig, SamplingConfig, SoftThinkingConfig, SoftTrace
 
-from .client import (CONTROLLER_NAME, PARAM_KEY, PREFILL_ONLY, PromptPrefill, TraceAccumulator,
-                     collapse_image_pads, encode_controller, request_params, split_records)
-from .settings import CONTROLLER_LOADER, SGLangSoftSettings, required_server_args
+from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, PARAM_KEY, PREFILL_ONLY, PromptPrefill,
+                                                TraceAccumulator, collapse_image_pads, encode_controller,
+                                                request_params, split_records)
+from soft_spatial.engines.sglang.settings import CONTROLLER_LOADER, SGLangSoftSettings, required_server_args
 
 __all__ = ["SGLangEngine"]
 
@@ -63,7 +64,7 @@ class SGLangEngine:
                                                 unusable_token_ids)
         from soft_spatial.compat.sglang import collect_records
 
-        from . import hooks  # needs sglang: fails here, with the install hint, without it
+        from soft_spatial.engines.sglang import hooks  # needs sglang: fails here, with the install hint, without it
 
         if soft_thinking.mode == "adaptsoft" and controller is None:
             raise ValueError("mode 'adaptsoft' needs controller=<AdaptSoft checkpoint>")

@@ -78,10 +78,10 @@ from soft_spatial.compat.sglang import (forward_batch_request_pool, protect_soft
                                         request_pool_rows, worker_request_pool)
 from soft_spatial.softthink.controller import log_fingerprint
 
-from .client import CONTROLLER_NAME, decode_controller
-from .runtime import (STATE_ATTR, BatchContext, SoftRuntime, batch_context, current_batch,
+from soft_spatial.engines.sglang.client import CONTROLLER_NAME, decode_controller
+from soft_spatial.engines.sglang.runtime import (STATE_ATTR, BatchContext, SoftRuntime, batch_context, current_batch,
                       last_hidden)
-from .settings import _REQUIRED, SAMPLER_BACKEND, SGLangSoftSettings
+from soft_spatial.engines.sglang.settings import _REQUIRED, SAMPLER_BACKEND, SGLangSoftSettings
 
 logger = logging.getLogger(__name__)
 

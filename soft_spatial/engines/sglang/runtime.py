@@ -35,12 +35,12 @@ import torch
 from torch import Tensor
 
 from soft_spatial.engines.step import sample_step
-from soft_spatial.settings import request_row_seed
+from soft_spatial.softthink.settings import request_row_seed
 from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig,
                                     noise_uniforms, record_weights, seed_tensor, soft_embedding)
 
-from .client import INFO_KEYS, PARAM_KEY, info_key
-from .settings import SGLangSoftSettings
+from soft_spatial.engines.sglang.client import INFO_KEYS, PARAM_KEY, info_key
+from soft_spatial.engines.sglang.settings import SGLangSoftSettings
 
 __all__ = ["SoftRuntime", "RequestState", "BatchContext", "batch_context", "current_batch",
            "SoftStateError", "STATE_ATTR", "DecodeInputBuffers"]

@@ -1,10 +1,10 @@
 """The warm start: a short supervised stage that teaches a tiny Qwen3-VL the training format.
 
-``python -m soft_spatial.experiments.warmstart model.path=INIT data.root=BENCH output_dir=OUT``
+``python -m soft_spatial.lab.warmstart model.path=INIT data.root=BENCH output_dir=OUT``
 (config: ``configs/warmstart.yaml``) trains on the synthetic benchmark's train split: our
 training prompt (system prompt, image, question and lettered options, exactly as
 ``soft_spatial.data.prepare`` builds it) followed by the target response
-``<think>\\n{reasoning}\\n</think>\\n\\n{letter}<|im_end|>`` (the format ``soft_spatial.reward``
+``<think>\\n{reasoning}\\n</think>\\n\\n{letter}<|im_end|>`` (the format ``soft_spatial.data.reward``
 scores), with the cross-entropy on the response tokens only. The result is an ordinary Hugging
 Face model directory (weights, config, tokenizer, processor, chat template).
 

@@ -29,11 +29,11 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from soft_spatial.rollout.agent_loop import NOISE_KEY, NOISE_ROWS
 from soft_spatial.rollout.collate import attach_traces
 from soft_spatial.rollout.server import TRACE_FIELD
-from soft_spatial.settings import noise_key
+from soft_spatial.softthink.settings import noise_key
 from soft_spatial.softthink import SoftTrace
 
 from soft_spatial.compat.verl import after_step_logged, ref_log_prob_outputs, validation_outputs
-from soft_spatial.trainer.run_dir import finished, resume_step
+from soft_spatial.infra.run_dir import finished, resume_step
 
 __all__ = ["SoftRayPPOTrainer", "tau_note", "annotate_in_order", "tag_noise_keys"]
 
@@ -120,7 +120,7 @@ class SoftRayPPOTrainer(RayPPOTrainer):
 
     def _compute_old_log_prob(self, batch):
         self._soft_metrics = dict(attach_traces(batch))
-        for key in ("acc", "format"):  # reward components returned by soft_spatial.reward
+        for key in ("acc", "format"):  # reward components returned by soft_spatial.data.reward
             if key in batch.non_tensor_batch:
                 vals = np.asarray(batch.non_tensor_batch[key], dtype=np.float64)
                 self._soft_metrics[f"reward/{key}_mean"] = float(vals.mean())

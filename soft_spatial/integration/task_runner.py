@@ -26,7 +26,7 @@ class SoftTaskRunner(BaseTaskRunner):
     def add_actor_rollout_worker(self, config):
         from verl.trainer.ppo.ray_trainer import Role
 
-        from .worker import SoftActorRolloutRefWorker
+        from soft_spatial.integration.worker import SoftActorRolloutRefWorker
 
         actor_cls, group_cls = super().add_actor_rollout_worker(config)
         for role in (Role.ActorRollout, Role.ActorRolloutRef):
@@ -35,13 +35,14 @@ class SoftTaskRunner(BaseTaskRunner):
         return SoftActorRolloutRefWorker, group_cls
 
     def run(self, config):
-        import soft_spatial.plugin  # noqa: F401  (registrations in the TaskRunner process)
+        # registrations: verl imports soft_spatial.plugin in this process at its first import
+        # (VERL_USE_EXTERNAL_MODULES, forwarded to every Ray process by train.run)
         from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler
         from verl.utils.config import omega_conf_to_dataclass
         from verl.utils.dataset.rl_dataset import collate_fn
         from verl.workers.config import HFModelConfig
 
-        from .ppo_trainer import SoftRayPPOTrainer
+        from soft_spatial.integration.ppo_trainer import SoftRayPPOTrainer
 
         print(f"SoftTaskRunner on {socket.gethostname()}, pid {os.getpid()}")
         append_file_logger()  # metrics.jsonl keeps the steps before a resume

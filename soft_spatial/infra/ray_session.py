@@ -17,7 +17,7 @@ is gone:
 * `reap_orphans`, called at the start of every run, does the same synchronously for every
   directory whose driver is gone (its watchdog was killed too, the machine rebooted).
 
-``python -m soft_spatial.trainer.ray_session --reap`` runs `reap_orphans` by hand.
+``python -m soft_spatial.infra.ray_session --reap`` runs `reap_orphans` by hand.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from soft_spatial.procs import find_pids, open_paths, start_time
+from soft_spatial.infra.procs import find_pids, open_paths, start_time
 
 __all__ = ["runs_root", "run_ray_dir", "session_pids", "kill_session", "reap_orphans",
            "start_watchdog"]
@@ -116,14 +116,14 @@ def reap_orphans(root: Path | None = None) -> list[int]:
 def start_watchdog(path: Path) -> subprocess.Popen:
     """Start the process that cleans up ``path`` when this process exits (see the module doc)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "soft_spatial.trainer.ray_session", "--watch", str(path)],
+        [sys.executable, "-m", "soft_spatial.infra.ray_session", "--watch", str(path)],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True)
     _WATCHDOGS.append(proc)
     return proc
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m soft_spatial.trainer.ray_session",
+    parser = argparse.ArgumentParser(prog="python -m soft_spatial.infra.ray_session",
                                      description=__doc__.splitlines()[0])
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--watch", type=Path, help="wait for EOF on stdin, then clean up DIR")

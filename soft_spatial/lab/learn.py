@@ -1,4 +1,4 @@
-"""The learning experiment: ``python -m soft_spatial.experiments.learn [budget=full] [seed=S]``.
+"""The learning experiment: ``python -m soft_spatial.lab.learn [budget=full] [seed=S]``.
 
 Does GRPO with soft thinking and AdaptSoft learn? On a laptop-class CPU, end to end through the
 real entry points (config: ``configs/learn.yaml``; ``budget=demo`` trains adaptsoft only,
@@ -6,7 +6,7 @@ real entry points (config: ``configs/learn.yaml``; ``budget=demo`` trains adapts
 
     1 data       python -m soft_spatial.data.synthetic        -> out/data (OmniSpatial layout)
     2 model      a tiny Qwen3-VL (small BPE knowing the benchmark's words)  -> out/models/init
-    3 warmstart  python -m soft_spatial.experiments.warmstart (PyTorch loop) -> out/models/warmstart
+    3 warmstart  python -m soft_spatial.lab.warmstart (PyTorch loop) -> out/models/warmstart
     4 parquet    python -m soft_spatial.data.prepare (train, test)      -> out/parquet
     5 eval       python -m soft_spatial.eval of the warm start, per decoding mode
     6 per mode   python -m soft_spatial.train recipe=synthetic_cpu experiment=<mode>
@@ -239,7 +239,7 @@ class Experiment:
         self.say(f"3 warm start: {w.steps} supervised steps of {w.batch_size}, lr {w.lr} "
                  f"(log {self.logs / 'warmstart.log'})")
         self._run("warmstart", _python() + [
-            "-m", "soft_spatial.experiments.warmstart", f"model_path={self.init_model}",
+            "-m", "soft_spatial.lab.warmstart", f"model_path={self.init_model}",
             f"data_root={self.data}", f"output_dir={self.warm}", f"steps={w.steps}",
             f"batch_size={w.batch_size}", f"lr={w.lr}", f"answer_weight={w.answer_weight}",
             f"noise={w.noise}",
@@ -324,7 +324,7 @@ class Experiment:
 
     def _follow(self, proc, metrics: Path, mode: str, steps: int) -> None:
         """Print one line per finished training step while ``proc`` runs."""
-        from .report import read_metrics
+        from soft_spatial.lab.report import read_metrics
 
         seen, last = set(), time.time()
         while True:
@@ -361,14 +361,14 @@ class Experiment:
     def analyse(self, run: dict) -> None:
         """The paper's Figs. 4-7 for the trained adaptsoft policy (``python -m
         soft_spatial.analysis all``) under ``out/analysis``."""
-        from soft_spatial.analysis.__main__ import main as analysis
+        from soft_spatial.lab.analysis.cli import main as analysis
 
         self.say("8 analysis: python -m soft_spatial.analysis all (adaptsoft)")
         analysis(["all", "--metrics", str(run["metrics"]), "--eval", str(run["after"]),
                   "--out", str(self.out / "analysis"), "--min-steps", "3"])
 
     def run(self) -> dict:
-        from .report import write_report
+        from soft_spatial.lab.report import write_report
 
         c = self.cfg
         self.say(f"learning experiment, budget {c.budget_name}, seed {c.seed}, modes "

@@ -65,8 +65,8 @@ def entropy_main(args) -> Path:
     from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig, SoftThinkingConfig,
                                         from_mapping)
 
-    from .entropy import (append_partial, config_text, estimate, parquet_prompts, read_partial,
-                          soft_step_entropies)
+    from soft_spatial.lab.stats.entropy import (append_partial, config_text, estimate, parquet_prompts,
+                                                read_partial, soft_step_entropies)
 
     if args.prompts < 1 or args.samples < 1 or args.bins < 1:
         raise SystemExit("--prompts, --samples and --bins must be >= 1")
@@ -134,7 +134,7 @@ def entropy_main(args) -> Path:
 
 
 def _histogram_png(est, path: Path) -> Path:
-    from soft_spatial.analysis.plotting import pyplot, save
+    from soft_spatial.lab.analysis.plotting import pyplot, save
 
     fig, ax = pyplot().subplots(figsize=(5, 3.2))
     edges = est.histogram_edges

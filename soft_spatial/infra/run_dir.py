@@ -15,7 +15,7 @@ import json
 import os
 from pathlib import Path
 
-from soft_spatial.atomic import write_text
+from soft_spatial.infra.atomic import write_text
 
 __all__ = ["resume_step", "finished", "keep_metrics_until", "SUPERSEDED"]
 

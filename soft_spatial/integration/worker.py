@@ -26,7 +26,7 @@ from verl.utils.device import get_device_id, get_device_name
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
 from soft_spatial.compat.verl import loss_config
-from soft_spatial.settings import SoftSettings
+from soft_spatial.softthink.settings import SoftSettings
 from soft_spatial.softthink import AdaptSoft
 from soft_spatial.softthink.controller import log_fingerprint
 
@@ -42,7 +42,7 @@ def record_placement(role: str) -> dict:
 
     import ray
 
-    from soft_spatial.atomic import write_text
+    from soft_spatial.infra.atomic import write_text
 
     info = {"role": role, "rank": int(os.environ.get("RANK", 0)),
             "world_size": int(os.environ.get("WORLD_SIZE", 1)),
@@ -61,7 +61,7 @@ def record_placement(role: str) -> dict:
 class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
     def __init__(self, config, role: str, **kwargs):
         if get_device_name() == "cpu":
-            from soft_spatial.platform import init_process_group
+            from soft_spatial.integration.platform import init_process_group
             init_process_group(rank=int(os.environ.get("RANK", 0)),
                                world_size=int(os.environ.get("WORLD_SIZE", 1)),
                                init_method=os.environ.get("DIST_INIT_METHOD", "env://"))

@@ -248,7 +248,7 @@ def make_train_engine(model_dir, remove_padding=True, model_type="soft_language_
     platform, otherwise verl's own device). Master weights are fp32; ``param_dtype`` is the
     mixed-precision compute dtype ("fp32" on the CPU, "bf16" as training runs on GPUs)."""
     if cpu:
-        from soft_spatial.platform import use_cpu_platform
+        from soft_spatial.integration.platform import use_cpu_platform
 
         use_cpu_platform()
     import soft_spatial.actor.train_engine  # noqa: F401  (registers soft_language_model)

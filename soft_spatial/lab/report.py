@@ -165,8 +165,8 @@ def write_report(out, runs: Mapping[str, Mapping[str, Path]], data_dir, tau0: fl
     if "adaptsoft" in runs:
         a = results["modes"]["adaptsoft"]
         if a.get("tau_mean"):
-            from soft_spatial.analysis.data import load_metrics
-            from soft_spatial.analysis.training import plot_tau_over_training
+            from soft_spatial.lab.analysis.data import load_metrics
+            from soft_spatial.lab.analysis.training import plot_tau_over_training
 
             plot_tau_over_training(load_metrics(runs["adaptsoft"]["metrics"]), out / "tau.png")
             md += ["", "## AdaptSoft τ per training step (rollouts; soft steps)", "",
@@ -178,7 +178,7 @@ def write_report(out, runs: Mapping[str, Mapping[str, Path]], data_dir, tau0: fl
                        a.get("adaptsoft/grad_norm", [])))]
     md += ["", "Figures: `reward.png` (mean training reward per step)"
            + (", `tau.png` (τ mean with its min..max band: the paper's Fig. 5, drawn by "
-              "`soft_spatial.analysis`), `analysis/` (Figs. 4–7 of the trained policy)"
+              "`soft_spatial.lab.analysis`), `analysis/` (Figs. 4–7 of the trained policy)"
               if "adaptsoft" in runs else "") + "."]
     (out / "report.md").write_text("\n".join(md) + "\n")
     (out / "results.json").write_text(json.dumps(results, indent=2))

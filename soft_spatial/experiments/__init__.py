@@ -1,3 +1,0 @@
-"""End-to-end experiments on the synthetic benchmark: the warm start
-(``python -m soft_spatial.experiments.warmstart``) and the learning experiment
-(``python -m soft_spatial.experiments.learn``)."""
