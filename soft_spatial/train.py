@@ -23,7 +23,15 @@ from pathlib import Path
 
 from omegaconf import OmegaConf, open_dict
 
+from soft_spatial.data.prepare import check_parquet
+from soft_spatial.data.subsets import filter_parquet, normalise_task_types
+from soft_spatial.export import SETTINGS_FILE
+from soft_spatial.infra import ray_session
+from soft_spatial.infra.dirlock import DirLock
 from soft_spatial.infra.ray_env import plugin_env
+from soft_spatial.infra.run_dir import finished, keep_metrics_until, resume_step
+from soft_spatial.models.loading import resolve_model_dir
+from soft_spatial.softthink.settings import SoftSettings
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 RUN_DIR_ENV = "SOFT_SPATIAL_RUN_DIR"
@@ -47,10 +55,8 @@ def _files(value) -> list:
 def preflight(cfg) -> Path:
     """Check the configuration before Ray starts; returns the model directory (written back to
     the config without a trailing "/"). Every error names the setting."""
+    # the actor's module imports verl: after run() set the environment verl reads at import
     from soft_spatial.actor.loss import check_actor_config
-    from soft_spatial.data.prepare import check_parquet
-    from soft_spatial.models.loading import resolve_model_dir
-    from soft_spatial.softthink.settings import SoftSettings
 
     rollout = cfg.actor_rollout_ref.rollout
     SoftSettings.from_custom(rollout.get("custom"))  # typed settings: each invalid field named
@@ -80,8 +86,6 @@ def preflight(cfg) -> Path:
 def task_subset_files(files, task_types, out_dir: Path, split: str, min_rows: int = 1) -> list:
     """Filtered copies of verl parquet ``files`` (a path or a list) holding only ``task_types``;
     fewer than ``min_rows`` rows in all is an error (verl would stop with an empty dataloader)."""
-    from soft_spatial.data.subsets import filter_parquet
-
     files = [files] if isinstance(files, str) else list(files)
     tag = "+".join(task_types)
     out, total = [], 0
@@ -98,69 +102,85 @@ def task_subset_files(files, task_types, out_dir: Path, split: str, min_rows: in
 
 
 def run(cfg) -> None:
-    """Start training from a composed config (also used by tests)."""
-    from soft_spatial.infra.dirlock import DirLock
-    from soft_spatial.infra import ray_session
-    from soft_spatial.infra.run_dir import finished, keep_metrics_until, resume_step
-
-    device = str(cfg.trainer.get("device", "cuda"))
-    env = plugin_env(device)
-    os.environ.update(env)
+    """Train from a composed config (also used by tests): preflight → run directory → Ray's
+    runtime environment → verl's ``run_ppo``."""
+    env = plugin_env(str(cfg.trainer.get("device", "cuda")))
+    os.environ.update(env)  # before verl's first import: it reads the plugin and the platform
     preflight(cfg)
-    ckpt_dir = Path(str(cfg.trainer.default_local_dir)).resolve()
-    metrics = os.environ.get("VERL_FILE_LOGGER_PATH", str(ckpt_dir / "metrics.jsonl"))
-    env["VERL_FILE_LOGGER_PATH"] = metrics
-    env[RUN_DIR_ENV] = str(ckpt_dir)  # workers record where they ran (trainer.worker)
-    os.environ.update(env)
-    with DirLock(ckpt_dir, "training run directory"):
-        step = resume_step(ckpt_dir, str(cfg.trainer.resume_mode), cfg.trainer.get("resume_from_path"))
-        note = finished(step, cfg.trainer.get("total_training_steps"), ckpt_dir)
-        if note:  # a finished run is a no-op: no Ray, nothing written
-            print(note)
+    run_dir = Path(str(cfg.trainer.default_local_dir)).resolve()
+    with DirLock(run_dir, "training run directory"):
+        metrics = open_run_dir(cfg, run_dir, env)
+        if metrics is None:  # a finished run is a no-op: no Ray, nothing written
             return
-        moved = keep_metrics_until(metrics, step)
-        if moved:
-            print(f"{metrics}: {moved} line(s) logged after step {step} (the resumed checkpoint) "
-                  f"moved to metrics.superseded.jsonl")
-        from soft_spatial.data.subsets import normalise_task_types
-        task_types = normalise_task_types(cfg.data.get("task_types"))
-        if task_types:
-            with open_dict(cfg):
-                for key, split, least in (("train_files", "train", int(cfg.data.train_batch_size)),
-                                          ("val_files", "val", 1)):
-                    cfg.data[key] = task_subset_files(cfg.data[key], task_types,
-                                                      ckpt_dir / "data", split, least)
-        with open_dict(cfg):  # forward the plugin environment to every Ray process
-            ray_init = cfg.ray_kwargs.setdefault("ray_init", {})
-            runtime_env = ray_init.setdefault("runtime_env", {})
-            env_vars = runtime_env.setdefault("env_vars", {})
-            for k, v in env.items():
-                env_vars.setdefault(k, v)
-            if os.environ.get("RAY_ADDRESS") or ray_init.get("address"):
-                # joining a running cluster (soft_spatial.launch): its resources are already set
-                for key in ("num_cpus", "num_gpus", "include_dashboard", "object_store_memory"):
-                    ray_init.pop(key, None)
-            else:  # a local Ray started by this process: its processes end with this process
-                ray_session.reap_orphans()
-                ray_dir = ray_session.run_ray_dir()
-                os.environ[ray_session.RAY_TMPDIR] = str(ray_dir)  # inherited by every Ray process
-                ray_session.start_watchdog(ray_dir)
-        settings = OmegaConf.to_yaml(cfg.actor_rollout_ref.rollout.custom, resolve=True)
-        print("soft thinking settings (actor_rollout_ref.rollout.custom):\n" + settings)
-        # kept beside the checkpoints: python -m soft_spatial.export carries them to the model
-        from soft_spatial.export import SETTINGS_FILE
-        tmp = ckpt_dir / (SETTINGS_FILE + ".tmp")
-        tmp.write_text(settings, encoding="utf-8")
-        os.replace(tmp, ckpt_dir / SETTINGS_FILE)
-        import ray
+        runtime_env(cfg, env)
+        run_verl(cfg)
+    print(f"checkpoints: {run_dir}\nmetrics: {metrics}")
 
-        import soft_spatial.plugin  # noqa: F401
-        from verl.trainer.main_ppo import run_ppo
 
-        from soft_spatial.integration.task_runner import SoftTaskRunner
-        OmegaConf.resolve(cfg)  # ${cpu_workers:...} here: Ray's processes do not know the resolver
-        run_ppo(cfg, task_runner_class=ray.remote(num_cpus=1)(SoftTaskRunner))
-    print(f"checkpoints: {ckpt_dir}\nmetrics: {metrics}")
+def open_run_dir(cfg, run_dir: Path, env: dict) -> str | None:
+    """The locked run directory made ready for this run: the step it resumes from, its metrics log
+    kept up to that step, the task-type subsets, the settings file. Returns the metrics path, or
+    None when the run already reached ``trainer.total_training_steps``."""
+    metrics = os.environ.get("VERL_FILE_LOGGER_PATH", str(run_dir / "metrics.jsonl"))
+    env["VERL_FILE_LOGGER_PATH"] = metrics
+    env[RUN_DIR_ENV] = str(run_dir)  # workers record where they ran (integration.worker)
+    os.environ.update(env)
+    step = resume_step(run_dir, str(cfg.trainer.resume_mode), cfg.trainer.get("resume_from_path"))
+    note = finished(step, cfg.trainer.get("total_training_steps"), run_dir)
+    if note:
+        print(note)
+        return None
+    moved = keep_metrics_until(metrics, step)
+    if moved:
+        print(f"{metrics}: {moved} line(s) logged after step {step} (the resumed checkpoint) "
+              f"moved to metrics.superseded.jsonl")
+    task_types = normalise_task_types(cfg.data.get("task_types"))
+    if task_types:
+        with open_dict(cfg):
+            for key, split, least in (("train_files", "train", int(cfg.data.train_batch_size)),
+                                      ("val_files", "val", 1)):
+                cfg.data[key] = task_subset_files(cfg.data[key], task_types,
+                                                  run_dir / "data", split, least)
+    settings = OmegaConf.to_yaml(cfg.actor_rollout_ref.rollout.custom, resolve=True)
+    print("soft thinking settings (actor_rollout_ref.rollout.custom):\n" + settings)
+    # kept beside the checkpoints: python -m soft_spatial.export carries them to the model
+    tmp = run_dir / (SETTINGS_FILE + ".tmp")
+    tmp.write_text(settings, encoding="utf-8")
+    os.replace(tmp, run_dir / SETTINGS_FILE)
+    return metrics
+
+
+def runtime_env(cfg, env: dict) -> None:
+    """Ray's runtime environment: the plugin environment for every Ray process; a local Ray
+    started by this process ends with it (orphans of a killed run reaped first, a watchdog)."""
+    with open_dict(cfg):
+        ray_init = cfg.ray_kwargs.setdefault("ray_init", {})
+        env_vars = ray_init.setdefault("runtime_env", {}).setdefault("env_vars", {})
+        for k, v in env.items():
+            env_vars.setdefault(k, v)
+        if os.environ.get("RAY_ADDRESS") or ray_init.get("address"):
+            # joining a running cluster (soft_spatial.launch): its resources are already set
+            for key in ("num_cpus", "num_gpus", "include_dashboard", "object_store_memory"):
+                ray_init.pop(key, None)
+            return
+    ray_session.reap_orphans()
+    ray_dir = ray_session.run_ray_dir()
+    os.environ[ray_session.RAY_TMPDIR] = str(ray_dir)  # inherited by every Ray process
+    ray_session.start_watchdog(ray_dir)
+
+
+def run_verl(cfg) -> None:
+    """verl's ``run_ppo`` with the soft TaskRunner."""
+    # imported here, after run() set the environment: verl reads it at its first import
+    import ray
+    from verl.trainer.main_ppo import run_ppo
+
+    from soft_spatial import plugin
+    from soft_spatial.integration.task_runner import SoftTaskRunner
+
+    plugin.register()
+    OmegaConf.resolve(cfg)  # ${cpu_workers:...} here: Ray's processes do not know the resolver
+    run_ppo(cfg, task_runner_class=ray.remote(num_cpus=1)(SoftTaskRunner))
 
 
 def main() -> None:

@@ -45,11 +45,13 @@ import json
 import math
 import random
 from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from collections.abc import Callable, Sequence
 
 from PIL import Image, ImageDraw
+
+from soft_spatial.data.prompt import SYSTEM_PROMPT
 
 __all__ = ["TASKS", "Difficulty", "DIFFICULTIES", "SyntheticConfig", "Item", "generate_split",
            "write_benchmark", "chance_levels", "chance_levels_of_release", "corpus", "read_reasoning", "main"]
@@ -664,7 +666,6 @@ def corpus(repeat: int = 20) -> list[str]:
     """Texts a tokenizer for this benchmark should know as whole words: our system prompt, every
     question template, option and reasoning word, in the chat layout (``repeat`` times each, so a
     BPE trained on them merges these words first)."""
-    from soft_spatial.data.prompt import SYSTEM_PROMPT
 
     words = (list(COLORS) + list(SHAPES) + list(DIRECTIONS) + list(_EGO_OPTIONS)
              + list(_EGO_OPTIONS.values()) + ["above", "below", "facing", "turned", "closest"]

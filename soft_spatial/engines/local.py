@@ -22,26 +22,40 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-from soft_spatial.models.loading import load_model
-from soft_spatial.models.rope import decode_position_ids, is_mrope, prefill_position_ids
-from soft_spatial.models.tokens import single_token_id, stop_token_ids, unusable_token_ids
-from soft_spatial.softthink.settings import row_seed
-from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig,
-                                    SoftThinkingConfig, TraceRecorder, noise_uniforms,
-                                    record_input_embeddings, seed_tensor)
-from soft_spatial.softthink.trace import TRACE_KEYS
-
-from soft_spatial.engines.base import (FINISH_LENGTH, FINISH_STOP, Completion, Prompt, check_prompt_ids,
-                   progress_bar, prompt_limit, prompt_seeds)
+from soft_spatial.engines.base import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    Completion,
+    Prompt,
+    check_prompt_ids,
+    progress_bar,
+    prompt_limit,
+    prompt_seeds,
+)
 from soft_spatial.engines.prompts import load_image, render_chat
 from soft_spatial.engines.step import sample_step
+from soft_spatial.models.loading import load_model
+from soft_spatial.models.rope import decode_position_ids, is_mrope, mm_token_types, prefill_position_ids
+from soft_spatial.models.tokens import single_token_id, stop_token_ids, unusable_token_ids
+from soft_spatial.softthink import (
+    AdaptSoft,
+    AdaptSoftConfig,
+    SamplingConfig,
+    SoftThinkingConfig,
+    TraceRecorder,
+    noise_uniforms,
+    record_input_embeddings,
+    seed_tensor,
+)
+from soft_spatial.softthink.settings import row_seed
+from soft_spatial.softthink.trace import TRACE_KEYS
 
 __all__ = ["LocalEngine"]
 
@@ -204,7 +218,6 @@ class LocalEngine:
         if expected != n_pad:
             raise ValueError(f"prompt {i}: {len(images)} image(s) need {expected} placeholder "
                              f"tokens, the prompt ids have {n_pad}")
-        from soft_spatial.models.rope import mm_token_types
         types = mm_token_types(torch.tensor([ids]), self.model.config)
         return _Prepared(ids, {"pixel_values": enc["pixel_values"],
                                "image_grid_thw": enc["image_grid_thw"], "mm_token_type_ids": types})

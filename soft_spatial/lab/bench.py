@@ -19,13 +19,15 @@ import statistics
 import time
 import weakref
 from collections import Counter
-from dataclasses import dataclass
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from soft_spatial.softthink import AdaptSoft
+from soft_spatial.engines import LocalEngine
+from soft_spatial.models.tokens import single_token_id
+from soft_spatial.softthink import AdaptSoft, SamplingConfig, SoftThinkingConfig, collate_traces
 
 
 def random_controller(hidden, seed=0, width=32):
@@ -176,9 +178,6 @@ def rollouts(model_dir, n=2, max_new_tokens=12, seed=1, mode="fixed", controller
     config).
     """
     prompts = PROMPTS if prompts is None else prompts
-    from soft_spatial.engines import LocalEngine
-    from soft_spatial.models.tokens import single_token_id
-    from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
 
     eng = LocalEngine.from_pretrained(model_dir, controller=controller)
     sampling = SamplingConfig(max_new_tokens=max_new_tokens)
@@ -207,7 +206,6 @@ def verl_batch(prompts, completions, pad_id=0, temperature=1.0, extra=None):
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding
 
-    from soft_spatial.softthink import collate_traces
 
     b = len(completions)
     p = max(len(x) for x in prompts)
@@ -251,10 +249,11 @@ def make_train_engine(model_dir, remove_padding=True, model_type="soft_language_
         from soft_spatial.integration.platform import use_cpu_platform
 
         use_cpu_platform()
-    import soft_spatial.actor.train_engine  # noqa: F401  (registers soft_language_model)
     from verl.trainer.config import CheckpointConfig
     from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
     from verl.workers.engine.base import EngineRegistry
+
+    import soft_spatial.actor.train_engine  # noqa: F401  (registers soft_language_model)
 
     model_config = HFModelConfig(path=str(model_dir), model_type=model_type,
                                  use_remove_padding=remove_padding,

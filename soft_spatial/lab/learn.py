@@ -28,9 +28,17 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable, Sequence
+
+from soft_spatial.data import synthetic
+from soft_spatial.data.prompt import SYSTEM_PROMPT
+from soft_spatial.data.synthetic import corpus
+from soft_spatial.lab.analysis.cli import main as analysis
+from soft_spatial.lab.report import read_metrics, write_report
+from soft_spatial.models import build_tiny_model
+from soft_spatial.softthink import from_mapping
 
 __all__ = ["LearnConfig", "Experiment", "EVAL_MODE", "main"]
 
@@ -116,7 +124,6 @@ class LearnConfig:
     def from_omegaconf(cls, cfg) -> "LearnConfig":
         from omegaconf import OmegaConf
 
-        from soft_spatial.softthink import from_mapping
 
         raw = OmegaConf.to_container(cfg, resolve=True)
         subs = {"data": DataSpec, "model": ModelSpec, "warmstart": WarmStartSpec,
@@ -198,7 +205,6 @@ class Experiment:
 
     # -- stages --------------------------------------------------------------------------------
     def make_data(self) -> None:
-        from soft_spatial.data import synthetic
 
         if (self.data / "OmniSpatial-test" / "data.json").is_file():
             return self.say("1 data: done")
@@ -212,9 +218,6 @@ class Experiment:
         synthetic.main([str(a) for a in args])
 
     def make_model(self) -> None:
-        from soft_spatial.data.prompt import SYSTEM_PROMPT
-        from soft_spatial.data.synthetic import corpus
-        from soft_spatial.models import build_tiny_model
 
         if (self.init_model / "config.json").is_file():
             return self.say("2 model: done")
@@ -324,7 +327,6 @@ class Experiment:
 
     def _follow(self, proc, metrics: Path, mode: str, steps: int) -> None:
         """Print one line per finished training step while ``proc`` runs."""
-        from soft_spatial.lab.report import read_metrics
 
         seen, last = set(), time.time()
         while True:
@@ -361,14 +363,12 @@ class Experiment:
     def analyse(self, run: dict) -> None:
         """The paper's Figs. 4-7 for the trained adaptsoft policy (``python -m
         soft_spatial.analysis all``) under ``out/analysis``."""
-        from soft_spatial.lab.analysis.cli import main as analysis
 
         self.say("8 analysis: python -m soft_spatial.analysis all (adaptsoft)")
         analysis(["all", "--metrics", str(run["metrics"]), "--eval", str(run["after"]),
                   "--out", str(self.out / "analysis"), "--min-steps", "3"])
 
     def run(self) -> dict:
-        from soft_spatial.lab.report import write_report
 
         c = self.cfg
         self.say(f"learning experiment, budget {c.budget_name}, seed {c.seed}, modes "

@@ -11,8 +11,13 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from pathlib import Path
 from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from soft_spatial.data.synthetic import SUB_TASK_TO_TASK, chance_levels_of_release
+from soft_spatial.eval.runner import read_results
+from soft_spatial.lab.analysis.data import load_metrics
+from soft_spatial.lab.analysis.training import plot_tau_over_training
 
 __all__ = ["read_metrics", "per_question", "paired_difference", "write_report", "trend",
            "CATEGORY_ORDER"]
@@ -39,8 +44,6 @@ def read_metrics(path) -> list[dict]:
 
 def per_question(samples_jsonl) -> dict[int, dict]:
     """``{question_index: {"acc": mean over samples, "category", "n"}}`` from eval's JSONL."""
-    from soft_spatial.data.synthetic import SUB_TASK_TO_TASK
-    from soft_spatial.eval.runner import read_results
 
     acc: dict[int, list[float]] = defaultdict(list)
     cat: dict[int, str] = {}
@@ -121,7 +124,6 @@ def write_report(out, runs: Mapping[str, Mapping[str, Path]], data_dir, tau0: fl
     ``runs[mode]`` holds the ``before`` and ``after`` evaluation directories and the training
     ``metrics`` file.
     """
-    from soft_spatial.data.synthetic import chance_levels_of_release
 
     out = Path(out)
     chance = chance_levels_of_release(Path(data_dir) / "OmniSpatial-test")
@@ -165,8 +167,6 @@ def write_report(out, runs: Mapping[str, Mapping[str, Path]], data_dir, tau0: fl
     if "adaptsoft" in runs:
         a = results["modes"]["adaptsoft"]
         if a.get("tau_mean"):
-            from soft_spatial.lab.analysis.data import load_metrics
-            from soft_spatial.lab.analysis.training import plot_tau_over_training
 
             plot_tau_over_training(load_metrics(runs["adaptsoft"]["metrics"]), out / "tau.png")
             md += ["", "## AdaptSoft τ per training step (rollouts; soft steps)", "",

@@ -27,15 +27,20 @@ import os
 import random
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
+from soft_spatial.data import load_omnispatial
 from soft_spatial.data.prompt import build_messages
 from soft_spatial.data.record import QuestionRecord, index_to_letter, letter_to_index
+from soft_spatial.data.synthetic import read_reasoning
+from soft_spatial.engines.prompts import chat_images
+from soft_spatial.models.loading import load_model
+from soft_spatial.softthink import from_mapping
 
 __all__ = ["WarmStartConfig", "assistant_turn", "demonstration", "encode", "collate",
            "response_loss", "train", "run"]
@@ -114,7 +119,6 @@ def encode(processor, record: QuestionRecord, reasoning: str, letter: str | None
     response (``letter`` defaults to the record's answer) and ``<|im_end|>``, and run the
     processor once. The response starts after the generation prompt's closing ``<think>\n``."""
     letter = record.answer if letter is None else letter
-    from soft_spatial.engines.prompts import chat_images
 
     messages = build_messages(record)
     images = chat_images(messages, 0)
@@ -243,9 +247,6 @@ def train(model, examples: list[Example], cfg: WarmStartConfig, pad_id: int,
 
 def run(cfg: WarmStartConfig) -> Path:
     """Encode the split, train (or resume) and write the Hugging Face model to ``output_dir``."""
-    from soft_spatial.data import load_omnispatial
-    from soft_spatial.data.synthetic import read_reasoning
-    from soft_spatial.models.loading import load_model
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -286,7 +287,6 @@ def main() -> None:
     import hydra
     from omegaconf import OmegaConf
 
-    from soft_spatial.softthink import from_mapping
 
     @hydra.main(config_path=str(CONFIG_DIR), config_name="warmstart", version_base=None)
     def _main(cfg) -> None:

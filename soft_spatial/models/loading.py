@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+from soft_spatial.models.tiny import build_tiny_model
+
 
 def is_vision_language(config) -> bool:
     """Whether `config` describes an image-text-to-text model (it has a vision tower config)."""
@@ -66,7 +68,6 @@ def resolve_model_dir(path: str | os.PathLike, *, build_tiny: bool = False, tiny
                 f"{setting}={str(path)!r} does not exist. Point {setting} at a local model "
                 f"directory, or build a tiny random model there with model.build_tiny=true "
                 f"(or python -m soft_spatial.models.tiny --out {path})")
-        from soft_spatial.models.tiny import build_tiny_model
 
         print(f"building a tiny random {tiny_family} model at {path} (model.build_tiny=true)")
         build_tiny_model(path, family=tiny_family, vocab="qwen")

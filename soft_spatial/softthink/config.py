@@ -13,9 +13,11 @@ import functools
 import numbers
 import types
 import typing
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
-from collections.abc import Mapping, Sequence
+
+from soft_spatial.softthink.kl import KL_OVER
 
 __all__ = [
     "SoftThinkingConfig",
@@ -220,7 +222,6 @@ class KLConfig:
     over: str = "likelihood"
 
     def __post_init__(self):
-        from soft_spatial.softthink.kl import KL_OVER
         check_field_types(self)
         _check(self.over in KL_OVER, type(self).__name__, "over",
                f"must be one of {KL_OVER}, got {self.over!r}")

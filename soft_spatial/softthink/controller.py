@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from soft_spatial.infra.atomic import atomic_open
 from soft_spatial.softthink.mixture import normalized_entropy
 
 __all__ = ["AdaptSoft", "ENTROPY_EPS", "FINGERPRINT_LOG_ENV", "log_fingerprint",
@@ -179,7 +180,6 @@ class AdaptSoft(nn.Module):
     def save(self, path, extra: dict | None = None) -> None:
         """Write ``{"config", "state_dict", **extra}`` to ``path`` with torch.save (atomically:
         a temporary file renamed into place)."""
-        from soft_spatial.infra.atomic import atomic_open
         with atomic_open(path, "wb") as f:
             torch.save({**self.to_state(), **(extra or {})}, f)
 

@@ -19,12 +19,15 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 
 from soft_spatial.lab.analysis import spread as S
 from soft_spatial.lab.analysis import tau_entropy as TE
 from soft_spatial.lab.analysis.data import eval_model_path, load_metrics, load_traces
+from soft_spatial.lab.analysis.trace_html import pick_trace, token_pieces, trace_page
+from soft_spatial.lab.analysis.training import plot_tau_over_training, tau_over_training
+from soft_spatial.models.loading import load_processing
 
 
 def _fmt(v, nd=3) -> str:
@@ -43,7 +46,6 @@ def _record(out: Path, key: str, value: dict) -> None:
 
 
 def fig5(metrics: Path, out: Path) -> dict:
-    from soft_spatial.lab.analysis.training import plot_tau_over_training, tau_over_training
 
     m = load_metrics(metrics)
     res = tau_over_training(m)
@@ -109,9 +111,7 @@ def fig7(eval_dir: Path, out: Path, benchmark=None, min_steps=5) -> dict:
 
 
 def fig4(eval_dir: Path, out: Path, benchmark=None, sample=None, tokenizer=None) -> dict:
-    from soft_spatial.models.loading import load_processing
 
-    from soft_spatial.lab.analysis.trace_html import pick_trace, token_pieces, trace_page
 
     traces = load_traces(eval_dir, benchmark)
     t = pick_trace(traces, sample)

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
+from soft_spatial.eval.runner import RESULTS, read_results
+from soft_spatial.eval.steps import STEPS, read_steps
+
 __all__ = ["Trace", "load_traces", "load_metrics", "eval_model_path"]
 
 
@@ -38,8 +41,6 @@ class Trace:
 def load_traces(eval_dir, benchmark: str | None = None) -> list[Trace]:
     """Samples of ``eval_dir`` joined with their steps (samples without steps are skipped and
     counted in a warning), optionally of one benchmark."""
-    from soft_spatial.eval.runner import RESULTS, read_results
-    from soft_spatial.eval.steps import STEPS, read_steps
 
     eval_dir = Path(eval_dir)
     if not (eval_dir / RESULTS).is_file():
@@ -87,7 +88,6 @@ def load_metrics(path, keys=("soft/tau_mean", "soft/tau_min", "soft/tau_max")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no metrics file (training writes "
                                 f"<trainer.default_local_dir>/metrics.jsonl)")
-    from soft_spatial.eval.runner import read_results
 
     steps, cols = [], {k: [] for k in keys}
     for i, rec in enumerate(read_results(path)):

@@ -17,9 +17,22 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 
+from soft_spatial.data.subsets import normalise_task_types
+from soft_spatial.engines import LocalEngine
+from soft_spatial.lab.analysis.plotting import pyplot, save
+from soft_spatial.lab.stats.entropy import (
+    append_partial,
+    config_text,
+    estimate,
+    parquet_prompts,
+    read_partial,
+    soft_step_entropies,
+)
+from soft_spatial.models.loading import resolve_model_dir
+from soft_spatial.softthink import AdaptSoftConfig, SamplingConfig, SoftThinkingConfig, from_mapping
 from soft_spatial.train import CONFIG_DIR
 
 
@@ -60,13 +73,7 @@ def entropy_main(args) -> Path:
     import torch
     from omegaconf import OmegaConf
 
-    from soft_spatial.data.subsets import normalise_task_types
-    from soft_spatial.engines import LocalEngine
-    from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig, SoftThinkingConfig,
-                                        from_mapping)
 
-    from soft_spatial.lab.stats.entropy import (append_partial, config_text, estimate, parquet_prompts,
-                                                read_partial, soft_step_entropies)
 
     if args.prompts < 1 or args.samples < 1 or args.bins < 1:
         raise SystemExit("--prompts, --samples and --bins must be >= 1")
@@ -92,7 +99,6 @@ def entropy_main(args) -> Path:
     task_types = normalise_task_types(OmegaConf.to_container(cfg.data.task_types)
                                       if OmegaConf.is_list(cfg.data.task_types)
                                       else cfg.data.task_types)
-    from soft_spatial.models.loading import resolve_model_dir
     model_path = resolve_model_dir(str(cfg.actor_rollout_ref.model.path),
                                    build_tiny=bool(cfg.model.get("build_tiny")),
                                    tiny_family=cfg.model.get("tiny_family", "qwen3_vl"))
@@ -134,7 +140,6 @@ def entropy_main(args) -> Path:
 
 
 def _histogram_png(est, path: Path) -> Path:
-    from soft_spatial.lab.analysis.plotting import pyplot, save
 
     fig, ax = pyplot().subplots(figsize=(5, 3.2))
     edges = est.histogram_edges

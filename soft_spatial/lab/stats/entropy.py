@@ -18,11 +18,14 @@ import base64
 import io
 import json
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from collections.abc import Iterable, Sequence
 
 import numpy as np
+
+from soft_spatial.data.subsets import matches
+from soft_spatial.eval.runner import read_results
 
 __all__ = ["EntropyEstimate", "parquet_prompts", "soft_step_entropies", "estimate",
            "config_text", "IMAGE_PLACEHOLDER"]
@@ -78,7 +81,6 @@ def parquet_prompts(files: Iterable, n: int, seed: int = 0,
     (optionally only ``task_types``); fewer if the files hold fewer rows."""
     import pyarrow.parquet as pq
 
-    from soft_spatial.data.subsets import matches
 
     rows = []
     for f in files:
@@ -171,7 +173,6 @@ def config_text(est: EntropyEstimate, name: str) -> str:
 # -- resumable per-prompt record ------------------------------------------------------------------
 def read_partial(path: Path) -> dict[int, np.ndarray]:
     """Prompts finished by an earlier run (one JSON line each; a torn last line is dropped)."""
-    from soft_spatial.eval.runner import read_results
 
     return {int(row["prompt"]): np.frombuffer(base64.b64decode(row["entropy"]), dtype="<f8")
             for row in read_results(path)}
