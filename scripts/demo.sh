@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on a laptop-class CPU: GRPO with soft thinking and AdaptSoft on a synthetic
-# spatial benchmark (python -m soft_spatial.lab.learn budget=demo; README, "Learning on
-# a CPU", says what it shows today):
+# spatial benchmark (python -m soft_spatial.lab.learn budget=demo; docs/learning.md says how it
+# runs, docs/results/learning.md what it shows today):
 #   1. set up .venv (idempotent);
 #   2. render the synthetic benchmark (OmniSpatial layout) and build a tiny Qwen3-VL;
 #   3. warm-start it with a short supervised loop, then evaluate the warm start;

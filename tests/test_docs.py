@@ -134,6 +134,36 @@ def test_nothing_refers_outside_the_repository():
     assert not hits, "files that refer outside the repository:\n" + "\n".join(hits)
 
 
+README_MAX_LINES = 200
+RESULTS = "docs/results"
+
+
+def test_the_readme_is_a_short_guide():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").count("\n")
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move detail to docs/ (results to {RESULTS}/)"
+
+
+def unlisted(index: str, names: list) -> list:
+    """The names (paths relative to the results folder) that the index does not mention in backticks."""
+    listed = set(re.findall(r"`([^`]+)`", index))
+    return [n for n in names if n not in listed]
+
+
+def test_every_result_is_in_the_index():
+    folder = ROOT / RESULTS
+    index = (folder / "README.md").read_text(encoding="utf-8")
+    names = sorted(rel.relative_to(RESULTS).as_posix() for rel, _ in repo_files()
+                   if rel.as_posix().startswith(RESULTS + "/") and rel != Path(RESULTS, "README.md"))
+    assert names, f"{RESULTS}/ holds no results"
+    missing = unlisted(index, names)
+    assert not missing, f"files in {RESULTS}/ that {RESULTS}/README.md does not list:\n" + "\n".join(missing)
+
+
+def test_the_index_check_sees_a_missing_file():
+    index = "| `learn/a.md` | run a |\n| `b.png` (and c.png) | figure |"
+    assert unlisted(index, ["learn/a.md", "b.png", "c.png", "a.md"]) == ["c.png", "a.md"]
+
+
 # -- the scanner itself catches what it must ---------------------------------------------------
 
 @pytest.mark.parametrize("text, markdown, bad", [

@@ -5,18 +5,21 @@ imports inside functions count too).
     .venv/bin/python -m pytest tests/test_layers.py -q
     .venv/bin/python tests/test_layers.py        # prints the component graph and any problem
 
-The tiers (bottom to top; README "Layers"): a module of tier n may import its own component
-and components of tiers < n, never a sibling of its own tier (so ``engines`` and ``actor`` stay
-independent, and ``softthink`` ← ``engines`` ← ``rollout``, ``softthink`` ← ``actor``).
+The tiers (bottom to top): a module of tier n may import its own component and components of
+tiers < n, never a sibling of its own tier (so ``engines`` and ``actor`` stay independent, and
+``softthink`` ← ``engines`` ← ``rollout``, ``softthink`` ← ``actor``). ``TIERS`` is the one map;
+docs/design.md §4 shows it in a ``layers`` block, and a test keeps the two equal.
 """
 from __future__ import annotations
 
 import ast
 import collections
+import re
 import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "soft_spatial"
+DESIGN = PACKAGE.parent / "docs" / "design.md"
 
 TIERS = [
     {"compat", "infra"},  # upstream internals (one function per touch); files, locks, processes, Ray
@@ -107,6 +110,32 @@ def cycles(graph: dict) -> list:
         if v not in index:
             visit(v)
     return found
+
+
+def documented_tiers(text: str) -> list:
+    """The map in a document's fenced ``layers`` block: one ``n | a, b | what`` line per tier,
+    bottom to top, as a list of component sets (a line out of order or malformed is an error)."""
+    blocks = re.findall(r"^```layers\n(.*?)^```", text, re.M | re.S)
+    assert len(blocks) == 1, f"want one ```layers block, found {len(blocks)}"
+    tiers = []
+    for line in blocks[0].splitlines():
+        if not line.strip():
+            continue
+        number, components, _what = (field.strip() for field in line.split("|", 2))
+        assert number == str(len(tiers)), f"tier {number!r} out of order: {line!r}"
+        tiers.append({c.strip() for c in components.split(",")})
+    return tiers
+
+
+def test_the_design_shows_the_same_map():
+    assert documented_tiers(DESIGN.read_text(encoding="utf-8")) == TIERS
+
+
+def test_the_map_reader_sees_a_difference():
+    block = "```layers\n" + "".join(f"{n} | {', '.join(sorted(t))} | x\n" for n, t in enumerate(TIERS)) + "```\n"
+    assert documented_tiers(block) == TIERS
+    assert documented_tiers(block.replace("rollout |", "rollout, extra |")) != TIERS
+    assert documented_tiers(block.replace("| lab ", "| ")) != TIERS
 
 
 def test_every_component_has_a_tier():

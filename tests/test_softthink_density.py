@@ -195,8 +195,8 @@ def test_the_soft_step_score_is_noisier_than_a_token_score(top):
     Monte Carlo at the rollout policy against the closed forms: eq. 5 gives ∂/∂log p̃_k =
     1 − e^{−γ̃_k}, iid with mean 0 and variance 1, so E‖∇‖² = K − 2 + K‖p̃‖² whatever the
     confidence (7.5 at p̃_1 = 0.95, K = 5); a discrete token's is 1 − ‖p̃‖² (0.097). This is why
-    GRPO over exact soft-step densities is 5-80x noisier per step than over tokens (README,
-    "Learning on a CPU"); the reference variant (mean, clamp, slot mask) keeps only the slots
+    GRPO over exact soft-step densities is 5-80x noisier per step than over tokens
+    (docs/results/learning.md); the reference variant (mean, clamp, slot mask) keeps only the slots
     with log p̃ > −3."""
     k, n = 5, 200_000
     g = torch.Generator().manual_seed(0)
