@@ -116,8 +116,7 @@ class SyntheticConfig:
     their direction, ``pointing north``; in depth questions a size 1-9), and every answer is
     decided by that description alone (layouts whose cells would leave it ambiguous are
     redrawn). A model can then answer by reading text, which a tiny model trained from scratch
-    partly learns in minutes, where it never learns to read the pixels (README, "Learning on a
-    CPU").
+    partly learns in minutes, where it never learns to read the pixels (docs/results/learning.md).
 
     ``option_order``: ``shuffled`` (the answer's position drawn from a balanced deck, the others
     in random order), or ``canonical``: every task lists its options in one fixed order (left,
