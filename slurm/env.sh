@@ -6,7 +6,7 @@
 # environment on by default).
 
 VENV="${SOFT_SPATIAL_VENV:-$ROOT/.venv}"
-if [[ ! -f "$ROOT/soft_spatial/launch.py" ]]; then
+if [[ ! -f "$ROOT/soft_spatial/launch/__main__.py" ]]; then
   echo "slurm/env.sh: $ROOT is not a soft_spatial checkout; submit from it or set SOFT_SPATIAL_ROOT" >&2
   exit 1
 fi

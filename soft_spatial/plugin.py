@@ -20,7 +20,7 @@ if os.environ.get("VERL_PLATFORM") == _platform.PLATFORM_NAME:
 
 from verl.workers.rollout.replica import RolloutReplicaRegistry  # noqa: E402
 
-from soft_spatial.compat.verl import register_rollout_adapter  # noqa: E402
+from soft_spatial.compat.verl.rollout import register_rollout_adapter  # noqa: E402
 import soft_spatial.actor.train_engine  # noqa: E402,F401  (registers soft_language_model)
 import soft_spatial.actor.loss  # noqa: E402,F401  (registers soft_grpo)
 import soft_spatial.rollout.agent_loop  # noqa: E402,F401  (registers soft_thinking_agent)

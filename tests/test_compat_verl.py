@@ -1,18 +1,18 @@
-"""Fails loudly when verl changes the internals soft_spatial touches (soft_spatial/compat/verl.py)."""
+"""Fails loudly when verl changes the internals soft_spatial touches (soft_spatial/compat/verl/)."""
 import os
 
 os.environ.setdefault("VERL_PLATFORM", "cpu")
 
 
 def test_pinned_verl_version():
-    from soft_spatial.compat.verl import VERL_VERSION, check_verl_version
+    from soft_spatial.compat.verl.checks import VERL_VERSION, check_verl_version
 
     assert check_verl_version(strict=True) == VERL_VERSION
 
 
 def test_internals_we_touch_are_unchanged():
     from soft_spatial.integration.platform import use_cpu_platform
-    from soft_spatial.compat.verl import check_internals
+    from soft_spatial.compat.verl.checks import check_internals
 
     use_cpu_platform()  # VERL_PLATFORM=cpu: the platform must exist before verl's engines import
 
@@ -56,7 +56,7 @@ def test_ref_log_prob_outputs_matches_upstream_and_keeps_extra_outputs():
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.utils import tensordict_utils as tu
 
-    from soft_spatial.compat.verl import ref_log_prob_outputs
+    from soft_spatial.compat.verl.trainer import ref_log_prob_outputs
 
     b, p, r, k = 3, 4, 5, 2
     g = torch.Generator().manual_seed(0)
@@ -95,7 +95,7 @@ def test_check_internals_names_a_moved_private_override(monkeypatch):
     """An overridden private method that verl renames, or stops calling, is reported by name."""
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-    from soft_spatial.compat.verl import check_internals
+    from soft_spatial.compat.verl.checks import check_internals
     from soft_spatial.integration.platform import use_cpu_platform
 
     use_cpu_platform()
@@ -104,13 +104,33 @@ def test_check_internals_names_a_moved_private_override(monkeypatch):
     assert problems == ["RayPPOTrainer._update_actor is gone (overridden by soft_spatial)"]
 
 
+def test_check_internals_names_a_moved_internal_of_every_area(monkeypatch):
+    """One moved internal in each verl area (rollout, engine, trainer) is reported, each by name."""
+    from verl.single_controller.ray.base import ResourcePoolManager
+    from verl.workers.engine.fsdp import transformer_impl
+    from verl.workers.rollout import base
+
+    from soft_spatial.compat.verl.checks import check_internals
+    from soft_spatial.integration.platform import use_cpu_platform
+
+    use_cpu_platform()
+    monkeypatch.delattr(base, "_ROLLOUT_REGISTRY")
+    monkeypatch.delattr(transformer_impl, "FSDPEngineWithLMHead")
+    monkeypatch.delattr(ResourcePoolManager, "_check_resource_available")
+    assert check_internals() == [
+        "verl.workers.rollout.base._ROLLOUT_REGISTRY is gone (register_rollout_adapter)",
+        "verl.workers.engine.fsdp.transformer_impl.FSDPEngineWithLMHead is gone",
+        "ResourcePoolManager._check_resource_available is gone (cpu_pool_manager)"]
+
+
 def test_register_rollout_adapter_and_loss_config():
     from functools import partial
 
     import pytest
     from verl.workers.rollout.base import get_rollout_class
 
-    from soft_spatial.compat.verl import loss_config, register_rollout_adapter
+    from soft_spatial.compat.verl.engine import loss_config
+    from soft_spatial.compat.verl.rollout import register_rollout_adapter
 
     register_rollout_adapter("compat_test_backend",
                              "soft_spatial.rollout.replica.LocalSoftServerAdapter")
@@ -119,5 +139,5 @@ def test_register_rollout_adapter_and_loss_config():
     assert get_rollout_class("compat_test_backend", "async") is LocalSoftServerAdapter
     config = object()
     assert loss_config(partial(print, config=config)) is config
-    with pytest.raises(RuntimeError, match="compat/verl.py"):
+    with pytest.raises(RuntimeError, match="compat/verl/engine.py"):
         loss_config(print)

@@ -1,4 +1,4 @@
-"""Multi-node launch: soft_spatial/launch.py (python -m soft_spatial.launch) and slurm/*.sbatch.
+"""Multi-node launch: soft_spatial/launch/ (python -m soft_spatial.launch) and slurm/*.sbatch.
 
 Fast tests call the launcher's functions (argument parsing, node list, GPU specs, ports, the launch
 plan, Hydra overrides, environment forwarding) and run the sbatch file once in --dry-run mode with
@@ -27,12 +27,13 @@ from pathlib import Path
 
 import pytest
 
-from soft_spatial import launch
+from soft_spatial.launch import __main__ as cli
+from soft_spatial.launch import cluster, plan
 from soft_spatial.infra.ray_env import FORWARD_ENV, forwarded_env, plugin_env
 
 ROOT = Path(__file__).resolve().parents[1]
 SHELL_FILES = [ROOT / "slurm" / "train.sbatch", ROOT / "slurm" / "eval.sbatch", ROOT / "slurm" / "env.sh"]
-FORWARD_PREFIX = launch.FORWARD_PREFIX
+FORWARD_PREFIX = plan.FORWARD_PREFIX
 PLUGIN = "soft_spatial.plugin"
 # How the launcher forwards VERL_USE_EXTERNAL_MODULES=soft_spatial.plugin to the training command.
 FORWARDED_PLUGIN = f"{FORWARD_PREFIX}VERL_USE_EXTERNAL_MODULES='{PLUGIN}'"
@@ -65,7 +66,7 @@ def free_port() -> int:
 
 def marker_pids(run_dir: Path) -> list[int]:
     """Live processes carrying the launcher's marker for run_dir (every Ray process it started)."""
-    marker = f"{launch.MARKER}={run_dir}".encode()
+    marker = f"{plan.MARKER}={run_dir}".encode()
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -113,16 +114,16 @@ def slurm_env(**extra: str) -> dict[str, str]:
     return clean_env(**{**slurm, **extra})
 
 
-def plan(*argv: str, env: dict[str, str], run_dir: Path | None = None) -> launch.Plan:
+def dry_plan(*argv: str, env: dict[str, str], run_dir: Path | None = None) -> plan.Plan:
     """The launch plan for ``argv`` in ``env`` (a dry run: nothing is resolved on this machine)."""
-    opts = launch.parse_args(["--dry-run", *argv], env)
-    launch.resolve_resources(opts, env)
-    run = launch.Run(opts, dict(env), run_dir or ROOT / "runs" / "123")
+    opts = cli.parse_args(["--dry-run", *argv], env)
+    plan.resolve_resources(opts, env)
+    run = cluster.Run(opts, dict(env), run_dir or ROOT / "runs" / "123")
     run.setup_auth(create=True)
-    return launch.plan_launch(opts, run)
+    return plan.plan_launch(opts, run.environ, run.run_dir)
 
 
-def starts(p: launch.Plan) -> tuple[list[str], list[str]]:
+def starts(p: plan.Plan) -> tuple[list[str], list[str]]:
     """(head argv, worker argv) of a two-node plan."""
     (head_name, head), (worker_name, worker) = p.starts
     assert head_name.startswith("head-") and worker_name.startswith("worker-")
@@ -132,12 +133,12 @@ def starts(p: launch.Plan) -> tuple[list[str], list[str]]:
 # --- argument parsing -----------------------------------------------------------------------------------
 def test_options_anywhere_environment_defaults_and_command():
     env = {"SOFT_SPATIAL_RAY_PORT": "7000", "DRY_RUN": "1", "SOFT_SPATIAL_WAIT_TIMEOUT": "12"}
-    opts = launch.parse_args(["--num-cpus", "8", "launch", "--nodes", "2", "--no-trainer-args",
+    opts = cli.parse_args(["--num-cpus", "8", "launch", "--nodes", "2", "--no-trainer-args",
                               "--port", "7100", "--", "python", "-m", "x", "--port", "1"], env)
     assert (opts.subcommand, opts.num_cpus, opts.nodes, opts.port) == ("launch", 8, 2, 7100)
     assert opts.cmd == ["python", "-m", "x", "--port", "1"]  # after --: the command's own
     assert opts.dry_run and not opts.trainer_args and opts.timeout == 12.0
-    assert launch.parse_args(["wait"], env).port == 7000  # the environment is the default
+    assert cli.parse_args(["wait"], env).port == 7000  # the environment is the default
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -146,21 +147,21 @@ def test_options_anywhere_environment_defaults_and_command():
     (["--local-nodes", "0", "launch", "--", "x"], "--local-nodes must be >= 1"),
 ])
 def test_bad_options_are_clear_errors(argv, message):
-    with pytest.raises(launch.LaunchError, match=message):
-        launch.parse_args(argv, {})
+    with pytest.raises(plan.LaunchError, match=message):
+        cli.parse_args(argv, {})
 
 
 def test_unknown_option_and_two_subcommands_exit_2(capsys):
     for argv in (["--bogus", "head"], ["head", "worker"], []):
         with pytest.raises(SystemExit) as e:
-            launch.parse_args(argv, {})
+            cli.parse_args(argv, {})
         assert e.value.code == 2
 
 
 # --- node list, GPUs, ports --------------------------------------------------------------------------
 @pytest.mark.parametrize("raw", ["gpu-a", "gpu-a gpu-b", "gpu-a,gpu-b,gpu-c", " gpu-a\ngpu-b  gpu-c\n"])
 def test_node_list_override(raw):
-    assert launch.node_list({"SOFT_SPATIAL_NODELIST": raw}) == raw.replace(",", " ").split()
+    assert plan.node_list({"SOFT_SPATIAL_NODELIST": raw}) == raw.replace(",", " ").split()
 
 
 def scontrol_stub(tmp_path: Path, hosts: list[str]) -> dict[str, str]:
@@ -176,39 +177,39 @@ def scontrol_stub(tmp_path: Path, hosts: list[str]) -> dict[str, str]:
 def test_node_list_from_scontrol(tmp_path, nodes):
     env = {**scontrol_stub(tmp_path, nodes), "SLURM_JOB_NODELIST": "cluster[...]",
            "SLURM_NNODES": str(len(nodes))}
-    assert launch.node_list(env) == nodes
+    assert plan.node_list(env) == nodes
 
 
 def test_node_list_must_match_slurm_nnodes(tmp_path):
     env = {**scontrol_stub(tmp_path, ["gpu-a", "gpu-b"]), "SLURM_JOB_NODELIST": "gpu-[a-b]",
            "SLURM_NNODES": "3"}
-    with pytest.raises(launch.LaunchError, match="SLURM_NNODES=3"):
-        launch.node_list(env)
+    with pytest.raises(plan.LaunchError, match="SLURM_NNODES=3"):
+        plan.node_list(env)
 
 
 def test_missing_scontrol_is_a_clear_error(tmp_path):
-    with pytest.raises(launch.LaunchError, match="SOFT_SPATIAL_NODELIST"):
-        launch.node_list({"SLURM_JOB_NODELIST": "gpu-[a-b]", "PATH": str(tmp_path)})
+    with pytest.raises(plan.LaunchError, match="SOFT_SPATIAL_NODELIST"):
+        plan.node_list({"SLURM_JOB_NODELIST": "gpu-[a-b]", "PATH": str(tmp_path)})
 
 
 def test_nodes_subcommand_prints_the_list(capsys):
-    assert launch.main(["nodes"], {"SOFT_SPATIAL_NODELIST": "a,b"}) == 0
+    assert cli.main(["nodes"], {"SOFT_SPATIAL_NODELIST": "a,b"}) == 0
     assert capsys.readouterr().out.split() == ["count=2", "node[0]=a", "node[1]=b"]
 
 
 @pytest.mark.parametrize("spec, count", [("4", 4), ("h100:4", 4), ("gpu:h100:4", 4),
                                          ("a100:2,h100:2", 4), ("gpu:2(IDX:0-1)", 2), ("h100", None)])
 def test_gpu_count_from_slurm_spec(spec, count):
-    assert launch.gpu_count_from_spec(spec) == count
+    assert plan.gpu_count_from_spec(spec) == count
 
 
 def test_gpus_and_cpus_from_slurm_then_cuda_visible_devices():
-    opts = launch.parse_args(["head"], {})
-    launch.resolve_resources(opts, {"SLURM_GPUS_ON_NODE": "gpu:h100:2", "SLURM_CPUS_ON_NODE": "6",
+    opts = cli.parse_args(["head"], {})
+    plan.resolve_resources(opts, {"SLURM_GPUS_ON_NODE": "gpu:h100:2", "SLURM_CPUS_ON_NODE": "6",
                                     "CUDA_VISIBLE_DEVICES": "0,1,2"})
     assert (opts.num_gpus, opts.trainer_gpus, opts.num_cpus) == (2, 2, 6)
-    opts = launch.parse_args(["head", "--trainer-gpus-per-node", "1"], {})
-    launch.resolve_resources(opts, {"CUDA_VISIBLE_DEVICES": "0,1,2"})
+    opts = cli.parse_args(["head", "--trainer-gpus-per-node", "1"], {})
+    plan.resolve_resources(opts, {"CUDA_VISIBLE_DEVICES": "0,1,2"})
     assert (opts.num_gpus, opts.trainer_gpus) == (3, 1)
 
 
@@ -217,9 +218,9 @@ def test_free_port_keeps_a_free_default_and_replaces_a_taken_one():
         taken.bind(("", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        other = launch.free_port(port)
+        other = plan.free_port(port)
         assert other != port and other > 0
-    assert launch.free_port(port) == port
+    assert plan.free_port(port) == port
 
 
 def test_ports_outside_slurm_avoid_taken_defaults_and_agent_port_per_raylet():
@@ -227,21 +228,21 @@ def test_ports_outside_slurm_avoid_taken_defaults_and_agent_port_per_raylet():
         taken.bind(("", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        opts = launch.parse_args(["head", "--client-port", str(port)], {})
-        launch.resolve_ports(opts, "head", in_slurm=False)
+        opts = cli.parse_args(["head", "--client-port", str(port)], {})
+        plan.resolve_ports(opts, "head", in_slurm=False)
         assert opts.client_port == port  # given explicitly: kept
         opts.port = None
-        launch.DEFAULT_PORTS["port"], saved = port, launch.DEFAULT_PORTS["port"]
+        plan.DEFAULT_PORTS["port"], saved = port, plan.DEFAULT_PORTS["port"]
         try:
-            launch.resolve_ports(opts, "head", in_slurm=False)
+            plan.resolve_ports(opts, "head", in_slurm=False)
         finally:
-            launch.DEFAULT_PORTS["port"] = saved
+            plan.DEFAULT_PORTS["port"] = saved
         assert opts.port != port
-    worker = launch.parse_args(["worker"], {})
-    launch.resolve_ports(worker, "worker", in_slurm=False)
-    assert worker.agent_port not in (None, launch.DEFAULT_AGENT_PORT)
-    slurm = launch.parse_args(["head"], {})
-    launch.resolve_ports(slurm, "head", in_slurm=True)  # Slurm nodes are ours: Ray's defaults
+    worker = cli.parse_args(["worker"], {})
+    plan.resolve_ports(worker, "worker", in_slurm=False)
+    assert worker.agent_port not in (None, plan.DEFAULT_AGENT_PORT)
+    slurm = cli.parse_args(["head"], {})
+    plan.resolve_ports(slurm, "head", in_slurm=True)  # Slurm nodes are ours: Ray's defaults
     assert (slurm.port, slurm.client_port, slurm.agent_port) == (6379, 10001, None)
 
 
@@ -249,7 +250,7 @@ def test_ports_outside_slurm_avoid_taken_defaults_and_agent_port_per_raylet():
 def test_plan_two_slurm_nodes():
     """Head on gpu-a, worker on gpu-b (srun -w), both with Slurm's resources and one token; the
     driver runs on the head with the trainer overrides."""
-    p = plan("--head-ip", "10.1.2.3", "launch", "--", "python", "-m", "soft_spatial.train",
+    p = dry_plan("--head-ip", "10.1.2.3", "launch", "--", "python", "-m", "soft_spatial.train",
              "experiment=no_entropy", env=slurm_env(VERL_USE_EXTERNAL_MODULES=PLUGIN))
     assert (p.mode, p.nnodes, p.address, p.expected) == ("slurm", 2, "10.1.2.3:6379", ["gpu-a", "gpu-b"])
     head, worker = starts(p)
@@ -257,7 +258,7 @@ def test_plan_two_slurm_nodes():
         assert argv[:6] == ["srun", "--nodes=1", "--ntasks=1", "-w", node, "--export=ALL"]
         assert "--num-gpus=4" in argv and "--num-cpus=16" in argv
         assert f"VERL_USE_EXTERNAL_MODULES={PLUGIN}" in argv
-        assert f"{launch.MARKER}={ROOT}/runs/123" in argv
+        assert f"{plan.MARKER}={ROOT}/runs/123" in argv
         assert f"RAY_AUTH_TOKEN_PATH={ROOT}/runs/123/ray/auth_token" in argv
     assert "--node-ip-address=10.1.2.3" in head and "--port=6379" in head
     assert "--address=10.1.2.3:6379" in worker and "--head" not in worker
@@ -266,13 +267,13 @@ def test_plan_two_slurm_nodes():
     assert "trainer.nnodes=2" in p.driver and "trainer.n_gpus_per_node=4" in p.driver
     assert f"trainer.default_local_dir={ROOT}/runs/123/checkpoints" in p.driver
     assert FORWARDED_PLUGIN in p.driver
-    if launch.this_host() != "gpu-a":
+    if plan.this_host() != "gpu-a":
         assert p.driver[:7] == ["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", "gpu-a",
                                 "--export=ALL"]
 
 
 def test_plan_unresolvable_head_and_user_overrides_win():
-    p = plan("launch", "--", "python", "-m", "soft_spatial.train", "trainer.nnodes=1",
+    p = dry_plan("launch", "--", "python", "-m", "soft_spatial.train", "trainer.nnodes=1",
              "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=other",
              env=slurm_env(SLURM_GPUS_PER_NODE="gpu:h100:4", VERL_USE_EXTERNAL_MODULES=PLUGIN))
     head, worker = starts(p)
@@ -284,7 +285,7 @@ def test_plan_unresolvable_head_and_user_overrides_win():
 
 
 def test_plan_resource_and_srun_overrides():
-    p = plan("--num-gpus", "2", "--num-cpus", "8", "--trainer-gpus-per-node", "1", "--port", "7000",
+    p = dry_plan("--num-gpus", "2", "--num-cpus", "8", "--trainer-gpus-per-node", "1", "--port", "7000",
              "--object-store-memory", "1000", "--temp-dir", "/tmp/r", "launch", "--", "python",
              env=slurm_env(SOFT_SPATIAL_SRUN_ARGS="--gres=gpu:4 --mem=0", SOFT_SPATIAL_HEAD_NODE="gpu-b"))
     head, worker = starts(p)
@@ -298,7 +299,7 @@ def test_plan_resource_and_srun_overrides():
 
 def test_plan_local_two_nodes():
     """Outside Slurm, --local-nodes 2 plans two raylets on this machine with separate resources."""
-    p = plan("--num-cpus", "1", "--local-nodes", "2", "--resources", '{"x": 2}', "launch", "--",
+    p = dry_plan("--num-cpus", "1", "--local-nodes", "2", "--resources", '{"x": 2}', "launch", "--",
              "python", "-c", "pass", env=clean_env())
     head, worker = starts(p)
     assert [n for n, _ in p.starts] == ["head-local0", "worker-local1"]
@@ -309,7 +310,7 @@ def test_plan_local_two_nodes():
 
 
 def test_plan_existing_cluster_starts_nothing():
-    p = plan("--address", "1.2.3.4:6000", "--nodes", "3", "launch", "--no-trainer-args", "--", "ev",
+    p = dry_plan("--address", "1.2.3.4:6000", "--nodes", "3", "launch", "--no-trainer-args", "--", "ev",
              env=clean_env())
     assert (p.mode, p.nnodes, p.address, p.starts, p.driver) == ("existing", 3, "1.2.3.4:6000", [], ["ev"])
 
@@ -343,12 +344,12 @@ def test_one_forwarded_list_for_training_replicas_and_launcher():
     assert plugin_env("cuda", {})["VERL_USE_EXTERNAL_MODULES"] == PLUGIN
     with pytest.raises(ValueError, match="bad variable name 'A-B'"):
         forwarded_env({"SOFT_SPATIAL_FORWARD_ENV": "A-B"})
-    p = plan("launch", "--", "python", env=slurm_env(**env))
+    p = dry_plan("launch", "--", "python", env=slurm_env(**env))
     head, _ = starts(p)
     assert {a.split("=", 1)[0] for a in head[6:] if "=" in a and not a.startswith("-")} == {
-        launch.MARKER, *forwarded_env(env), "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"}
+        plan.MARKER, *forwarded_env(env), "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"}
     assert sorted(a for a in p.driver if a.startswith(FORWARD_PREFIX)) == sorted(
-        f"{FORWARD_PREFIX}{k}={launch.hydra_quote(v)}" for k, v in forwarded_env(env).items())
+        f"{FORWARD_PREFIX}{k}={plan.hydra_quote(v)}" for k, v in forwarded_env(env).items())
 
 
 def test_forwarded_env_round_trips_through_hydra():
@@ -364,13 +365,13 @@ def test_forwarded_env_round_trips_through_hydra():
         "OTHER": "true",
         "NL": "two\nlines \\\\'",
     }
-    forwarded = launch.trainer_overrides([], 1, 0, Path("/r"), values)[3:]
+    forwarded = plan.trainer_overrides([], 1, 0, Path("/r"), values)[3:]
     parser = parser_mod.OverridesParser.create()
     parsed = {o.key_or_group.rsplit(".", 1)[1]: o.value() for o in parser.parse_overrides(forwarded)}
     resolved = omegaconf.OmegaConf.to_container(omegaconf.OmegaConf.create(parsed), resolve=True)
     assert resolved == values
-    assert launch.hydra_value("/plain/path-1.x") == "/plain/path-1.x"
-    assert launch.hydra_value("/a b") == "'/a b'"
+    assert plan.hydra_value("/plain/path-1.x") == "/plain/path-1.x"
+    assert plan.hydra_value("/a b") == "'/a b'"
 
 
 def test_appended_overrides_compose_with_verl_config():
@@ -378,7 +379,7 @@ def test_appended_overrides_compose_with_verl_config():
     pytest.importorskip("verl.trainer.config")
     from hydra import compose, initialize_config_module
 
-    p = plan("launch", "--", "python", "-m", "soft_spatial.train",
+    p = dry_plan("launch", "--", "python", "-m", "soft_spatial.train",
              env=slurm_env(VERL_USE_EXTERNAL_MODULES=PLUGIN, HF_HUB_OFFLINE="1"))
     overrides = p.driver[p.driver.index("soft_spatial.train") + 1:]
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
@@ -391,13 +392,13 @@ def test_appended_overrides_compose_with_verl_config():
 
 
 def test_missing_nodes_named_by_short_name():
-    assert launch.missing_nodes(["gpu-a", "gpu-b.cluster", "gpu-c"],
+    assert cluster.missing_nodes(["gpu-a", "gpu-b.cluster", "gpu-c"],
                                 ["gpu-a.cluster", "gpu-b"]) == ["gpu-c"]
 
 
 def test_stop_by_name_needs_a_pid_file(tmp_path):
-    assert launch.main(["--run-dir", str(tmp_path), "stop"], clean_env()) == 0  # nothing to stop
-    assert launch.main(["--run-dir", str(tmp_path), "--name", "head-x", "stop"], clean_env()) == 1
+    assert cli.main(["--run-dir", str(tmp_path), "stop"], clean_env()) == 0  # nothing to stop
+    assert cli.main(["--run-dir", str(tmp_path), "--name", "head-x", "stop"], clean_env()) == 1
 
 
 RAY_STUB = """#!/usr/bin/env bash

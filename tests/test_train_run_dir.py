@@ -214,7 +214,7 @@ def metrics_lines(steps, tag):
 def test_verl_file_logger_appends(tmp_path, monkeypatch):
     from verl.utils import tracking
 
-    from soft_spatial.compat.verl import append_file_logger
+    from soft_spatial.compat.verl.trainer import append_file_logger
     path = tmp_path / "metrics.jsonl"
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
     monkeypatch.setattr(tracking, "FileLogger", tracking.FileLogger)  # restored after the test

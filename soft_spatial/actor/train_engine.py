@@ -49,7 +49,7 @@ from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
 from soft_spatial.softthink import DensityConfig, KLConfig, step_likelihood
 from soft_spatial.softthink.replay import soft_inputs
-from soft_spatial.compat.verl import as_language_model, no_cpu_offload_on_cpu, register_engine
+from soft_spatial.compat.verl.engine import as_language_model, no_cpu_offload_on_cpu, register_engine
 
 __all__ = ["SoftFSDPEngine", "MODEL_TYPE", "TRACE_PREFIX", "SoftBatch", "register",
            "trace_layout", "ADAPTSOFT_CKPT"]

@@ -1,6 +1,6 @@
 """What soft_spatial relies on in Ray beyond its documented API (written against ray 2.60).
 
-Today nothing private is needed: the launcher's node address (``soft_spatial/launch.py``; the
+Today nothing private is needed: the launcher's node address (``soft_spatial/launch/plan.py``; the
 former bash launcher read ``ray._private.services.get_node_ip_address``) is Ray's public
 ``ray.util.get_node_ip_address`` (same function body in 2.60). :func:`node_ip_address` is the one
 call to use, and :func:`check_internals` says when Ray changes it.

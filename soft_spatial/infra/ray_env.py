@@ -1,5 +1,5 @@
 """The environment every Ray process of a run needs: one list, used by training (``train.py``), the
-rollout replicas (``rollout/replica.py``) and the launcher (``launch.py``).
+rollout replicas (``rollout/replica.py``) and the launcher (``launch/``).
 
 Ray workers do not inherit the driver's environment when they join a running cluster, so these
 variables travel explicitly: in every ``ray start`` (the launcher), in

@@ -5,7 +5,7 @@ prepares in it before Ray starts.
 * `finished`: whether that step already reaches the run's budget, so a re-run trains nothing
   (verl 0.9.1's ``fit`` would train one more step: it tests the budget only after a step);
 * `keep_metrics_until`: the metrics log (``metrics.jsonl``, verl's ``file`` logger, which appends
-  through `compat.verl.append_file_logger`) keeps every step up to the resumed checkpoint; the
+  through `compat.verl.trainer.append_file_logger`) keeps every step up to the resumed checkpoint; the
   steps after it, logged by a run killed before its next checkpoint and about to be recomputed,
   move to ``metrics.superseded.jsonl`` instead of appearing twice. Nothing is deleted.
 """

@@ -184,7 +184,7 @@ def register() -> None:
     from verl.workers.engine.fsdp.transformer_impl import (FSDPEngineWithLMHead,
                                                            FSDPEngineWithValueHead)
 
-    from soft_spatial.compat.verl import register_engine
+    from soft_spatial.compat.verl.engine import register_engine
 
     register_engine(FSDPEngineWithLMHead, "language_model", ["fsdp", "fsdp2"], ["cpu"])
     register_engine(FSDPEngineWithValueHead, "value_model", ["fsdp", "fsdp2"], ["cpu"])

@@ -32,7 +32,7 @@ from soft_spatial.rollout.server import TRACE_FIELD
 from soft_spatial.softthink.settings import noise_key
 from soft_spatial.softthink import SoftTrace
 
-from soft_spatial.compat.verl import after_step_logged, ref_log_prob_outputs, validation_outputs
+from soft_spatial.compat.verl.trainer import after_step_logged, ref_log_prob_outputs, validation_outputs
 from soft_spatial.infra.run_dir import finished, resume_step
 
 __all__ = ["SoftRayPPOTrainer", "tau_note", "annotate_in_order", "tag_noise_keys"]

@@ -12,7 +12,7 @@ from verl.trainer.main_ppo_v0 import BaseTaskRunner
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 
-from soft_spatial.compat.verl import append_file_logger, cpu_pool_manager
+from soft_spatial.compat.verl.trainer import append_file_logger, cpu_pool_manager
 
 __all__ = ["SoftTaskRunner"]
 

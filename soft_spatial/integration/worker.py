@@ -25,7 +25,7 @@ from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils.device import get_device_id, get_device_name
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
-from soft_spatial.compat.verl import loss_config
+from soft_spatial.compat.verl.engine import loss_config
 from soft_spatial.softthink.settings import SoftSettings
 from soft_spatial.softthink import AdaptSoft
 from soft_spatial.softthink.controller import log_fingerprint

@@ -20,7 +20,7 @@ import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica
 
-from soft_spatial.compat.verl import set_replica_server
+from soft_spatial.compat.verl.rollout import set_replica_server
 from soft_spatial.infra.ray_env import forwarded_env
 
 from soft_spatial.rollout.server import LocalSoftServer

@@ -31,7 +31,7 @@ from verl.workers.rollout.sglang_rollout.async_sglang_server import (SGLangHttpS
 from verl.workers.rollout.sglang_rollout.sglang_rollout import ServerAdapter
 
 from soft_spatial.compat.sglang import tensor_update_request
-from soft_spatial.compat.verl import server_adapter_engine, to_ipc_device
+from soft_spatial.compat.verl.rollout import server_adapter_engine, to_ipc_device
 
 from soft_spatial.engines.sglang import SGLangSoftSettings, required_server_args
 from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, PARAM_KEY, PREFILL_ONLY,

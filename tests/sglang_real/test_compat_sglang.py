@@ -1,6 +1,6 @@
 """Fails loudly when SGLang 0.5.12 (or verl's SGLang rollout) moves an internal soft_spatial
 touches: every function of soft_spatial/compat/sglang.py and the SGLang-side functions of
-soft_spatial/compat/verl.py, checked against the real modules.
+soft_spatial/compat/verl/, checked against the real modules.
 
     PYTHONPATH=.venv/sglang-cpu-overlay:tests/sglang_stubs .venv/bin/python -m pytest \
         tests/sglang_real/test_compat_sglang.py
@@ -15,7 +15,7 @@ def test_sglang_internals_we_touch_are_unchanged():
 
 
 def test_verl_sglang_rollout_internals_we_touch_are_unchanged():
-    from soft_spatial.compat.verl import check_sglang_internals
+    from soft_spatial.compat.verl.checks import check_sglang_internals
 
     assert check_sglang_internals() == []
 
