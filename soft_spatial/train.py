@@ -24,6 +24,7 @@ from pathlib import Path
 from omegaconf import OmegaConf, open_dict
 
 from soft_spatial.infra.ray_env import plugin_env
+from soft_spatial.softthink.settings import SETTINGS_FILE, SoftSettings
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 RUN_DIR_ENV = "SOFT_SPATIAL_RUN_DIR"
@@ -50,10 +51,12 @@ def preflight(cfg) -> Path:
     from soft_spatial.actor.loss import check_actor_config
     from soft_spatial.data.prepare import check_parquet
     from soft_spatial.models.loading import resolve_model_dir
-    from soft_spatial.softthink.settings import SoftSettings
 
     rollout = cfg.actor_rollout_ref.rollout
-    SoftSettings.from_custom(rollout.get("custom"))  # typed settings: each invalid field named
+    # parsed once, here (each invalid setting named); workers and servers read this dict
+    settings = SoftSettings.from_dict(rollout.get("custom"), where="actor_rollout_ref.rollout.custom")
+    with open_dict(cfg):
+        rollout.custom = settings.to_dict()
     # warned here, where the user sees it (the worker checks verl's built actor config again)
     check_actor_config(cfg.actor_rollout_ref.actor)
     for key, value in (("actor_rollout_ref.rollout.temperature", rollout.get("temperature")),
@@ -145,13 +148,11 @@ def run(cfg) -> None:
                 ray_dir = ray_session.run_ray_dir()
                 os.environ[ray_session.RAY_TMPDIR] = str(ray_dir)  # inherited by every Ray process
                 ray_session.start_watchdog(ray_dir)
-        settings = OmegaConf.to_yaml(cfg.actor_rollout_ref.rollout.custom, resolve=True)
-        print("soft thinking settings (actor_rollout_ref.rollout.custom):\n" + settings)
-        # kept beside the checkpoints: python -m soft_spatial.export carries them to the model
-        from soft_spatial.export import SETTINGS_FILE
-        tmp = ckpt_dir / (SETTINGS_FILE + ".tmp")
-        tmp.write_text(settings, encoding="utf-8")
-        os.replace(tmp, ckpt_dir / SETTINGS_FILE)
+        settings = SoftSettings.from_dict(cfg.actor_rollout_ref.rollout.custom)  # preflight's dict
+        print("soft thinking settings (actor_rollout_ref.rollout.custom):\n"
+              + OmegaConf.to_yaml(settings.to_dict()))
+        # kept beside the checkpoints: python -m soft_spatial.export copies them to the model
+        settings.save(ckpt_dir / SETTINGS_FILE)
         import ray
 
         import soft_spatial.plugin  # noqa: F401

@@ -6,21 +6,21 @@ from soft_spatial.softthink import (AdaptSoftConfig, AlignmentConfig, DensityCon
                                     SoftThinkingConfig)
 
 
-def test_from_custom_defaults_groups_and_scalars():
-    s = SoftSettings.from_custom(None)
+def test_from_dict_defaults_groups_and_scalars():
+    s = SoftSettings.from_dict(None)
     assert (s.soft_thinking, s.adaptsoft, s.density, s.alignment, s.kl) == (
         SoftThinkingConfig(), AdaptSoftConfig(), DensityConfig(), AlignmentConfig(), KLConfig())
-    s = SoftSettings.from_custom({"soft_thinking": {"mode": "adaptsoft"}, "seed": 7,
+    s = SoftSettings.from_dict({"soft_thinking": {"mode": "adaptsoft"}, "seed": 7,
                                   "alignment": {"enabled": False}, "max_batch_rows": 3})
     assert (s.soft_thinking.mode, s.seed, s.alignment.enabled, s.max_batch_rows) == ("adaptsoft", 7,
                                                                            False, 3)
 
 
-def test_from_custom_names_what_is_wrong():
+def test_from_dict_names_what_is_wrong():
     with pytest.raises(ValueError, match=r"unknown keys \['sed'\]"):
-        SoftSettings.from_custom({"sed": 1})
+        SoftSettings.from_dict({"sed": 1})
     with pytest.raises(Exception, match="rollout.custom.soft_thinking"):
-        SoftSettings.from_custom({"soft_thinking": {"nope": 1}})
+        SoftSettings.from_dict({"soft_thinking": {"nope": 1}})
 
 
 def test_seeds_are_pure_functions_of_their_inputs():
@@ -80,7 +80,7 @@ def test_well_typed_settings_pass_and_a_float_field_takes_an_int():
     # what Hydra hands over: OmegaConf containers and lists for tuples
     custom = OmegaConf.create({"soft_thinking": {"mode": "fixed", "noise_clamp": [-1, 3]},
                                "density": {"clamp": [-1.5, 3]}, "seed": 3})
-    s = SoftSettings.from_custom(custom)
+    s = SoftSettings.from_dict(custom)
     assert s.soft_thinking.noise_clamp == (-1.0, 3.0) and s.density.clamp == (-1.5, 3.0)
     with pytest.raises(ValueError, match=r"^SoftThinkingConfig.noise_clamp\[1\]: expected a number"):
         SoftThinkingConfig(noise_clamp=[-1, "x"])
