@@ -85,7 +85,7 @@ def apply_exported(cfg: DictConfig, overrides: Sequence[str] = ()) -> list[str]:
             if group not in cfg.soft or (group == "adaptsoft" and "controller" in given):
                 continue  # a rollout-server scalar; or the settings of another controller
             for key, value in values.items():
-                if f"{group}.{key}" not in given and cfg[group][key] != value:
+                if f"{group}.{key}" not in given and cfg[group].get(key) != value:
                     cfg[group][key] = value
                     taken.append(f"{group}.{key}")
         controller = model_dir / CONTROLLER_FILE
