@@ -2,13 +2,13 @@
 
 OUT_DIR gets the Hugging Face weights (verl's model merger, ``python -m verl.model_merger merge
 --backend fsdp``, run on the actor's FSDP shards), the AdaptSoft controller (``adaptsoft.pt``,
-when the run trained one) and the soft-thinking settings of the run (``soft_thinking.yaml``: the
-``actor_rollout_ref.rollout.custom`` block training wrote beside its checkpoints). Then
+when the run trained one) and the soft settings of the run (``soft_thinking.yaml``: the
+``SoftSettings.to_dict()`` training wrote beside its checkpoints, copied as it is). Then
 
     python -m soft_spatial.eval model.path=OUT_DIR
 
 evaluates in the run's mode with its controller and settings, no further arguments needed;
-arguments given on the command line still win (`apply_exported`).
+arguments given on the command line still win (``soft_spatial.eval.__main__.apply_exported``).
 
 CHECKPOINT_DIR is the trainer's ``default_local_dir`` (its latest step is taken), one
 ``global_step_N`` directory, or that step's ``actor`` directory. The export is written to
@@ -25,14 +25,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 from collections.abc import Sequence
 
-import yaml
+from soft_spatial.softthink.settings import CONTROLLER_FILE, SETTINGS_FILE, SoftSettings
 
-#: written by training beside its checkpoints, copied into the export
-SETTINGS_FILE = "soft_thinking.yaml"
-CONTROLLER_FILE = "adaptsoft.pt"  # = soft_spatial.actor.train_engine.ADAPTSOFT_CKPT
 LATEST = "latest_checkpointed_iteration.txt"  # verl's pointer to the last saved step
 
 
@@ -63,8 +59,7 @@ def check_controller(actor: Path, settings: Path | None) -> None:
     lacks the trained controller: the export would evaluate in a mode it cannot run."""
     if settings is None:
         return
-    data = yaml.safe_load(settings.read_text(encoding="utf-8")) or {}
-    mode = ((data.get("soft_thinking") or {}) if isinstance(data, dict) else {}).get("mode")
+    mode = SoftSettings.load(settings).soft_thinking.mode  # an invalid file: refused here
     if mode == "adaptsoft" and not (actor / CONTROLLER_FILE).is_file():
         raise FileNotFoundError(
             f"{actor / CONTROLLER_FILE} is missing: {settings} says soft_thinking.mode=adaptsoft, "
@@ -112,55 +107,6 @@ def export(checkpoint: str | Path, out: str | Path, *, overwrite: bool = False) 
         shutil.rmtree(out)
     os.replace(partial, out)
     return out
-
-
-# --- reading an export back (evaluation) -----------------------------------------------------------
-
-
-def read_settings(model_dir: str | Path) -> dict[str, Any] | None:
-    """The exported settings of ``model_dir`` (None when it is not an export)."""
-    path = Path(model_dir) / SETTINGS_FILE
-    if not path.is_file():
-        return None
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of soft-thinking settings")
-    return data
-
-
-def _overridden(overrides: Sequence[str]) -> set[str]:
-    """Keys given on the command line (``key=value``, ``+key=value``, ``~key``)."""
-    return {o.lstrip("+~").split("=", 1)[0] for o in overrides}
-
-
-def apply_exported(cfg: Any, overrides: Sequence[str] = ()) -> list[str]:
-    """Fill an evaluation config (an OmegaConf ``DictConfig``) from an export at ``model.path``.
-
-    Every ``soft_thinking.<key>`` of the run, the run's mode and its controller are taken unless
-    the command line set them (``overrides``: ``soft_thinking.<key>=``, ``mode=``,
-    ``controller=``). Returns the keys that were taken, for the log.
-    """
-    from omegaconf import open_dict
-
-    model_dir = Path(str(cfg.model.path))
-    settings = read_settings(model_dir)
-    controller = model_dir / CONTROLLER_FILE
-    given = _overridden(overrides)
-    taken = []
-    with open_dict(cfg):
-        soft_thinking = (settings or {}).get("soft_thinking") or {}
-        for key, value in soft_thinking.items():
-            if f"soft_thinking.{key}" not in given:
-                cfg.soft_thinking[key] = value
-                taken.append(f"soft_thinking.{key}")
-        if "mode" not in given and "soft_thinking.mode" not in given and "mode" in soft_thinking:
-            cfg.mode = soft_thinking["mode"]
-            taken.append("mode")
-        if "controller" not in given and cfg.get("controller") is None and controller.is_file() \
-                and cfg.mode == "adaptsoft":
-            cfg.controller = str(controller)
-            taken.append("controller")
-    return taken
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -25,13 +25,12 @@ from omegaconf import OmegaConf, open_dict
 
 from soft_spatial.data.prepare import check_parquet
 from soft_spatial.data.subsets import filter_parquet, normalise_task_types
-from soft_spatial.export import SETTINGS_FILE
 from soft_spatial.infra import ray_session
 from soft_spatial.infra.dirlock import DirLock
 from soft_spatial.infra.ray_env import plugin_env
 from soft_spatial.infra.run_dir import finished, keep_metrics_until, resume_step
 from soft_spatial.models.loading import resolve_model_dir
-from soft_spatial.softthink.settings import SoftSettings
+from soft_spatial.softthink.settings import SETTINGS_FILE, SoftSettings
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 RUN_DIR_ENV = "SOFT_SPATIAL_RUN_DIR"
@@ -59,7 +58,10 @@ def preflight(cfg) -> Path:
     from soft_spatial.actor.loss import check_actor_config
 
     rollout = cfg.actor_rollout_ref.rollout
-    SoftSettings.from_custom(rollout.get("custom"))  # typed settings: each invalid field named
+    # parsed once, here (each invalid setting named); workers and servers read this dict
+    settings = SoftSettings.from_dict(rollout.get("custom"), where="actor_rollout_ref.rollout.custom")
+    with open_dict(cfg):
+        rollout.custom = settings.to_dict()
     # warned here, where the user sees it (the worker checks verl's built actor config again)
     check_actor_config(cfg.actor_rollout_ref.actor)
     for key, value in (("actor_rollout_ref.rollout.temperature", rollout.get("temperature")),
@@ -141,12 +143,11 @@ def open_run_dir(cfg, run_dir: Path, env: dict) -> str | None:
                                       ("val_files", "val", 1)):
                 cfg.data[key] = task_subset_files(cfg.data[key], task_types,
                                                   run_dir / "data", split, least)
-    settings = OmegaConf.to_yaml(cfg.actor_rollout_ref.rollout.custom, resolve=True)
-    print("soft thinking settings (actor_rollout_ref.rollout.custom):\n" + settings)
-    # kept beside the checkpoints: python -m soft_spatial.export carries them to the model
-    tmp = run_dir / (SETTINGS_FILE + ".tmp")
-    tmp.write_text(settings, encoding="utf-8")
-    os.replace(tmp, run_dir / SETTINGS_FILE)
+    settings = SoftSettings.from_dict(cfg.actor_rollout_ref.rollout.custom)  # preflight's dict
+    print("soft thinking settings (actor_rollout_ref.rollout.custom):\n"
+          + OmegaConf.to_yaml(settings.to_dict()))
+    # kept beside the checkpoints: python -m soft_spatial.export copies them to the model
+    settings.save(run_dir / SETTINGS_FILE)
     return metrics
 
 

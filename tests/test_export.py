@@ -7,19 +7,19 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 
-from soft_spatial.eval.__main__ import CONFIG_DIR, build_config
-from soft_spatial.export import CONTROLLER_FILE, SETTINGS_FILE, actor_dir, apply_exported, export
-from soft_spatial.softthink import AdaptSoft
+from soft_spatial.eval.__main__ import CONFIG_DIR, apply_exported, build_config
+from soft_spatial.export import actor_dir, export
+from soft_spatial.softthink import AdaptSoft, AdaptSoftConfig, SoftThinkingConfig
+from soft_spatial.softthink.settings import CONTROLLER_FILE, SETTINGS_FILE, SoftSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _fake_export(tmp_path: Path, mode: str = "adaptsoft") -> Path:
     out = tmp_path / "exported"
-    out.mkdir()
-    (out / SETTINGS_FILE).write_text(yaml.safe_dump(
-        {"soft_thinking": {"mode": mode, "top_k": 3, "noise_scale": 0.5, "fixed_tau": 0.4},
-         "adaptsoft": {"tau0": 0.5}}))
+    out.mkdir(parents=True)
+    SoftSettings(soft_thinking=SoftThinkingConfig(mode=mode, top_k=3, noise_scale=0.5, fixed_tau=0.4),
+                 seed=9).save(out / SETTINGS_FILE)  # as training writes it
     AdaptSoft(hidden_size=8, width=4).save(out / CONTROLLER_FILE)
     (out / "config.json").write_text("{}")  # evaluation checks model.path is a model directory
     return out
@@ -34,8 +34,10 @@ def test_exported_settings_apply_and_the_command_line_wins(tmp_path):
     out = _fake_export(tmp_path)
     cfg = _compose([f"model.path={out}"])
     taken = apply_exported(cfg, [f"model.path={out}"])
-    assert set(taken) == {"soft_thinking.mode", "soft_thinking.top_k", "soft_thinking.noise_scale",
-                          "soft_thinking.fixed_tau", "mode", "controller"}
+    # what differs from the composed config is taken; not the rollout server's seed (eval has its own)
+    assert set(taken) == {"soft_thinking.top_k", "soft_thinking.noise_scale", "soft_thinking.fixed_tau",
+                          "controller"}
+    assert cfg.seed == 0
     ecfg = build_config(cfg)
     st = ecfg.soft_thinking
     assert (st.mode, st.top_k, st.noise_scale, st.fixed_tau) == ("adaptsoft", 3, 0.5, 0.4)
@@ -49,12 +51,31 @@ def test_exported_settings_apply_and_the_command_line_wins(tmp_path):
     assert (st.mode, st.top_k, st.noise_scale) == ("fixed", 7, 0.5)
     assert ecfg.controller is None  # no controller outside adaptsoft mode
 
+    out_fixed = _fake_export(tmp_path / "fixed", mode="fixed")
+    for given, mode in (([], "fixed"), (["mode=adaptsoft"], "adaptsoft"), (["soft_thinking.mode=hard"], "hard")):
+        given = [f"model.path={out_fixed}", *given]
+        cfg = _compose(given)
+        apply_exported(cfg, given)
+        assert cfg.mode == mode and build_config(cfg).soft_thinking.mode == mode
+
     elsewhere = tmp_path / "elsewhere.pt"
     AdaptSoft(hidden_size=8, width=4).save(elsewhere)
     given = [f"model.path={out}", f"controller={elsewhere}"]
     cfg = _compose(given)
     apply_exported(cfg, given)
     assert build_config(cfg).controller == str(elsewhere)
+
+
+def test_an_export_with_entropy_or_another_controller_keeps_those_adaptsoft_settings(tmp_path):
+    out = tmp_path / "exported"
+    out.mkdir()
+    SoftSettings(adaptsoft=AdaptSoftConfig(entropy_mean=0.5, entropy_std=0.6, width=4)).save(out / SETTINGS_FILE)
+    cfg = _compose([f"model.path={out}"])
+    assert set(apply_exported(cfg, [])) == {"adaptsoft.entropy_mean", "adaptsoft.entropy_std", "adaptsoft.width"}
+    cfg = _compose([f"model.path={out}"])
+    assert apply_exported(cfg, ["entropy=mine"]) == ["adaptsoft.width"]  # entropy=<name> sets mu_H, sigma_H
+    cfg = _compose([f"model.path={out}"])
+    assert apply_exported(cfg, ["controller=/elsewhere.pt"]) == []  # its settings come with it
 
 
 def test_a_plain_model_directory_changes_nothing(tmp_path):

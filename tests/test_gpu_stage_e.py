@@ -78,16 +78,17 @@ def test_controller_wire_round_trip_keeps_the_fingerprint():
     holds after set_controller, bit for bit, trained weights included."""
     from soft_spatial.engines.sglang.client import decode_controller, encode_controller
     from soft_spatial.engines.sglang.runtime import SoftRuntime
-    from soft_spatial.engines.sglang.settings import SGLangSoftSettings
+    from soft_spatial.engines.sglang.server_args import SchedulerSetup
+    from soft_spatial.softthink.settings import SoftSettings
     from soft_spatial.softthink import AdaptSoftConfig, SoftThinkingConfig
 
     sent = AdaptSoft(hidden_size=16)
     with torch.no_grad():
         for p in sent.parameters():
             p.add_(torch.randn_like(p))
-    rt = SoftRuntime(SGLangSoftSettings(soft_thinking=SoftThinkingConfig(mode="adaptsoft"),
-                                        adaptsoft=AdaptSoftConfig(), hidden_size=16,
-                                        think_end_id=7, banned_ids=[], seed=0))
+    rt = SoftRuntime(SchedulerSetup(soft=SoftSettings(soft_thinking=SoftThinkingConfig(mode="adaptsoft"),
+                                                      adaptsoft=AdaptSoftConfig()), hidden_size=16,
+                                    think_end_id=7, banned_ids=[]))
     before = state_fingerprint(rt.controller.state_dict())
     state = sent.to_state()
     rt.set_controller(decode_controller(encode_controller(state)))

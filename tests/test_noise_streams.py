@@ -21,8 +21,8 @@ from hypothesis import given, settings, strategies as st
 
 from soft_spatial.engines.sglang.client import PARAM_KEY, request_params
 from soft_spatial.engines.sglang.runtime import SoftRuntime
-from soft_spatial.engines.sglang.settings import SGLangSoftSettings
-from soft_spatial.softthink.settings import NOISE_PARAM, noise_key, request_row_seed, row_seed
+from soft_spatial.engines.sglang.server_args import SchedulerSetup
+from soft_spatial.softthink.settings import NOISE_PARAM, SoftSettings, noise_key, request_row_seed, row_seed
 from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig, SoftThinkingConfig,
                                     noise_uniforms, seed_tensor)
 
@@ -154,9 +154,9 @@ K, V, D = 5, 40, 16
 
 
 def runtime(mode="fixed") -> SoftRuntime:
-    return SoftRuntime(SGLangSoftSettings(
-        soft_thinking=SoftThinkingConfig(mode=mode, top_k=K), adaptsoft=AdaptSoftConfig(),
-        hidden_size=D, think_end_id=None if mode == "hard" else V - 1, banned_ids=[], seed=0))
+    return SoftRuntime(SchedulerSetup(
+        soft=SoftSettings(soft_thinking=SoftThinkingConfig(mode=mode, top_k=K), adaptsoft=AdaptSoftConfig(), seed=0),
+        hidden_size=D, think_end_id=None if mode == "hard" else V - 1, banned_ids=[]))
 
 
 _SLOT = iter(range(10 ** 6))
@@ -320,8 +320,8 @@ def test_local_server_rollouts_do_not_depend_on_request_ids_or_arrival(tiny_qwen
     from soft_spatial.rollout.server import LocalSoftServer
 
     server = LocalSoftServer(str(tiny_qwen3_vl_small), response_length=8, prompt_length=64,
-                             custom={"soft_thinking": {"mode": "fixed"}, "seed": 3,
-                                     "max_batch_rows": 4})
+                             settings=SoftSettings.from_dict({"soft_thinking": {"mode": "fixed"}, "seed": 3,
+                                                              "max_batch_rows": 4}))
     prompts = [[5, 9, 13, 40], [7, 8], [11, 12, 13, 14, 15, 16], [5, 9, 13, 40],
                [21, 22, 23], [7, 8]]
     n = len(prompts)

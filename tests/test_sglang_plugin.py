@@ -23,7 +23,7 @@ from torch import nn
 from controller_helpers import trained_controller
 from engine_spy import capture_local
 from soft_spatial.engines.local import LocalEngine
-from soft_spatial.engines.sglang import SGLangSoftSettings, required_server_args
+from soft_spatial.engines.sglang import SchedulerSetup, required_server_args
 from soft_spatial.engines.sglang.client import (INFO_KEYS, PARAM_KEY,
                                                 TraceAccumulator, decode_controller,
                                                 encode_controller, info_key, request_params,
@@ -31,7 +31,7 @@ from soft_spatial.engines.sglang.client import (INFO_KEYS, PARAM_KEY,
 from soft_spatial.engines.sglang.runtime import (STATE_ATTR, BatchContext, SoftRuntime,
                                                  SoftStateError, last_hidden)
 from soft_spatial.models import think_end_id
-from soft_spatial.softthink.settings import row_seed, sampling_config
+from soft_spatial.softthink.settings import SoftSettings, row_seed, sampling_config
 from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig,
                                     SoftThinkingConfig, SoftTrace)
 
@@ -82,8 +82,8 @@ def run_local(engine, prompts, soft_thinking, sampling, seeds, monkeypatch):
 
 def settings_for(engine, soft_thinking, seed=0):
     te = think_end_id(engine.tokenizer) if soft_thinking.is_soft else None
-    return SGLangSoftSettings(soft_thinking=soft_thinking, adaptsoft=AdaptSoftConfig(), hidden_size=engine.hidden_size,
-                              think_end_id=te, banned_ids=engine.banned_ids.tolist(), seed=seed)
+    return SchedulerSetup(soft=SoftSettings(soft_thinking=soft_thinking, seed=seed), hidden_size=engine.hidden_size,
+                          think_end_id=te, banned_ids=engine.banned_ids.tolist())
 
 
 def drive(sample, decode, engine, steps, mixes, n_rows, seeds, sampling):
@@ -288,12 +288,12 @@ def test_controller_blob_roundtrip():
 
 
 def test_settings_roundtrip_and_required_server_args(monkeypatch):
-    s = SGLangSoftSettings(soft_thinking=SoftThinkingConfig(top_k=3), adaptsoft=AdaptSoftConfig(width=8),
-                           hidden_size=32, think_end_id=7, banned_ids=[1, 2], seed=5)
+    s = SchedulerSetup(soft=SoftSettings(soft_thinking=SoftThinkingConfig(top_k=3), adaptsoft=AdaptSoftConfig(width=8),
+                                         seed=5), hidden_size=32, think_end_id=7, banned_ids=[1, 2])
     s.export()
-    assert SGLangSoftSettings.from_env() == s
+    assert SchedulerSetup.from_env() == s
     with pytest.raises(ValueError, match="think_end_id"):
-        SGLangSoftSettings(soft_thinking=SoftThinkingConfig(), adaptsoft=AdaptSoftConfig(), hidden_size=8)
+        SchedulerSetup(soft=SoftSettings(), hidden_size=8)
     args = required_server_args({"custom_weight_loader": ["x.y"], "mem_fraction_static": 0.4})
     assert args["sampling_backend"] == "soft_gumbel" and "disable_radix_cache" not in args
     assert args["disable_overlap_schedule"] and "disable_cuda_graph" not in args  # graphs on
@@ -313,7 +313,6 @@ def test_settings_roundtrip_and_required_server_args(monkeypatch):
 def test_rollout_sglang_config_composes():
     from hydra import compose, initialize_config_dir
     from soft_spatial.train import CONFIG_DIR
-    from soft_spatial.softthink.settings import SoftSettings
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         cfg = compose(config_name="train", overrides=["rollout=sglang", "cluster=paper"])
     r = cfg.actor_rollout_ref.rollout
@@ -321,7 +320,7 @@ def test_rollout_sglang_config_composes():
     ek = dict(r.engine_kwargs.sglang)
     assert ek["disable_cuda_graph"] is False  # soft decoding runs in SGLang's decode graphs
     assert required_server_args(ek)["sampling_backend"] == "soft_gumbel"
-    assert SoftSettings.from_custom(r.custom).soft_thinking.mode == "adaptsoft"
+    assert SoftSettings.from_dict(r.custom).soft_thinking.mode == "adaptsoft"
 
 
 def test_plugin_registers_sglang_soft_lazily():
@@ -343,7 +342,7 @@ def test_plugin_registers_sglang_soft_lazily():
 def test_required_server_args_refuse_settings_that_break_soft_decoding(key, value):
     """Deterministic inference makes SGLang fall back to its pytorch sampler (no soft records);
     the other flags contradict what the plugin needs. Each must raise, never be overridden."""
-    from soft_spatial.engines.sglang.settings import required_server_args
+    from soft_spatial.engines.sglang.server_args import required_server_args
     with pytest.raises(ValueError, match=key):
         required_server_args({key: value})
     ok = required_server_args({})

@@ -37,7 +37,7 @@ def compose_train(*overrides):
 def test_every_preset_composes_into_typed_settings(preset):
     from soft_spatial.softthink.settings import SoftSettings
     cfg = compose_train(f"experiment={preset}", "model=tiny", "cluster=cpu")
-    s = SoftSettings.from_custom(cfg.actor_rollout_ref.rollout.custom)
+    s = SoftSettings.from_dict(cfg.actor_rollout_ref.rollout.custom)
     assert cfg.actor_rollout_ref.rollout.name == "local_soft"
     assert cfg.actor_rollout_ref.model.model_type == "soft_language_model"
     assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "soft_grpo"

@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 from hydra import compose, initialize_config_dir
 
 from soft_spatial.infra.dirlock import DirLock, DirLockedError
@@ -55,6 +56,19 @@ def test_preflight_names_the_bad_setting(override, message, tiny_qwen3_vl_small,
         preflight(cfg)
     assert preflight(train_cfg(tiny_qwen3_vl_small, parquet, tmp_path / "run")) == Path(
         str(tiny_qwen3_vl_small))
+
+
+def test_preflight_parses_the_soft_settings_once(tiny_qwen3_vl_small, parquet, tmp_path):
+    """rollout.custom becomes SoftSettings.to_dict(): every setting explicit, what workers and servers read."""
+    from soft_spatial.softthink.settings import SoftSettings
+    cfg = train_cfg(tiny_qwen3_vl_small, parquet, tmp_path / "run", "soft_thinking.top_k=3", "alignment.lr=0.01")
+    preflight(cfg)
+    custom = OmegaConf.to_container(cfg.actor_rollout_ref.rollout.custom)
+    s = SoftSettings.from_dict(custom)
+    assert custom == s.to_dict() and (s.soft_thinking.top_k, s.alignment.lr) == (3, 0.01)
+    cfg = train_cfg(tiny_qwen3_vl_small, parquet, tmp_path / "run", "adaptsoft.width=wide")
+    with pytest.raises(ValueError, match=r"^actor_rollout_ref\.rollout\.custom\.adaptsoft: AdaptSoftConfig\.width"):
+        preflight(cfg)
 
 
 @pytest.mark.parametrize("override, message", [

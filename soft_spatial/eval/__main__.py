@@ -1,22 +1,26 @@
 """Hydra entry point: ``python -m soft_spatial.eval benchmarks=[omnispatial,mindcube] mode=fixed``.
 
-Config: configs/eval.yaml (composes the shared soft_thinking group). ``model.path`` may be a
-directory written by ``python -m soft_spatial.export``: its mode, controller and soft-thinking
-settings then apply unless given on the command line. Prints where the per-sample
-JSONL, the summary JSON and the Markdown tables are.
+Config: configs/eval.yaml (composes the shared soft_thinking group; its ``soft`` block has the
+shape of training's ``rollout.custom`` and is read as one
+:class:`~soft_spatial.softthink.settings.SoftSettings`). ``model.path`` may be a directory written
+by ``python -m soft_spatial.export``: its settings file and controller then apply unless given on
+the command line (:func:`apply_exported`). Prints where the per-sample JSONL, the summary JSON and
+the Markdown tables are.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from soft_spatial.models.loading import resolve_model_dir
-from soft_spatial.softthink import AdaptSoft, SoftThinkingConfig, from_mapping
+from soft_spatial.softthink import AdaptSoft
+from soft_spatial.softthink.settings import CONTROLLER_FILE, SoftSettings
 
 from soft_spatial.eval.runner import EvalConfig, evaluate
 
@@ -57,10 +61,51 @@ def check_controller(cfg: DictConfig) -> None:
                          f"the settings it was trained with: drop these overrides")
 
 
+def _overridden(overrides: Sequence[str]) -> set[str]:
+    """Keys given on the command line (``key=value``, ``+key=value``, ``~key``)."""
+    return {o.lstrip("+~").split("=", 1)[0] for o in overrides}
+
+
+def apply_exported(cfg: DictConfig, overrides: Sequence[str] = ()) -> list[str]:
+    """Fill the settings groups from an export at ``model.path`` (its ``soft_thinking.yaml``, read
+    with :meth:`SoftSettings.exported`), and its controller in adaptsoft mode, where the command
+    line (``overrides``) did not set them: ``<group>.<key>=``, ``mode=`` (the mode), ``entropy=``
+    (μ_H, σ_H), ``controller=`` (the controller and the ``adaptsoft`` settings it comes with).
+    Returns the keys whose value changed, for the log."""
+    model_dir = Path(str(cfg.model.path))
+    exported = SoftSettings.exported(model_dir)
+    given = _overridden(overrides)
+    if "mode" in given:
+        given.add("soft_thinking.mode")
+    if "entropy" in given:
+        given |= {"adaptsoft.entropy_mean", "adaptsoft.entropy_std"}
+    taken = []
+    with open_dict(cfg):
+        for group, values in (exported.to_dict() if exported else {}).items():
+            if group not in cfg.soft or (group == "adaptsoft" and "controller" in given):
+                continue  # a rollout-server scalar; or the settings of another controller
+            for key, value in values.items():
+                if f"{group}.{key}" not in given and cfg[group].get(key) != value:
+                    cfg[group][key] = value
+                    taken.append(f"{group}.{key}")
+        controller = model_dir / CONTROLLER_FILE
+        if "controller" not in given and cfg.get("controller") is None and controller.is_file() \
+                and cfg.mode == "adaptsoft":
+            cfg.controller = str(controller)
+            taken.append("controller")
+    return taken
+
+
+def soft_settings(cfg: DictConfig) -> SoftSettings:
+    """The ``soft`` block as one SoftSettings; ``mode=`` (the top-level key) is its mode."""
+    with open_dict(cfg):
+        cfg.soft_thinking.mode = cfg.mode
+    return SoftSettings.from_dict(OmegaConf.to_container(cfg.soft, resolve=True), where="soft")
+
+
 def build_config(cfg: DictConfig) -> EvalConfig:
     """Typed EvalConfig from the composed Hydra tree (checks the model path and the controller)."""
-    soft_thinking = dict(OmegaConf.to_container(cfg.soft_thinking, resolve=True))
-    soft_thinking["mode"] = cfg.mode
+    settings = soft_settings(cfg)
     model_path = resolve_model_dir(cfg.model.path, build_tiny=bool(cfg.model.get("build_tiny")),
                                    tiny_family=cfg.model.get("tiny_family", "qwen3_vl"))
     check_controller(cfg)
@@ -69,7 +114,7 @@ def build_config(cfg: DictConfig) -> EvalConfig:
         benchmarks=[cfg.benchmarks] if isinstance(cfg.benchmarks, str) else list(cfg.benchmarks),
         data=dict(cfg.data), model_path=str(model_path),
         model_name=cfg.model.name,
-        soft_thinking=from_mapping(SoftThinkingConfig, soft_thinking, "soft_thinking"),
+        soft_thinking=settings.soft_thinking,
         output_dir=cfg.output_dir, controller=cfg.controller, engine=cfg.engine,
         samples=cfg.samples, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
         protocol=cfg.protocol, limit=cfg.limit, split=cfg.split, seed=cfg.seed,
@@ -95,8 +140,6 @@ def hydra_record(cfg: DictConfig) -> dict[str, str]:
 @hydra.main(config_path=str(CONFIG_DIR), config_name="eval", version_base=None)
 def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
-
-    from soft_spatial.export import apply_exported
 
     # an exported model directory carries its run's mode, controller and soft settings
     taken = apply_exported(cfg, HydraConfig.get().overrides.task)

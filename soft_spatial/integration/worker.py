@@ -12,8 +12,10 @@
 * after each weight sync it also sends the controller's weights to the rollout server (and, with
   ``SOFT_SPATIAL_CONTROLLER_LOG`` set, logs their fingerprint: ``softthink.controller.log_fingerprint``).
 
-The soft settings come from ``actor_rollout_ref.rollout.custom`` (one copy for the servers and
-the workers): ``soft_thinking``, ``adaptsoft``, ``density``, ``alignment``, ``kl``.
+The soft settings arrive in ``actor_rollout_ref.rollout.custom`` as
+:meth:`SoftSettings.to_dict <soft_spatial.softthink.settings.SoftSettings.to_dict>`, which the
+entry point wrote there after parsing the user's block once (``train.preflight``); the servers
+read the same dict.
 """
 from __future__ import annotations
 
@@ -66,7 +68,7 @@ class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
                                world_size=int(os.environ.get("WORLD_SIZE", 1)),
                                init_method=os.environ.get("DIST_INIT_METHOD", "env://"))
         super().__init__(config, role, **kwargs)
-        self.soft_settings = SoftSettings.from_custom(self.config.rollout.get("custom"))
+        self.soft_settings = SoftSettings.from_dict(self.config.rollout.get("custom"))
         record_placement(role)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

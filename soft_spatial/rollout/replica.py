@@ -1,7 +1,9 @@
 """The embedded engine as a verl rollout backend named ``local_soft``.
 
 * :class:`LocalSoftReplica` (verl ``RolloutReplica``): launches one :class:`LocalSoftServer` Ray
-  actor per replica; verl's load balancer sends it the agent loops' requests.
+  actor per replica, with the run's :class:`~soft_spatial.softthink.settings.SoftSettings` (the
+  ``to_dict`` the entry point wrote into ``rollout.custom``) as its argument; verl's load
+  balancer sends it the agent loops' requests.
 * :class:`LocalSoftServerAdapter` (verl ``BaseRollout``): lives in every training worker; on each
   weight sync the replica's leader rank forwards the full weights (and the AdaptSoft controller)
   to the replica's server actor. The other ranks consume the weight generator too, because FSDP
@@ -22,6 +24,7 @@ from verl.workers.rollout.replica import RolloutReplica
 
 from soft_spatial.compat.verl.rollout import set_replica_server
 from soft_spatial.infra.ray_env import forwarded_env
+from soft_spatial.softthink.settings import SoftSettings
 
 from soft_spatial.rollout.server import LocalSoftServer
 
@@ -61,7 +64,7 @@ class LocalSoftReplica(RolloutReplica):
         server = server_cls.options(name=name, num_cpus=0, max_concurrency=self.max_concurrency,
                                     runtime_env={"env_vars": forwarded_env()}).remote(
             model_path=_model_path(self.model_config), response_length=cfg.response_length,
-            prompt_length=cfg.prompt_length, custom=dict(cfg.custom or {}), dtype=dtype)
+            prompt_length=cfg.prompt_length, settings=SoftSettings.from_dict(cfg.custom), dtype=dtype)
         await server.wake_up.remote()  # surfaces construction errors here
         self.servers = [server]
         set_replica_server(self, server, f"{BACKEND}://{name}")

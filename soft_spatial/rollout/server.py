@@ -59,10 +59,10 @@ class LocalSoftServer:
     """Ray actor body (wrap with ``ray.remote``) hosting one LocalEngine."""
 
     def __init__(self, model_path: str, response_length: int, prompt_length: int,
-                 custom: dict[str, Any] | None = None, dtype: str = "float32",
+                 settings: SoftSettings | None = None, dtype: str = "float32",
                  device: str = "cpu"):
         from soft_spatial.engines.local import LocalEngine
-        self.settings = SoftSettings.from_custom(custom)
+        self.settings = settings if settings is not None else SoftSettings()  # parsed by the driver
         self.response_length, self.prompt_length = response_length, prompt_length
         self.engine = LocalEngine.from_pretrained(
             model_path, device=device, dtype=getattr(torch, dtype),

@@ -1,7 +1,8 @@
 """SGLang as a verl rollout backend with soft thinking: ``rollout.name=sglang_soft``.
 
 * :class:`SGLangSoftHttpServer` (a verl ``SGLangHttpServer``): before SGLang starts, exports the
-  soft settings (from ``rollout.custom``, as for local_soft) for the scheduler processes, sets the
+  run's settings (``rollout.custom``, as for local_soft) with what they need of the model
+  (:func:`scheduler_setup`) for the scheduler processes, sets the
   server arguments soft decoding needs (:func:`~soft_spatial.engines.sglang.required_server_args`)
   and launches the schedulers through :func:`soft_spatial.engines.sglang.hooks.
   run_scheduler_process` (which installs the plugin in each spawned process, then runs SGLang's).
@@ -33,35 +34,33 @@ from verl.workers.rollout.sglang_rollout.sglang_rollout import ServerAdapter
 from soft_spatial.compat.sglang import tensor_update_request
 from soft_spatial.compat.verl.rollout import server_adapter_engine, to_ipc_device
 
-from soft_spatial.engines.sglang import SGLangSoftSettings, required_server_args
+from soft_spatial.engines.sglang import SchedulerSetup, required_server_args
 from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, PARAM_KEY, PREFILL_ONLY,
                                                 PromptPrefill, TraceAccumulator,
                                                 encode_controller, request_params,
                                                 split_records)
-from soft_spatial.engines.sglang.settings import CONTROLLER_LOADER
+from soft_spatial.engines.sglang.server_args import CONTROLLER_LOADER
 
 from soft_spatial.softthink.settings import NOISE_PARAM, SoftSettings, request_row_seed, sampling_config
 
 from soft_spatial.rollout.server import TRACE_FIELD
 
 __all__ = ["SGLangSoftHttpServer", "SGLangSoftReplica", "SGLangSoftServerAdapter", "BACKEND",
-           "build_settings"]
+           "scheduler_setup"]
 
 BACKEND = "sglang_soft"
 
 
-def build_settings(custom: dict[str, Any] | None, hf_config, tokenizer) -> SGLangSoftSettings:
-    """Soft settings for the scheduler processes from ``rollout.custom`` and the model."""
+def scheduler_setup(settings: SoftSettings, hf_config, tokenizer) -> SchedulerSetup:
+    """The scheduler processes' setup: the run's settings and what they need of the model."""
     from soft_spatial.models.tokens import single_token_id, unusable_token_ids
-    s = SoftSettings.from_custom(custom)
     text = getattr(hf_config, "text_config", hf_config)
-    soft_thinking = s.soft_thinking
+    soft_thinking = settings.soft_thinking
     think_end = (single_token_id(tokenizer, soft_thinking.think_end) if soft_thinking.is_soft
                  else None)
     banned = unusable_token_ids(hf_config, tokenizer, int(text.vocab_size))
-    return SGLangSoftSettings(soft_thinking=soft_thinking, adaptsoft=s.adaptsoft,
-                              hidden_size=int(text.hidden_size), think_end_id=think_end,
-                              banned_ids=banned, seed=s.seed)
+    return SchedulerSetup(soft=settings, hidden_size=int(text.hidden_size), think_end_id=think_end,
+                          banned_ids=banned)
 
 
 class SGLangSoftHttpServer(SGLangHttpServer):
@@ -69,8 +68,9 @@ class SGLangSoftHttpServer(SGLangHttpServer):
 
     def __init__(self, config, model_config, *args, **kwargs):
         super().__init__(config, model_config, *args, **kwargs)
-        self.soft_settings = build_settings(self.config.custom, self.model_config.hf_config,
-                                            self.model_config.tokenizer)
+        # rollout.custom holds SoftSettings.to_dict(), written by the entry point (train.preflight)
+        self.setup = scheduler_setup(SoftSettings.from_dict(self.config.custom),
+                                     self.model_config.hf_config, self.model_config.tokenizer)
         self._traces = TraceAccumulator()
         sgl_args = (self.config.engine_kwargs or {}).get("sglang") or {}
         # the n samples of a prompt share its prefill through the radix cache (PromptPrefill)
@@ -79,7 +79,7 @@ class SGLangSoftHttpServer(SGLangHttpServer):
     async def launch_server(self, master_address: str = None, master_port: int = None):
         from soft_spatial.compat.sglang import collect_records
         from soft_spatial.engines.sglang import hooks
-        self.soft_settings.export()  # inherited by the spawned scheduler processes
+        self.setup.export()  # inherited by the spawned scheduler processes
         ek = self.config.engine_kwargs
         ek["sglang"] = required_server_args(ek.get("sglang"))
         with hooks.plugin_schedulers():
@@ -93,7 +93,7 @@ class SGLangSoftHttpServer(SGLangHttpServer):
         params = dict(sampling_params)
         noise = params.pop(NOISE_PARAM, None) or {}  # the noise key (soft agent loop, §2.2)
         sampling = sampling_config(params, self.config.response_length)
-        seed = request_row_seed(self.soft_settings.seed, noise.get("key", request_id))
+        seed = request_row_seed(self.setup.soft.seed, noise.get("key", request_id))
         custom = dict(params.get("custom_params") or {})
         custom[PARAM_KEY] = request_params(seed, sampling)
         params["custom_params"] = custom
@@ -114,7 +114,7 @@ class SGLangSoftHttpServer(SGLangHttpServer):
         finally:
             acc = self._traces.pop(request_id)
         trace, loglik = split_records(acc, len(out.token_ids))
-        think_end = self.soft_settings.think_end_id
+        think_end = self.setup.think_end_id
         out.log_probs = loglik
         out.extra_fields = dict(out.extra_fields or {})
         out.extra_fields[TRACE_FIELD] = trace

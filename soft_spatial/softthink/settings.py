@@ -1,8 +1,12 @@
-"""The soft settings of a run, below the engines and the rollout servers.
+"""The soft settings of a run: one type from the command line to every process that decodes.
 
-* :class:`SoftSettings` — ``actor_rollout_ref.rollout.custom`` parsed once into the typed configs
-  (one copy for the rollout servers and the training workers; no verl import, so the entry
-  point can check it in a second, before Ray starts);
+* :class:`SoftSettings` — the settings block (``actor_rollout_ref.rollout.custom`` in training, the
+  ``soft`` block in evaluation), parsed once by the entry point and carried as
+  :meth:`SoftSettings.to_dict` everywhere else: in verl's config to the workers, as a Ray actor
+  argument to the local server, in the SGLang schedulers' environment
+  (:class:`~soft_spatial.engines.sglang.server_args.SchedulerSetup` wraps it), and in the run's
+  :data:`SETTINGS_FILE`, which export copies into the model directory and evaluation reads back
+  (:meth:`SoftSettings.load`). No verl import, so the entry point can check it in a second;
 * the seeds: :func:`row_seed` (one generated row) and :func:`request_seed` (one verl request,
   from its noise key: :func:`noise_key`, never from verl's random request id);
 * :func:`sampling_config`: verl's sampling params → :class:`~soft_spatial.softthink.SamplingConfig`
@@ -10,27 +14,60 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import yaml
+
+from soft_spatial.infra.atomic import write_text
 from soft_spatial.softthink import (AdaptSoftConfig, AlignmentConfig, DensityConfig, KLConfig,
                                     SamplingConfig, SoftThinkingConfig, check_field_types,
                                     from_mapping)
 
-__all__ = ["SoftSettings", "row_seed", "request_seed", "request_row_seed", "sampling_config",
-           "noise_key", "NOISE_PARAM"]
+__all__ = ["SoftSettings", "SETTINGS_FILE", "CONTROLLER_FILE", "row_seed", "request_seed", "request_row_seed",
+           "sampling_config", "noise_key", "NOISE_PARAM"]
+
+#: the run's settings (``SoftSettings.to_dict()`` as YAML): written by training beside its
+#: checkpoints, copied by export into the model directory, read by evaluation
+SETTINGS_FILE = "soft_thinking.yaml"
+#: the trained AdaptSoft controller beside it (= soft_spatial.actor.train_engine.ADAPTSOFT_CKPT)
+CONTROLLER_FILE = "adaptsoft.pt"
 
 _GROUPS = {"soft_thinking": SoftThinkingConfig, "adaptsoft": AdaptSoftConfig,
            "density": DensityConfig, "alignment": AlignmentConfig, "kl": KLConfig}
 _SCALARS = ("seed", "batch_window_s", "max_batch_rows", "stream_wait_s")
 
 
+def _plain(value):
+    """Tuples as lists (YAML, JSON and OmegaConf hold lists), recursively."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 @dataclass
 class SoftSettings:
-    """``rollout.custom``: the config groups (missing groups take the paper defaults) and the
-    rollout server's scalars (noise base seed, batching window, rows per batch, and how long
-    the local_soft server waits for the missing rows of a generation batch, ``stream_wait_s``)."""
+    """The soft settings of a run (a missing group or scalar takes its default, the paper's value).
+
+    soft_thinking: how the chain of thought is decoded (mode, K, noise scale c, fixed τ, think end).
+    adaptsoft: the controller's shape and its τ range (τ0, δ) and entropy normalisation (μ_H, σ_H).
+    density: the soft-step likelihood variant (eq. 5; reference-compatibility switches).
+    alignment: the controller's training by gradient alignment (optimizer, scaler, ablations).
+    kl: what the KL to the reference compares at soft steps.
+    seed: base seed of the per-request rollout noise (a request's seed derives from it and its
+        noise key).
+    batch_window_s: how long the local_soft server gathers requests without a noise key into
+        one batch.
+    max_batch_rows: rows the local_soft server decodes together.
+    stream_wait_s: how long the local_soft server waits for the missing rows of a generation
+        batch before decoding the rows it has.
+    """
 
     soft_thinking: SoftThinkingConfig = field(default_factory=SoftThinkingConfig)
     adaptsoft: AdaptSoftConfig = field(default_factory=AdaptSoftConfig)
@@ -45,16 +82,50 @@ class SoftSettings:
     def __post_init__(self):
         check_field_types(self)  # e.g. rollout.custom.seed=abc: an error naming the field
 
+    def to_dict(self) -> dict[str, Any]:
+        """Every group and scalar as plain YAML/JSON values; ``from_dict`` reads it back equal."""
+        return _plain(dataclasses.asdict(self))
+
     @classmethod
-    def from_custom(cls, custom: dict[str, Any] | None) -> "SoftSettings":
-        custom = dict(custom or {})
-        unknown = sorted(set(custom) - set(_GROUPS) - set(_SCALARS))
+    def from_dict(cls, d: Mapping[str, Any] | None, where: str = "rollout.custom") -> "SoftSettings":
+        """Read a settings block (a dict, an OmegaConf node, a loaded YAML file); unknown keys and
+        invalid values raise a ValueError naming the setting's path under ``where``."""
+        if d is None:
+            d = {}
+        if not isinstance(d, Mapping):
+            raise ValueError(f"{where}: expected a mapping of soft settings, got {d!r}")
+        d = dict(d)
+        unknown = sorted(set(d) - set(_GROUPS) - set(_SCALARS))
         if unknown:
-            raise ValueError(f"rollout.custom: unknown keys {unknown}; known: soft_thinking, "
-                             f"adaptsoft, density, alignment, kl, {sorted(_SCALARS)}")
-        groups = {key: from_mapping(cfg_cls, custom.get(key), f"rollout.custom.{key}")
-                  for key, cfg_cls in _GROUPS.items()}
-        return cls(**groups, **{k: custom[k] for k in _SCALARS if k in custom})
+            raise ValueError(f"{where}: unknown keys {unknown}; known: {sorted(_GROUPS)}, "
+                             f"{sorted(_SCALARS)}")
+        groups = {}
+        for key, group_cls in _GROUPS.items():
+            try:
+                groups[key] = from_mapping(group_cls, d.get(key))
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"{where}.{key}: {e}") from None
+        try:
+            return cls(**groups, **{k: d[k] for k in _SCALARS if k in d})
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+
+    def save(self, path: str | Path) -> None:
+        """Write :meth:`to_dict` as YAML to ``path`` (atomically)."""
+        write_text(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "SoftSettings":
+        """Read a file written by :meth:`save` (or an older run's partial block: missing settings
+        take their defaults); errors name the file."""
+        return cls.from_dict(yaml.safe_load(Path(path).read_text(encoding="utf-8")), where=str(path))
+
+    @classmethod
+    def exported(cls, model_dir: str | Path) -> "SoftSettings | None":
+        """The settings a model directory written by ``python -m soft_spatial.export`` carries
+        (None when it has no :data:`SETTINGS_FILE`: not an export)."""
+        path = Path(model_dir) / SETTINGS_FILE
+        return cls.load(path) if path.is_file() else None
 
 
 def row_seed(prompt_seed: int, sample_index: int) -> int:

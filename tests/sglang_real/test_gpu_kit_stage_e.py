@@ -34,17 +34,18 @@ def test_weight_loader_logs_the_controller_it_installed(tmp_path, monkeypatch):
     from soft_spatial.engines.sglang import hooks
     from soft_spatial.engines.sglang.client import CONTROLLER_NAME, encode_controller
     from soft_spatial.engines.sglang.runtime import SoftRuntime
-    from soft_spatial.engines.sglang.settings import SGLangSoftSettings
+    from soft_spatial.engines.sglang.server_args import SchedulerSetup
+    from soft_spatial.softthink.settings import SoftSettings
     from soft_spatial.softthink import AdaptSoftConfig, SoftThinkingConfig
 
     sent = AdaptSoft(hidden_size=16)
     with torch.no_grad():
         for p in sent.parameters():
             p.add_(torch.randn_like(p))
-    settings = SGLangSoftSettings(soft_thinking=SoftThinkingConfig(mode="adaptsoft"),
-                                  adaptsoft=AdaptSoftConfig(), hidden_size=16, think_end_id=7,
-                                  banned_ids=[], seed=0)
-    monkeypatch.setattr(hooks, "_runtime", SoftRuntime(settings))
+    setup = SchedulerSetup(soft=SoftSettings(soft_thinking=SoftThinkingConfig(mode="adaptsoft"),
+                                             adaptsoft=AdaptSoftConfig()), hidden_size=16, think_end_id=7,
+                           banned_ids=[])
+    monkeypatch.setattr(hooks, "_runtime", SoftRuntime(setup))
     monkeypatch.setenv(FINGERPRINT_LOG_ENV, str(tmp_path))
     hooks.load_weights(None, [(CONTROLLER_NAME, encode_controller(sent.to_state()))])
     logged = (tmp_path / f"rollout-{os.getpid()}.jsonl").read_text().splitlines()

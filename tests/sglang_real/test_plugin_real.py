@@ -21,11 +21,12 @@ import pytest
 import sglang  # noqa: F401  (collected only where it imports: conftest.py)
 import torch
 
-from soft_spatial.engines.sglang import SGLangSoftSettings, required_server_args
+from soft_spatial.engines.sglang import SchedulerSetup, required_server_args
 from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, INFO_KEYS, PARAM_KEY,
                                                 encode_controller, info_key, request_params)
 from soft_spatial.engines.sglang.runtime import BatchContext, batch_context
 from soft_spatial.engines.step import sample_step
+from soft_spatial.softthink.settings import SoftSettings
 from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig,
                                     SoftThinkingConfig, noise_uniforms, seed_tensor)
 
@@ -68,9 +69,9 @@ def sgl(model_dir):
 
 
 def _settings(think_end, banned=()):
-    return SGLangSoftSettings(soft_thinking=SoftThinkingConfig(mode="adaptsoft", top_k=4),
-                              adaptsoft=AdaptSoftConfig(), hidden_size=HIDDEN,
-                              think_end_id=think_end, banned_ids=list(banned), seed=0)
+    return SchedulerSetup(soft=SoftSettings(soft_thinking=SoftThinkingConfig(mode="adaptsoft", top_k=4),
+                                            adaptsoft=AdaptSoftConfig()), hidden_size=HIDDEN,
+                          think_end_id=think_end, banned_ids=list(banned))
 
 
 def _random_controller(seed=3):
@@ -156,8 +157,8 @@ def test_real_sampler_parity_with_sample_step(installed, sgl):
     installed.hooks.load_weights(None, [(CONTROLLER_NAME, encode_controller(
         {"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()}))])
     rt = installed.rt
-    soft, k, v, te = rt.settings.soft_thinking, rt.settings.soft_thinking.top_k, sgl.vocab, sgl.think_end
-    banned = torch.tensor(rt.settings.banned_ids)
+    soft, k, v, te = rt.setup.soft.soft_thinking, rt.setup.soft.soft_thinking.top_k, sgl.vocab, sgl.think_end
+    banned = torch.tensor(rt.setup.banned_ids)
     sampling = SamplingConfig(temperature=1.0)
     seeds = [11, 12, 13]
     reqs = [FakeReq(f"r{i}", s, sampling, slot=5 - i) for i, s in enumerate(seeds)]
@@ -230,7 +231,7 @@ def test_tp_hook_through_real_hook_wrapper(installed, sgl):
     with pytest.raises(RuntimeError, match="no record"):  # slot 5 holds no record of "a"
         wrapped(object(), mwb)
     assert "ctx" not in seen  # refused on the host, before the forward
-    k = installed.rt.settings.soft_thinking.top_k
+    k = installed.rt.setup.soft.soft_thinking.top_k
     installed.rt.buffers("cpu", 8).write([5], torch.zeros(1, k, dtype=torch.long),
                                          torch.ones(1, k), ["a"])  # as the sampler does
     for mode, cap, forced in ((ForwardMode.DECODE, CaptureHiddenMode.NULL, True),

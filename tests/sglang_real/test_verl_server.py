@@ -26,9 +26,9 @@ from engine_spy import capture_local
 from soft_spatial.engines.sglang import hooks
 from soft_spatial.engines.sglang.client import CONTROLLER_NAME, encode_controller
 from soft_spatial.engines.sglang.runtime import SoftRuntime
-from soft_spatial.engines.sglang.settings import (CONTROLLER_LOADER, ENV_VAR,
-                                                  SGLangSoftSettings)
+from soft_spatial.engines.sglang.server_args import CONTROLLER_LOADER, ENV_VAR, SchedulerSetup
 from soft_spatial.models import think_end_id
+from soft_spatial.softthink.settings import SoftSettings
 
 pytestmark = pytest.mark.sglang
 
@@ -100,9 +100,8 @@ def test_verl_server_matches_local_soft_server(server_factory, tiny_qwen3_vl_sma
     from soft_spatial.rollout.server import LocalSoftServer
     from test_sglang_plugin import BiasedHead
     server, rollout = server_factory(mode)
-    custom = dict(rollout.custom)
     local = LocalSoftServer(str(tiny_qwen3_vl_small), response_length=12, prompt_length=32,
-                            custom=custom)
+                            settings=SoftSettings.from_dict(rollout.custom))
     eng = local.engine
     eng.lm_head = BiasedHead(eng.lm_head, think_end_id(eng.tokenizer), 8.0)
     ctrl = trained_controller(eng.hidden_size, seed=5)
@@ -139,9 +138,9 @@ def test_verl_server_matches_local_soft_server(server_factory, tiny_qwen3_vl_sma
     assert not args["disable_cuda_graph"] and not args["enable_mixed_chunk"]  # graphs on
     assert CONTROLLER_LOADER in args["custom_weight_loader"]
     # the scheduler processes' settings: what the server exported before the launch
-    settings = SGLangSoftSettings.from_json(seen["env"])
-    assert settings == server.soft_settings and settings.soft_thinking.mode == mode
-    rt = runtime["rt"] = SoftRuntime(settings)
+    setup = SchedulerSetup.from_json(seen["env"])
+    assert setup == server.setup and setup.soft.soft_thinking.mode == mode
+    rt = runtime["rt"] = SoftRuntime(setup)
     if mode == "adaptsoft":  # the controller through the custom weight loader
         hooks.set_runtime(rt)
         try:
@@ -208,9 +207,9 @@ def test_update_controller_reaches_the_weight_loader(monkeypatch):
                                            "state_dict": ctrl.state_dict()}))
     (req,) = sent
     assert req.load_format == CONTROLLER_LOADER and len(req.serialized_named_tensors) == 2
-    rt = SoftRuntime(SGLangSoftSettings(soft_thinking=SoftThinkingConfig(mode="adaptsoft"),
-                                        adaptsoft=AdaptSoftConfig(), hidden_size=64,
-                                        think_end_id=3))
+    rt = SoftRuntime(SchedulerSetup(soft=SoftSettings(soft_thinking=SoftThinkingConfig(mode="adaptsoft"),
+                                                      adaptsoft=AdaptSoftConfig()), hidden_size=64,
+                                    think_end_id=3))
     hooks.set_runtime(rt)
     try:  # what each TP worker does with its copy
         named = MultiprocessingSerializer.deserialize(req.serialized_named_tensors[1])

@@ -2,8 +2,9 @@
 
 Importing this package never imports sglang. The pieces:
 
-* :mod:`.settings` — the server-wide soft settings, carried to the scheduler processes in one
-  environment variable, and the SGLang server arguments soft decoding requires;
+* :mod:`.server_args` — what a server starts with: the run's ``SoftSettings`` and what the server
+  derives from the model (:class:`~.server_args.SchedulerSetup`), carried to the scheduler
+  processes in one environment variable, and the SGLang server arguments soft decoding requires;
 * :mod:`.runtime` — the scheduler-side logic with no sglang import: per-request state (noise
   seed and step counter, counter-based like :class:`~soft_spatial.engines.local.LocalEngine`,
   thinking flag, the next step's mixture), the batched call of
@@ -21,13 +22,13 @@ Importing this package never imports sglang. The pieces:
 """
 from soft_spatial.compat.sglang import SUPPORTED_SGLANG
 
-from soft_spatial.engines.sglang.settings import SAMPLER_BACKEND, SGLangSoftSettings, required_server_args
+from soft_spatial.engines.sglang.server_args import SAMPLER_BACKEND, SchedulerSetup, required_server_args
 
-__all__ = ["SGLangSoftSettings", "required_server_args", "install", "SAMPLER_BACKEND",
+__all__ = ["SchedulerSetup", "required_server_args", "install", "SAMPLER_BACKEND",
            "SUPPORTED_SGLANG"]
 
 
-def install(settings=None):
+def install(setup=None):
     """Register the sampler backend and hooks in this (scheduler) process. Needs sglang."""
     from soft_spatial.engines.sglang import hooks
-    return hooks.install(settings)
+    return hooks.install(setup)

@@ -22,13 +22,13 @@ from collections.abc import Sequence
 from soft_spatial.engines.base import (FINISH_LENGTH, FINISH_STOP, Completion, Prompt,
                                        check_prompt_ids, progress_bar, prompt_limit, prompt_seeds)
 from soft_spatial.engines.prompts import load_image, render_chat
-from soft_spatial.softthink.settings import row_seed
+from soft_spatial.softthink.settings import SoftSettings, row_seed
 from soft_spatial.softthink import AdaptSoftConfig, SamplingConfig, SoftThinkingConfig, SoftTrace
 
 from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, PARAM_KEY, PREFILL_ONLY, PromptPrefill,
                                                 TraceAccumulator, collapse_image_pads, encode_controller,
                                                 request_params, split_records)
-from soft_spatial.engines.sglang.settings import CONTROLLER_LOADER, SGLangSoftSettings, required_server_args
+from soft_spatial.engines.sglang.server_args import CONTROLLER_LOADER, SchedulerSetup, required_server_args
 
 __all__ = ["SGLangEngine"]
 
@@ -82,16 +82,17 @@ class SGLangEngine:
         self.eos_ids = stop_token_ids(config, self.tokenizer, gen)
         self.think_end = (single_token_id(self.tokenizer, soft_thinking.think_end)
                           if soft_thinking.is_soft else None)
-        self.settings = SGLangSoftSettings(
-            soft_thinking=soft_thinking, adaptsoft=adaptsoft or AdaptSoftConfig(),
+        self.setup = SchedulerSetup(
+            soft=SoftSettings(soft_thinking=soft_thinking, adaptsoft=adaptsoft or AdaptSoftConfig(),
+                              seed=seed),
             hidden_size=int(text.hidden_size),
             think_end_id=self.think_end,
             banned_ids=unusable_token_ids(config, self.tokenizer, int(text.vocab_size)),
-            seed=seed, controller_path=str(Path(controller).resolve()) if controller else None)
+            controller_path=str(Path(controller).resolve()) if controller else None)
         self._traces = TraceAccumulator()
         self._owned = backend is None
         if backend is None:
-            self.settings.export()  # read by the scheduler processes SGLang spawns
+            self.setup.export()  # read by the scheduler processes SGLang spawns
             args = required_server_args(server_args)
             args.setdefault("model_path", self.model_path)
             backend = hooks.launch_engine(**args)

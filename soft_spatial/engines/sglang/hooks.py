@@ -1,7 +1,7 @@
 """The soft plugin inside SGLang (sglang 0.5.12, checked at import); the SGLang internals it
 needs are named functions of :mod:`soft_spatial.compat.sglang`.
 
-What is hooked, and why each server argument is required (``settings.required_server_args``):
+What is hooked, and why each server argument is required (``server_args.required_server_args``):
 
 * **Sampler** — ``SoftGumbelSampler`` is registered as sampling backend ``soft_gumbel``
   (``register_sampler_backend``; ``create_sampler`` runs in ``ModelRunner.initialize``, so
@@ -81,7 +81,7 @@ from soft_spatial.softthink.controller import log_fingerprint
 from soft_spatial.engines.sglang.client import CONTROLLER_NAME, decode_controller
 from soft_spatial.engines.sglang.runtime import (STATE_ATTR, BatchContext, SoftRuntime, batch_context, current_batch,
                       last_hidden)
-from soft_spatial.engines.sglang.settings import _REQUIRED, SAMPLER_BACKEND, SGLangSoftSettings
+from soft_spatial.engines.sglang.server_args import _REQUIRED, SAMPLER_BACKEND, SchedulerSetup
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ _embed_params: list | None = None
 def runtime() -> SoftRuntime:
     global _runtime
     if _runtime is None:
-        _runtime = SoftRuntime(SGLangSoftSettings.from_env())
+        _runtime = SoftRuntime(SchedulerSetup.from_env())
     return _runtime
 
 
@@ -205,11 +205,12 @@ def load_weights(model, named_tensors):
 _installed = False
 
 
-def install(settings: SGLangSoftSettings | None = None) -> SoftRuntime:
-    """Register the sampler backend and the hooks in this process (idempotent)."""
+def install(setup: SchedulerSetup | None = None) -> SoftRuntime:
+    """Register the sampler backend and the hooks in this process (idempotent); the runtime is
+    built from ``setup``, else from the environment (:meth:`SchedulerSetup.from_env`)."""
     global _installed, _embed_params
-    if settings is not None:
-        set_runtime(SoftRuntime(settings))
+    if setup is not None:
+        set_runtime(SoftRuntime(setup))
     rt = runtime()
     if _installed:
         return rt
@@ -222,7 +223,7 @@ def install(settings: SGLangSoftSettings | None = None) -> SoftRuntime:
     HookRegistry.register(EMBED_TARGET, _embed_hook, HookType.BEFORE)
     HookRegistry.apply_hooks()
     _installed = True
-    logger.info("soft_spatial SGLang plugin installed (mode %s)", rt.settings.soft_thinking.mode)
+    logger.info("soft_spatial SGLang plugin installed (mode %s)", rt.setup.soft.soft_thinking.mode)
     return rt
 
 
@@ -271,5 +272,5 @@ def plugin_schedulers():
 def launch_engine(**server_args):
     """SGLang's offline ``Engine`` (same keyword arguments as ``ServerArgs``) whose scheduler
     processes run the plugin; the server arguments must already contain
-    :func:`~.settings.required_server_args` and the soft settings must be exported."""
+    :func:`~.server_args.required_server_args` and the scheduler setup must be exported."""
     return sgl_compat.launch_engine(run_scheduler_process, **server_args)

@@ -40,7 +40,7 @@ from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig,
                                     noise_uniforms, record_weights, seed_tensor, soft_embedding)
 
 from soft_spatial.engines.sglang.client import INFO_KEYS, PARAM_KEY, info_key
-from soft_spatial.engines.sglang.settings import SGLangSoftSettings
+from soft_spatial.engines.sglang.server_args import SchedulerSetup
 
 __all__ = ["SoftRuntime", "RequestState", "BatchContext", "batch_context", "current_batch",
            "SoftStateError", "STATE_ATTR", "DecodeInputBuffers"]
@@ -155,14 +155,14 @@ class DecodeInputBuffers:
 class SoftRuntime:
     """Soft decoding state and computation of one scheduler process."""
 
-    def __init__(self, settings: SGLangSoftSettings):
-        self.settings = settings
+    def __init__(self, setup: SchedulerSetup):
+        self.setup = setup
         self.controller: AdaptSoft | None = None
-        if settings.soft_thinking.mode == "adaptsoft":
-            self.controller = AdaptSoft.from_config(settings.adaptsoft,
-                                                    settings.hidden_size).float().eval()
-        if settings.controller_path:
-            ctrl = AdaptSoft.load(settings.controller_path)
+        if setup.soft.soft_thinking.mode == "adaptsoft":
+            self.controller = AdaptSoft.from_config(setup.soft.adaptsoft,
+                                                    setup.hidden_size).float().eval()
+        if setup.controller_path:
+            ctrl = AdaptSoft.load(setup.controller_path)
             self.set_controller(ctrl.to_state())
         self._banned: dict[Any, Tensor] = {}
         self._buffers: dict[str, DecodeInputBuffers] = {}
@@ -175,9 +175,9 @@ class SoftRuntime:
     def set_controller(self, state: dict[str, Any]) -> None:
         """AdaptSoft weights ``{"config", "state_dict"}`` (or a bare state dict) from training."""
         ctrl = AdaptSoft.from_state(state, into=self.controller)
-        if ctrl.hidden_size != self.settings.hidden_size:
+        if ctrl.hidden_size != self.setup.hidden_size:
             raise ValueError(f"AdaptSoft hidden size {ctrl.hidden_size} != policy hidden size "
-                             f"{self.settings.hidden_size}")
+                             f"{self.setup.hidden_size}")
         dev = next(iter(self.controller.parameters())).device if self.controller else "cpu"
         self.controller = ctrl.to(dev).float().eval()
 
@@ -193,9 +193,9 @@ class SoftRuntime:
         if st is None:
             custom = getattr(req.sampling_params, "custom_params", None) or {}
             params = custom.get(PARAM_KEY) if isinstance(custom, dict) else None
-            seed = params["seed"] if params else request_row_seed(self.settings.seed, req.rid)
+            seed = params["seed"] if params else request_row_seed(self.setup.soft.seed, req.rid)
             st = RequestState(seed, _sampling_from_req(req, params),
-                              self.settings.soft_thinking.is_soft)
+                              self.setup.soft.soft_thinking.is_soft)
             setattr(req, STATE_ATTR, st)
         return st
 
@@ -213,11 +213,11 @@ class SoftRuntime:
 
     # -- sampling -----------------------------------------------------------------------------
     def _banned_ids(self, device) -> Tensor | None:
-        if not self.settings.banned_ids:
+        if not self.setup.banned_ids:
             return None
         key = str(device)
         if key not in self._banned:
-            self._banned[key] = torch.tensor(self.settings.banned_ids, dtype=torch.long,
+            self._banned[key] = torch.tensor(self.setup.banned_ids, dtype=torch.long,
                                              device=device)
         return self._banned[key]
 
@@ -231,7 +231,7 @@ class SoftRuntime:
         buf = self._buffers.get(key)
         if buf is not None and (buf.fixed or buf.size >= max(min_size, pool_rows or 0)):
             return buf
-        k = self.settings.soft_thinking.top_k
+        k = self.setup.soft.soft_thinking.top_k
         if pool_rows:
             new = DecodeInputBuffers(max(int(pool_rows), min_size), k, device, fixed=True)
         else:
@@ -244,7 +244,7 @@ class SoftRuntime:
     def check_decode_rows(self, reqs: Sequence[Any]) -> None:
         """Host-side check before a decode batch's forward (outside any graph): every row's
         request-pool slot holds this request's latest record (soft modes)."""
-        if not self.settings.soft_thinking.is_soft:
+        if not self.setup.soft.soft_thinking.is_soft:
             return
         for req in reqs:
             slot, ok = req.req_pool_idx, False
@@ -265,7 +265,7 @@ class SoftRuntime:
         both); their state is untouched. In the soft modes each live row's next input is written
         to :meth:`buffers` (``pool_rows``: rows of SGLang's request pool) at ``req.req_pool_idx``.
         """
-        soft_thinking = self.settings.soft_thinking
+        soft_thinking = self.setup.soft.soft_thinking
         k = soft_thinking.top_k
         b, dev = logits.shape[0], logits.device
         if len(reqs) != b:
@@ -313,13 +313,13 @@ class SoftRuntime:
             if h is None and soft_thinking.mode == "adaptsoft" and bool(thinking[idx].any()):
                 raise RuntimeError("soft sampler: AdaptSoft needs the last hidden states")
             if h is None:
-                h = torch.zeros(len(rows), self.settings.hidden_size, device=dev)
+                h = torch.zeros(len(rows), self.setup.hidden_size, device=dev)
             rec = sample_step(logits[idx], h, u[idx], thinking[idx], soft_thinking,
                               states[rows[0]].sampling, controller, fdim)
             for key in full:
                 full[key][idx] = rec[key].to(full[key].dtype)
         tokens = full["topk_ids"][:, 0]
-        think_end = self.settings.think_end_id
+        think_end = self.setup.think_end_id
         tok_list = tokens.tolist()
         soft_list = full["soft"].tolist()
         for i in live:
@@ -351,7 +351,7 @@ class SoftRuntime:
         and ``slots`` (the graph runner's static ``req_pool_indices``); no branch on values, no
         host sync. Whether the rows hold records is checked before the forward
         (:meth:`check_decode_rows`)."""
-        if not self.settings.soft_thinking.is_soft:
+        if not self.setup.soft.soft_thinking.is_soft:
             return None
         if slots.shape[0] != input_embeds.shape[0]:
             raise ValueError(f"soft decode: {slots.shape[0]} request slots for "

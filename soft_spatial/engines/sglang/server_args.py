@@ -1,20 +1,23 @@
-"""Server-wide soft settings for the SGLang backend and the server arguments it requires.
+"""What an SGLang server with soft decoding is started with: the run's settings for its scheduler
+processes and the server arguments soft decoding requires.
 
-The verl server actor builds :class:`SGLangSoftSettings` from ``rollout.custom`` and the model,
-stores it as JSON in the environment variable :data:`ENV_VAR` before SGLang spawns its scheduler
-processes (they inherit the environment), and every scheduler process reads it back in
-:func:`soft_spatial.engines.sglang.hooks.install`. No sglang import here.
+The verl server actor (and :class:`~soft_spatial.engines.sglang.engine.SGLangEngine`) wraps the
+run's :class:`~soft_spatial.softthink.settings.SoftSettings` with what it derives from the model in
+a :class:`SchedulerSetup`, stores it as JSON in the environment variable :data:`ENV_VAR` before
+SGLang spawns its scheduler processes (they inherit the environment), and every scheduler process
+reads it back in :func:`soft_spatial.engines.sglang.hooks.install`. No sglang import here.
 """
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-from soft_spatial.softthink import AdaptSoftConfig, SoftThinkingConfig, from_mapping
+from soft_spatial.softthink import check_field_types
+from soft_spatial.softthink.settings import SoftSettings
 
-__all__ = ["SGLangSoftSettings", "ENV_VAR", "required_server_args", "CONTROLLER_LOADER",
+__all__ = ["SchedulerSetup", "ENV_VAR", "required_server_args", "CONTROLLER_LOADER",
            "SAMPLER_BACKEND"]
 
 ENV_VAR = "SOFT_SPATIAL_SGLANG_SETTINGS"
@@ -23,49 +26,49 @@ SAMPLER_BACKEND = "soft_gumbel"  # the sampling backend hooks.install registers
 
 
 @dataclass
-class SGLangSoftSettings:
-    """What every scheduler process needs to decode softly.
+class SchedulerSetup:
+    """What every scheduler process needs to decode softly: the run's settings, unchanged, and
+    what the server derives from the model and the command.
 
-    think_end_id: id of ``soft_thinking.think_end`` (None in hard mode); banned_ids: ids never
-    sampled (:func:`soft_spatial.models.tokens.unusable_token_ids`, as the local engine masks them);
-    hidden_size: the policy's final hidden size (AdaptSoft's input); seed: the base seed of the
-    per-request noise (``rollout.custom.seed``); controller_path: an AdaptSoft checkpoint every
-    scheduler process loads at start (evaluation; training sends the weights through the custom
-    weight loader instead).
+    soft: the run's :class:`SoftSettings` (mode, K, controller shape, noise base seed, ...).
+    hidden_size: the policy's final hidden size (AdaptSoft's input).
+    think_end_id: id of ``soft.soft_thinking.think_end`` (None in hard mode).
+    banned_ids: ids never sampled (:func:`soft_spatial.models.tokens.unusable_token_ids`, as the
+        local engine masks them).
+    controller_path: an AdaptSoft checkpoint every scheduler process loads at start (evaluation;
+        training sends the weights through the custom weight loader instead).
     """
 
-    soft_thinking: SoftThinkingConfig
-    adaptsoft: AdaptSoftConfig
+    soft: SoftSettings
     hidden_size: int
     think_end_id: int | None = None
     banned_ids: list[int] = field(default_factory=list)
-    seed: int = 0
     controller_path: str | None = None
 
     def __post_init__(self):
-        if self.soft_thinking.is_soft and self.think_end_id is None:
-            raise ValueError(f"SGLangSoftSettings: mode {self.soft_thinking.mode!r} needs "
+        check_field_types(self)
+        if self.soft.soft_thinking.is_soft and self.think_end_id is None:
+            raise ValueError(f"SchedulerSetup: mode {self.soft.soft_thinking.mode!r} needs "
                              f"think_end_id")
         if self.hidden_size <= 0:
-            raise ValueError(f"SGLangSoftSettings.hidden_size must be > 0, got {self.hidden_size}")
+            raise ValueError(f"SchedulerSetup.hidden_size must be > 0, got {self.hidden_size}")
 
     def to_json(self) -> str:
-        d = asdict(self)
-        return json.dumps(d)
+        return json.dumps({"soft": self.soft.to_dict(), "hidden_size": self.hidden_size,
+                           "think_end_id": self.think_end_id, "banned_ids": list(self.banned_ids),
+                           "controller_path": self.controller_path})
 
     @classmethod
-    def from_json(cls, text: str) -> "SGLangSoftSettings":
+    def from_json(cls, text: str) -> "SchedulerSetup":
         d = json.loads(text)
-        return cls(soft_thinking=from_mapping(SoftThinkingConfig, d.pop("soft_thinking"),
-                                              "soft_thinking"),
-                   adaptsoft=from_mapping(AdaptSoftConfig, d.pop("adaptsoft"), "adaptsoft"), **d)
+        return cls(soft=SoftSettings.from_dict(d.pop("soft"), where=f"${ENV_VAR}.soft"), **d)
 
     def export(self) -> None:
-        """Make the settings visible to processes spawned from now on."""
+        """Make the setup visible to processes spawned from now on."""
         os.environ[ENV_VAR] = self.to_json()
 
     @classmethod
-    def from_env(cls) -> "SGLangSoftSettings":
+    def from_env(cls) -> "SchedulerSetup":
         text = os.environ.get(ENV_VAR)
         if not text:
             raise RuntimeError(f"soft_spatial SGLang plugin: ${ENV_VAR} is not set; the verl "
