@@ -288,9 +288,9 @@ def test_controller_settings_conflicts_and_missing_paths_are_errors(fixtures, ti
     trained_controller(64).save(ckpt)
     ok = make_cfg(fixtures, tiny_qwen3_vl_small, tmp_path / "a", mode="adaptsoft", controller=ckpt)
     assert ok.controller == str(ckpt)
-    with pytest.raises(ValueError, match=re.escape("adaptsoft.tau0=0.3 (checkpoint: 0.5)")):
+    with pytest.raises(ValueError, match=re.escape("adaptsoft.tau0=0.6 (checkpoint: 0.5)")):
         make_cfg(fixtures, tiny_qwen3_vl_small, tmp_path / "a", mode="adaptsoft", controller=ckpt,
-                 **{"adaptsoft.tau0": 0.3})
+                 **{"adaptsoft.tau0": 0.6})
     with pytest.raises(ValueError, match="used only by mode=adaptsoft"):
         make_cfg(fixtures, tiny_qwen3_vl_small, tmp_path / "a", mode="fixed", controller=ckpt)
     with pytest.raises(FileNotFoundError, match="missing.pt"):
@@ -302,12 +302,12 @@ def test_controller_settings_conflicts_and_missing_paths_are_errors(fixtures, ti
 
 def test_a_missing_model_path_is_an_error_unless_a_tiny_model_is_asked_for(fixtures, tiny_qwen3_vl_small,
                                                                           tmp_path, monkeypatch):
-    import soft_spatial.models.tiny as tiny
+    import soft_spatial.models.loading as loading
     missing = tmp_path / "mistyped"
     with pytest.raises(FileNotFoundError, match=r"model.path='.*mistyped' does not exist.*build_tiny=true"):
         make_cfg(fixtures, missing, tmp_path / "a")
     built = []
-    monkeypatch.setattr(tiny, "build_tiny_model", lambda path, **kw: built.append(kw) or
+    monkeypatch.setattr(loading, "build_tiny_model", lambda path, **kw: built.append(kw) or
                         shutil.copytree(tiny_qwen3_vl_small, path))
     cfg = make_cfg(fixtures, missing, tmp_path / "a", **{"model.build_tiny": "true"})
     assert built == [{"family": "qwen3_vl", "vocab": "qwen"}] and cfg.model_path == str(missing)

@@ -17,14 +17,14 @@ from __future__ import annotations
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Mapping
 
+from soft_spatial.data.omnispatial import TAXONOMY
+
 __all__ = ["summarize", "markdown_table", "EXCLUDED_FROM_OVERALL", "TABLE_LAYOUT"]
 
 EXCLUDED_FROM_OVERALL = {"mindcube": {"translation"}}
 
 
 def _omnispatial_layout():
-    from soft_spatial.data.omnispatial import TAXONOMY
-
     return "subcategories", [s for subs in TAXONOMY.values() for s in subs], "Avg."
 
 

@@ -21,23 +21,23 @@ import contextlib
 import json
 import os
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
 
-from soft_spatial.infra.atomic import write_text
 from soft_spatial.data import BENCHMARKS, build_messages, extract_answer, load_benchmark
 from soft_spatial.data.record import QuestionRecord
 from soft_spatial.data.subsets import normalise_task_types, subset_indices
-from soft_spatial.infra.dirlock import DirLock
-from soft_spatial.infra.jsonl import read_jsonl
 from soft_spatial.engines.base import PromptTooLongError
-from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig, check_field_types
-
+from soft_spatial.engines.local import LocalEngine
 from soft_spatial.eval.report import EXCLUDED_FROM_OVERALL, group_rows, markdown_table, summarize
 from soft_spatial.eval.runkey import check_run_key, run_key
 from soft_spatial.eval.steps import STEPS, steps_row
+from soft_spatial.infra.atomic import write_text
+from soft_spatial.infra.dirlock import DirLock
+from soft_spatial.infra.jsonl import read_jsonl
+from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig, check_field_types
 
 __all__ = ["EvalConfig", "evaluate", "read_results"]
 
@@ -124,11 +124,10 @@ def _drop_torn_tail(path: Path) -> None:
 
 def _make_engine(cfg: EvalConfig):
     import torch
-    if cfg.engine == "sglang":
+    if cfg.engine == "sglang":  # imported only here: it needs the sglang package
         from soft_spatial.engines.sglang.engine import SGLangEngine
         return SGLangEngine(cfg.model_path, cfg.soft_thinking, controller=cfg.controller,
                             seed=cfg.seed, server_args=cfg.sglang)
-    from soft_spatial.engines.local import LocalEngine
     return LocalEngine.from_pretrained(cfg.model_path, device=cfg.device,
                                        dtype=getattr(torch, cfg.dtype), controller=cfg.controller,
                                        max_batch_rows=cfg.batch_rows)

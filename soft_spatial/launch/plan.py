@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from soft_spatial.compat.ray import node_ip_address
 from soft_spatial.infra.ray_env import forwarded_env
 
 FORWARD_PREFIX = "++ray_kwargs.ray_init.runtime_env.env_vars."
@@ -240,7 +241,6 @@ def resolve_head_ip(opts: Options, head: str, in_slurm: bool) -> str:
     if not in_slurm:
         if opts.dry_run:
             return "<head-ip>"
-        from soft_spatial.compat.ray import node_ip_address
         return node_ip_address()
     try:
         ip = socket.getaddrinfo(head, None, socket.AF_INET)[0][4][0]

@@ -15,20 +15,38 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
 
-from soft_spatial.engines.base import (FINISH_LENGTH, FINISH_STOP, Completion, Prompt,
-                                       check_prompt_ids, progress_bar, prompt_limit, prompt_seeds)
+from soft_spatial.compat.sglang import collect_records
+from soft_spatial.engines.base import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    Completion,
+    Prompt,
+    check_prompt_ids,
+    progress_bar,
+    prompt_limit,
+    prompt_seeds,
+)
 from soft_spatial.engines.prompts import load_image, render_chat
-from soft_spatial.softthink.settings import SoftSettings, row_seed
-from soft_spatial.softthink import AdaptSoftConfig, SamplingConfig, SoftThinkingConfig, SoftTrace
-
-from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, PARAM_KEY, PREFILL_ONLY, PromptPrefill,
-                                                TraceAccumulator, collapse_image_pads, encode_controller,
-                                                request_params, split_records)
+from soft_spatial.engines.sglang.client import (
+    CONTROLLER_NAME,
+    PARAM_KEY,
+    PREFILL_ONLY,
+    PromptPrefill,
+    TraceAccumulator,
+    collapse_image_pads,
+    encode_controller,
+    request_params,
+    split_records,
+)
 from soft_spatial.engines.sglang.server_args import CONTROLLER_LOADER, SchedulerSetup, required_server_args
+from soft_spatial.models.loading import load_processing
+from soft_spatial.models.tokens import single_token_id, stop_token_ids, unusable_token_ids
+from soft_spatial.softthink import AdaptSoftConfig, SamplingConfig, SoftThinkingConfig, SoftTrace
+from soft_spatial.softthink.settings import SoftSettings, row_seed
 
 __all__ = ["SGLangEngine"]
 
@@ -59,11 +77,6 @@ class SGLangEngine:
                  controller: str | Path | None = None, seed: int = 0,
                  server_args: dict[str, Any] | None = None, backend=None,
                  max_batch_rows: int = 1024, max_prompt_length: int | None = None):
-        from soft_spatial.models.loading import load_processing
-        from soft_spatial.models.tokens import (single_token_id, stop_token_ids,
-                                                unusable_token_ids)
-        from soft_spatial.compat.sglang import collect_records
-
         from soft_spatial.engines.sglang import hooks  # needs sglang: fails here, with the install hint, without it
 
         if soft_thinking.mode == "adaptsoft" and controller is None:
