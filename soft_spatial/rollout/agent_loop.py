@@ -9,7 +9,7 @@ from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentL
 
 from soft_spatial.softthink.settings import NOISE_PARAM
 
-from soft_spatial.rollout.server import TRACE_FIELD
+from soft_spatial.softthink.trace import TRACE_FIELD
 
 __all__ = ["SoftThinkingAgentLoop", "AGENT_NAME", "NOISE_KEY", "NOISE_ROWS", "with_noise_key"]
 
