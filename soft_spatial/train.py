@@ -154,7 +154,8 @@ def run(cfg) -> None:
         os.replace(tmp, ckpt_dir / SETTINGS_FILE)
         import ray
 
-        import soft_spatial.plugin  # noqa: F401
+        from soft_spatial.plugin import register
+        register()  # this driver too: the CPU platform before verl's trainer imports
         from verl.trainer.main_ppo import run_ppo
 
         from soft_spatial.integration.task_runner import SoftTaskRunner

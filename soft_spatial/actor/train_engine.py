@@ -1,6 +1,6 @@
 """The actor/ref training engine: verl's FSDP engine with soft replay and per-step likelihoods.
 
-:class:`SoftFSDPEngine` subclasses verl 0.9.1's ``FSDPEngineWithLMHead`` and is registered in
+:class:`SoftFSDPEngine` subclasses verl 0.9.1's ``FSDPEngineWithLMHead`` and :func:`register` puts it in
 verl's ``EngineRegistry`` under the model type ``soft_language_model`` (backends fsdp/fsdp2, devices
 cuda/npu/cpu); select it with ``actor_rollout_ref.model.model_type=soft_language_model`` (the ref
 policy shares the model config, so it gets the same treatment). A micro-batch without trace tensors
@@ -43,7 +43,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-import soft_spatial.integration.platform  # noqa: F401  (VERL_PLATFORM=cpu must resolve before verl's engines import)
 from verl.utils import tensordict_utils as tu
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
@@ -407,6 +406,3 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
 def register() -> None:
     """Register :class:`SoftFSDPEngine` as ``soft_language_model`` (idempotent)."""
     register_engine(SoftFSDPEngine, MODEL_TYPE, ["fsdp", "fsdp2"], ["cuda", "npu", "cpu"])
-
-
-register()
