@@ -436,8 +436,7 @@ class Run:
 
     def marker_pids(self) -> list:
         """Live processes on this machine that carry this run's marker."""
-        marker = self.marker.encode()
-        pids = find_pids("environ", lambda environ: marker in environ.split(b"\0"))
+        pids = find_pids(environ=lambda env: env.get(MARKER) == str(self.run_dir))
         return [p for p in pids if pid_alive(p)]
 
     def teardown(self) -> None:
