@@ -38,7 +38,8 @@ def find_pids(cmdline: Callable[[list[str]], bool] | None = None,
     pids = []
     for proc in psutil.process_iter(attrs, ad_value=None):
         info = proc.info
-        if info["pid"] == os.getpid() or (same_user and (info["uids"] is None or info["uids"].real != os.getuid())):
+        mine = info["uids"] is not None and info["uids"].effective == os.getuid()
+        if info["pid"] == os.getpid() or (same_user and not mine):
             continue
         if ((cmdline is None and environ is None)
                 or (cmdline is not None and info["cmdline"] is not None and cmdline(info["cmdline"]))
