@@ -174,12 +174,13 @@ def run_verl(cfg) -> None:
     """verl's ``run_ppo`` with the soft TaskRunner."""
     # imported here, after run() set the environment: verl reads it at its first import
     import ray
+
+    from soft_spatial.plugin import register
+    register()  # this driver too: the CPU platform before verl's trainer imports
     from verl.trainer.main_ppo import run_ppo
 
-    from soft_spatial import plugin
     from soft_spatial.integration.task_runner import SoftTaskRunner
 
-    plugin.register()
     OmegaConf.resolve(cfg)  # ${cpu_workers:...} here: Ray's processes do not know the resolver
     run_ppo(cfg, task_runner_class=ray.remote(num_cpus=1)(SoftTaskRunner))
 

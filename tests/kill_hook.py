@@ -11,7 +11,9 @@ import signal
 STEP = os.environ.get("SOFT_SPATIAL_TEST_KILL_AFTER_SAVE")
 
 if STEP:
-    import soft_spatial.plugin  # noqa: F401  (the CPU platform before verl's trainer imports)
+    from soft_spatial.plugin import register
+
+    register()  # the CPU platform before verl's trainer imports
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
     _save = RayPPOTrainer._save_checkpoint

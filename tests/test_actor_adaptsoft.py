@@ -304,3 +304,31 @@ def test_trainer_device_zero_is_the_first_gpu_not_the_cpu():
     else:
         with pytest.raises((RuntimeError, AssertionError)):  # no CUDA here: must not be the CPU
             AdaptSoftTrainer(AdaptSoft(16), device=0)
+
+
+@pytest.mark.parametrize("switch,timed", [(None, False), ("0", False), ("1", True)])
+def test_alignment_clock_is_opt_in(monkeypatch, switch, timed):
+    """``actor/adaptsoft/alignment_s`` (two device syncs per micro-batch) only with
+    ``SOFT_SPATIAL_ALIGNMENT_CLOCK=1``; the alignment's own metrics either way."""
+    from soft_spatial.actor.train_engine import ALIGNMENT_CLOCK_ENV, SoftFSDPEngine
+
+    if switch is None:
+        monkeypatch.delenv(ALIGNMENT_CLOCK_ENV, raising=False)
+    else:
+        monkeypatch.setenv(ALIGNMENT_CLOCK_ENV, switch)
+    steps = []
+
+    class Trainer:
+        def alignment_step(self, loss, state, group=None):
+            steps.append(state)
+            return {"adaptsoft/kappa": 2.0}
+
+    engine = SoftFSDPEngine.__new__(SoftFSDPEngine)  # only the loss wrapper runs: no model
+    engine.adaptsoft, engine._soft_state = Trainer(), {"micro": 0}
+    loss, metrics = engine._loss_with_alignment(
+        lambda model_output, data, dp_group: (torch.tensor(1.5), {"actor/pg_loss": 1.5}), None, None)
+    assert steps == [{"micro": 0}] and loss.item() == 1.5
+    assert metrics["adaptsoft/kappa"] == 2.0 and metrics["actor/pg_loss"] == 1.5
+    assert ("adaptsoft/alignment_s" in metrics) == timed
+    if timed:
+        assert metrics["adaptsoft/alignment_s"] >= 0.0

@@ -6,9 +6,11 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VERL_PLATFORM", "cpu")
-# selecting the CPU platform registers it too: a verl import elsewhere in this process (any
+# the plugin's registrations, the CPU platform first: a verl import elsewhere in this process (any
 # test module collected after this one) would otherwise find "cpu" selected but unknown
-import soft_spatial.integration.platform  # noqa: E402,F401
+from soft_spatial.plugin import register  # noqa: E402
+
+register()
 
 from soft_spatial.lab.bench import (  # noqa: E402,F401  (re-exported)
     PROMPTS,

@@ -2,9 +2,11 @@
 import os
 
 os.environ.setdefault("VERL_PLATFORM", "cpu")
-# selecting the CPU platform registers it too: a verl import elsewhere in this process (any
+# the plugin's registrations, the CPU platform first: a verl import elsewhere in this process (any
 # test module collected after this one) would otherwise find "cpu" selected but unknown
-import soft_spatial.integration.platform  # noqa: E402,F401
+from soft_spatial.plugin import register  # noqa: E402
+
+register()
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -15,7 +15,8 @@ From the runs' ``metrics.jsonl`` and their controller logs the report gives, per
 
 * the step time split, from verl's ``timing_s/*`` (``gen``: rollout; ``old_log_prob``; ``ref``;
   ``update_actor``; ``update_weights``: the weight sync, SGLang's memory resume included) and
-  ``actor/adaptsoft/alignment_s`` (the controller's alignment, per micro-batch);
+  ``actor/adaptsoft/alignment_s`` (the controller's alignment, per micro-batch; the stage sets
+  ``SOFT_SPATIAL_ALIGNMENT_CLOCK=1``);
 * peak memory: verl's ``perf/max_memory_allocated_gb`` / ``perf/max_memory_reserved_gb`` (the
   training worker), and on a GPU the peak of ``nvidia-smi``'s per-process usage, sampled;
 * ``soft/replay_max_abs_diff`` and ``soft/replay_max_abs_diff_soft`` (SGLang's per-step
@@ -265,9 +266,11 @@ def run(ctx, kit) -> list[str]:
     env = dict(os.environ, HF_HUB_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0",
                VERL_FILE_LOGGER_PATH=str(metrics_path),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    from soft_spatial.actor.train_engine import ALIGNMENT_CLOCK_ENV
     from soft_spatial.softthink.controller import FINGERPRINT_LOG_ENV
+    env[ALIGNMENT_CLOCK_ENV] = "1"  # report actor/adaptsoft/alignment_s (off by default: it syncs)
     extra = env.get("SOFT_SPATIAL_FORWARD_ENV", "")  # soft_spatial.infra.ray_env: to every Ray process
-    env["SOFT_SPATIAL_FORWARD_ENV"] = " ".join(filter(None, [extra, FINGERPRINT_LOG_ENV]))
+    env["SOFT_SPATIAL_FORWARD_ENV"] = " ".join(filter(None, [extra, FINGERPRINT_LOG_ENV, ALIGNMENT_CLOCK_ENV]))
     timeout = float(os.environ.get("SOFT_SPATIAL_STAGE_E_TIMEOUT", 900))
     plan = [(1, True, [0, 1]), (2, False, [1, 2])]  # (steps, save, expected sync steps)
     runs, sampler_rows, commands, checkpoints = [], [], [], {}

@@ -1,2 +1,2 @@
 """verl training side: the soft FSDP engine (replay + per-step likelihoods), the GRPO policy
-loss, and the AdaptSoft trainer. Import `soft_spatial.actor.train_engine` to register the engine."""
+loss, and the AdaptSoft trainer; `soft_spatial.plugin.register()` registers the engine and the loss with verl."""

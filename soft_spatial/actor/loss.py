@@ -41,7 +41,7 @@ from verl.workers.utils.padding import no_padding_2_padding
 
 from soft_spatial.softthink import KLConfig, candidate_kl
 
-__all__ = ["LOSS_NAME", "soft_grpo_policy_loss", "soft_ppo_loss", "step_kl", "check_actor_config",
+__all__ = ["LOSS_NAME", "register", "soft_grpo_policy_loss", "soft_ppo_loss", "step_kl", "check_actor_config",
            "AGG_MODES"]
 
 LOSS_NAME = "soft_grpo"
@@ -50,7 +50,6 @@ LOG_RATIO_CLAMP = 20.0  # as verl's vanilla loss: |ℓ − ℓ_old| is clamped b
 AGG_MODES = {"seq-mean-token-mean": "eq. 8 (paper)", "token-mean": "authors' release"}
 
 
-@register_policy_loss(LOSS_NAME)
 def soft_grpo_policy_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor,
                           advantages: torch.Tensor, response_mask: torch.Tensor,
                           loss_agg_mode: str = "token-mean", config=None,
@@ -154,3 +153,8 @@ def check_actor_config(config: Any) -> list:
     for m in msgs:
         warnings.warn("soft_spatial actor config: " + m, RuntimeWarning, stacklevel=2)
     return msgs
+
+
+def register() -> None:
+    """Register :func:`soft_grpo_policy_loss` as verl's policy loss ``soft_grpo`` (idempotent)."""
+    register_policy_loss(LOSS_NAME)(soft_grpo_policy_loss)

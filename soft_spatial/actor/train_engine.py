@@ -1,6 +1,6 @@
 """The actor/ref training engine: verl's FSDP engine with soft replay and per-step likelihoods.
 
-:class:`SoftFSDPEngine` subclasses verl 0.9.1's ``FSDPEngineWithLMHead`` and is registered in
+:class:`SoftFSDPEngine` subclasses verl 0.9.1's ``FSDPEngineWithLMHead`` and :func:`register` puts it in
 verl's ``EngineRegistry`` under the model type ``soft_language_model`` (backends fsdp/fsdp2, devices
 cuda/npu/cpu); select it with ``actor_rollout_ref.model.model_type=soft_language_model`` (the ref
 policy shares the model config, so it gets the same treatment). A micro-batch without trace tensors
@@ -26,7 +26,8 @@ response positions, docs/design.md §3) in the micro-batch:
 * With an :class:`~soft_spatial.actor.adaptsoft_trainer.AdaptSoftTrainer` attached
   (:meth:`SoftFSDPEngine.configure_soft`), each training micro-batch runs the controller's
   alignment update after the loss and before verl's backward, and the controller steps with every
-  policy optimizer step; its state rides along with the engine's checkpoints.
+  policy optimizer step; its state rides along with the engine's checkpoints. Its time per
+  micro-batch (``adaptsoft/alignment_s``) is measured only with ``SOFT_SPATIAL_ALIGNMENT_CLOCK=1``.
 
 Limits (raise): fused kernels, Ulysses sequence parallelism, top-K distillation and
 ``calculate_sum_pi_squared`` together with trace tensors.
@@ -43,7 +44,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-import soft_spatial.integration.platform  # noqa: F401  (VERL_PLATFORM=cpu must resolve before verl's engines import)
 from verl.utils import tensordict_utils as tu
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
@@ -51,7 +51,7 @@ from soft_spatial.softthink import DensityConfig, KLConfig, step_likelihood
 from soft_spatial.softthink.replay import soft_inputs
 from soft_spatial.compat.verl.engine import as_language_model, no_cpu_offload_on_cpu, register_engine
 
-__all__ = ["SoftFSDPEngine", "MODEL_TYPE", "TRACE_PREFIX", "SoftBatch", "register",
+__all__ = ["SoftFSDPEngine", "MODEL_TYPE", "TRACE_PREFIX", "SoftBatch", "register", "ALIGNMENT_CLOCK_ENV",
            "trace_layout", "ADAPTSOFT_CKPT"]
 
 MODEL_TYPE = "soft_language_model"
@@ -187,6 +187,16 @@ def _scatter(shape, rows: Tensor, values: Tensor) -> Tensor:
     return out.index_put((rows,), values).reshape(tuple(shape) + tuple(values.shape[1:]))
 
 
+ALIGNMENT_CLOCK_ENV = "SOFT_SPATIAL_ALIGNMENT_CLOCK"  # "1": report actor/adaptsoft/alignment_s
+
+
+def alignment_clock_on() -> bool:
+    """Whether ``$SOFT_SPATIAL_ALIGNMENT_CLOCK`` asks for ``adaptsoft/alignment_s``: off by default,
+    because the clock synchronises the GPU twice per micro-batch (in a Ray worker the variable must
+    be forwarded: ``SOFT_SPATIAL_FORWARD_ENV``)."""
+    return os.environ.get(ALIGNMENT_CLOCK_ENV, "") not in ("", "0")
+
+
 def _device_clock(device: torch.device) -> float:
     """``time.perf_counter()`` once the work queued on ``device`` has finished (the alignment
     time excludes the forward still running on a GPU when it starts)."""
@@ -249,9 +259,11 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
         loss, metrics = loss_function(model_output=model_output, data=data, dp_group=dp_group)
         if self._soft_state is not None:
             metrics = dict(metrics)
-            t0 = _device_clock(loss.device)
+            clock = alignment_clock_on()
+            t0 = _device_clock(loss.device) if clock else 0.0
             metrics.update(self.adaptsoft.alignment_step(loss, self._soft_state, group=dp_group))
-            metrics["adaptsoft/alignment_s"] = _device_clock(loss.device) - t0  # per micro-batch
+            if clock:
+                metrics["adaptsoft/alignment_s"] = _device_clock(loss.device) - t0  # per micro-batch
         return loss, metrics
 
     def prepare_model_inputs(self, micro_batch):
@@ -407,6 +419,3 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
 def register() -> None:
     """Register :class:`SoftFSDPEngine` as ``soft_language_model`` (idempotent)."""
     register_engine(SoftFSDPEngine, MODEL_TYPE, ["fsdp", "fsdp2"], ["cuda", "npu", "cpu"])
-
-
-register()

@@ -1,13 +1,13 @@
-"""What every rollout engine takes and returns, and the checks both engines share (prompt
-length limit, per-prompt seeds, progress)."""
+"""What every rollout engine is (:class:`Engine`), takes and returns, and the checks both engines
+share (prompt length limit, per-prompt seeds, progress)."""
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 from collections.abc import Callable, Iterator, Sequence
 
-from soft_spatial.softthink import SamplingConfig, SoftTrace
+from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig, SoftTrace
 
 # A prompt is a chat (list of {"role", "content"} messages; content may hold {"type": "image",
 # "image": PIL.Image | path} items), a list of token ids (text only), or
@@ -98,3 +98,31 @@ class Completion:
     @property
     def think_closed(self) -> bool:
         return self.think_end is not None
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """The contract every rollout engine keeps (:class:`~soft_spatial.engines.local.LocalEngine`,
+    :class:`~soft_spatial.engines.sglang.engine.SGLangEngine`); evaluation and the rollout server
+    use nothing else. An engine may add keyword parameters with defaults (tests/test_engines.py
+    checks the signatures)."""
+
+    def generate(self, prompts: Sequence[Prompt], soft_thinking: SoftThinkingConfig | None = None,
+                 sampling: SamplingConfig | None = None, n: int = 1, seed: int = 0,
+                 seeds: Sequence[int] | None = None, progress: bool = False) -> list[Completion]:
+        """``n`` completions per prompt, prompt-major (prompt i's samples at ``i*n .. i*n+n-1``);
+        row (i, j) draws its noise from ``row_seed(seeds[i], j)`` (``seeds`` default ``seed + i``).
+        A prompt longer than the engine's limit raises :class:`PromptTooLongError`."""
+        ...
+
+    def update_weights(self, state_dict: dict[str, Any]) -> None:
+        """Copy (a subset of) policy weights in, by their Hugging Face names."""
+        ...
+
+    def set_controller(self, controller: Any) -> None:
+        """Install AdaptSoft weights; every engine takes its state ``{"config", "state_dict"}``."""
+        ...
+
+    def close(self) -> None:
+        """Release what the engine holds (processes, GPU memory); idempotent."""
+        ...

@@ -171,6 +171,9 @@ class LocalEngine:
                              f"{self.name} has {self.hidden_size}")
         self.controller = controller.to(self.device).float().eval()
 
+    def close(self) -> None:
+        """Nothing to release: the model lives in this process and goes with the engine."""
+
     def enable_timing(self, enabled: bool = True) -> dict[str, float]:
         """Accumulate wall time per decoding phase (prefill, sample, mixture, forward) in the
         returned dict (used by scripts/bench_decode.py); resets the totals."""
@@ -261,8 +264,8 @@ class LocalEngine:
     def generate(self, prompts: Sequence[Prompt],
                  soft_thinking: SoftThinkingConfig | None = None,
                  sampling: SamplingConfig | None = None, n: int = 1, seed: int = 0,
-                 seeds: Sequence[int] | None = None, debug: bool = False,
-                 progress: bool = False) -> list[Completion]:
+                 seeds: Sequence[int] | None = None, progress: bool = False,
+                 debug: bool = False) -> list[Completion]:
         """Sample ``n`` responses per prompt. Returns completions ordered prompt-major
         (prompt i's samples at ``i*n .. i*n+n-1``).
 

@@ -198,7 +198,7 @@ def evaluate(cfg: EvalConfig, engine=None, progress: bool = True,
                 skipped[bench] = _run_benchmark(cfg, bench, records, todo, engine, done,
                                                 results_path, progress, len(indices))
         finally:
-            if owned is not None and hasattr(owned, "close"):
+            if owned is not None:
                 owned.close()
         return write_reports(cfg, read_results(results_path),
                              {b: [recs[i] for i in idx] for b, (recs, idx) in selected.items()},

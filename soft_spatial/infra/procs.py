@@ -1,66 +1,57 @@
-"""This machine's processes, read from ``/proc`` (Linux): a process's state and start time, and a
-scan for the processes whose ``/proc/<pid>/<file>`` matches. Used by the launcher (its Ray
-processes carry a marker variable) and by the training driver's Ray session (its processes name
-the session directory on their command line)."""
+"""This machine's processes, through psutil: whether a process lives, its start time (with the pid,
+a unique identity), the processes whose command line or environment matches, and a process's open
+files. Used by the launcher (its Ray processes carry a marker variable) and by the training
+driver's Ray session (its processes name the session directory on their command line)."""
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
 
-__all__ = ["stat_fields", "alive", "start_time", "find_pids", "open_paths"]
+import psutil
 
-
-def stat_fields(pid: int) -> list[str] | None:
-    """The fields of ``/proc/<pid>/stat`` after the command name, from field 3 (the state) on;
-    None when there is no such process. (The name, in parentheses, may hold spaces.)"""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
+__all__ = ["alive", "start_time", "find_pids", "open_paths"]
 
 
 def alive(pid: int) -> bool:
     """Whether ``pid`` is a process that has not exited (a zombie has)."""
-    fields = stat_fields(pid)
-    return bool(fields) and fields[0] != "Z"
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (field 22; with the pid, a unique
-    identity)."""
-    fields = stat_fields(pid)
-    return fields[19] if fields else None
+    """The process's start time (seconds since the epoch, to the clock tick: ``"%.2f"``, fixed for
+    the process's life); None when there is no such process."""
+    try:
+        return f"{psutil.Process(pid).create_time():.2f}"
+    except psutil.Error:
+        return None
 
 
-def find_pids(file: str, match: Callable[[bytes], bool], same_user: bool = False) -> list[int]:
-    """Pids (not this process) whose ``/proc/<pid>/<file>`` (e.g. ``cmdline``, ``environ``)
-    satisfies ``match``; with ``same_user``, only this user's processes."""
+def find_pids(cmdline: Callable[[list[str]], bool] | None = None,
+              environ: Callable[[dict[str, str]], bool] | None = None, same_user: bool = False) -> list[int]:
+    """Pids (not this process) whose command line (its arguments) satisfies ``cmdline`` or whose
+    environment satisfies ``environ`` (without either: every process); with ``same_user``, only
+    this user's processes. A process that cannot be read (another user's, a zombie's) does not match."""
+    attrs = ["pid", "uids"] + ["cmdline"] * bool(cmdline) + ["environ"] * bool(environ)
     pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+    for proc in psutil.process_iter(attrs, ad_value=None):
+        info = proc.info
+        mine = info["uids"] is not None and info["uids"].effective == os.getuid()
+        if info["pid"] == os.getpid() or (same_user and not mine):
             continue
-        try:
-            if same_user and entry.stat().st_uid != os.getuid():
-                continue
-            if match((entry / file).read_bytes()):
-                pids.append(int(entry.name))
-        except OSError:
-            continue
-    return pids
+        if ((cmdline is None and environ is None)
+                or (cmdline is not None and info["cmdline"] is not None and cmdline(info["cmdline"]))
+                or (environ is not None and info["environ"] is not None and environ(info["environ"]))):
+            pids.append(info["pid"])
+    return sorted(pids)
 
 
 def open_paths(pid: int) -> list[str]:
-    """The targets of ``/proc/<pid>/fd/*`` (files, sockets, pipes as ``readlink`` names them);
-    empty when the process is gone, a zombie, or not readable."""
+    """The paths of the regular files ``pid`` holds open; empty when the process is gone, a zombie,
+    or not readable."""
     try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
+        return [f.path for f in psutil.Process(pid).open_files()]
+    except psutil.Error:
         return []
-    paths = []
-    for fd in fds:
-        try:
-            paths.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except OSError:
-            continue
-    return paths

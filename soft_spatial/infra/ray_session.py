@@ -63,15 +63,14 @@ def session_pids(path: Path) -> list[int]:
     on their command line (not followed by a digit: ``<pid>-<start>`` is not another run's
     ``<pid>-<start>7``), ``RAY_TMPDIR=<path>`` in their environment, or a file open below it;
     never the driver the directory is named after (``<pid>-<start time>``)."""
-    named = re.compile(re.escape(str(path).encode()) + rb"(?![0-9])")
-    marker = f"{RAY_TMPDIR}={path}".encode()
+    named = re.compile(re.escape(str(path)) + r"(?![0-9])")
     below = str(path) + os.sep
-    # a zombie's cmdline, environ and fds are empty: the exited are not listed
-    by_cmdline = find_pids("cmdline", lambda cmdline: bool(named.search(cmdline)), same_user=True)
-    by_environ = find_pids("environ", lambda environ: marker in environ.split(b"\0"), same_user=True)
-    by_files = find_pids("stat", lambda _: True, same_user=True)  # every process of this user
-    by_files = [pid for pid in by_files if any(f.startswith(below) for f in open_paths(pid))]
-    pids = set(by_cmdline) | set(by_environ) | set(by_files)
+    # a zombie's command line, environment and files cannot be read: the exited are not listed
+    by_name = find_pids(cmdline=lambda args: any(named.search(a) for a in args),
+                        environ=lambda env: env.get(RAY_TMPDIR) == str(path), same_user=True)
+    by_files = [pid for pid in find_pids(same_user=True)  # every process of this user
+                if any(f.startswith(below) for f in open_paths(pid))]
+    pids = set(by_name) | set(by_files)
     # the driver that owns ``path`` holds Ray's driver logs open below it; its watchdog fires while
     # it is still finishing its exit, and the run is its to end: never one of its session's
     pid, _, start = path.name.partition("-")

@@ -26,7 +26,7 @@ import torch
 
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
-__all__ = ["PlatformCPU", "cpu_device_module", "register", "use_cpu_platform",
+__all__ = ["PlatformCPU", "cpu_device_module", "register", "register_platform", "use_cpu_platform",
            "init_process_group", "PLATFORM_NAME"]
 
 PLATFORM_NAME = "cpu"
@@ -167,10 +167,11 @@ class PlatformCPU(PlatformBase):
         return None
 
 
-# The class is registered on import (it is never auto-detected, see is_platform_available), so
-# that VERL_PLATFORM=cpu resolves in any process that imports this module before verl's engines.
-if PlatformRegistry.get(PLATFORM_NAME) is None:
-    PlatformRegistry.register(platform=PLATFORM_NAME)(PlatformCPU)
+def register_platform() -> None:
+    """Make ``VERL_PLATFORM=cpu`` resolve: :class:`PlatformCPU` in verl's ``PlatformRegistry``
+    (idempotent; it is never auto-detected, see ``is_platform_available``)."""
+    if PlatformRegistry.get(PLATFORM_NAME) is not PlatformCPU:
+        PlatformRegistry.register(platform=PLATFORM_NAME)(PlatformCPU)
 
 
 def register() -> None:
@@ -179,8 +180,7 @@ def register() -> None:
     Select the platform (``VERL_PLATFORM=cpu`` or :func:`use_cpu_platform`) *before* this imports
     verl's FSDP engine module: that module reads the device name at import time.
     """
-    if PlatformRegistry.get(PLATFORM_NAME) is not PlatformCPU:
-        PlatformRegistry.register(platform=PLATFORM_NAME)(PlatformCPU)
+    register_platform()
     from verl.workers.engine.fsdp.transformer_impl import (FSDPEngineWithLMHead,
                                                            FSDPEngineWithValueHead)
 
@@ -195,8 +195,7 @@ def use_cpu_platform() -> PlatformBase:
     ``VERL_PLATFORM=cpu`` so that child processes select it)."""
     from verl.plugin.platform import get_platform, set_platform
 
-    if PlatformRegistry.get(PLATFORM_NAME) is not PlatformCPU:
-        PlatformRegistry.register(platform=PLATFORM_NAME)(PlatformCPU)
+    register_platform()
     os.environ["VERL_PLATFORM"] = PLATFORM_NAME
     platform = get_platform()
     if not isinstance(platform, PlatformCPU):

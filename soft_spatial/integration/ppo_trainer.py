@@ -28,7 +28,7 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from soft_spatial.rollout.agent_loop import NOISE_KEY, NOISE_ROWS
 from soft_spatial.rollout.collate import attach_traces
-from soft_spatial.rollout.server import TRACE_FIELD
+from soft_spatial.softthink.trace import TRACE_FIELD
 from soft_spatial.softthink.settings import noise_key
 from soft_spatial.softthink import SoftTrace
 

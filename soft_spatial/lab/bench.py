@@ -249,11 +249,11 @@ def make_train_engine(model_dir, remove_padding=True, model_type="soft_language_
         from soft_spatial.integration.platform import use_cpu_platform
 
         use_cpu_platform()
+    from soft_spatial.actor import train_engine as soft_engine
+    soft_engine.register()  # soft_language_model, after the platform (verl reads it at import)
     from verl.trainer.config import CheckpointConfig
     from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
     from verl.workers.engine.base import EngineRegistry
-
-    import soft_spatial.actor.train_engine  # noqa: F401  (registers soft_language_model)
 
     model_config = HFModelConfig(path=str(model_dir), model_type=model_type,
                                  use_remove_padding=remove_padding,

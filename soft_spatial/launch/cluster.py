@@ -19,7 +19,7 @@ from pathlib import Path
 
 from soft_spatial.infra.procs import alive as pid_alive
 from soft_spatial.infra.procs import find_pids
-from soft_spatial.launch.plan import (LaunchError, Options, log, plan_launch, ray_start, resolve_head_ip,
+from soft_spatial.launch.plan import (MARKER, LaunchError, Options, log, plan_launch, ray_start, resolve_head_ip,
                                       resolve_ports, resolve_resources, run_marker, this_host)
 
 ROOT = Path(os.environ.get("SOFT_SPATIAL_ROOT") or Path(__file__).resolve().parents[2])
@@ -125,8 +125,7 @@ class Run:
 
     def marker_pids(self) -> list:
         """Live processes on this machine that carry this run's marker."""
-        marker = self.marker.encode()
-        pids = find_pids("environ", lambda environ: marker in environ.split(b"\0"))
+        pids = find_pids(environ=lambda env: env.get(MARKER) == str(self.run_dir))
         return [p for p in pids if pid_alive(p)]
 
     def teardown(self) -> None:

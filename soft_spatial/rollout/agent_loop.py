@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
+from verl.experimental.agent_loop.agent_loop import register as register_agent_loop
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
 from soft_spatial.softthink.settings import NOISE_PARAM
 
-from soft_spatial.rollout.server import TRACE_FIELD
+from soft_spatial.softthink.trace import TRACE_FIELD
 
-__all__ = ["SoftThinkingAgentLoop", "AGENT_NAME", "NOISE_KEY", "NOISE_ROWS", "with_noise_key"]
+__all__ = ["SoftThinkingAgentLoop", "AGENT_NAME", "register", "NOISE_KEY", "NOISE_ROWS", "with_noise_key"]
 
 AGENT_NAME = "soft_thinking_agent"
 #: the generation batch's columns the trainer fills (``trainer.ppo_trainer.tag_noise_keys``):
@@ -32,7 +33,6 @@ def with_noise_key(sampling_params: dict[str, Any], row: dict[str, Any]) -> dict
                                                   "rows": int(row.get(NOISE_ROWS, 0))}})
 
 
-@register(AGENT_NAME)
 class SoftThinkingAgentLoop(SingleTurnAgentLoop):
     """Single turn; the server's per-step records ride in ``extra_fields["soft_trace"]``, cut
     to the same length as ``response_ids`` (verl truncates responses to ``response_length``)."""
@@ -52,3 +52,8 @@ class SoftThinkingAgentLoop(SingleTurnAgentLoop):
             trace = {k: v[:n] for k, v in trace.items()}
         out.extra_fields[TRACE_FIELD] = trace
         return out
+
+
+def register() -> None:
+    """Register :class:`SoftThinkingAgentLoop` as verl's agent loop ``soft_thinking_agent`` (idempotent)."""
+    register_agent_loop(AGENT_NAME)(SoftThinkingAgentLoop)

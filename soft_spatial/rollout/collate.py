@@ -15,7 +15,7 @@ import torch
 
 from soft_spatial.softthink import SoftTrace, collate_traces
 
-from soft_spatial.rollout.server import TRACE_FIELD
+from soft_spatial.softthink.trace import TRACE_FIELD
 
 __all__ = ["attach_traces", "trace_metrics", "SpineMismatchError"]
 

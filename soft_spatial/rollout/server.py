@@ -25,10 +25,9 @@ import torch
 
 from soft_spatial.softthink.settings import NOISE_PARAM, SoftSettings, request_seed, sampling_config
 from soft_spatial.softthink import SamplingConfig
+from soft_spatial.softthink.trace import TRACE_FIELD
 
-__all__ = ["LocalSoftServer", "TRACE_FIELD"]
-
-TRACE_FIELD = "soft_trace"
+__all__ = ["LocalSoftServer"]
 
 
 class PendingRequest(NamedTuple):

@@ -43,7 +43,7 @@ from soft_spatial.engines.sglang.server_args import CONTROLLER_LOADER
 
 from soft_spatial.softthink.settings import NOISE_PARAM, SoftSettings, request_row_seed, sampling_config
 
-from soft_spatial.rollout.server import TRACE_FIELD
+from soft_spatial.softthink.trace import TRACE_FIELD
 
 __all__ = ["SGLangSoftHttpServer", "SGLangSoftReplica", "SGLangSoftServerAdapter", "BACKEND",
            "scheduler_setup"]

@@ -11,7 +11,9 @@ One record per generated position, in generation order, same length as the respo
     soft     bool        False for discrete steps, recorded as topk_ids=[token,0…], scores=[0…]
 
 Records travel linearly: an engine records one batched step at a time (:class:`TraceRecorder`) and
-sends each step once (:meth:`SoftTrace.to_lists` / :meth:`SoftTrace.from_lists`). For training,
+sends each step once (:meth:`SoftTrace.to_lists` / :meth:`SoftTrace.from_lists`). On the wire (both
+rollout backends' ``extra_fields``, then verl's ``non_tensor_batch``) a response's records travel as
+``SoftTrace.to_lists()`` under the key :data:`TRACE_FIELD`. For training,
 :func:`collate_traces` right-pads a batch into tensors aligned with verl's response positions, and
 :func:`uncollate_traces` inverts it losslessly.
 """
@@ -23,8 +25,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["SoftTrace", "TraceRecorder", "collate_traces", "uncollate_traces", "TRACE_KEYS"]
+__all__ = ["SoftTrace", "TraceRecorder", "collate_traces", "uncollate_traces", "TRACE_KEYS", "TRACE_FIELD"]
 
+TRACE_FIELD = "soft_trace"  # wire key of a response's records (SoftTrace.to_lists()) in both rollout backends
 TRACE_KEYS = ("topk_ids", "scores", "tau", "u", "ctrl_x", "entropy", "soft")
 _DTYPES = {"topk_ids": torch.long, "scores": torch.float32, "tau": torch.float32,
            "u": torch.float32, "ctrl_x": torch.float32, "entropy": torch.float32,

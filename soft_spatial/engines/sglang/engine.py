@@ -264,11 +264,11 @@ class SGLangEngine:
         flushed (its KV was computed with the old weights)."""
         self._update([(k, v.detach()) for k, v in state_dict.items()], None, True)
 
-    def set_controller(self, state: dict[str, Any]) -> None:
+    def set_controller(self, controller: dict[str, Any]) -> None:
         """Install AdaptSoft weights ``{"config", "state_dict"}`` in every scheduler process,
         through the plugin's custom weight loader (as training does); requests scheduled from
         now on use them."""
-        self._update([(CONTROLLER_NAME, encode_controller(state))], CONTROLLER_LOADER, False)
+        self._update([(CONTROLLER_NAME, encode_controller(controller))], CONTROLLER_LOADER, False)
 
     def _update(self, named, load_format, flush_cache) -> None:
         ok, message = self.backend.update_weights_from_tensor(
