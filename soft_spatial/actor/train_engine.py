@@ -43,13 +43,13 @@ from typing import Any
 
 import torch
 from torch import Tensor
-
 from verl.utils import tensordict_utils as tu
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
+from soft_spatial.compat.verl.engine import as_language_model, no_cpu_offload_on_cpu, register_engine
+from soft_spatial.models.tokens import unusable_token_ids
 from soft_spatial.softthink import DensityConfig, KLConfig, step_likelihood
 from soft_spatial.softthink.replay import soft_inputs
-from soft_spatial.compat.verl.engine import as_language_model, no_cpu_offload_on_cpu, register_engine
 
 __all__ = ["SoftFSDPEngine", "MODEL_TYPE", "TRACE_PREFIX", "SoftBatch", "register", "ALIGNMENT_CLOCK_ENV",
            "trace_layout", "ADAPTSOFT_CKPT"]
@@ -371,7 +371,6 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
 
     def _banned_ids(self, logits: Tensor) -> Tensor:
         if getattr(self, "_banned", None) is None or self._banned.device != logits.device:
-            from soft_spatial.models.tokens import unusable_token_ids
             mc = self.model_config
             ids = unusable_token_ids(mc.hf_config, mc.tokenizer, logits.shape[-1])
             self._banned = torch.tensor(ids, dtype=torch.long, device=logits.device)

@@ -23,7 +23,6 @@ import types
 from typing import Any
 
 import torch
-
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
 __all__ = ["PlatformCPU", "cpu_device_module", "register", "register_platform", "use_cpu_platform",
@@ -180,9 +179,8 @@ def register() -> None:
     Select the platform (``VERL_PLATFORM=cpu`` or :func:`use_cpu_platform`) *before* this imports
     verl's FSDP engine module: that module reads the device name at import time.
     """
-    register_platform()
-    from verl.workers.engine.fsdp.transformer_impl import (FSDPEngineWithLMHead,
-                                                           FSDPEngineWithValueHead)
+    register_platform()  # first: verl's FSDP engine module reads the device at import
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
 
     from soft_spatial.compat.verl.engine import register_engine
 

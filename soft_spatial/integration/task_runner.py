@@ -7,7 +7,6 @@ import socket
 
 import ray
 from omegaconf import OmegaConf
-
 from verl.trainer.main_ppo_v0 import BaseTaskRunner
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
@@ -26,6 +25,7 @@ class SoftTaskRunner(BaseTaskRunner):
     def add_actor_rollout_worker(self, config):
         from verl.trainer.ppo.ray_trainer import Role
 
+        # verl's workers (FSDP, CUDA) load in the TaskRunner process only, not in the driver
         from soft_spatial.integration.worker import SoftActorRolloutRefWorker
 
         actor_cls, group_cls = super().add_actor_rollout_worker(config)
@@ -42,7 +42,7 @@ class SoftTaskRunner(BaseTaskRunner):
         from verl.utils.dataset.rl_dataset import collate_fn
         from verl.workers.config import HFModelConfig
 
-        from soft_spatial.integration.ppo_trainer import SoftRayPPOTrainer
+        from soft_spatial.integration.ppo_trainer import SoftRayPPOTrainer  # as verl's workers
 
         print(f"SoftTaskRunner on {socket.gethostname()}, pid {os.getpid()}")
         append_file_logger()  # metrics.jsonl keeps the steps before a resume

@@ -27,10 +27,13 @@ from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils.device import get_device_id, get_device_name
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
+from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
 from soft_spatial.compat.verl.engine import loss_config
-from soft_spatial.softthink.settings import SoftSettings
+from soft_spatial.infra.atomic import write_text
+from soft_spatial.integration.platform import init_process_group
 from soft_spatial.softthink import AdaptSoft
 from soft_spatial.softthink.controller import log_fingerprint
+from soft_spatial.softthink.settings import SoftSettings
 
 __all__ = ["SoftActorRolloutRefWorker", "record_placement"]
 
@@ -43,8 +46,6 @@ def record_placement(role: str) -> dict:
     import socket
 
     import ray
-
-    from soft_spatial.infra.atomic import write_text
 
     info = {"role": role, "rank": int(os.environ.get("RANK", 0)),
             "world_size": int(os.environ.get("WORLD_SIZE", 1)),
@@ -63,7 +64,6 @@ def record_placement(role: str) -> dict:
 class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
     def __init__(self, config, role: str, **kwargs):
         if get_device_name() == "cpu":
-            from soft_spatial.integration.platform import init_process_group
             init_process_group(rank=int(os.environ.get("RANK", 0)),
                                world_size=int(os.environ.get("WORLD_SIZE", 1)),
                                init_method=os.environ.get("DIST_INIT_METHOD", "env://"))
@@ -74,8 +74,9 @@ class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):
         super().init_model()
-        from soft_spatial.actor.train_engine import SoftFSDPEngine
+        # imported once verl built the engines: verl's FSDP engine module reads the device at import
         from soft_spatial.actor.loss import check_actor_config, soft_ppo_loss
+        from soft_spatial.actor.train_engine import SoftFSDPEngine
         s = self.soft_settings
         noise = s.soft_thinking.noise_scale if s.soft_thinking.noise_scale > 0 else None
         for worker in (self.actor, self.ref):
@@ -85,7 +86,6 @@ class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
         actor_engine = self.actor.engine if self.actor is not None else None  # verl's
         if isinstance(actor_engine, SoftFSDPEngine):
             if s.soft_thinking.mode == "adaptsoft":
-                from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
                 hidden = actor_engine.model_config.hf_config
                 hidden = getattr(hidden, "text_config", hidden).hidden_size
                 ctrl = AdaptSoft.from_config(s.adaptsoft, hidden)

@@ -23,8 +23,9 @@ from typing import Any, NamedTuple
 
 import torch
 
+from soft_spatial.engines.local import LocalEngine
+from soft_spatial.softthink import AdaptSoft, SamplingConfig
 from soft_spatial.softthink.settings import NOISE_PARAM, SoftSettings, request_seed, sampling_config
-from soft_spatial.softthink import SamplingConfig
 from soft_spatial.softthink.trace import TRACE_FIELD
 
 __all__ = ["LocalSoftServer"]
@@ -60,7 +61,6 @@ class LocalSoftServer:
     def __init__(self, model_path: str, response_length: int, prompt_length: int,
                  settings: SoftSettings | None = None, dtype: str = "float32",
                  device: str = "cpu"):
-        from soft_spatial.engines.local import LocalEngine
         self.settings = settings if settings is not None else SoftSettings()  # parsed by the driver
         self.response_length, self.prompt_length = response_length, prompt_length
         self.engine = LocalEngine.from_pretrained(
@@ -68,7 +68,6 @@ class LocalSoftServer:
             max_batch_rows=self.settings.max_batch_rows,
             max_prompt_length=prompt_length)
         if self.settings.soft_thinking.mode == "adaptsoft":
-            from soft_spatial.softthink import AdaptSoft
             self.engine.set_controller(AdaptSoft.from_config(self.settings.adaptsoft,
                                                              self.engine.hidden_size))
         self._pending: list[PendingRequest] = []

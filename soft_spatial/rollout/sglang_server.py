@@ -26,23 +26,25 @@ import contextlib
 from typing import Any
 
 import ray
-
-from verl.workers.rollout.sglang_rollout.async_sglang_server import (SGLangHttpServer,
-                                                                     SGLangReplica)
+from verl.workers.rollout.sglang_rollout.async_sglang_server import SGLangHttpServer, SGLangReplica
 from verl.workers.rollout.sglang_rollout.sglang_rollout import ServerAdapter
 
-from soft_spatial.compat.sglang import tensor_update_request
+from soft_spatial.compat.sglang import collect_records, tensor_update_request
 from soft_spatial.compat.verl.rollout import server_adapter_engine, to_ipc_device
-
 from soft_spatial.engines.sglang import SchedulerSetup, required_server_args
-from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, PARAM_KEY, PREFILL_ONLY,
-                                                PromptPrefill, TraceAccumulator,
-                                                encode_controller, request_params,
-                                                split_records)
+from soft_spatial.engines.sglang.client import (
+    CONTROLLER_NAME,
+    PARAM_KEY,
+    PREFILL_ONLY,
+    PromptPrefill,
+    TraceAccumulator,
+    encode_controller,
+    request_params,
+    split_records,
+)
 from soft_spatial.engines.sglang.server_args import CONTROLLER_LOADER
-
+from soft_spatial.models.tokens import single_token_id, unusable_token_ids
 from soft_spatial.softthink.settings import NOISE_PARAM, SoftSettings, request_row_seed, sampling_config
-
 from soft_spatial.softthink.trace import TRACE_FIELD
 
 __all__ = ["SGLangSoftHttpServer", "SGLangSoftReplica", "SGLangSoftServerAdapter", "BACKEND",
@@ -53,7 +55,6 @@ BACKEND = "sglang_soft"
 
 def scheduler_setup(settings: SoftSettings, hf_config, tokenizer) -> SchedulerSetup:
     """The scheduler processes' setup: the run's settings and what they need of the model."""
-    from soft_spatial.models.tokens import single_token_id, unusable_token_ids
     text = getattr(hf_config, "text_config", hf_config)
     soft_thinking = settings.soft_thinking
     think_end = (single_token_id(tokenizer, soft_thinking.think_end) if soft_thinking.is_soft
@@ -77,8 +78,7 @@ class SGLangSoftHttpServer(SGLangHttpServer):
         self._prefill = None if sgl_args.get("disable_radix_cache") else PromptPrefill()
 
     async def launch_server(self, master_address: str = None, master_port: int = None):
-        from soft_spatial.compat.sglang import collect_records
-        from soft_spatial.engines.sglang import hooks
+        from soft_spatial.engines.sglang import hooks  # needs sglang: only in the server process
         self.setup.export()  # inherited by the spawned scheduler processes
         ek = self.config.engine_kwargs
         ek["sglang"] = required_server_args(ek.get("sglang"))
