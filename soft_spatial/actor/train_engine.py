@@ -50,13 +50,14 @@ from soft_spatial.compat.verl.engine import as_language_model, no_cpu_offload_on
 from soft_spatial.models.tokens import unusable_token_ids
 from soft_spatial.softthink import DensityConfig, KLConfig, step_likelihood
 from soft_spatial.softthink.replay import soft_inputs
+from soft_spatial.softthink.settings import CONTROLLER_FILE
 
 __all__ = ["SoftFSDPEngine", "MODEL_TYPE", "TRACE_PREFIX", "SoftBatch", "register", "ALIGNMENT_CLOCK_ENV",
            "trace_layout", "ADAPTSOFT_CKPT"]
 
 MODEL_TYPE = "soft_language_model"
 TRACE_PREFIX = "trace_"
-ADAPTSOFT_CKPT = "adaptsoft.pt"
+ADAPTSOFT_CKPT = CONTROLLER_FILE  # beside each checkpoint, and what export copies
 _REC_KEYS = ("topk_ids", "scores", "tau", "u", "ctrl_x", "soft")
 
 

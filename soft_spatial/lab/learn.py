@@ -39,6 +39,7 @@ from soft_spatial.lab.analysis.cli import main as analysis
 from soft_spatial.lab.report import read_metrics, write_report
 from soft_spatial.models import build_tiny_model
 from soft_spatial.softthink import from_mapping
+from soft_spatial.softthink.settings import CONTROLLER_FILE
 
 __all__ = ["LearnConfig", "Experiment", "EVAL_MODE", "main"]
 
@@ -385,7 +386,7 @@ class Experiment:
             ckpt = self.train(mode)
             final = self.merge(mode, ckpt)
             after = self.evaluate(f"{mode}_trained", final, EVAL_MODE[mode],
-                                  final / "adaptsoft.pt" if EVAL_MODE[mode] == "adaptsoft" else None)
+                                  final / CONTROLLER_FILE if EVAL_MODE[mode] == "adaptsoft" else None)
             runs[mode] = {"before": before[mode], "after": after,
                           "metrics": ckpt / "metrics.jsonl"}
         self.say("7 report")

@@ -34,7 +34,7 @@ __all__ = ["SoftSettings", "SETTINGS_FILE", "CONTROLLER_FILE", "row_seed", "requ
 #: the run's settings (``SoftSettings.to_dict()`` as YAML): written by training beside its
 #: checkpoints, copied by export into the model directory, read by evaluation
 SETTINGS_FILE = "soft_thinking.yaml"
-#: the trained AdaptSoft controller beside it (= soft_spatial.actor.train_engine.ADAPTSOFT_CKPT)
+#: the trained AdaptSoft controller beside it (each checkpoint's, and the exported model's)
 CONTROLLER_FILE = "adaptsoft.pt"
 
 _GROUPS = {"soft_thinking": SoftThinkingConfig, "adaptsoft": AdaptSoftConfig,
