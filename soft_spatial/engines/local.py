@@ -29,16 +29,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from soft_spatial.engines.base import (
-    FINISH_LENGTH,
-    FINISH_STOP,
-    Completion,
-    Prompt,
-    check_prompt_ids,
-    progress_bar,
-    prompt_limit,
-    prompt_seeds,
-)
+from soft_spatial.engines.base import (FINISH_LENGTH, FINISH_STOP, Completion, Prompt, check_prompt_ids,
+                                       progress_bar, prompt_limit, prompt_seeds)
 from soft_spatial.engines.prompts import load_image, render_chat
 from soft_spatial.engines.step import sample_step
 from soft_spatial.models.loading import load_model

@@ -20,16 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from soft_spatial.compat.sglang import collect_records
-from soft_spatial.engines.base import (
-    FINISH_LENGTH,
-    FINISH_STOP,
-    Completion,
-    Prompt,
-    check_prompt_ids,
-    progress_bar,
-    prompt_limit,
-    prompt_seeds,
-)
+from soft_spatial.engines.base import (FINISH_LENGTH, FINISH_STOP, Completion, Prompt, check_prompt_ids,
+                                       progress_bar, prompt_limit, prompt_seeds)
 from soft_spatial.engines.prompts import load_image, render_chat
 from soft_spatial.engines.sglang.client import (
     CONTROLLER_NAME,
