@@ -6,7 +6,7 @@ The tie-break matters: a random tiny policy sometimes collapses into repeating o
 both samples of a group can be the same text. Their scores tie, their GRPO advantages are 0, and
 if both micro-batches' AdaptSoft reference sequences are such rows (verl's balance_batch spreads a
 group over micro-batches), every alignment score is exactly 0 and the controller gets no gradient:
-what made ``test_every_preset_runs_one_training_step[adaptsoft]`` fail once (controller grad_norm
+what once made a one-step adaptsoft training test fail (controller grad_norm
 0, alignment scale at its 1e6 cap: no non-zero alpha in the whole step)."""
 import random
 import zlib
