@@ -115,13 +115,14 @@ class SoftGumbelSampler(Sampler):
         ctx = current_batch()
         if ctx is None:
             raise RuntimeError("soft_gumbel sampler called outside "
-                               "TpModelWorker.forward_batch_generation (overlap scheduling and "
-                               "speculative decoding are not supported)")
+                               "TpModelWorker.forward_batch_generation (speculative decoding, "
+                               "and grammars under overlap scheduling, are not supported)")
         logits = sgl_compat.preprocess_logits(self, logits_output.next_token_logits,
                                               sampling_info)
         b = logits.shape[0]
         hidden = last_hidden(logits_output.hidden_states, ctx, b)
-        tokens, info = runtime().sample(ctx.reqs, logits, hidden, pool_rows=ctx.pool_rows)
+        tokens, info = runtime().sample(ctx.reqs, logits, hidden, pool_rows=ctx.pool_rows,
+                                        extend=not ctx.is_decode)
         logits_output.customized_info = {**(logits_output.customized_info or {}), **info}
         if ctx.forced_capture:
             logits_output.hidden_states = None  # nobody else asked for them
@@ -147,10 +148,10 @@ def _tp_hook(original, *args, **kwargs):
     is_decode = mwb.forward_mode.is_decode()
     if is_decode:
         runtime().check_decode_rows(mwb.reqs)  # host-side, before any graph replays
-        for req in mwb.reqs:
+        for req in mwb.reqs:  # before any of its decode KV can be inserted (asked at insert time)
             st = getattr(req, STATE_ATTR, None)
-            if st is not None and st.had_soft:
-                protect_soft_kv(req)
+            if st is not None:
+                protect_soft_kv(req, lambda st=st, req=req: st.soft_kv(len(req.output_ids)))
     ctx = BatchContext(reqs=mwb.reqs, is_decode=is_decode,
                        extend_seq_lens=getattr(mwb, "extend_seq_lens", None),
                        forced_capture=forced,
