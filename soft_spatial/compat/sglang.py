@@ -231,6 +231,33 @@ def check_internals() -> list:
         problems.append(f"UpdateWeightsFromTensorReqInput lost {sorted(missing)} "
                         f"(tensor_update_request)")
     problems += _graph_problems()
+    problems += _overlap_problems()
+    return problems
+
+
+def _overlap_problems() -> list:
+    """What the plugin relies on under overlap scheduling (sglang 0.5.12, ``managers/
+    scheduler.py``, ``scheduler_output_processor_mixin.py``, ``tp_worker.py``): batch t is launched
+    (forward and sampling) before batch t-1's results are processed, on the one scheduler
+    thread; a finished or retracted request's in-flight result is dropped; grammars are the one
+    case sampled outside the forward (docs/sglang.md, "Overlap scheduling")."""
+    from sglang.srt.managers import scheduler, scheduler_output_processor_mixin as out, tp_worker
+    facts = [(scheduler.Scheduler.event_loop_overlap,
+              ("batch_result = self.run_batch(batch)", "pop_and_process()")),
+             (out.SchedulerOutputProcessorMixin.process_batch_result_decode,
+              ("req.finished() or req.is_retracted",)),
+             (tp_worker.TpModelWorker.forward_batch_generation, ("delay_sample_func",))]
+    problems = []
+    for fn, needles in facts:
+        src = inspect.getsource(getattr(fn, "__wrapped__", fn))
+        for needle in needles:
+            if needle not in src:
+                problems.append(f"sglang {fn.__qualname__} no longer contains {needle!r} "
+                                f"(overlap scheduling, docs/sglang.md)")
+    src = inspect.getsource(scheduler.Scheduler.event_loop_overlap)
+    if src.find("self.run_batch(batch)") > src.rfind("pop_and_process()"):
+        problems.append("sglang Scheduler.event_loop_overlap no longer launches batch t before "
+                        "processing batch t-1 (overlap scheduling, docs/sglang.md)")
     return problems
 
 

@@ -41,15 +41,25 @@ static ``req_pool_indices``; the embedding hook runs inside the captured forward
 per-batch state, and the row check runs on the host before the forward (docs/sglang.md,
 "CUDA graphs").
 
+Overlap scheduling (``disable_overlap_schedule=False``) is the user's choice; off by default.
+SGLang then launches batch t+1 before it processes batch t's results, on the same scheduler
+thread (and, on a GPU, the same forward stream), so the sampler of batch t has written its rows'
+decode inputs before batch t+1's forward reads them. ``Req.output_ids`` lags one step, so a
+request's noise step is its own counter (:class:`~.runtime.RequestState`); a re-prefill
+(retraction) is recognised by an extend batch for a request that already sampled; a request that
+finished at t and rides along in t+1 still owns its slot (SGLang frees it when it processes t)
+and its row is discarded; the radix-cache protection is decided when SGLang inserts, not before
+the first decode (the prompt's insertion comes after it). Exact per row on the CPU, not bit for
+bit in batches (docs/sglang.md, "Overlap scheduling"). It gains nothing yet: the sampler reads
+the device on the host every step (records, ``</think>`` switches), which waits for batch t's
+forward before batch t+1 can be launched.
+
 Not supported in this version (rejected by ``required_server_args`` or at runtime):
 
-* **Overlap scheduling** (``disable_overlap_schedule=True``): with overlap, batch t+1 is launched
-  before batch t's results are processed, so ``Req.output_ids`` lags one step (the noise-step
-  check and the retraction check read it) and the sampler's host reads (records, ``</think>``
-  switches) serialise the two batches anyway; docs/sglang.md ("Overlap scheduling") says what
-  an exact version needs.
-* **Retraction / re-prefill after soft steps** raises :class:`SoftStateError`.
-* Mixed chunks, DP attention, speculative decoding, pipeline parallelism.
+* **Retraction / re-prefill after soft steps** raises :class:`SoftStateError` (hard requests
+  resume at their output length).
+* Grammars under overlap scheduling (SGLang samples them outside the forward), mixed chunks, DP
+  attention, speculative decoding, pipeline parallelism.
 
 TP: every TP rank holds the same Req objects, draws the same noise and sees the same gathered
 logits, so all ranks build the same mixtures; the embedding rows come from SGLang's
