@@ -14,11 +14,12 @@ Same Qwen3-VL-2B-shaped model as stage d (check.py's shape, random weights):
               row/step/field, rows alone and batched, each next to SGLang's own run-to-run
               control (graphs off twice); the stage fails where graphs on differ beyond it.
   overlap     the plugin with SGLang's overlap scheduling on vs off (graphs as on the device):
-              throughput (bf16, 64 rows) per mode, and fp32 parity of token-id prompts batched
-              (one message: the same prefill grouping every run) and every row alone, next to
-              the run-to-run control (overlap off twice); the stage fails where overlap on leaves
-              the control's decoding path or, on a GPU, differs beyond it (docs/sglang.md,
-              "Overlap scheduling").
+              throughput (bf16, 64 rows) per mode, and fp32 parity with the radix cache off
+              (with it on, a sample's first decode reads another rounding of its shared prompt's
+              KV under overlap: docs/sglang.md, "Overlap scheduling") of token-id prompts
+              batched (one message: the same prefill grouping every run) and every row alone,
+              next to the run-to-run control (overlap off twice); the stage fails where overlap
+              on leaves the control's decoding path or, on a GPU, differs beyond it.
 On the CPU (``--dry-run``) SGLang captures no CUDA graph, so every graphs-on engine is skipped
 (said in the report) and the same logic runs graphs-off against graphs-off.
 """
@@ -320,7 +321,8 @@ def overlap(ctx, model, ctrl, lines: list[str]) -> list[str]:
         for m in MODES:
             conf, outs = SoftThinkingConfig(mode=m), {}
             for side, off in (("off", True), ("on", False)):
-                args = server_args(ctx, "float32", not cpu, disable_overlap_schedule=off)
+                args = server_args(ctx, "float32", not cpu, disable_overlap_schedule=off,
+                                   disable_radix_cache=True)
                 eng = plugin_engine(model, m, ctrl, args)
                 try:
                     eng.generate(prompts[:1], soft_thinking=conf,
@@ -356,9 +358,9 @@ def overlap(ctx, model, ctrl, lines: list[str]) -> list[str]:
             rows.append(cells)
     lines += ["", f"Overlap scheduling on vs off (CUDA graphs {'off: CPU' if cpu else 'on'}): "
               f"tok/s {'fp32' if dry else 'bf16'}, {len(t_prompts) * t_g} rows × {t_steps} "
-              f"steps, median of {1 if dry else 3}; parity fp32, {n} token-id prompts × {g} "
-              f"samples batched and every prompt alone, {steps} steps, next to overlap off "
-              f"twice:", ""]
+              f"steps, median of {1 if dry else 3}; parity fp32, radix cache off, {n} token-id "
+              f"prompts × {g} samples batched and every prompt alone, {steps} steps, next to "
+              f"overlap off twice:", ""]
     lines += k.table(["mode", "tok/s off", "tok/s on", "on ÷ off", "batched on vs off",
                       "batched, off twice", "alone on vs off", "alone, off twice"], rows)
     return bad

@@ -247,13 +247,7 @@ def _overlap_problems() -> list:
              (out.SchedulerOutputProcessorMixin.process_batch_result_decode,
               ("req.finished() or req.is_retracted",)),
              (tp_worker.TpModelWorker.forward_batch_generation, ("delay_sample_func",))]
-    problems = []
-    for fn, needles in facts:
-        src = inspect.getsource(getattr(fn, "__wrapped__", fn))
-        for needle in needles:
-            if needle not in src:
-                problems.append(f"sglang {fn.__qualname__} no longer contains {needle!r} "
-                                f"(overlap scheduling, docs/sglang.md)")
+    problems = _missing(facts, "overlap scheduling")
     src = inspect.getsource(scheduler.Scheduler.event_loop_overlap)
     if src.find("self.run_batch(batch)") > src.rfind("pop_and_process()"):
         problems.append("sglang Scheduler.event_loop_overlap no longer launches batch t before "
@@ -270,7 +264,6 @@ def _graph_problems() -> list:
     outside the graph; the runner recaptures when the requested hidden-state mode changes."""
     from sglang.srt.managers import mm_utils, tp_worker
     from sglang.srt.model_executor import cuda_graph_runner as cgr
-    problems = []
     facts = [(cgr.CudaGraphRunner.capture_one_batch_size,
               ("buffers.req_pool_indices[:bs]", "req_pool_indices=req_pool_indices",
                "req_to_token_pool=self.model_runner.req_to_token_pool")),
@@ -282,10 +275,17 @@ def _graph_problems() -> list:
                                                   "input_embeds=input_embeds")),
              (tp_worker.TpModelWorker.forward_batch_generation,
               ("self.model_runner.forward(", "self.model_runner.sample("))]
+    return _missing(facts, "soft decoding under CUDA graphs")
+
+
+def _missing(facts, what: str) -> list:
+    """One problem per needle missing from its function's source (``facts``: (function,
+    needles) pairs)."""
+    problems = []
     for fn, needles in facts:
         src = inspect.getsource(getattr(fn, "__wrapped__", fn))
         for needle in needles:
             if needle not in src:
                 problems.append(f"sglang {fn.__qualname__} no longer contains {needle!r} "
-                                f"(soft decoding under CUDA graphs, docs/sglang.md)")
+                                f"({what}, docs/sglang.md)")
     return problems

@@ -7,25 +7,25 @@ Under overlap SGLang launches batch t+1 before it processes batch t's results, s
 ``output_ids`` lags its sampled steps by one, and a request that finished at t rides along in
 t+1 (its row is sampled and discarded); the batch log shows that this happened here.
 
-Measured here (3 token-id prompts × 2 samples batched, and every prompt alone, 16 steps, fp32):
+What is compared (token-id prompts × 2 samples batched, and every prompt alone — the image
+prompt included — 16 steps, fp32):
 
-* **Rows alone** (one row per batch, the image prompt included): overlap on equals off bit for
-  bit in every mode — tokens, candidates, weights, τ, log-likelihoods. This is what the plugin's
-  own bookkeeping decides (step counter, decode-input buffers, ``</think>`` switches, finished
-  rows riding along), so it is asserted exactly.
-* **Rows batched**: the same tokens, candidates and soft/discrete path, but values differ in fp32
-  rounding (max |Δ| weights 1e-6..1.2e-3, log-likelihoods 8e-6..6e-5), also at identical batch
-  composition (eos off: every batch the same rows in the same order, only the last ride-along
-  batch extra) — while two overlap-off runs of the same batches are bit-identical. Only some rows
-  differ (in one run the two samples of the shortest prompt, from their first decode step on),
-  in hard mode too, where the plugin feeds SGLang's own token embeddings. Where in SGLang's CPU
-  forward that rounding comes from was not found within this task; so batched rows are asserted
-  on the path (tokens, candidates, soft flags) and bounded, not bit for bit.
+* **the same batches on both sides**: bit for bit. Overlap changes batch shapes in two ways that
+  are SGLang's, not the plugin's: a finished row rides along one more batch (so rows that stop at
+  different steps meet other batch sizes), and, with the radix cache, a sample's first decode
+  reads another copy of its shared prompt's KV (when SGLang processes a prefill's result,
+  ``RadixCache.cache_unfinished_req`` frees the request's own copy of KV the tree already holds
+  and points it at the tree's, computed in another batch; without overlap that happens before
+  the first decode, with overlap after it). So rows alone (eos and length stops, radix cache off
+  and on) and a batch whose rows all run to the length limit with the radix cache off are
+  compared bit for bit.
+* **rows of different lengths sharing prompts through the radix cache** (the default
+  configuration): the same path (tokens, candidates, soft flags), values within fp32 rounding.
 
-A batch is compared within a run of the same submission: token-id prompts of one ``generate``
-reach the scheduler in one message (the tokenizer manager batches requests without text or
-images), so the prefills are grouped the same way every run; a batch with the image prompt is
-sent request by request and its prefill grouping varies from run to run.
+Repeat runs are comparable because the token-id prompts of one ``generate`` reach the scheduler
+in one message (the tokenizer manager batches requests without text or images): the same
+prefill grouping every run. A batch with the image prompt is sent request by request, and its
+grouping varies from run to run, so the image prompt is compared decoded alone.
 """
 from __future__ import annotations
 
@@ -80,38 +80,47 @@ def controller(tmp_path_factory):
     return path
 
 
+def _runs(think_tiny, soft, ctrl, path, overlap: bool, radix: bool):
+    """Token-id prompts × 2 samples batched (radix cache off: eos off, every row to the length
+    limit), every prompt alone, and how many rows rode along."""
+    path.mkdir()
+    with running_engine(think_tiny, soft, path, controller=ctrl,
+                        disable_overlap_schedule=not overlap, disable_radix_cache=not radix) as eng:
+        assert eng.backend.get_server_info()["disable_overlap_schedule"] is not overlap
+        ids_prompts = [p for p in PROMPTS if isinstance(p[0], int)]
+        eos, eng.eos_ids = eng.eos_ids, (eng.eos_ids if radix else [])
+        batched = eng.generate(ids_prompts, soft_thinking=soft, sampling=SAMPLING, n=2, seed=9)
+        rides = ride_alongs(batch_log(eng), batched, 2)
+        eng.eos_ids = eos
+        eng.backend.flush_cache()
+        alone = [eng.generate([p], soft_thinking=soft, sampling=SAMPLING, seed=9 + i)[0]
+                 for i, p in enumerate(PROMPTS)]
+    return batched, alone, rides
+
+
 @pytest.mark.parametrize("mode", ["hard", "fixed", "adaptsoft"])
 def test_overlap_on_equals_off(mode, think_tiny, tmp_path, request):
     soft = SoftThinkingConfig(mode=mode, top_k=4)
     ctrl = request.getfixturevalue("controller") if mode == "adaptsoft" else None
-    ids_prompts = [p for p in PROMPTS if isinstance(p[0], int)]
-    assert 0 < len(ids_prompts) < len(PROMPTS)  # token-id prompts, and the image prompt alone
-    runs: dict[str, list] = {}
-    rides: dict[str, int] = {}
-    for side, off in (("off", True), ("on", False), ("off2", True)):
-        (tmp_path / side).mkdir()
-        with running_engine(think_tiny, soft, tmp_path / side, controller=ctrl,
-                            disable_overlap_schedule=off) as eng:
-            assert eng.backend.get_server_info()["disable_overlap_schedule"] is off
-            eng.backend.flush_cache()
-            batched = eng.generate(ids_prompts, soft_thinking=soft, sampling=SAMPLING, n=2, seed=9)
-            rides[side] = ride_alongs(batch_log(eng), batched, 2)
-            eng.backend.flush_cache()
-            alone = [eng.generate([p], soft_thinking=soft, sampling=SAMPLING, seed=9 + i)[0]
-                     for i, p in enumerate(PROMPTS)]
-            runs[side] = batched + alone
-    dev = {side: deviation(runs[side], runs["off"]) for side in ("on", "off2")}
-    print(f"\n{mode}: max |Δ| overlap on vs off {dev['on']}; off vs off {dev['off2']}")
-    assert rides["off"] == rides["off2"] == 0 and rides["on"] > 0  # overlap ran
-    assert dev["off2"] == dict.fromkeys(dev["off2"], 0.0)  # the same batches every run
-    k = len(ids_prompts) * 2
-    alone = deviation(runs["on"][k:], runs["off"][k:])
-    assert alone == dict.fromkeys(alone, 0.0)  # one row per batch: bit for bit
-    path = ("token_ids", "topk_ids", "soft")
-    assert all(dev["on"][f] == 0.0 for f in path)  # batched: the same decoding path ...
-    assert max(dev["on"].values()) < 5e-3  # ... and fp32 rounding (see the module docstring)
+    assert 0 < sum(isinstance(p[0], int) for p in PROMPTS) < len(PROMPTS)  # ids and an image
+    got = {(overlap, radix): _runs(think_tiny, soft, ctrl, tmp_path / f"{overlap}-{radix}",
+                                   overlap, radix)
+           for radix in (False, True) for overlap in (False, True)}
+    for radix in (False, True):
+        assert got[(False, radix)][2] == 0 and got[(True, radix)][2] > 0  # overlap ran
+    # the same batches on both sides (radix cache off, rows of one length): bit for bit; and
+    # every row alone (eos and length stops), with the radix cache off and on
+    (b_on, a_on, _), (b_off, a_off, _) = got[(True, False)], got[(False, False)]
+    exact = deviation(b_on + a_on + got[(True, True)][1], b_off + a_off + got[(False, True)][1])
+    assert exact == dict.fromkeys(exact, 0.0), exact
+    # rows of different lengths sharing prompts through the radix cache: the same path, and
+    # fp32 rounding of other batch shapes and of the shared prompt's KV (module docstring)
+    shared = deviation(got[(True, True)][0], got[(False, True)][0])
+    print(f"\n{mode}: batched, radix cache on, eos on, overlap on vs off: {shared}")
+    assert all(shared[f] == 0.0 for f in ("token_ids", "topk_ids", "soft")), shared
+    assert max(shared.values()) < 5e-3, shared
     # what the rows cover: </think> switches (soft, then discrete steps), eos and length stops
-    out = runs["on"]
+    out = got[(True, True)][0] + got[(True, False)][1]
     assert {o.finish_reason for o in out} == {"stop", "length"}
     if mode != "hard":
         assert any(o.think_end is not None and o.think_end + 1 < len(o.token_ids) for o in out)

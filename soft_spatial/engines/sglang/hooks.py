@@ -49,10 +49,11 @@ request's noise step is its own counter (:class:`~.runtime.RequestState`); a re-
 (retraction) is recognised by an extend batch for a request that already sampled; a request that
 finished at t and rides along in t+1 still owns its slot (SGLang frees it when it processes t)
 and its row is discarded; the radix-cache protection is decided when SGLang inserts, not before
-the first decode (the prompt's insertion comes after it). Exact per row on the CPU, not bit for
-bit in batches (docs/sglang.md, "Overlap scheduling"). It gains nothing yet: the sampler reads
-the device on the host every step (records, ``</think>`` switches), which waits for batch t's
-forward before batch t+1 can be launched.
+the first decode (the prompt's insertion comes after it). On the CPU overlap on equals off bit
+for bit with the radix cache off; with it on, samples sharing a prompt read SGLang's other copy
+(rounding) of the prompt's KV at their first decode (docs/sglang.md, "Overlap scheduling"). It
+gains nothing yet: the sampler reads the device on the host every step (records, ``</think>``
+switches), which waits for batch t's forward before batch t+1 can be launched.
 
 Not supported in this version (rejected by ``required_server_args`` or at runtime):
 
