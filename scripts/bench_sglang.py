@@ -33,9 +33,11 @@ CUDA graphs: unavailable on the CPU (SGLang 0.5.12 captures them only on CUDA; i
 runner needs the intel_amx attention backend and sgl-kernel's CPU build), so every engine here
 decodes without them, and the output says so. On a GPU, ``--device cuda`` runs the graphs-on/off
 comparison instead (stock SGLang hard with graphs; the plugin's hard, fixed and adaptsoft with
-graphs on and off; 64 and 8 rows; the GPU kit's stage f, ``scripts/gpu/stage_f.py``):
+graphs on and off; 64 and 8 rows; the GPU kit's stage f, ``scripts/gpu/stage_f.py``), and with
+``--overlap`` also the plugin with overlap scheduling on vs off (stage f's part ``overlap``:
+throughput and fp32 parity):
 
-    python scripts/bench_sglang.py --device cuda [--quick]
+    python scripts/bench_sglang.py --device cuda [--quick] [--overlap]
 """
 from __future__ import annotations
 
@@ -171,11 +173,14 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                     help="cuda: CUDA graphs on vs off on a GPU (the GPU kit's stage f)")
     ap.add_argument("--quick", action="store_true", help="--device cuda: 64 steps, not 128")
+    ap.add_argument("--overlap", action="store_true",
+                    help="--device cuda: also overlap scheduling on vs off (stage f's part)")
     a = ap.parse_args()
     if a.device == "cuda":
         sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
         import stage_f
-        sys.exit(stage_f.main(["--parts", "throughput", "--out", "bench-sglang-graphs.md"]
+        parts = "throughput,overlap" if a.overlap else "throughput"
+        sys.exit(stage_f.main(["--parts", parts, "--out", "bench-sglang-graphs.md"]
                               + (["--quick"] if a.quick else [])))
     _reexec_with_overlay()
 

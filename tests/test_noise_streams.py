@@ -169,9 +169,10 @@ def req(rid: str, seed: int, sampling=SamplingConfig()):
                            req_pool_idx=next(_SLOT) % 97)
 
 
-def drive(rt: SoftRuntime, schedule, monkeypatch, device="cpu"):
-    """Run ``schedule`` (a list of scheduler steps, each the list of Reqs in the batch) and
-    return {rid: [u of its step 0, 1, ...]} as SoftRuntime handed them to the sampler."""
+def drive(rt: SoftRuntime, schedule, monkeypatch, device="cpu", extend=False):
+    """Run ``schedule`` (a list of scheduler steps, each the list of Reqs in the batch; all
+    extend batches if ``extend``) and return {rid: [u of its step 0, 1, ...]} as SoftRuntime
+    handed them to the sampler."""
     import soft_spatial.engines.sglang.runtime as rtmod
 
     drawn: dict[str, list[torch.Tensor]] = {}
@@ -190,7 +191,7 @@ def drive(rt: SoftRuntime, schedule, monkeypatch, device="cpu"):
         current[:] = batch
         logits = torch.randn(len(batch), V, generator=g).to(device)
         hidden = torch.randn(len(batch), D, generator=g).to(device)
-        tokens, _ = rt.sample(batch, logits, hidden)
+        tokens, _ = rt.sample(batch, logits, hidden, extend=extend)
         for r, tok in zip(batch, tokens.tolist()):
             if r.is_chunked:
                 r.is_chunked = 0  # the next step is its first real one
@@ -241,8 +242,8 @@ def test_runtime_reprefill_resumes_at_the_requests_step(monkeypatch):
     drawn = drive(rt, [[r]] * 4, monkeypatch)["h"]
     delattr(r, rtmod.STATE_ATTR)  # a fresh Req object for the same request: 4 tokens out
     again = drive(rt, [[r]] * 2, monkeypatch)["h"]
-    r.output_ids = r.output_ids[:3]  # the scheduler rolled one step back
-    back = drive(rt, [[r]], monkeypatch)["h"]
+    r.output_ids = r.output_ids[:3]  # re-prefilled with one step dropped (overlap + retraction)
+    back = drive(rt, [[r]], monkeypatch, extend=True)["h"]
     ref = expected(99, 6)
     assert all(torch.equal(x, y) for x, y in zip(drawn + again, ref))
     assert torch.equal(back[0], ref[3])

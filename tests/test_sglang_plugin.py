@@ -217,21 +217,34 @@ def test_runtime_chunked_rows_untouched_and_retraction_after_soft_steps_raises(e
     masked = logits[1].index_fill(0, engine.banned_ids, float("-inf"))
     assert info[info_key("soft")] == [True, False] and int(tok[1]) == int(masked.argmax())
     a.output_ids.append(int(tok[0]))
-    a.output_ids.append(5)  # SGLang got one step ahead of the noise: only re-prefill does that
+    a.output_ids.append(5)
+    with pytest.raises(RuntimeError, match="2 output tokens after 1 sampled steps"):
+        rt.sample([a], logits[:1], h[:1])  # a decode batch cannot be ahead of the noise
+    a.output_ids.pop()
+    rt.sample([a], logits[:1], h[:1])  # a decode step, in step
     with pytest.raises(SoftStateError, match="re-prefilled"):
-        rt.sample([a], logits[:1], h[:1])
+        rt.sample([a], logits[:1], h[:1], extend=True)  # prefilled again after soft steps
 
 
 def test_hard_requests_realign_their_noise(engine):
+    """The step counter is the request's own: a decode batch may see ``output_ids`` one token
+    behind it (overlap scheduling); a re-prefill (extend batch after sampling) resumes at the
+    output length, dropping steps SGLang discarded."""
     soft_thinking = SoftThinkingConfig(mode="hard")
     rt = SoftRuntime(settings_for(engine, soft_thinking))
     logits = torch.randn(1, engine.lm_head.weight.shape[0])
     r1, r2 = fake_req("x", 3, SamplingConfig()), fake_req("x", 3, SamplingConfig())
-    rt.sample([r1], logits, None)
+    rt.sample([r1], logits, None, extend=True)
+    rt.sample([r1], logits, None)  # step 1, output_ids still [] (lagging one step: overlap)
+    r1.output_ids = [1]
+    rt.sample([r1], logits, None)  # step 2 with the first token
+    with pytest.raises(RuntimeError, match="1 output tokens after 3"):
+        rt.sample([r1], logits, None)  # two steps behind: never
     r1.output_ids = [1, 2]
     r2.output_ids = [1]
-    rt.sample([r2], logits, None)  # r2 at step 1
-    t1, i1 = rt.sample([r1], logits, None)  # r1 realigned to step 2
+    rt.sample([r2], logits, None)  # a new Req object with output: starts at step 1
+    t1, i1 = rt.sample([r1], logits, None, extend=True)  # re-prefilled: back to step 2
+    assert getattr(r1, STATE_ATTR).steps == 3
     r3 = fake_req("x", 3, SamplingConfig())
     r3.output_ids = [1, 2]
     t3, i3 = rt.sample([r3], logits, None)
@@ -304,7 +317,10 @@ def test_settings_roundtrip_and_required_server_args(monkeypatch):
     for radix_off in (True, False):  # prefix caching is the user's choice (protect_soft_kv)
         assert required_server_args({"disable_radix_cache": radix_off})["disable_radix_cache"] \
             is radix_off
-    for bad in ({"disable_overlap_schedule": False}, {"sampling_backend": "flashinfer"},
+    for overlap_off in (True, False):  # the user's choice (docs/sglang.md, "Overlap scheduling")
+        assert required_server_args({"disable_overlap_schedule": overlap_off})[
+            "disable_overlap_schedule"] is overlap_off
+    for bad in ({"enable_mixed_chunk": True}, {"sampling_backend": "flashinfer"},
                 {"enable_dp_attention": True}):
         with pytest.raises(ValueError):
             required_server_args(bad)
@@ -338,7 +354,7 @@ def test_plugin_registers_sglang_soft_lazily():
 @pytest.mark.parametrize("key,value", [("enable_deterministic_inference", True),
                                        ("rl_on_policy_target", "fsdp"),
                                        ("enable_dp_attention", True),
-                                       ("disable_overlap_schedule", False)])
+                                       ("enable_mixed_chunk", True)])
 def test_required_server_args_refuse_settings_that_break_soft_decoding(key, value):
     """Deterministic inference makes SGLang fall back to its pytorch sampler (no soft records);
     the other flags contradict what the plugin needs. Each must raise, never be overridden."""

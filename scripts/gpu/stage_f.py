@@ -13,6 +13,13 @@ Same Qwen3-VL-2B-shaped model as stage d (check.py's shape, random weights):
               tokens, candidates, weights, τ, log-likelihoods, with the first differing
               row/step/field, rows alone and batched, each next to SGLang's own run-to-run
               control (graphs off twice); the stage fails where graphs on differ beyond it.
+  overlap     the plugin with SGLang's overlap scheduling on vs off (graphs as on the device):
+              throughput (bf16, 64 rows) per mode, and fp32 parity with the radix cache off
+              (with it on, a sample's first decode reads another rounding of its shared prompt's
+              KV under overlap: docs/sglang.md, "Overlap scheduling") of token-id prompts
+              batched (one message: the same prefill grouping every run) and every row alone,
+              next to the run-to-run control (overlap off twice); the stage fails where overlap
+              on leaves the control's decoding path or, on a GPU, differs beyond it.
 On the CPU (``--dry-run``) SGLang captures no CUDA graph, so every graphs-on engine is skipped
 (said in the report) and the same logic runs graphs-off against graphs-off.
 """
@@ -143,8 +150,8 @@ def first_difference(got, want) -> tuple[dict, str | None]:
                 if not torch.equal(x, y):
                     d = float((x.double() - y.double()).abs().max())
                     dev[f] = max(dev[f], d)
-                    first = first or (f"row {row} step {step} field {f}: graphs on "
-                                      f"{x.squeeze(0).tolist()} vs off {y.squeeze(0).tolist()}")
+                    first = first or (f"row {row} step {step} field {f}: "
+                                      f"{x.squeeze(0).tolist()} vs {y.squeeze(0).tolist()}")
     if len(got) != len(want):
         first = first or f"{len(got)} rows vs {len(want)}"
     return dev, first
@@ -294,7 +301,72 @@ def throughput(ctx, model, ctrl, lines: list[str]) -> dict:
     return tps
 
 
-def stage_f(ctx, parts=("parity", "throughput")) -> list[str]:
+def overlap(ctx, model, ctrl, lines: list[str]) -> list[str]:
+    """Overlap scheduling on vs off per mode: bf16 throughput at the big batch, fp32 parity
+    (token-id prompts batched, and alone) next to the control (overlap off twice); returns the
+    comparisons that fail (docstring of the module)."""
+    k = kit()
+    from transformers import AutoTokenizer
+
+    from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
+    cpu, dry = ctx.device == "cpu", ctx.dry_run
+    tok = AutoTokenizer.from_pretrained(model)
+    n, g, steps = (2, 2, 8) if dry else (4, 2, 32)
+    prompts = text_prompts(tok, n, 4 if dry else 16)
+    t_prompts, t_g, t_steps = (prompts, 2, 8) if dry else (text_prompts(tok, 8, 16), 8,
+                                                           64 if ctx.quick else 128)
+    sampling = SamplingConfig(temperature=0.8, max_new_tokens=steps)
+    rows, tps, bad = [], {}, []
+    with env_vars({} if cpu else PARITY_ENV):
+        for m in MODES:
+            conf, outs = SoftThinkingConfig(mode=m), {}
+            for side, off in (("off", True), ("on", False)):
+                args = server_args(ctx, "float32", not cpu, disable_overlap_schedule=off,
+                                   disable_radix_cache=True)
+                eng = plugin_engine(model, m, ctrl, args)
+                try:
+                    eng.generate(prompts[:1], soft_thinking=conf,
+                                 sampling=SamplingConfig(max_new_tokens=2), seed=999)
+                    for run in ((side, "off2") if off else (side,)):
+                        eng.backend.flush_cache()
+                        outs[(run, "batch")] = eng.generate(prompts, soft_thinking=conf,
+                                                            sampling=sampling, n=g, seed=7)
+                        eng.backend.flush_cache()
+                        outs[(run, "alone")] = [eng.generate(
+                            [p], soft_thinking=conf, sampling=sampling, seed=100 * i)[0]
+                            for i, p in enumerate(prompts)]
+                finally:
+                    eng.close()
+                args = server_args(ctx, "float32" if dry else "bfloat16", not cpu,
+                                   disable_overlap_schedule=off)
+                eng = plugin_engine(model, m, ctrl, args)
+                try:
+                    tps[(m, side)] = tokens_per_s(eng, t_prompts, t_g, t_steps, 1 if dry else 3)
+                finally:
+                    eng.close()
+            cells = [m, round(tps[(m, "off")], 1), round(tps[(m, "on")], 1),
+                     round(tps[(m, "on")] / tps[(m, "off")], 3)]
+            for what in ("batch", "alone"):
+                test = first_difference(outs[("on", what)], outs[("off", what)])
+                control = first_difference(outs[("off2", what)], outs[("off", what)])
+                cells += [summary(*test), summary(*control)]
+                path = ("token_ids", "topk_ids", "soft")
+                left_path = any(test[0][f] and not control[0][f] for f in path)
+                if left_path or (not cpu and test[1] is not None
+                                 and max(test[0].values()) > max(control[0].values())):
+                    bad.append(f"{m} ({what})")
+            rows.append(cells)
+    lines += ["", f"Overlap scheduling on vs off (CUDA graphs {'off: CPU' if cpu else 'on'}): "
+              f"tok/s {'fp32' if dry else 'bf16'}, {len(t_prompts) * t_g} rows × {t_steps} "
+              f"steps, median of {1 if dry else 3}; parity fp32, radix cache off, {n} token-id "
+              f"prompts × {g} samples batched and every prompt alone, {steps} steps, next to "
+              f"overlap off twice:", ""]
+    lines += k.table(["mode", "tok/s off", "tok/s on", "on ÷ off", "batched on vs off",
+                      "batched, off twice", "alone on vs off", "alone, off twice"], rows)
+    return bad
+
+
+def stage_f(ctx, parts=("parity", "throughput", "overlap")) -> list[str]:
     k = kit()
     try:
         import sglang
@@ -317,18 +389,25 @@ def stage_f(ctx, parts=("parity", "throughput")) -> list[str]:
     if ctx.device == "cpu":
         lines.append(f"CPU: {CPU_NO_GRAPHS}.")
     bad = parity(ctx, model, ctrl, lines) if "parity" in parts else []
-    if "throughput" in parts:
-        throughput(ctx, model, ctrl, lines)
     if bad:
         ctx.notes.append(f"f: graphs-on vs graphs-off records differ beyond SGLang's "
                          f"run-to-run control in {bad} (fp32)")
+    if "throughput" in parts:
+        throughput(ctx, model, ctrl, lines)
+    if "overlap" in parts:
+        over = overlap(ctx, model, ctrl, lines)
+        if over:
+            ctx.notes.append(f"f: overlap on vs off differ beyond SGLang's run-to-run control "
+                             f"in {over} (fp32)")
+        bad += over
+    if bad:
         raise k.StageFailed(lines)
     return lines
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="scripts/gpu/stage_f.py", description=__doc__.split("\n")[0])
-    ap.add_argument("--parts", default="parity,throughput")
+    ap.add_argument("--parts", default="parity,throughput,overlap")
     ap.add_argument("--out", default="gpu-report-f.md")
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--quick", action="store_true")

@@ -54,19 +54,36 @@ def sync_token_ids_across_tp(sampler, tokens, sampling_info) -> None:
 
 
 # -- the scheduler's requests -----------------------------------------------------------------
-def protect_soft_kv(req) -> None:
-    """Keep ``req``'s KV out of the radix cache from now on (sglang 0.5.12: ``Req.
-    skip_radix_cache_insert``, ``managers/schedule_batch.py`` L887, read by
-    ``mem_cache/common.py`` L47 ``release_kv_cache`` and L582 ``maybe_cache_unfinished_req``, the
-    two paths that insert a request into the tree).
+class _SkipInsert:
+    """The value of ``Req.skip_radix_cache_insert`` that SGLang reads as a bool when it inserts
+    the request into the radix tree: true while the original flag or ``soft_kv()`` is."""
 
-    Called before every decode forward of a request that has taken a soft step. Its prompt was
-    inserted after the prefill (``cache_unfinished_req``: the prompt's KV is a function of the
-    prompt's tokens and images, so the G samples of a prompt and later requests share it); from
-    the first decode position on, the KV depends on mixture inputs that the tree's token keys do
-    not describe, so the request's output KV is freed instead of inserted and can never be matched.
+    __slots__ = ("original", "soft_kv")
+
+    def __init__(self, original, soft_kv: Callable[[], bool]):
+        self.original, self.soft_kv = original, soft_kv
+
+    def __bool__(self) -> bool:
+        return bool(self.original) or bool(self.soft_kv())
+
+
+def protect_soft_kv(req, soft_kv: Callable[[], bool]) -> None:
+    """Keep ``req``'s KV out of the radix cache whenever ``soft_kv()`` says the KV to insert holds
+    a position computed from a soft input (sglang 0.5.12: ``Req.skip_radix_cache_insert``,
+    ``managers/schedule_batch.py`` L887, read as a bool by ``mem_cache/common.py`` L47
+    ``maybe_cache_unfinished_req`` and L582 ``release_kv_cache``, the two paths that insert a
+    request into the tree). Idempotent.
+
+    ``soft_kv`` is asked at the moment SGLang inserts, not when this is called: the prompt's KV
+    (inserted after the prefill; a function of the prompt's tokens and images) is shared by the G
+    samples of a prompt and by later requests, while KV computed from mixture inputs, which the
+    tree's token keys do not describe, is freed instead of inserted and never matched. Under
+    overlap scheduling the prefill's result is processed after the request's first decode batch
+    is launched, so a flag set before that decode would also drop the prompt.
     """
-    req.skip_radix_cache_insert = True
+    original = getattr(req, "skip_radix_cache_insert", False)
+    if not isinstance(original, _SkipInsert):
+        req.skip_radix_cache_insert = _SkipInsert(original, soft_kv)
 
 
 def request_pool_rows(pool) -> int | None:
@@ -201,9 +218,12 @@ def check_internals() -> list:
     if not callable(getattr(sgl_engine.Engine, "run_scheduler_process_func", None)):
         problems.append("Engine.run_scheduler_process_func is gone (launch_engine)")
     from sglang.srt.mem_cache import common
-    if "skip_radix_cache_insert" not in inspect.getsource(common):
-        problems.append("mem_cache.common no longer reads Req.skip_radix_cache_insert "
-                        "(protect_soft_kv)")
+    src = inspect.getsource(common)
+    for needle in ('if getattr(req, "skip_radix_cache_insert", False):',
+                   'not getattr(req, "skip_radix_cache_insert", False)'):
+        if needle not in src:
+            problems.append(f"mem_cache.common no longer reads Req.skip_radix_cache_insert as a "
+                            f"bool: {needle!r} (protect_soft_kv)")
     from sglang.srt.managers.io_struct import UpdateWeightsFromTensorReqInput
     fields = set(getattr(UpdateWeightsFromTensorReqInput, "__dataclass_fields__", {}))
     missing = {"serialized_named_tensors", "load_format", "flush_cache"} - fields
@@ -211,6 +231,27 @@ def check_internals() -> list:
         problems.append(f"UpdateWeightsFromTensorReqInput lost {sorted(missing)} "
                         f"(tensor_update_request)")
     problems += _graph_problems()
+    problems += _overlap_problems()
+    return problems
+
+
+def _overlap_problems() -> list:
+    """What the plugin relies on under overlap scheduling (sglang 0.5.12, ``managers/
+    scheduler.py``, ``scheduler_output_processor_mixin.py``, ``tp_worker.py``): batch t is launched
+    (forward and sampling) before batch t-1's results are processed, on the one scheduler
+    thread; a finished or retracted request's in-flight result is dropped; grammars are the one
+    case sampled outside the forward (docs/sglang.md, "Overlap scheduling")."""
+    from sglang.srt.managers import scheduler, scheduler_output_processor_mixin as out, tp_worker
+    facts = [(scheduler.Scheduler.event_loop_overlap,
+              ("batch_result = self.run_batch(batch)", "pop_and_process()")),
+             (out.SchedulerOutputProcessorMixin.process_batch_result_decode,
+              ("req.finished() or req.is_retracted",)),
+             (tp_worker.TpModelWorker.forward_batch_generation, ("delay_sample_func",))]
+    problems = _missing(facts, "overlap scheduling")
+    src = inspect.getsource(scheduler.Scheduler.event_loop_overlap)
+    if src.find("self.run_batch(batch)") > src.rfind("pop_and_process()"):
+        problems.append("sglang Scheduler.event_loop_overlap no longer launches batch t before "
+                        "processing batch t-1 (overlap scheduling, docs/sglang.md)")
     return problems
 
 
@@ -223,7 +264,6 @@ def _graph_problems() -> list:
     outside the graph; the runner recaptures when the requested hidden-state mode changes."""
     from sglang.srt.managers import mm_utils, tp_worker
     from sglang.srt.model_executor import cuda_graph_runner as cgr
-    problems = []
     facts = [(cgr.CudaGraphRunner.capture_one_batch_size,
               ("buffers.req_pool_indices[:bs]", "req_pool_indices=req_pool_indices",
                "req_to_token_pool=self.model_runner.req_to_token_pool")),
@@ -235,10 +275,17 @@ def _graph_problems() -> list:
                                                   "input_embeds=input_embeds")),
              (tp_worker.TpModelWorker.forward_batch_generation,
               ("self.model_runner.forward(", "self.model_runner.sample("))]
+    return _missing(facts, "soft decoding under CUDA graphs")
+
+
+def _missing(facts, what: str) -> list:
+    """One problem per needle missing from its function's source (``facts``: (function,
+    needles) pairs)."""
+    problems = []
     for fn, needles in facts:
         src = inspect.getsource(getattr(fn, "__wrapped__", fn))
         for needle in needles:
             if needle not in src:
                 problems.append(f"sglang {fn.__qualname__} no longer contains {needle!r} "
-                                f"(soft decoding under CUDA graphs, docs/sglang.md)")
+                                f"({what}, docs/sglang.md)")
     return problems

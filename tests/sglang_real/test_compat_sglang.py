@@ -29,6 +29,21 @@ def test_check_internals_names_a_moved_sampler_method(monkeypatch):
     assert any("Sampler._sync_token_ids_across_tp" in p for p in sglang.check_internals())
 
 
+def test_check_internals_names_a_changed_overlap_loop(monkeypatch):
+    """An event loop that processes batch t-1 before launching batch t breaks what the plugin
+    relies on under overlap scheduling (docs/sglang.md, "Overlap scheduling")."""
+    from sglang.srt.managers.scheduler import Scheduler
+
+    from soft_spatial.compat import sglang
+
+    def event_loop_overlap(self):  # results first, then the launch
+        pop_and_process()  # noqa: F821
+        batch_result = self.run_batch(batch)  # noqa: F821,F841
+
+    monkeypatch.setattr(Scheduler, "event_loop_overlap", event_loop_overlap)
+    assert any("event_loop_overlap no longer launches" in p for p in sglang.check_internals())
+
+
 def test_tensor_update_request_round_trips():
     """The request carries one serialized copy per TP worker that deserializes to the tensors."""
     import torch

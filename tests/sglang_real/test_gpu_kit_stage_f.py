@@ -85,3 +85,10 @@ def test_stage_f_dry_run(tmp_path):
                                               rel=1e-2)
         assert float(row[2]) == pytest.approx(tps[f"plugin {mode}"] / tps["plugin hard"],
                                               rel=1e-2)
+    # overlap scheduling on vs off: throughput of both sides, and parity with the radix cache
+    # off, where the batches match: every comparison exact (docs/sglang.md, "Overlap scheduling")
+    assert "Overlap scheduling on vs off" in report
+    for mode in ("hard", "fixed", "adaptsoft"):
+        row = re.search(rf"^\| {mode} \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|{cells}$", report, re.M)
+        assert row and float(row[1]) > 0 and float(row[2]) > 0, (mode, report)
+        assert row.groups()[3:] == ("exact",) * 4, (mode, report)

@@ -466,3 +466,34 @@ def test_scheduler_internals_the_plugin_relies_on():
         "req_to_token_pool" in inspect.getsource(__import__(
             "sglang.srt.model_executor.model_runner_kv_cache_mixin", fromlist=["x"]))
     assert callable(load_plugins)
+
+
+def test_soft_kv_protection_is_decided_when_sglang_inserts():
+    """compat.sglang.protect_soft_kv through SGLang's real insertion paths: set before the first
+    decode (as the hook does), it still lets the prompt in when the prefill's result is processed
+    later (overlap scheduling), and keeps out KV computed from a soft input."""
+    from types import SimpleNamespace
+
+    from sglang.srt.mem_cache import common
+
+    from soft_spatial.compat.sglang import protect_soft_kv
+    from soft_spatial.engines.sglang.runtime import RequestState
+    from soft_spatial.softthink import SamplingConfig
+
+    inserted = []
+    tree = SimpleNamespace(cache_unfinished_req=lambda req, **kw: inserted.append(
+        len(req.output_ids)))
+    req = SimpleNamespace(output_ids=[], skip_radix_cache_insert=False)
+    st = RequestState(1, SamplingConfig(), thinking=True)
+    st.steps, st.first_soft = 2, 0  # step 0 (the prefill's) soft; step 1 sampled at decode 1
+    protect_soft_kv(req, lambda: st.soft_kv(len(req.output_ids)))
+    protect_soft_kv(req, lambda: True)  # idempotent: the first decision stands
+    req.output_ids.append(7)  # the prefill's result, processed after decode 1 was launched
+    common.maybe_cache_unfinished_req(req, tree)
+    req.output_ids.append(8)  # decode 1's input was step 0's mixture
+    common.maybe_cache_unfinished_req(req, tree)
+    assert inserted == [1]
+    hard = SimpleNamespace(output_ids=[1, 2, 3], skip_radix_cache_insert=True)  # SGLang's own flag
+    protect_soft_kv(hard, lambda: False)
+    common.maybe_cache_unfinished_req(hard, tree)
+    assert inserted == [1]

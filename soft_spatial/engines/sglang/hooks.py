@@ -41,15 +41,26 @@ static ``req_pool_indices``; the embedding hook runs inside the captured forward
 per-batch state, and the row check runs on the host before the forward (docs/sglang.md,
 "CUDA graphs").
 
+Overlap scheduling (``disable_overlap_schedule=False``) is the user's choice; off by default.
+SGLang then launches batch t+1 before it processes batch t's results, on the same scheduler
+thread (and, on a GPU, the same forward stream), so the sampler of batch t has written its rows'
+decode inputs before batch t+1's forward reads them. ``Req.output_ids`` lags one step, so a
+request's noise step is its own counter (:class:`~.runtime.RequestState`); a re-prefill
+(retraction) is recognised by an extend batch for a request that already sampled; a request that
+finished at t and rides along in t+1 still owns its slot (SGLang frees it when it processes t)
+and its row is discarded; the radix-cache protection is decided when SGLang inserts, not before
+the first decode (the prompt's insertion comes after it). On the CPU overlap on equals off bit
+for bit with the radix cache off; with it on, samples sharing a prompt read SGLang's other copy
+(rounding) of the prompt's KV at their first decode (docs/sglang.md, "Overlap scheduling"). It
+gains nothing yet: the sampler reads the device on the host every step (records, ``</think>``
+switches), which waits for batch t's forward before batch t+1 can be launched.
+
 Not supported in this version (rejected by ``required_server_args`` or at runtime):
 
-* **Overlap scheduling** (``disable_overlap_schedule=True``): with overlap, batch t+1 is launched
-  before batch t's results are processed, so ``Req.output_ids`` lags one step (the noise-step
-  check and the retraction check read it) and the sampler's host reads (records, ``</think>``
-  switches) serialise the two batches anyway; docs/sglang.md ("Overlap scheduling") says what
-  an exact version needs.
-* **Retraction / re-prefill after soft steps** raises :class:`SoftStateError`.
-* Mixed chunks, DP attention, speculative decoding, pipeline parallelism.
+* **Retraction / re-prefill after soft steps** raises :class:`SoftStateError` (hard requests
+  resume at their output length).
+* Grammars under overlap scheduling (SGLang samples them outside the forward), mixed chunks, DP
+  attention, speculative decoding, pipeline parallelism.
 
 TP: every TP rank holds the same Req objects, draws the same noise and sees the same gathered
 logits, so all ranks build the same mixtures; the embedding rows come from SGLang's
@@ -115,13 +126,14 @@ class SoftGumbelSampler(Sampler):
         ctx = current_batch()
         if ctx is None:
             raise RuntimeError("soft_gumbel sampler called outside "
-                               "TpModelWorker.forward_batch_generation (overlap scheduling and "
-                               "speculative decoding are not supported)")
+                               "TpModelWorker.forward_batch_generation (speculative decoding, "
+                               "and grammars under overlap scheduling, are not supported)")
         logits = sgl_compat.preprocess_logits(self, logits_output.next_token_logits,
                                               sampling_info)
         b = logits.shape[0]
         hidden = last_hidden(logits_output.hidden_states, ctx, b)
-        tokens, info = runtime().sample(ctx.reqs, logits, hidden, pool_rows=ctx.pool_rows)
+        tokens, info = runtime().sample(ctx.reqs, logits, hidden, pool_rows=ctx.pool_rows,
+                                        extend=not ctx.is_decode)
         logits_output.customized_info = {**(logits_output.customized_info or {}), **info}
         if ctx.forced_capture:
             logits_output.hidden_states = None  # nobody else asked for them
@@ -147,10 +159,10 @@ def _tp_hook(original, *args, **kwargs):
     is_decode = mwb.forward_mode.is_decode()
     if is_decode:
         runtime().check_decode_rows(mwb.reqs)  # host-side, before any graph replays
-        for req in mwb.reqs:
+        for req in mwb.reqs:  # before any of its decode KV can be inserted (asked at insert time)
             st = getattr(req, STATE_ATTR, None)
-            if st is not None and st.had_soft:
-                protect_soft_kv(req)
+            if st is not None:
+                protect_soft_kv(req, lambda st=st, req=req: st.soft_kv(len(req.output_ids)))
     ctx = BatchContext(reqs=mwb.reqs, is_decode=is_decode,
                        extend_seq_lens=getattr(mwb, "extend_seq_lens", None),
                        forced_capture=forced,

@@ -7,10 +7,12 @@ step through the hooks of :mod:`.hooks`:
   (from :func:`current_batch`, set around ``TpModelWorker.forward_batch_generation``), the logits
   and the last hidden states. Each request's state lives on its ``Req`` (attribute
   :data:`STATE_ATTR`), so it follows the request through batch filtering/merging and disappears
-  with it. The state holds the request's noise seed (the local engine's row seed) and the number
-  of steps sampled, checked against ``len(req.output_ids)`` at every step; each step's K+1
-  uniforms are :func:`~soft_spatial.softthink.noise_uniforms` of (seed, step), as in the local
-  engine. Rows are grouped by their
+  with it. The state holds the request's noise seed (the local engine's row seed) and its own
+  count of steps sampled (not ``len(req.output_ids)``, which lags one step under overlap
+  scheduling); each step's K+1 uniforms are :func:`~soft_spatial.softthink.noise_uniforms` of
+  (seed, step), as in the local engine. A request that SGLang prefills again after it sampled
+  (retraction) is recognised by its extend batch and resumes at ``len(req.output_ids)``, or
+  raises :class:`SoftStateError` after soft steps. Rows are grouped by their
   sampling settings and passed to :func:`~soft_spatial.engines.step.sample_step` (the same function
   the local engine calls), so the records are the local engine's records. The next step's input of
   every row — ids ``[K]`` and weights ``[K]`` (softmax(z/τ) at a soft step, one-hot on the token at
@@ -86,17 +88,27 @@ def current_batch() -> BatchContext | None:
 class RequestState:
     """Per-request decoding state (lives on the Req)."""
 
-    __slots__ = ("seed", "steps", "thinking", "had_soft", "sampling")
+    __slots__ = ("seed", "steps", "thinking", "first_soft", "sampling")
 
-    def __init__(self, seed: int, sampling: SamplingConfig, thinking: bool):
+    def __init__(self, seed: int, sampling: SamplingConfig, thinking: bool, steps: int = 0):
         self.seed, self.sampling, self.thinking = int(seed), sampling, thinking
-        self.steps = 0  # steps sampled: the next noise block's step (docs/design.md §2.2)
-        self.had_soft = False
+        self.steps = steps  # steps sampled: the next noise block's step (docs/design.md §2.2)
+        self.first_soft: int | None = None  # step of the first soft record
 
-    def rewind(self, steps: int) -> None:
+    @property
+    def had_soft(self) -> bool:
+        return self.first_soft is not None
+
+    def rewind(self, steps: int, thinking: bool) -> None:
         """Continue at step ``steps`` (a re-prefilled hard request): the noise is a function
         of (seed, step), so nothing else is replayed."""
-        self.steps = steps
+        self.steps, self.thinking = steps, thinking
+
+    def soft_kv(self, output_len: int) -> bool:
+        """Whether the KV of the request's first ``output_len - 1`` output positions (what SGLang
+        inserts into the radix cache with ``output_len`` tokens out) holds a position whose input
+        was a soft mixture: the input of output position j is step j's record."""
+        return self.first_soft is not None and output_len - 1 > self.first_soft
 
 
 def _sampling_from_req(req, params: dict[str, Any] | None) -> SamplingConfig:
@@ -189,27 +201,44 @@ class SoftRuntime:
 
     # -- per-request state --------------------------------------------------------------------
     def state(self, req) -> RequestState:
+        """The request's state, made at its first sample (a Req that arrives with output, e.g.
+        a new object for a request already under way, starts at its output length)."""
         st = getattr(req, STATE_ATTR, None)
         if st is None:
             custom = getattr(req.sampling_params, "custom_params", None) or {}
             params = custom.get(PARAM_KEY) if isinstance(custom, dict) else None
             seed = params["seed"] if params else request_row_seed(self.setup.soft.seed, req.rid)
-            st = RequestState(seed, _sampling_from_req(req, params),
-                              self.setup.soft.soft_thinking.is_soft)
+            st = RequestState(seed, _sampling_from_req(req, params), self._thinking(req),
+                              steps=len(req.output_ids))
             setattr(req, STATE_ATTR, st)
         return st
 
-    def _align(self, st: RequestState, req) -> None:
+    def _thinking(self, req) -> bool:
+        """Whether a request whose output so far is ``req.output_ids`` is still thinking."""
+        end = self.setup.think_end_id
+        return self.setup.soft.soft_thinking.is_soft and end not in req.output_ids
+
+    def _align(self, st: RequestState, req, extend: bool) -> None:
+        """Check the request's step counter against SGLang's view of it.
+
+        In an extend (prefill) batch a request that already sampled was prefilled again
+        (retraction): SGLang recomputes its KV from ``origin_input_ids + output_ids`` and drops
+        what it had sampled since, so a hard request resumes at step ``len(output_ids)`` and a
+        request with soft inputs raises. In a decode batch ``output_ids`` is ``steps`` long, or
+        ``steps - 1`` under overlap scheduling (the previous batch's result is processed after
+        this batch is launched); anything else is a bug."""
         t = len(req.output_ids)
-        if st.steps == t:
-            return
-        if st.had_soft:
-            raise SoftStateError(
-                f"request {req.rid}: sampled at output length {t} after {st.steps} steps with "
-                f"soft inputs; SGLang re-prefilled it (retraction under KV-cache pressure?) and "
-                f"soft positions cannot be recomputed from token ids. Lower "
-                f"max_running_requests or raise gpu_memory_utilization.")
-        st.rewind(t)
+        if extend and st.steps > 0:  # prefilled again after it sampled
+            if st.had_soft:
+                raise SoftStateError(
+                    f"request {req.rid}: prefilled again at output length {t} after {st.steps} "
+                    f"steps with soft inputs; SGLang re-prefilled it (retraction under KV-cache "
+                    f"pressure?) and soft positions cannot be recomputed from token ids. Lower "
+                    f"max_running_requests or raise gpu_memory_utilization.")
+            st.rewind(t, self._thinking(req))
+        elif not extend and not st.steps - 1 <= t <= st.steps:
+            raise RuntimeError(f"soft sampler: request {req.rid} has {t} output tokens after "
+                               f"{st.steps} sampled steps")
 
     # -- sampling -----------------------------------------------------------------------------
     def _banned_ids(self, device) -> Tensor | None:
@@ -256,7 +285,7 @@ class SoftRuntime:
 
     @torch.no_grad()
     def sample(self, reqs: Sequence[Any], logits: Tensor, hidden: Tensor | None,
-               pool_rows: int | None = None) -> tuple[Tensor, dict[str, list]]:
+               pool_rows: int | None = None, extend: bool = False) -> tuple[Tensor, dict[str, list]]:
         """One step for the batch rows ``reqs`` (logits ``[B, V]``, hidden ``[B, D]``).
 
         Returns the emitted tokens ``[B]`` (the spine at soft steps) and ``customized_info``:
@@ -264,6 +293,7 @@ class SoftRuntime:
         whose prefill is still chunked get the argmax token and a zero record (SGLang discards
         both); their state is untouched. In the soft modes each live row's next input is written
         to :meth:`buffers` (``pool_rows``: rows of SGLang's request pool) at ``req.req_pool_idx``.
+        ``extend``: the batch is a prefill (extend) batch, not a decode batch.
         """
         soft_thinking = self.setup.soft.soft_thinking
         k = soft_thinking.top_k
@@ -280,7 +310,7 @@ class SoftRuntime:
             if getattr(req, "is_chunked", 0) > 0:
                 continue
             st = self.state(req)
-            self._align(st, req)
+            self._align(st, req, extend)
             thinking[i] = st.thinking
             live.append(i)
             states[i] = st
@@ -324,7 +354,8 @@ class SoftRuntime:
         soft_list = full["soft"].tolist()
         for i in live:
             st = states[i]
-            st.had_soft |= bool(soft_list[i])
+            if soft_list[i] and st.first_soft is None:
+                st.first_soft = st.steps - 1  # steps was advanced above
             if think_end is not None and st.thinking and tok_list[i] == think_end:
                 st.thinking = False  # the </think> step itself was soft
         if soft_thinking.is_soft and live:

@@ -81,8 +81,12 @@ class SchedulerSetup:
 # radix cache stays on: soft requests share their prompt's KV, and their KV from the first soft
 # input on is never inserted (soft_spatial.compat.sglang.protect_soft_kv).
 _REQUIRED = {
-    "disable_overlap_schedule": True,  # step t's mixture must exist before batch t+1 runs
     "enable_mixed_chunk": False,  # decode rows must be pure decode batches to get mixtures
+}
+# Defaults that the user may change. Overlap scheduling is exact (docs/sglang.md, "Overlap
+# scheduling") but gains nothing yet: the sampler reads the device on the host every step.
+_DEFAULTS = {
+    "disable_overlap_schedule": True,
 }
 
 
@@ -91,6 +95,7 @@ def required_server_args(engine_kwargs: dict[str, Any] | None) -> dict[str, Any]
 
     Sets ``sampling_backend`` and the custom weight loader (controller sync), and the flags
     above; a user value that contradicts one of them raises instead of being overridden silently.
+    Overlap scheduling stays off unless ``disable_overlap_schedule=False`` is given.
     CUDA graphs are left to the caller (on by default; ``disable_cuda_graph=True`` turns them off
     for comparisons: the soft decode read runs inside SGLang's captured forward either way).
     """
@@ -105,6 +110,9 @@ def required_server_args(engine_kwargs: dict[str, Any] | None) -> dict[str, Any]
         raise ValueError(f"rollout.name=sglang_soft samples with its own backend; remove "
                          f"engine_kwargs.sglang.sampling_backend={backend!r}")
     out["sampling_backend"] = SAMPLER_BACKEND
+    for key, value in _DEFAULTS.items():
+        if out.get(key) is None:
+            out[key] = value
     # The n samples of a prompt arrive together. SGLang's default "fcfs" prefills them in one
     # batch, each from scratch; "lpm" (cache-aware) schedules one first and lets the others
     # match its prompt in the radix cache (prompts of more than 32 tokens).

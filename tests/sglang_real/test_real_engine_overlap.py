@@ -1,0 +1,127 @@
+"""Overlap scheduling (``disable_overlap_schedule=False``) through SGLang 0.5.12's REAL offline
+engine on the CPU: the same rows decode to the same tokens, candidates, weights, τ and
+log-likelihoods with overlap on as with it off, in hard, fixed and adaptsoft mode (docs/sglang.md,
+"Overlap scheduling").
+
+Under overlap SGLang launches batch t+1 before it processes batch t's results, so a request's
+``output_ids`` lags its sampled steps by one, and a request that finished at t rides along in
+t+1 (its row is sampled and discarded); the batch log shows that this happened here.
+
+What is compared (token-id prompts × 2 samples batched, and every prompt alone — the image
+prompt included — 16 steps, fp32):
+
+* **the same batches on both sides**: bit for bit. Overlap changes batch shapes in two ways that
+  are SGLang's, not the plugin's: a finished row rides along one more batch (so rows that stop at
+  different steps meet other batch sizes), and, with the radix cache, a sample's first decode
+  reads another copy of its shared prompt's KV (when SGLang processes a prefill's result,
+  ``RadixCache.cache_unfinished_req`` frees the request's own copy of KV the tree already holds
+  and points it at the tree's, computed in another batch; without overlap that happens before
+  the first decode, with overlap after it). So rows alone (eos and length stops, radix cache off
+  and on) and a batch whose rows all run to the length limit with the radix cache off are
+  compared bit for bit.
+* **rows of different lengths sharing prompts through the radix cache** (the default
+  configuration): the same path (tokens, candidates, soft flags), values within fp32 rounding.
+
+Repeat runs are comparable because the token-id prompts of one ``generate`` reach the scheduler
+in one message (the tokenizer manager batches requests without text or images): the same
+prefill grouping every run. A batch with the image prompt is sent request by request, and its
+grouping varies from run to run, so the image prompt is compared decoded alone.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from controller_helpers import trained_controller
+from real_engine import PROMPTS, batch_log, running_engine
+
+from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig, record_weights
+
+pytestmark = [pytest.mark.sglang, pytest.mark.slow]
+
+SAMPLING = SamplingConfig(temperature=0.8, max_new_tokens=16)
+
+
+def _fields(out) -> dict:
+    tr = out.trace
+    return {"token_ids": torch.tensor(out.token_ids), "topk_ids": tr.topk_ids, "soft": tr.soft,
+            "weights": record_weights(tr.scores, tr.tau, tr.soft), "tau": tr.tau,
+            "loglik": torch.tensor(out.logprobs)}
+
+
+def deviation(got, want) -> dict:
+    """max |Δ| per field over all rows and steps (inf where a row's length or path differs)."""
+    dev: dict[str, float] = {}
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        for f, x in _fields(a).items():
+            y = _fields(b)[f]
+            d = float("inf") if x.shape != y.shape else float((x.double() - y.double()).abs().max()) \
+                if x.numel() else 0.0
+            dev[f] = max(dev.get(f, 0.0), d)
+    return dev
+
+
+def ride_alongs(log: list[dict], outs, n: int) -> int:
+    """Rows decoded once more than their output needed: a request that finished at batch t
+    sampled again in t+1 (overlap scheduling). Rows are ``soft-<tag>-<prompt>-<sample>``."""
+    decodes: dict[int, int] = {}
+    for b in log:
+        if b["mode"] == "DECODE":
+            for rid, *_ in b["rows"]:
+                i, j = map(int, rid.split("-")[-2:])
+                decodes[i * n + j] = decodes.get(i * n + j, 0) + 1
+    return sum(decodes.get(r, 0) >= len(o.token_ids) for r, o in enumerate(outs))
+
+
+@pytest.fixture(scope="module")
+def controller(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ctrl") / "adaptsoft.pt"
+    trained_controller(64, seed=4).save(path)
+    return path
+
+
+def _runs(think_tiny, soft, ctrl, path, overlap: bool, radix: bool):
+    """Token-id prompts × 2 samples batched (radix cache off: eos off, every row to the length
+    limit), every prompt alone, and how many rows rode along."""
+    path.mkdir()
+    with running_engine(think_tiny, soft, path, controller=ctrl,
+                        disable_overlap_schedule=not overlap, disable_radix_cache=not radix) as eng:
+        assert eng.backend.get_server_info()["disable_overlap_schedule"] is not overlap
+        ids_prompts = [p for p in PROMPTS if isinstance(p[0], int)]
+        eos, eng.eos_ids = eng.eos_ids, (eng.eos_ids if radix else [])
+        batched = eng.generate(ids_prompts, soft_thinking=soft, sampling=SAMPLING, n=2, seed=9)
+        rides = ride_alongs(batch_log(eng), batched, 2)
+        eng.eos_ids = eos
+        eng.backend.flush_cache()
+        alone = [eng.generate([p], soft_thinking=soft, sampling=SAMPLING, seed=9 + i)[0]
+                 for i, p in enumerate(PROMPTS)]
+    return batched, alone, rides
+
+
+@pytest.mark.parametrize("mode", ["hard", "fixed", "adaptsoft"])
+def test_overlap_on_equals_off(mode, think_tiny, tmp_path, request):
+    soft = SoftThinkingConfig(mode=mode, top_k=4)
+    ctrl = request.getfixturevalue("controller") if mode == "adaptsoft" else None
+    assert 0 < sum(isinstance(p[0], int) for p in PROMPTS) < len(PROMPTS)  # ids and an image
+    got = {(overlap, radix): _runs(think_tiny, soft, ctrl, tmp_path / f"{overlap}-{radix}",
+                                   overlap, radix)
+           for radix in (False, True) for overlap in (False, True)}
+    for radix in (False, True):
+        assert got[(False, radix)][2] == 0 and got[(True, radix)][2] > 0  # overlap ran
+    # the same batches on both sides (radix cache off, rows of one length): bit for bit; and
+    # every row alone (eos and length stops), with the radix cache off and on
+    (b_on, a_on, _), (b_off, a_off, _) = got[(True, False)], got[(False, False)]
+    exact = deviation(b_on + a_on + got[(True, True)][1], b_off + a_off + got[(False, True)][1])
+    assert exact == dict.fromkeys(exact, 0.0), exact
+    # rows of different lengths sharing prompts through the radix cache: the same path, and
+    # fp32 rounding of other batch shapes and of the shared prompt's KV (module docstring)
+    shared = deviation(got[(True, True)][0], got[(False, True)][0])
+    print(f"\n{mode}: batched, radix cache on, eos on, overlap on vs off: {shared}")
+    assert all(shared[f] == 0.0 for f in ("token_ids", "topk_ids", "soft")), shared
+    assert max(shared.values()) < 5e-3, shared
+    # what the rows cover: </think> switches (soft, then discrete steps), eos and length stops
+    out = got[(True, True)][0] + got[(True, False)][1]
+    assert {o.finish_reason for o in out} == {"stop", "length"}
+    if mode != "hard":
+        assert any(o.think_end is not None and o.think_end + 1 < len(o.token_ids) for o in out)
+        assert any(bool(o.trace.soft.any()) and not bool(o.trace.soft[-1]) for o in out)
