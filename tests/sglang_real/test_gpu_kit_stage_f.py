@@ -88,7 +88,7 @@ def test_stage_f_dry_run(tmp_path):
     # overlap scheduling on vs off: throughput of both sides, and parity with the radix cache
     # off, where the batches match: every comparison exact (docs/sglang.md, "Overlap scheduling")
     assert "Overlap scheduling on vs off" in report
-    for mode in ("hard", "fixed", "adaptsoft"):
+    for mode in ("adaptsoft",):  # the dry run's one mode (every mode: test_real_engine_overlap.py)
         row = re.search(rf"^\| {mode} \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|{cells}$", report, re.M)
         assert row and float(row[1]) > 0 and float(row[2]) > 0, (mode, report)
         assert row.groups()[3:] == ("exact",) * 4, (mode, report)
