@@ -269,6 +269,3 @@ def main(argv: Sequence[str] | None = None) -> Path:
     print(path.read_text() + f"\ntable: {path}")
     return path
 
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

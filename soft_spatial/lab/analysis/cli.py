@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -195,6 +194,3 @@ def main(argv: Sequence[str] | None = None) -> dict:
     print(f"numbers: {out / 'analysis.json'}")
     return res
 
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

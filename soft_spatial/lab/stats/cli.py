@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -159,6 +158,3 @@ def main(argv: Sequence[str] | None = None):
         return entropy_main(args)
     raise SystemExit(f"unknown command {args.command!r}")  # pragma: no cover
 
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
