@@ -199,7 +199,7 @@ def test_runtime_parity_with_local_engine(engine, mode, graphs, monkeypatch):
         assert req.output_ids == o.token_ids
     if mode != "hard":  # the </think> switch happened in the compared steps
         assert any(o.think_end is not None and o.think_end + 1 < len(o.token_ids) for o in outs)
-        assert all(not getattr(r, STATE_ATTR).thinking for r, o in zip(reqs, outs)
+        assert all(not rt.thinking_of(r) for r, o in zip(reqs, outs)
                    if o.think_end is not None)
     else:
         assert not any(rec["soft"].any() for _, _, rec in steps)
@@ -461,3 +461,61 @@ def test_decode_read_at_graph_capture_allocates_from_the_pool(engine):
         SoftRuntime(settings_for(engine, soft_thinking)).decode_inputs(
             torch.zeros(1, dtype=torch.long), engine.embed, torch.ones(1, d))
     torch._dynamo.reset()
+
+
+# -- the sampler never waits for the device (overlap scheduling) ------------------------------
+@pytest.mark.parametrize("mode", ["hard", "fixed", "adaptsoft"])
+def test_sampler_never_waits_for_the_device(mode):
+    """Prefill with a chunked row, two sampling settings, decodes, requests joining and leaving:
+    on the meta device every host read of the device and every blocking copy raises
+    (tests/sampler_drive.py; the GPU kit runs the same under CUDA's sync debug mode)."""
+    from sampler_drive import drive_sampler
+    assert drive_sampler("meta", mode) == 14
+
+
+@pytest.mark.parametrize("wait", ["tolist", "bool", "nonzero", "blocking copy", "list index",
+                                  "tensor on the device"])
+def test_the_no_wait_check_catches_a_wait(monkeypatch, wait):
+    """The check fails when the sampler waits (each way a wait creeps in, but list indexing,
+    which only the CUDA check sees)."""
+    from sampler_drive import drive_sampler
+    from soft_spatial.engines.sglang import runtime as rt_mod
+    original = rt_mod.sample_step
+
+    def waiting(logits, *a, **kw):
+        rec = original(logits, *a, **kw)
+        dev, soft = logits.device, rec["soft"]
+        if wait == "tolist":
+            soft.tolist()
+        elif wait == "bool":
+            bool(soft.any())
+        elif wait == "nonzero":
+            soft.nonzero()
+        elif wait == "blocking copy":
+            torch.zeros(1).to(dev)
+        elif wait == "list index":
+            rec["tau"][[0]]  # on CUDA a blocking copy of the index; unseen on meta
+        else:
+            torch.tensor([1], device=dev)
+        return rec
+
+    monkeypatch.setattr(rt_mod, "sample_step", waiting)
+    if wait == "list index":
+        assert drive_sampler("meta", "fixed") == 14
+        return
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        drive_sampler("meta", "fixed")
+
+
+def test_records_reach_the_host_as_python_values_on_first_read():
+    """``customized_info`` columns: row i is the row's record as Python values, read once from a
+    copy taken when the step was sampled (a later change of the device tensor does not leak)."""
+    from soft_spatial.engines.sglang.runtime import HostRecords, RecordColumn
+    scores, soft = torch.tensor([[0.5, 0.25], [1.0, 0.0]]), torch.tensor([True, False])
+    host = HostRecords({"scores": scores, "soft": soft})
+    scores[0, 0] = 9.0  # after the step: the copy already holds the step's values
+    col, flags = RecordColumn(host, "scores"), RecordColumn(host, "soft")
+    assert len(col) == 2 and col[0] == [0.5, 0.25] and col[1] == [1.0, 0.0]
+    assert flags == [True, False] and flags != [True, True] and list(flags) == [True, False]
+    assert torch.equal(torch.tensor(col), torch.tensor([[0.5, 0.25], [1.0, 0.0]]))
+    assert "soft" in repr(flags)

@@ -4,6 +4,12 @@
     python3 scripts/gpu/stage_f.py --parts parity      # one part alone (the 10-minute limit)
     python scripts/gpu/stage_f.py --dry-run            # the logic on the CPU, tiny sizes
 
+  sync        no SGLang needed: the soft sampler (SoftRuntime.sample) on the model's vocabulary
+              and hidden size, a prefill with a chunked row, two sampling settings, decodes,
+              requests joining and leaving, every call under
+              torch.cuda.set_sync_debug_mode("error"): nothing in it may wait for the device
+              (under overlap scheduling SGLang processes the previous batch meanwhile). The dry
+              run checks the same on the meta device (tests/sampler_drive.py).
 Same Qwen3-VL-2B-shaped model as stage d (check.py's shape, random weights):
   throughput  bf16, eos ignored, 8 text prompts × G=8 (64 rows) and × G=1 (8 rows), 128 steps:
               stock SGLang hard with CUDA graphs; the plugin in hard, fixed and adaptsoft with
@@ -373,8 +379,40 @@ def overlap(ctx, model, ctrl, lines: list[str]) -> list[str]:
     return bad
 
 
-def stage_f(ctx, parts=("parity", "throughput", "overlap")) -> list[str]:
+def sampler_sync(ctx, lines: list[str]) -> list[str]:
+    """Part ``sync``: the modes whose sampler waits for the device (none expected)."""
     k = kit()
+    from sampler_drive import drive_sampler
+    if ctx.dry_run:
+        dev, vocab, hidden = "meta", 97, 16
+    else:  # the Qwen vocabulary and the 2B shape's width
+        dev, vocab, hidden = "cuda", 151936, k.QWEN3_VL_2B_TEXT["hidden_size"]
+    rows, bad = [], []
+    for mode in MODES:
+        try:
+            n = drive_sampler(dev, mode, vocab=vocab, hidden=hidden)
+            rows.append([mode, n, "none"])
+        except Exception as e:  # the synchronising op, named by torch
+            bad.append(mode)
+            rows.append([mode, "-", f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"])
+    check = ("meta tensors (any host read raises)" if dev == "meta" else
+             'torch.cuda.set_sync_debug_mode("error")')
+    lines += ["", f"Soft sampler waits for the device? (SoftRuntime.sample, vocabulary {vocab}, "
+              f"hidden {hidden}, on {dev}, checked by {check}):", ""]
+    lines += k.table(["mode", "rows sampled", "synchronising op"], rows)
+    return bad
+
+
+def stage_f(ctx, parts=("sync", "parity", "throughput", "overlap")) -> list[str]:
+    k = kit()
+    lines: list[str] = []
+    waits = sampler_sync(ctx, lines) if "sync" in parts else []
+    if waits:
+        ctx.notes.append(f"f: the soft sampler waits for the device in {waits}")
+    if parts == ("sync",):
+        if waits:
+            raise k.StageFailed(lines)
+        return lines
     try:
         import sglang
     except ImportError as e:
@@ -390,7 +428,7 @@ def stage_f(ctx, parts=("parity", "throughput", "overlap")) -> list[str]:
     from transformers import AutoConfig
     hidden = AutoConfig.from_pretrained(model).text_config.hidden_size
     k.random_controller(hidden).save(ctrl)
-    lines = [f"Model: {'tiny' if ctx.dry_run else 'Qwen3-VL-2B'}-shaped Qwen3-VL, random "
+    lines += [f"Model: {'tiny' if ctx.dry_run else 'Qwen3-VL-2B'}-shaped Qwen3-VL, random "
              f"weights, written in {time.perf_counter() - t0:.0f} s; sglang {sglang.__version__}; "
              f"server args {CUDA_ARGS if ctx.device != 'cpu' else k.SGLANG_CPU_ARGS}."]
     if ctx.device == "cpu":
@@ -407,14 +445,14 @@ def stage_f(ctx, parts=("parity", "throughput", "overlap")) -> list[str]:
             ctx.notes.append(f"f: overlap on vs off differ beyond SGLang's run-to-run control "
                              f"in {over} (fp32)")
         bad += over
-    if bad:
+    if bad or waits:
         raise k.StageFailed(lines)
     return lines
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="scripts/gpu/stage_f.py", description=__doc__.split("\n")[0])
-    ap.add_argument("--parts", default="parity,throughput,overlap")
+    ap.add_argument("--parts", default="sync,parity,throughput,overlap")
     ap.add_argument("--out", default="gpu-report-f.md")
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--quick", action="store_true")

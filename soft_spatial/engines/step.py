@@ -38,46 +38,52 @@ def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor,
     """
     temperature = sampling.temperature
     b, k, dev = logits.shape[0], soft_thinking.top_k, logits.device
+    # Every row takes the same ops, soft and discrete alike, and the rows' choice is a select:
+    # no branch on values and no host read, so the step never waits for the device (SGLang
+    # launches its next batch meanwhile) and each row's record does not depend on the others'.
+    soft = thinking.bool() & soft_thinking.is_soft
+    tok, lp = discrete_sample(logits, u[:, k], sampling, temperature)
     rec = {
-        "topk_ids": torch.zeros(b, k, dtype=torch.long, device=dev),
+        "topk_ids": torch.nn.functional.pad(tok[:, None], (0, k - 1)),
         "scores": torch.zeros(b, k, device=dev),
         "tau": torch.zeros(b, device=dev),
         "u": torch.zeros(b, device=dev),
         "ctrl_x": torch.zeros(b, feature_dim, device=dev),
         "entropy": torch.zeros(b, device=dev),
-        "soft": thinking.clone(),
-        "loglik": torch.zeros(b, device=dev),
+        "soft": soft.clone(),
+        "loglik": lp.float(),
     }
     if debug:
         rec["weights"] = torch.zeros(b, k, device=dev)
         rec["logp"] = torch.zeros(b, k, device=dev)
-    s_rows = thinking.nonzero().squeeze(-1)
-    d_rows = (~thinking).nonzero().squeeze(-1)
-    if s_rows.numel():
-        # Records are fp32 and the mixture is built from the rounded record itself, so a
-        # replay from the trace reproduces these numbers exactly whatever the model's dtype.
-        noise = gumbel_from_uniform(u[s_rows, :k], soft_thinking.noise_clamp)
-        ids, z, logp = soft_step(logits[s_rows].float(), k, temperature,
-                                 soft_thinking.noise_scale, noise)
-        if controller is not None:
-            x = controller.features(h[s_rows].float(), logp)
-            rec["ctrl_x"][s_rows] = x
-        if soft_thinking.mode == "adaptsoft":
-            uu = controller(x)
-            tau = controller.temperature(uu)
-            rec["u"][s_rows] = uu
-        else:
-            tau = torch.full((s_rows.numel(),), soft_thinking.fixed_tau, device=dev)
-        rec["topk_ids"][s_rows], rec["scores"][s_rows] = ids, z
-        rec["tau"][s_rows], rec["entropy"][s_rows] = tau, normalized_entropy(logp)
-        if soft_thinking.noise_scale > 0:
-            rec["loglik"][s_rows] = gumbel_log_density(z, logp, soft_thinking.noise_scale)
-        if debug:
-            rec["weights"][s_rows] = mixture_weights(z, tau)
-            rec["logp"][s_rows] = logp
-    if d_rows.numel():
-        tok, lp = discrete_sample(logits[d_rows], u[d_rows, k], sampling, temperature)
-        rec["topk_ids"][d_rows, 0], rec["loglik"][d_rows] = tok, lp
+    if not soft_thinking.is_soft:
+        return rec
+    # Records are fp32 and the mixture is built from the rounded record itself, so a replay
+    # from the trace reproduces these numbers exactly whatever the model's dtype.
+    noise = gumbel_from_uniform(u[:, :k], soft_thinking.noise_clamp)
+    ids, z, logp = soft_step(logits.float(), k, temperature, soft_thinking.noise_scale, noise)
+    row, col = soft, soft[:, None]
+    if controller is not None:
+        x = controller.features(h.float(), logp)
+        rec["ctrl_x"] = torch.where(col, x, 0.0)
+    if soft_thinking.mode == "adaptsoft":
+        uu = controller(x)
+        tau = controller.temperature(uu)
+        rec["u"] = torch.where(row, uu, 0.0)
+    else:
+        tau = torch.full((b,), soft_thinking.fixed_tau, device=dev)
+    rec["topk_ids"] = torch.where(col, ids, rec["topk_ids"])
+    rec["scores"] = torch.where(col, z, 0.0)
+    rec["tau"] = torch.where(row, tau, 0.0)
+    rec["entropy"] = torch.where(row, normalized_entropy(logp), 0.0)
+    if soft_thinking.noise_scale > 0:
+        rec["loglik"] = torch.where(row, gumbel_log_density(z, logp, soft_thinking.noise_scale),
+                                    rec["loglik"])
+    else:
+        rec["loglik"] = torch.where(row, 0.0, rec["loglik"])
+    if debug:
+        rec["weights"] = torch.where(col, mixture_weights(z, tau), 0.0)
+        rec["logp"] = torch.where(col, logp, 0.0)
     return rec
 
 

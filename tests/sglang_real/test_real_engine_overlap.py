@@ -82,7 +82,7 @@ def controller(tmp_path_factory):
 
 def _runs(think_tiny, soft, ctrl, path, overlap: bool, radix: bool):
     """Token-id prompts × 2 samples batched (radix cache off: eos off, every row to the length
-    limit), every prompt alone, and how many rows rode along."""
+    limit), every prompt alone, how many rows rode along, and the batched run's batches."""
     path.mkdir()
     with running_engine(think_tiny, soft, path, controller=ctrl,
                         disable_overlap_schedule=not overlap, disable_radix_cache=not radix) as eng:
@@ -90,12 +90,15 @@ def _runs(think_tiny, soft, ctrl, path, overlap: bool, radix: bool):
         ids_prompts = [p for p in PROMPTS if isinstance(p[0], int)]
         eos, eng.eos_ids = eng.eos_ids, (eng.eos_ids if radix else [])
         batched = eng.generate(ids_prompts, soft_thinking=soft, sampling=SAMPLING, n=2, seed=9)
-        rides = ride_alongs(batch_log(eng), batched, 2)
+        log = batch_log(eng)
+        rides = ride_alongs(log, batched, 2)
+        shapes = [(b["mode"][0], [(rid.split("-", 2)[-1], k) for rid, _, k in b["rows"]])
+                  for b in log]  # each batch: E/D, its rows and their extend lengths
         eng.eos_ids = eos
         eng.backend.flush_cache()
         alone = [eng.generate([p], soft_thinking=soft, sampling=SAMPLING, seed=9 + i)[0]
                  for i, p in enumerate(PROMPTS)]
-    return batched, alone, rides
+    return batched, alone, rides, shapes
 
 
 @pytest.mark.parametrize("mode", ["hard", "fixed", "adaptsoft"])
@@ -110,15 +113,16 @@ def test_overlap_on_equals_off(mode, think_tiny, tmp_path, request):
         assert got[(False, radix)][2] == 0 and got[(True, radix)][2] > 0  # overlap ran
     # the same batches on both sides (radix cache off, rows of one length): bit for bit; and
     # every row alone (eos and length stops), with the radix cache off and on
-    (b_on, a_on, _), (b_off, a_off, _) = got[(True, False)], got[(False, False)]
+    (b_on, a_on, *_), (b_off, a_off, *_) = got[(True, False)], got[(False, False)]
     exact = deviation(b_on + a_on + got[(True, True)][1], b_off + a_off + got[(False, True)][1])
     assert exact == dict.fromkeys(exact, 0.0), exact
     # rows of different lengths sharing prompts through the radix cache: the same path, and
     # fp32 rounding of other batch shapes and of the shared prompt's KV (module docstring)
     shared = deviation(got[(True, True)][0], got[(False, True)][0])
-    print(f"\n{mode}: batched, radix cache on, eos on, overlap on vs off: {shared}")
-    assert all(shared[f] == 0.0 for f in ("token_ids", "topk_ids", "soft")), shared
-    assert max(shared.values()) < 5e-3, shared
+    batches = {f"overlap {'on' if o else 'off'}": got[(o, True)][3] for o in (True, False)}
+    print(f"\n{mode}: batched, radix cache on, eos on, overlap on vs off: {shared}\n{batches}")
+    assert all(shared[f] == 0.0 for f in ("token_ids", "topk_ids", "soft")), (shared, batches)
+    assert max(shared.values()) < 5e-3, (shared, batches)
     # what the rows cover: </think> switches (soft, then discrete steps), eos and length stops
     out = got[(True, True)][0] + got[(True, False)][1]
     assert {o.finish_reason for o in out} == {"stop", "length"}

@@ -51,9 +51,10 @@ finished at t and rides along in t+1 still owns its slot (SGLang frees it when i
 and its row is discarded; the radix-cache protection is decided when SGLang inserts, not before
 the first decode (the prompt's insertion comes after it). On the CPU overlap on equals off bit
 for bit with the radix cache off; with it on, samples sharing a prompt read SGLang's other copy
-(rounding) of the prompt's KV at their first decode (docs/sglang.md, "Overlap scheduling"). It
-gains nothing yet: the sampler reads the device on the host every step (records, ``</think>``
-switches), which waits for batch t's forward before batch t+1 can be launched.
+(rounding) of the prompt's KV at their first decode (docs/sglang.md, "Overlap scheduling").
+The sampler never reads the device on the host (thinking flags per slot on the device, records
+copied to the host without blocking and read when SGLang processes the batch), so the scheduler
+works while the device runs the batch.
 
 Not supported in this version (rejected by ``required_server_args`` or at runtime):
 

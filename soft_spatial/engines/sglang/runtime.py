@@ -17,7 +17,11 @@ step through the hooks of :mod:`.hooks`:
   the local engine calls), so the records are the local engine's records. The next step's input of
   every row — ids ``[K]`` and weights ``[K]`` (softmax(z/τ) at a soft step, one-hot on the token at
   a discrete one, :func:`~soft_spatial.softthink.record_weights`) — is written into
-  :class:`DecodeInputBuffers` at the row's request-pool slot (``Req.req_pool_idx``).
+  :class:`DecodeInputBuffers` at the row's request-pool slot (``Req.req_pool_idx``), with
+  whether the row still thinks. Nothing in it reads the device on the host: host values reach
+  the device through :func:`to_device`, the records leave it by non-blocking copies
+  (:class:`HostRecords`), read when SGLang processes the batch (docs/sglang.md, "Overlap
+  scheduling").
 * :meth:`SoftRuntime.decode_inputs` from the hook before the language model's forward at decode:
   Σ_k w_k E[ids_k] for every row of the batch, gathered from the buffers by the batch's
   request-pool indices, with the embedding rows that SGLang's own — possibly vocabulary-parallel —
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections import abc
 from dataclasses import astuple, dataclass
 from typing import Any
 from collections.abc import Callable, Sequence
@@ -86,23 +91,26 @@ def current_batch() -> BatchContext | None:
 
 
 class RequestState:
-    """Per-request decoding state (lives on the Req)."""
+    """Per-request decoding state (lives on the Req). Host-side only: whether the request is
+    still thinking lives on the device, per request-pool slot (:class:`DecodeInputBuffers`)."""
 
-    __slots__ = ("seed", "steps", "thinking", "first_soft", "sampling")
+    __slots__ = ("seed", "steps", "first_soft", "sampling")
 
     def __init__(self, seed: int, sampling: SamplingConfig, thinking: bool, steps: int = 0):
-        self.seed, self.sampling, self.thinking = int(seed), sampling, thinking
+        self.seed, self.sampling = int(seed), sampling
         self.steps = steps  # steps sampled: the next noise block's step (docs/design.md §2.2)
-        self.first_soft: int | None = None  # step of the first soft record
+        # A step is soft exactly while the request thinks, and thinking only ever ends, so the
+        # first soft step is the first one sampled, if the request starts out thinking.
+        self.first_soft: int | None = steps if thinking else None
 
     @property
     def had_soft(self) -> bool:
         return self.first_soft is not None
 
-    def rewind(self, steps: int, thinking: bool) -> None:
+    def rewind(self, steps: int) -> None:
         """Continue at step ``steps`` (a re-prefilled hard request): the noise is a function
         of (seed, step), so nothing else is replayed."""
-        self.steps, self.thinking = steps, thinking
+        self.steps = steps
 
     def soft_kv(self, output_len: int) -> bool:
         """Whether the KV of the request's first ``output_len - 1`` output positions (what SGLang
@@ -123,9 +131,73 @@ def _sampling_from_req(req, params: dict[str, Any] | None) -> SamplingConfig:
                           top_p=float(sp.top_p), greedy=top_k == 1)
 
 
+def to_device(values, device, dtype=torch.long) -> Tensor:
+    """Host values (a list or a CPU tensor) as a tensor on ``device`` without waiting for the
+    device: on CUDA through pinned memory and a non-blocking copy (a plain host-to-device copy
+    synchronises the stream, i.e. waits for the forward just launched)."""
+    device = torch.device(device)
+    t = values if isinstance(values, Tensor) else torch.tensor(values, dtype=dtype)
+    return (t.pin_memory() if device.type == "cuda" else t).to(device, non_blocking=True)
+
+
+class HostRecords:
+    """One step's records of every batch row on the host, copied without blocking.
+
+    The copies are queued on the device stream after the step's sampling; the first read waits
+    for them (an event on CUDA). SGLang reads ``customized_info`` (``v[i]`` per request) when it
+    processes the batch's results, by which time it has waited for the batch itself, so under
+    overlap scheduling nothing in the sampler waits for the device."""
+
+    def __init__(self, records: dict[str, Tensor]):
+        self._host = {key: v.to("cpu", non_blocking=True, copy=True) for key, v in records.items()}
+        self._event = None
+        if any(v.is_cuda for v in records.values()):
+            self._event = torch.cuda.Event()
+            self._event.record()
+        self._lists: dict[str, list] = {}
+
+    def column(self, key: str) -> list:
+        """Record ``key`` of every row, as Python values."""
+        if key not in self._lists:
+            if self._event is not None:
+                self._event.synchronize()
+                self._event = None
+            self._lists[key] = self._host[key].tolist()
+        return self._lists[key]
+
+
+class RecordColumn(abc.Sequence):
+    """``customized_info[info_key(key)]``: row ``i`` is the record of the batch's row ``i``
+    (a list for vector keys), read from :class:`HostRecords` on first access."""
+
+    __slots__ = ("_records", "_key")
+
+    def __init__(self, records: HostRecords, key: str):
+        self._records, self._key = records, key
+
+    def __getitem__(self, i):
+        return self._records.column(self._key)[i]
+
+    def __len__(self) -> int:
+        return len(self._records.column(self._key))
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (list, RecordColumn)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"RecordColumn({self._key}: {self._records.column(self._key)!r})"
+
+
 class DecodeInputBuffers:
     """The next decode step's inputs of every request-pool slot: ids ``[rows, K]`` and fp32
-    weights ``[rows, K]``, written by the sampler after each step and read by the decode forward.
+    weights ``[rows, K]``, written by the sampler after each step and read by the decode forward,
+    and ``thinking [rows]`` (bool), whether the slot's request is still thinking (set when the
+    request is first sampled, cleared by the sampler on the device when it emits the think-end
+    token).
 
     Allocated once per device at the request pool's row count (the static buffers a captured CUDA
     graph reads; never reallocated once sized from the pool). Unwritten rows hold zeros, so a
@@ -137,16 +209,22 @@ class DecodeInputBuffers:
         self.size, self.k, self.fixed = int(size), int(k), fixed
         self.ids = torch.zeros(self.size, self.k, dtype=torch.long, device=device)
         self.weights = torch.zeros(self.size, self.k, dtype=torch.float32, device=device)
+        self.thinking = torch.zeros(self.size, dtype=torch.bool, device=device)
         self.owner: list[Any] = [None] * self.size
 
-    def write(self, slots: Sequence[int], ids: Tensor, weights: Tensor,
-              owners: Sequence[Any] | None = None) -> None:
-        """Rows ``slots`` (host ints, ``n``) get ``ids [n, K]`` and ``weights [n, K]``."""
+    def index(self, slots: Sequence[int]) -> Tensor:
+        """The device index of host ``slots`` (checked against the pool's rows)."""
         bad = [s for s in slots if not 0 <= s < self.size]
         if bad:
             raise IndexError(f"soft decode buffers: slot {bad[0]} outside the pool's "
                              f"{self.size} rows")
-        idx = torch.tensor(list(slots), dtype=torch.long, device=self.ids.device)
+        return to_device(list(slots), self.ids.device)
+
+    def write(self, slots: Sequence[int], ids: Tensor, weights: Tensor,
+              owners: Sequence[Any] | None = None, index: Tensor | None = None) -> None:
+        """Rows ``slots`` (host ints, ``n``; ``index``: the same on the device, if at hand) get
+        ``ids [n, K]`` and ``weights [n, K]``."""
+        idx = self.index(slots) if index is None else index
         self.ids[idx] = ids.to(self.ids.device)
         self.weights[idx] = weights.to(self.weights.device, torch.float32)
         for i, s in enumerate(slots):
@@ -196,7 +274,7 @@ class SoftRuntime:
     def _controller_on(self, device) -> AdaptSoft | None:
         c = self.controller
         if c is not None and next(iter(c.parameters())).device != torch.device(device):
-            self.controller = c = c.to(device)
+            self.controller = c = c.to(device, non_blocking=True)  # once, without waiting
         return c
 
     # -- per-request state --------------------------------------------------------------------
@@ -213,13 +291,22 @@ class SoftRuntime:
             setattr(req, STATE_ATTR, st)
         return st
 
+    def thinking_of(self, req) -> bool:
+        """Whether ``req`` still thinks: its slot's flag, read from the device (tests and
+        diagnostics; the sampler never reads it on the host)."""
+        if not self.setup.soft.soft_thinking.is_soft or not self._buffers:
+            return False
+        buf = next(iter(self._buffers.values()))
+        return bool(buf.thinking[req.req_pool_idx])
+
     def _thinking(self, req) -> bool:
         """Whether a request whose output so far is ``req.output_ids`` is still thinking."""
         end = self.setup.think_end_id
         return self.setup.soft.soft_thinking.is_soft and end not in req.output_ids
 
-    def _align(self, st: RequestState, req, extend: bool) -> None:
-        """Check the request's step counter against SGLang's view of it.
+    def _align(self, st: RequestState, req, extend: bool) -> bool:
+        """Check the request's step counter against SGLang's view of it; True when the request
+        starts over (its thinking flag is then the one its output implies).
 
         In an extend (prefill) batch a request that already sampled was prefilled again
         (retraction): SGLang recomputes its KV from ``origin_input_ids + output_ids`` and drops
@@ -235,10 +322,12 @@ class SoftRuntime:
                     f"steps with soft inputs; SGLang re-prefilled it (retraction under KV-cache "
                     f"pressure?) and soft positions cannot be recomputed from token ids. Lower "
                     f"max_running_requests or raise gpu_memory_utilization.")
-            st.rewind(t, self._thinking(req))
-        elif not extend and not st.steps - 1 <= t <= st.steps:
+            st.rewind(t)
+            return True
+        if not extend and not st.steps - 1 <= t <= st.steps:
             raise RuntimeError(f"soft sampler: request {req.rid} has {t} output tokens after "
                                f"{st.steps} sampled steps")
+        return False
 
     # -- sampling -----------------------------------------------------------------------------
     def _banned_ids(self, device) -> Tensor | None:
@@ -246,8 +335,7 @@ class SoftRuntime:
             return None
         key = str(device)
         if key not in self._banned:
-            self._banned[key] = torch.tensor(self.setup.banned_ids, dtype=torch.long,
-                                             device=device)
+            self._banned[key] = to_device(self.setup.banned_ids, device)
         return self._banned[key]
 
     def buffers(self, device, pool_rows: int | None = None,
@@ -267,6 +355,7 @@ class SoftRuntime:
             new = DecodeInputBuffers(max(min_size, 1), k, device)
         if buf is not None:  # grown: keep what was written
             new.write(list(range(buf.size)), buf.ids, buf.weights, buf.owner)
+            new.thinking[: buf.size] = buf.thinking
         self._buffers[key] = new
         return new
 
@@ -285,89 +374,113 @@ class SoftRuntime:
 
     @torch.no_grad()
     def sample(self, reqs: Sequence[Any], logits: Tensor, hidden: Tensor | None,
-               pool_rows: int | None = None, extend: bool = False) -> tuple[Tensor, dict[str, list]]:
+               pool_rows: int | None = None,
+               extend: bool = False) -> tuple[Tensor, dict[str, RecordColumn]]:
         """One step for the batch rows ``reqs`` (logits ``[B, V]``, hidden ``[B, D]``).
 
         Returns the emitted tokens ``[B]`` (the spine at soft steps) and ``customized_info``:
-        ``{"soft_<key>": [value of row i]}`` for every record key and ``loglik``. Rows of requests
-        whose prefill is still chunked get the argmax token and a zero record (SGLang discards
-        both); their state is untouched. In the soft modes each live row's next input is written
-        to :meth:`buffers` (``pool_rows``: rows of SGLang's request pool) at ``req.req_pool_idx``.
-        ``extend``: the batch is a prefill (extend) batch, not a decode batch.
+        ``{"soft_<key>": column}`` for every record key and ``loglik``, row ``i`` of a column
+        being row i's record (:class:`RecordColumn`, copied to the host without blocking). Rows
+        of requests whose prefill is still chunked get the argmax token and a zero record
+        (SGLang discards both); their state is untouched. In the soft modes each live row's next
+        input, and whether it still thinks, are written to :meth:`buffers` (``pool_rows``: rows
+        of SGLang's request pool) at ``req.req_pool_idx``. ``extend``: the batch is a prefill
+        (extend) batch, not a decode batch.
+
+        Nothing here reads the device on the host (host values go to the device through
+        :func:`to_device`), so on CUDA the sampler only queues work behind the forward.
         """
         soft_thinking = self.setup.soft.soft_thinking
-        k = soft_thinking.top_k
+        k, is_soft = soft_thinking.top_k, soft_thinking.is_soft
         b, dev = logits.shape[0], logits.device
         if len(reqs) != b:
             raise ValueError(f"soft sampler: {len(reqs)} requests for {b} logit rows")
+        if hidden is None and soft_thinking.mode == "adaptsoft":
+            raise RuntimeError("soft sampler: AdaptSoft needs the last hidden states")
         banned = self._banned_ids(dev)
         if banned is not None:
             logits = logits.index_fill(-1, banned, float("-inf"))
-        live: list[int] = []
-        states: dict[int, RequestState] = {}
-        thinking = torch.zeros(b, dtype=torch.bool)
+        live: list[int] = []  # batch rows that sample (not a chunked prefill)
+        states: list[RequestState] = []
+        started: list[int] = []  # positions in ``live`` whose thinking flag is (re)set here
         for i, req in enumerate(reqs):
             if getattr(req, "is_chunked", 0) > 0:
                 continue
+            new = getattr(req, STATE_ATTR, None) is None
             st = self.state(req)
-            self._align(st, req, extend)
-            thinking[i] = st.thinking
+            if self._align(st, req, extend) or new:
+                started.append(len(live))
             live.append(i)
-            states[i] = st
+            states.append(st)
+        n = len(live)
+        every = n == b
+        idx = None if every else to_device(live, dev)
+        lg = logits if every else logits[idx]
+        h = hidden if every or hidden is None else hidden[idx]
+        if h is None:
+            h = torch.zeros(n, self.setup.hidden_size, device=dev)
         # each live row's K+1 uniforms: a function of (seed, step) only (docs/design.md §2.2)
-        u = torch.zeros(b, k + 1, device=dev)
-        if live:
-            u[live] = noise_uniforms(seed_tensor([states[i].seed for i in live], dev),
-                                     torch.tensor([states[i].steps for i in live], device=dev),
-                                     k + 1)
-            for i in live:
-                states[i].steps += 1
-        thinking = thinking.to(dev)
-        fdim = self.feature_dim
-        full = {"topk_ids": torch.zeros(b, k, dtype=torch.long, device=dev),
-                "scores": torch.zeros(b, k, device=dev), "tau": torch.zeros(b, device=dev),
-                "u": torch.zeros(b, device=dev), "ctrl_x": torch.zeros(b, fdim, device=dev),
-                "entropy": torch.zeros(b, device=dev),
-                "soft": torch.zeros(b, dtype=torch.bool, device=dev),
-                "loglik": torch.zeros(b, device=dev)}
-        chunked = [i for i in range(b) if i not in states]
-        if chunked:
-            full["topk_ids"][chunked, 0] = logits[chunked].argmax(-1)
-        groups: dict[tuple, list[int]] = {}
-        for i in live:
-            groups.setdefault(astuple(states[i].sampling), []).append(i)
-        controller = self._controller_on(dev)
-        for rows in groups.values():
-            idx = torch.tensor(rows, device=dev)
-            h = hidden[idx] if hidden is not None else None
-            if h is None and soft_thinking.mode == "adaptsoft" and bool(thinking[idx].any()):
-                raise RuntimeError("soft sampler: AdaptSoft needs the last hidden states")
-            if h is None:
-                h = torch.zeros(len(rows), self.setup.hidden_size, device=dev)
-            rec = sample_step(logits[idx], h, u[idx], thinking[idx], soft_thinking,
-                              states[rows[0]].sampling, controller, fdim)
-            for key in full:
-                full[key][idx] = rec[key].to(full[key].dtype)
-        tokens = full["topk_ids"][:, 0]
-        think_end = self.setup.think_end_id
-        tok_list = tokens.tolist()
-        soft_list = full["soft"].tolist()
-        for i in live:
-            st = states[i]
-            if soft_list[i] and st.first_soft is None:
-                st.first_soft = st.steps - 1  # steps was advanced above
-            if think_end is not None and st.thinking and tok_list[i] == think_end:
-                st.thinking = False  # the </think> step itself was soft
-        if soft_thinking.is_soft and live:
-            idx = torch.tensor(live, device=dev)
-            slots = [int(reqs[i].req_pool_idx) for i in live]
+        u = noise_uniforms(to_device(seed_tensor([st.seed for st in states]), dev),
+                           to_device([st.steps for st in states], dev), k + 1)
+        for st in states:
+            st.steps += 1
+        slots = [int(reqs[i].req_pool_idx) for i in live] if is_soft and n else []
+        buf = slot_idx = None
+        if slots:
             buf = self.buffers(dev, pool_rows, max(slots) + 1)
-            buf.write(slots, full["topk_ids"][idx],
-                      record_weights(full["scores"][idx], full["tau"][idx], full["soft"][idx]),
-                      [reqs[i].rid for i in live])
-        cpu = {key: v.cpu().tolist() for key, v in full.items()}
-        info = {info_key(key): cpu[key] for key in INFO_KEYS}
-        return tokens, info
+            slot_idx = buf.index(slots)
+            if started:
+                first = [slots[p] for p in started]
+                buf.thinking[buf.index(first)] = to_device(
+                    [self._thinking(reqs[live[p]]) for p in started], dev, torch.bool)
+            thinking = buf.thinking[slot_idx]
+        else:
+            thinking = torch.zeros(n, dtype=torch.bool, device=dev)
+        rec = self._sample_groups(states, lg, h, u, thinking, dev)
+        if buf is not None:
+            end = self.setup.think_end_id
+            if end is not None:  # the </think> step itself was soft
+                buf.thinking[slot_idx] = thinking & (rec["topk_ids"][:, 0] != end)
+            buf.write(slots, rec["topk_ids"],
+                      record_weights(rec["scores"], rec["tau"], rec["soft"]),
+                      [reqs[i].rid for i in live], index=slot_idx)
+        if not every:  # chunked rows: the argmax token and a zero record
+            full = {key: torch.zeros((b,) + v.shape[1:], dtype=v.dtype, device=dev)
+                    for key, v in rec.items()}
+            if n:
+                for key in full:
+                    full[key][idx] = rec[key]
+            sampled = set(live)
+            chunked = to_device([i for i in range(b) if i not in sampled], dev)
+            full["topk_ids"][chunked, 0] = logits[chunked].argmax(-1)
+            rec = full
+        host = HostRecords({key: rec[key] for key in INFO_KEYS})
+        info = {info_key(key): RecordColumn(host, key) for key in INFO_KEYS}
+        return rec["topk_ids"][:, 0].clone(), info
+
+    def _sample_groups(self, states: Sequence[RequestState], logits: Tensor, h: Tensor,
+                       u: Tensor, thinking: Tensor, dev) -> dict[str, Tensor]:
+        """:func:`~soft_spatial.engines.step.sample_step` for the live rows, one call per
+        distinct sampling setting (one call in the usual case of a single setting)."""
+        soft_thinking, fdim = self.setup.soft.soft_thinking, self.feature_dim
+        controller = self._controller_on(dev)
+        groups: dict[tuple, list[int]] = {}
+        for i, st in enumerate(states):
+            groups.setdefault(astuple(st.sampling), []).append(i)
+        if len(groups) <= 1:
+            sampling = states[0].sampling if states else SamplingConfig()
+            return sample_step(logits, h, u, thinking, soft_thinking, sampling, controller, fdim)
+        out: dict[str, Tensor] = {}
+        for rows in groups.values():
+            idx = to_device(rows, dev)
+            rec = sample_step(logits[idx], h[idx], u[idx], thinking[idx], soft_thinking,
+                              states[rows[0]].sampling, controller, fdim)
+            for key, v in rec.items():
+                if key not in out:
+                    out[key] = torch.zeros((len(states),) + v.shape[1:], dtype=v.dtype,
+                                           device=dev)
+                out[key][idx] = v
+        return out
 
     # -- decode inputs ------------------------------------------------------------------------
     @torch.no_grad()

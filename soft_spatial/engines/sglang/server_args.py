@@ -83,8 +83,8 @@ class SchedulerSetup:
 _REQUIRED = {
     "enable_mixed_chunk": False,  # decode rows must be pure decode batches to get mixtures
 }
-# Defaults that the user may change. Overlap scheduling is exact (docs/sglang.md, "Overlap
-# scheduling") but gains nothing yet: the sampler reads the device on the host every step.
+# Defaults that the user may change. Overlap scheduling is exact where SGLang gives both sides the
+# same batches (docs/sglang.md, "Overlap scheduling"); off until a GPU run measures it (stage f).
 _DEFAULTS = {
     "disable_overlap_schedule": True,
 }
