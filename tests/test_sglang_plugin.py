@@ -199,7 +199,7 @@ def test_runtime_parity_with_local_engine(engine, mode, graphs, monkeypatch):
         assert req.output_ids == o.token_ids
     if mode != "hard":  # the </think> switch happened in the compared steps
         assert any(o.think_end is not None and o.think_end + 1 < len(o.token_ids) for o in outs)
-        assert all(not rt.thinking_of(r) for r, o in zip(reqs, outs)
+        assert all(not rt.buffers("cpu").thinking[r.req_pool_idx] for r, o in zip(reqs, outs)
                    if o.think_end is not None)
     else:
         assert not any(rec["soft"].any() for _, _, rec in steps)

@@ -76,11 +76,9 @@ def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor,
     rec["scores"] = torch.where(col, z, 0.0)
     rec["tau"] = torch.where(row, tau, 0.0)
     rec["entropy"] = torch.where(row, normalized_entropy(logp), 0.0)
-    if soft_thinking.noise_scale > 0:
-        rec["loglik"] = torch.where(row, gumbel_log_density(z, logp, soft_thinking.noise_scale),
-                                    rec["loglik"])
-    else:
-        rec["loglik"] = torch.where(row, 0.0, rec["loglik"])
+    c = soft_thinking.noise_scale  # without noise a soft step has no density: 0
+    dens = gumbel_log_density(z, logp, c) if c > 0 else torch.zeros_like(rec["loglik"])
+    rec["loglik"] = torch.where(row, dens, rec["loglik"])
     if debug:
         rec["weights"] = torch.where(col, mixture_weights(z, tau), 0.0)
         rec["logp"] = torch.where(col, logp, 0.0)

@@ -140,6 +140,15 @@ def to_device(values, device, dtype=torch.long) -> Tensor:
     return (t.pin_memory() if device.type == "cuda" else t).to(device, non_blocking=True)
 
 
+def scatter_rows(records: dict[str, Tensor], index: Tensor, rows: int) -> dict[str, Tensor]:
+    """``records`` of ``len(index)`` rows placed at rows ``index`` of ``rows`` zero rows."""
+    out = {}
+    for key, v in records.items():
+        out[key] = v.new_zeros((rows,) + tuple(v.shape[1:]))
+        out[key][index] = v
+    return out
+
+
 class HostRecords:
     """One step's records of every batch row on the host, copied without blocking.
 
@@ -291,14 +300,6 @@ class SoftRuntime:
             setattr(req, STATE_ATTR, st)
         return st
 
-    def thinking_of(self, req) -> bool:
-        """Whether ``req`` still thinks: its slot's flag, read from the device (tests and
-        diagnostics; the sampler never reads it on the host)."""
-        if not self.setup.soft.soft_thinking.is_soft or not self._buffers:
-            return False
-        buf = next(iter(self._buffers.values()))
-        return bool(buf.thinking[req.req_pool_idx])
-
     def _thinking(self, req) -> bool:
         """Whether a request whose output so far is ``req.output_ids`` is still thinking."""
         end = self.setup.think_end_id
@@ -445,15 +446,10 @@ class SoftRuntime:
                       record_weights(rec["scores"], rec["tau"], rec["soft"]),
                       [reqs[i].rid for i in live], index=slot_idx)
         if not every:  # chunked rows: the argmax token and a zero record
-            full = {key: torch.zeros((b,) + v.shape[1:], dtype=v.dtype, device=dev)
-                    for key, v in rec.items()}
-            if n:
-                for key in full:
-                    full[key][idx] = rec[key]
+            rec = scatter_rows(rec, idx, b)
             sampled = set(live)
             chunked = to_device([i for i in range(b) if i not in sampled], dev)
-            full["topk_ids"][chunked, 0] = logits[chunked].argmax(-1)
-            rec = full
+            rec["topk_ids"][chunked, 0] = logits[chunked].argmax(-1)
         host = HostRecords({key: rec[key] for key in INFO_KEYS})
         info = {info_key(key): RecordColumn(host, key) for key in INFO_KEYS}
         return rec["topk_ids"][:, 0].clone(), info
@@ -470,17 +466,14 @@ class SoftRuntime:
         if len(groups) <= 1:
             sampling = states[0].sampling if states else SamplingConfig()
             return sample_step(logits, h, u, thinking, soft_thinking, sampling, controller, fdim)
-        out: dict[str, Tensor] = {}
+        idxs, recs = [], []
         for rows in groups.values():
             idx = to_device(rows, dev)
-            rec = sample_step(logits[idx], h[idx], u[idx], thinking[idx], soft_thinking,
-                              states[rows[0]].sampling, controller, fdim)
-            for key, v in rec.items():
-                if key not in out:
-                    out[key] = torch.zeros((len(states),) + v.shape[1:], dtype=v.dtype,
-                                           device=dev)
-                out[key][idx] = v
-        return out
+            idxs.append(idx)
+            recs.append(sample_step(logits[idx], h[idx], u[idx], thinking[idx], soft_thinking,
+                                    states[rows[0]].sampling, controller, fdim))
+        return scatter_rows({key: torch.cat([r[key] for r in recs]) for key in recs[0]},
+                            torch.cat(idxs), len(states))
 
     # -- decode inputs ------------------------------------------------------------------------
     @torch.no_grad()
