@@ -3,8 +3,6 @@ differ (with both values), per-step max |Δ| from the first step (smooth growth 
 the per-row verdict against docs/sglang.md's bound."""
 import copy
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,8 +13,7 @@ from soft_spatial.engines.base import Completion
 from soft_spatial.softthink import SoftTrace
 from soft_spatial.softthink.trace import TRACE_KEYS
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "gpu"))
-import parity  # noqa: E402
+from soft_spatial.lab.gpu import parity
 
 L, K = 10, 3
 

@@ -2,8 +2,6 @@
 inconsistent override is refused with the field's name (soft_spatial/models/shapes.py): SGLang
 would silently "correct" it and transformers would not (stage d's 2B model once kept the tiny
 mrope_section [4, 2, 2] with head_dim 128: 0/8 rows matched even in hard mode)."""
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -11,8 +9,7 @@ import torch
 from soft_spatial.models.shapes import check_config, config_problems
 from soft_spatial.models.tiny import FAMILIES, build_tokenizer, tiny_config
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "gpu"))
-import check  # noqa: E402
+from soft_spatial.models import shapes as check  # the kit's published shapes
 
 
 @pytest.fixture(scope="module")

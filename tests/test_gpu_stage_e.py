@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from pathlib import Path
 
 import torch
@@ -17,9 +16,9 @@ from soft_spatial.softthink import AdaptSoft
 from soft_spatial.softthink.controller import (FINGERPRINT_LOG_ENV, log_fingerprint,
                                                state_fingerprint)
 
+from soft_spatial.lab.gpu import grpo as stage_e
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
-import stage_e  # noqa: E402
 
 
 def _reference(sd: dict) -> str:

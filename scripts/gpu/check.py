@@ -47,50 +47,12 @@ for p in (ROOT, ROOT / "scripts", ROOT / "tests"):  # our package, bench_* and t
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-# Published shapes (config.json of the Hugging Face releases); the weights are random.
-QWEN3_VL_8B = dict(
-    hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
-    num_key_value_heads=8, head_dim=128, max_position_embeddings=262144, rms_norm_eps=1e-6,
-    rope_parameters={"rope_type": "default", "rope_theta": 5e6, "mrope_section": [24, 20, 20],
-                     "mrope_interleaved": True},
-    vision_config=dict(depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16,
-                       out_hidden_size=4096, patch_size=16, num_position_embeddings=2304,
-                       deepstack_visual_indexes=[8, 16, 24], hidden_act="gelu_pytorch_tanh"))
-# Qwen3-VL-2B-Instruct/Thinking: text = Qwen3-1.7B's shape (stage c's language model), mrope as
-# the 8B, tied embeddings, the 4B's vision tower with out_hidden_size 2048
-QWEN3_VL_2B_TEXT = dict(
-    hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
-    num_key_value_heads=8, head_dim=128, max_position_embeddings=262144, rms_norm_eps=1e-6)
-QWEN3_VL_2B_VISION = dict(depth=24, hidden_size=1024, intermediate_size=4096, num_heads=16,
-                          out_hidden_size=2048, patch_size=16, num_position_embeddings=2304,
-                          deepstack_visual_indexes=[5, 11, 17], hidden_act="gelu_pytorch_tanh")
-def parity_init(hidden: int) -> dict:
-    """Random-weight std for stage d's parity model at width ``hidden``: per-layer gain
-    std·√hidden = 0.32 and output logits of std ≈ 4 (the tiny model's); use it untied. With the
-    tiny defaults (0.1, 0.5) a 2B-wide or 28-layer model is chaotic under soft feedback: the
-    embedded engine's own fp32 run leaves its fp64 path within 5-10 soft steps, so no engine can
-    match it (scripts/gpu/drift_cpu.py: gain 0.8 over 28 layers still does; 0.32 untied stays
-    on the path with |Δ scores| ≤ 2.2e-5 over 32 steps and mixtures of top weight 0.66-0.80)."""
-    return dict(init_std=0.32 / hidden ** 0.5, head_init_std=4.0 / hidden ** 0.5)
+from soft_spatial.models.shapes import QWEN3_VL_2B, QWEN3_VL_2B_TEXT, QWEN3_VL_8B, parity_init  # noqa: E402,F401
 
-
-QWEN3_VL_2B = dict(
-    QWEN3_VL_2B_TEXT, tie_word_embeddings=True, vision_config=QWEN3_VL_2B_VISION,
-    rope_parameters={"rope_type": "default", "rope_theta": 5e6, "mrope_section": [24, 20, 20],
-                     "mrope_interleaved": True})
 MODES = ("hard", "fixed", "adaptsoft")
 
 
-class Skip(Exception):
-    """A stage cannot run here (missing package or device); the message says why."""
-
-
-class StageFailed(Exception):
-    """A stage failed after measuring part of what it measures (``lines``: those results)."""
-
-    def __init__(self, lines: list[str]):
-        super().__init__("\n".join(lines))
-        self.lines = lines
+from soft_spatial.lab.gpu.report import Skip, StageFailed  # noqa: E402
 
 
 @dataclass
@@ -535,13 +497,16 @@ def child_c(mode: str, model_dir: str, batch_path: str, dry_run: bool) -> dict:
             "max_allocated_mib": resident, "repeats": repeats}
 
 
-# -- d: SGLang -------------------------------------------------------------------------------
-# SGLang's engine on this CPU, exactly as tests/sglang_real runs it (docs/sglang.md)
-SGLANG_CPU_ARGS = dict(device="cpu", attention_backend="torch_native", grammar_backend="none",
-                       max_total_tokens=8192)
-# fp32 parity on CUDA: Triton's attention computes its dots in TF32 (hard mode 7/8 rows, |Δ
-# loglik| 0.16 on 2026-11-25); torch_native attention and sdpa vision attention do not
-SGLANG_PARITY_CUDA_ARGS = dict(attention_backend="torch_native", mm_attention_backend="sdpa")
+# -- d: SGLang ---------------------------------------------------------------------------------
+from soft_spatial.lab.gpu.sglang_args import cpu_args, cuda_args, engine_env  # noqa: E402
+
+
+def sglang_server_args(dtype: str, device: str, parity: bool = False) -> dict:
+    """Stage d's engines: fp32 parity (torch_native attention, no TF32 dots) or bf16 throughput,
+    CUDA graphs off, every backend named (soft_spatial.lab.gpu.sglang_args)."""
+    if device == "cpu":
+        return cpu_args(dtype=dtype)
+    return cuda_args(dtype, graphs=False, plugin=True, parity=parity)
 
 
 def tf32_off() -> list[str]:
@@ -567,13 +532,11 @@ def param_count(config) -> int:
 
 def sglang_engine(model, soft, ctrl, dtype: str, ctx: Ctx, parity: bool = False):
     from soft_spatial.engines.sglang.engine import SGLangEngine
-    args = dict(dtype=dtype, skip_server_warmup=True, mem_fraction_static=0.5, log_level="error")
-    if ctx.device == "cpu":
-        args.update(SGLANG_CPU_ARGS)
-    elif parity:
-        args.update(SGLANG_PARITY_CUDA_ARGS)
-    eng = SGLangEngine(model, soft, controller=ctrl if soft.mode == "adaptsoft" else None,
-                       server_args=args)
+    from soft_spatial.lab.gpu.context import env_vars
+    args = sglang_server_args(dtype, ctx.device, parity)
+    with env_vars(engine_env(parity=parity, native_ops=True)):  # the schedulers inherit it
+        eng = SGLangEngine(model, soft, controller=ctrl if soft.mode == "adaptsoft" else None,
+                           server_args=args)
     eng.eos_ids = []  # fixed-length decoding: every mode and engine runs the same steps
     return eng
 
@@ -581,7 +544,7 @@ def sglang_engine(model, soft, ctrl, dtype: str, ctx: Ctx, parity: bool = False)
 def drift_lines(title: str, a, b, names: tuple[str, str], every: int) -> list[str]:
     """Per-step max |Δ| of rows ``a`` against ``b`` (``parity.per_step_deltas``) and their first
     path divergence, as report lines."""
-    import parity
+    from soft_spatial.lab.gpu import parity
     first = parity.describe(parity.first_divergence(a, b, float("inf")), names)
     same = sum(parity.same_path(x, y) for x, y in zip(a, b))
     out = [f"- {title}: {same}/{len(b)} rows on the same path; first path divergence: {first}"]
@@ -606,7 +569,7 @@ def stage_d(ctx: Ctx) -> list[str]:
                    "on PYTHONPATH (as scripts/test.sh runs tests/sglang_real)")
     from transformers import AutoConfig
 
-    import parity
+    from soft_spatial.lab.gpu import parity
     from soft_spatial.engines import LocalEngine
     from soft_spatial.models import build_tiny_model
     from soft_spatial.models.shapes import check_config
@@ -767,10 +730,20 @@ STAGES = {"a": ("a. Embedded engine on CUDA (Qwen3-VL-8B shape)", stage_a),
           "b": ("b. softthink at real sizes", stage_b),
           "c": ("c. One actor update through verl's FSDP2 engine", stage_c),
           "d": ("d. SGLang soft rollout", stage_d),
-          "e": ("e. GRPO through verl with SGLang rollouts on one GPU",  # scripts/gpu/stage_e.py
-                lambda ctx: __import__("stage_e").run(ctx, sys.modules[__name__])),
+          "e": ("e. GRPO through verl with SGLang rollouts on one GPU",  # soft_spatial/lab/gpu/grpo.py
+                lambda ctx: stage_e(ctx)),
           "f": ("f. SGLang soft decoding under CUDA graphs",  # scripts/gpu/stage_f.py
                 lambda ctx: __import__("stage_f").stage_f(ctx))}
+
+
+def stage_e(ctx: Ctx) -> list[str]:
+    """Step 1 with its checkpoint, then a resume to step 2 (soft_spatial.lab.gpu.grpo), each run
+    within ``$SOFT_SPATIAL_STAGE_E_TIMEOUT`` seconds of the stage's start (default 900)."""
+    from soft_spatial.lab.gpu import grpo
+    deadline = time.time() + float(os.environ.get("SOFT_SPATIAL_STAGE_E_TIMEOUT", 900))
+    _, lines = grpo.run(out=ctx.report.path.parent / "stage-e", work=ctx.workdir / "e",
+                        dry=ctx.dry_run, quick=ctx.quick, deadline_at=deadline, plan=grpo.RESUME)
+    return lines
 
 
 def versions() -> str:
@@ -796,8 +769,19 @@ def main(argv=None) -> int:
     ap.add_argument("--drift", action="store_true",
                     help="stage d: also measure the embedded engine's fp32 − fp64 drift per step "
                          "over a longer horizon (the amplification the parity bound allows for)")
+    ap.add_argument("--plan", choices=["headline"],
+                    help="run a plan instead of stages: 'headline' is F, D and E in one device "
+                         "call (soft_spatial/lab/gpu/headline.py); --out is then a directory")
+    ap.add_argument("--deadline", type=float, default=510.0,
+                    help="--plan: seconds every part must end within (default 510)")
+    ap.add_argument("--work", help="--plan: scratch directory (default: a temporary one)")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.plan:
+        from soft_spatial.lab.gpu import headline
+        out = "gpu-headline" if a.out == "gpu-report.md" else a.out
+        return headline.main(["--out", out, "--deadline", str(a.deadline)]
+                             + ["--dry-run"] * a.dry_run + (["--work", a.work] if a.work else []))
     if a.child:
         _, mode, model_dir, batch = a.child
         print(json.dumps(child_c(mode, model_dir, batch, a.dry_run)))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import check  # noqa: E402  (sets up sys.path for the package and the test helpers)
-import parity  # noqa: E402
+from soft_spatial.lab.gpu import parity  # noqa: E402
 
 # text overrides (+ a 1-block vision tower whose output width is the text width)
 SHAPES = {

@@ -303,6 +303,20 @@ def write_kit(packs: list[dict], out: Path, budget: int) -> dict:
     return manifest
 
 
+def stamp_commit(send: Path, root: Path = ROOT) -> str:
+    """Write the commit the kit is staged from (``+dirty`` with uncommitted changes) as ``COMMIT``
+    into every call directory: the device has no git history, and its report names it."""
+    git = ["git", "-C", str(root)]
+    head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip() or "unknown"
+    dirty = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    text = head + ("+dirty" if dirty else "")
+    for d in sorted(send.iterdir()) if send.is_dir() else []:
+        (d / "COMMIT").write_text(text + "\n")
+    return text
+
+
 # -- staging (here, with network) --------------------------------------------------------------------
 def device_packages() -> set[str]:
     lines = (HERE / "device-packages.txt").read_text().splitlines()
@@ -483,6 +497,7 @@ def stage(args) -> None:
     check_stage_d(built)
     tree = tree_bytes()
     manifest = write_kit(built, out, call_budget(tree))
+    stamp_commit(out / "send")
     for p in manifest["packs"]:
         print(f"  pack {p['name']}: {p['size'] / MiB:.2f} MiB xz, {p['files']} files, "
               f"{p['unpacked_bytes'] / MiB:.1f} MiB unpacked ({p['trimmed_bytes'] / MiB:.0f} MiB "

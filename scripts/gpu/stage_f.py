@@ -9,7 +9,7 @@
               requests joining and leaving, every call under
               torch.cuda.set_sync_debug_mode("error"): nothing in it may wait for the device
               (under overlap scheduling SGLang processes the previous batch meanwhile). The dry
-              run checks the same on the meta device (tests/sampler_drive.py).
+              run checks the same on the meta device (soft_spatial/lab/gpu/sampler_sync.py).
 Same Qwen3-VL-2B-shaped model as stage d (check.py's shape, random weights):
   throughput  bf16, eos ignored, 8 text prompts × G=8 (64 rows) and × G=1 (8 rows), 128 steps:
               stock SGLang hard with CUDA graphs; the plugin in hard, fixed and adaptsoft with
@@ -45,15 +45,15 @@ for _p in (ROOT, ROOT / "scripts", ROOT / "scripts" / "gpu", ROOT / "tests"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
+from soft_spatial.lab.gpu.context import env_vars  # noqa: E402
+from soft_spatial.lab.gpu.sglang_args import cpu_args, cuda_args, engine_env  # noqa: E402
+
 MODES = ("hard", "fixed", "adaptsoft")
 FIELDS = ("token_ids", "topk_ids", "soft", "weights", "tau", "loglik")
-# SGLang on one CUDA GPU with the kernels the kit carries (no FA3, no flashinfer JIT sources)
-# (graphs captured up to the 64 rows measured: the same for every engine, a shorter start-up)
-CUDA_ARGS = dict(attention_backend="triton", mm_attention_backend="sdpa", grammar_backend="none",
-                 cuda_graph_max_bs=64)
 # Parity: a fixed number of KV splits in Triton's decode attention, so the split (and the
-# rounding) does not depend on the batch size a graph pads to.
-PARITY_ENV = {"SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS": "1", "NVIDIA_TF32_OVERRIDE": "0"}
+# rounding) does not depend on the batch size a graph pads to; TF32 off, native ops
+PARITY_ENV = {"SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS": "1",
+              **engine_env(parity=True, native_ops=True)}
 CPU_NO_GRAPHS = ("graphs-on engines skipped: SGLang 0.5.12 captures CUDA graphs only on CUDA "
                  "(its CPU graph runner, enable_torch_compile on device=cpu, needs the intel_amx "
                  "attention backend's init_cpu_graph_state and sgl-kernel's CPU build)")
@@ -74,11 +74,13 @@ def text_prompts(tokenizer, n: int, words: int) -> list[list[int]]:
             for i in range(n)]
 
 
-def server_args(ctx, dtype: str, graphs: bool, **extra) -> dict:
-    k = kit()
-    args = dict(dtype=dtype, skip_server_warmup=True, mem_fraction_static=0.5, log_level="error",
-                disable_cuda_graph=not graphs, **extra)
-    args.update(k.SGLANG_CPU_ARGS if ctx.device == "cpu" else CUDA_ARGS)
+def server_args(ctx, dtype: str, graphs: bool, plugin: bool = True, **extra) -> dict:
+    """Every backend named (soft_spatial.lab.gpu.sglang_args); ``extra`` overrides."""
+    if ctx.device == "cpu":
+        args = cpu_args(dtype=dtype, disable_cuda_graph=not graphs)
+    else:
+        args = cuda_args(dtype, graphs=graphs, plugin=plugin)
+    args.update(extra)
     return args
 
 
@@ -95,8 +97,8 @@ class StockEngine:
     """SGLang's own offline engine (no plugin): hard decoding, the baseline to reach."""
 
     def __init__(self, model, args: dict):
-        import sglang
-        self.backend = sglang.Engine(model_path=str(model), **args)
+        from soft_spatial.compat.sglang import launch_engine, native_scheduler_process
+        self.backend = launch_engine(native_scheduler_process, model_path=str(model), **args)
 
     def generate(self, prompts, n: int, steps: int) -> int:
         rows = [p for p in prompts for _ in range(n)]
@@ -163,25 +165,6 @@ def first_difference(got, want) -> tuple[dict, str | None]:
     if len(got) != len(want):
         first = first or f"{len(got)} rows vs {len(want)}"
     return dev, first
-
-
-class env_vars:
-    """Set environment variables for the engines started inside (their schedulers read them)."""
-
-    def __init__(self, values: dict):
-        self.values, self.saved = values, {}
-
-    def __enter__(self):
-        for k, v in self.values.items():
-            self.saved[k] = os.environ.get(k)
-            os.environ[k] = v
-
-    def __exit__(self, *exc):
-        for k, v in self.saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def summary(dev: dict, first: str | None) -> str:
@@ -269,9 +252,10 @@ def throughput(ctx, model, ctrl, lines: list[str]) -> dict:
     engines = [("stock", "hard")] + [("plugin", m) for m in MODES]
     for kind, m in engines:
         for graphs in ((not cpu,) if kind == "stock" else graph_sides):
-            args = server_args(ctx, dtype, graphs)
-            eng = StockEngine(model, args) if kind == "stock" else plugin_engine(model, m, ctrl,
-                                                                                 args)
+            args = server_args(ctx, dtype, graphs, plugin=kind == "plugin")
+            with env_vars(engine_env(parity=False, native_ops=True)):
+                eng = (StockEngine(model, args) if kind == "stock"
+                       else plugin_engine(model, m, ctrl, args))
             try:
                 for rows, n in batches.items():
                     tps[(f"{kind} {m}", graphs, rows)] = tokens_per_s(eng, prompts, n, steps,
@@ -382,7 +366,7 @@ def overlap(ctx, model, ctrl, lines: list[str]) -> list[str]:
 def sampler_sync(ctx, lines: list[str]) -> list[str]:
     """Part ``sync``: the modes whose sampler waits for the device (none expected)."""
     k = kit()
-    from sampler_drive import drive_sampler
+    from soft_spatial.lab.gpu.sampler_sync import drive_sampler
     if ctx.dry_run:
         dev, vocab, hidden = "meta", 97, 16
     else:  # the Qwen vocabulary and the 2B shape's width
@@ -430,7 +414,7 @@ def stage_f(ctx, parts=("sync", "parity", "throughput", "overlap")) -> list[str]
     k.random_controller(hidden).save(ctrl)
     lines += [f"Model: {'tiny' if ctx.dry_run else 'Qwen3-VL-2B'}-shaped Qwen3-VL, random "
              f"weights, written in {time.perf_counter() - t0:.0f} s; sglang {sglang.__version__}; "
-             f"server args {CUDA_ARGS if ctx.device != 'cpu' else k.SGLANG_CPU_ARGS}."]
+             f"server args {server_args(ctx, 'bfloat16', True)}."]
     if ctx.device == "cpu":
         lines.append(f"CPU: {CPU_NO_GRAPHS}.")
     bad = parity(ctx, model, ctrl, lines) if "parity" in parts else []

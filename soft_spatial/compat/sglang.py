@@ -16,7 +16,8 @@ __all__ = ["SUPPORTED_SGLANG", "check_version", "preprocess_logits", "attach_log
            "sync_token_ids_across_tp", "protect_soft_kv", "request_pool_rows",
            "worker_request_pool", "forward_batch_request_pool",
            "scheduler_launch", "collect_records", "launch_engine", "tensor_update_request",
-           "check_internals"]
+           "NATIVE_OPS_ENV", "native_ops_requested", "use_native_ops", "scheduler_process_setup",
+           "native_scheduler_process", "check_internals"]
 
 SUPPORTED_SGLANG = "0.5.12"
 
@@ -107,6 +108,66 @@ def forward_batch_request_pool(forward_batch):
     ``ForwardBatch.req_to_token_pool``, set also on the batches ``CudaGraphRunner.
     capture_one_batch_size`` builds at start-up, where no scheduler batch exists)."""
     return getattr(forward_batch, "req_to_token_pool", None)
+
+
+# -- native ops (``sglang/srt/layers/utils/multi_platform.py``, class ``MultiPlatformOp``) ------
+NATIVE_OPS_ENV = "SOFT_SPATIAL_SGLANG_NATIVE_OPS"
+
+
+def native_ops_requested(environ=None) -> bool:
+    """Whether ``$SOFT_SPATIAL_SGLANG_NATIVE_OPS`` asks for native ops ("1", "true", "yes", "on");
+    anything else but unset or "0"/"false"/"no"/"off" is refused, naming the variable."""
+    import os
+    value = (os.environ if environ is None else environ).get(NATIVE_OPS_ENV, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"${NATIVE_OPS_ENV}={value!r}: expected 1 or 0")
+
+
+def use_native_ops() -> None:
+    """Make every SGLang layer that has a ``forward_native`` (pure PyTorch) use it instead of its
+    platform kernel, for layers built from now on in this process. Idempotent.
+
+    sglang 0.5.12: ``MultiPlatformOp.__init__`` binds ``self._forward_method =
+    self.dispatch_forward()`` (``layers/utils/multi_platform.py`` L36), which picks
+    ``forward_cuda`` on CUDA; RMSNorm's (``layers/layernorm.py``) is sgl_kernel's fused kernel,
+    which dispatches on fp16/bf16 only and, through flashinfer, builds its CUDA module on first use
+    (the GPU kit trims flashinfer's JIT sources). This wraps ``dispatch_forward`` to return
+    ``forward_native`` for every class that defines one. In fp32 the native RMSNorm is the same
+    operations as transformers' (mean of squares, rsqrt, weight); in bf16 the ops are unfused, so
+    throughput is below SGLang's real kernels (the GPU kit's report says which path ran).
+    """
+    from sglang.srt.layers.utils.multi_platform import MultiPlatformOp
+
+    original = MultiPlatformOp.dispatch_forward
+    if getattr(original, "soft_spatial_native", False):
+        return
+
+    def dispatch_forward(self):
+        if type(self).forward_native is not MultiPlatformOp.forward_native:
+            return self.forward_native
+        return original(self)
+
+    dispatch_forward.soft_spatial_native = True
+    dispatch_forward.__wrapped__ = original
+    MultiPlatformOp.dispatch_forward = dispatch_forward
+
+
+def scheduler_process_setup() -> None:
+    """What every scheduler process does first, plugin or not: native ops when
+    ``$SOFT_SPATIAL_SGLANG_NATIVE_OPS`` asks (the variable is inherited by the spawned process)."""
+    if native_ops_requested():
+        use_native_ops()
+
+
+def native_scheduler_process(*args, **kwargs):
+    """``run_scheduler_process_func`` for SGLang engines without the soft plugin (the GPU kit's
+    stock baseline): :func:`scheduler_process_setup`, then SGLang's own scheduler."""
+    scheduler_process_setup()
+    from sglang.srt.managers.scheduler import run_scheduler_process as run
+    return run(*args, **kwargs)
 
 
 # -- launching the schedulers ----------------------------------------------------------------
@@ -232,6 +293,21 @@ def check_internals() -> list:
                         f"(tensor_update_request)")
     problems += _graph_problems()
     problems += _overlap_problems()
+    problems += _native_ops_problems()
+    return problems
+
+
+def _native_ops_problems() -> list:
+    """What :func:`use_native_ops` relies on: ``MultiPlatformOp.__init__`` binds its forward
+    through ``self.dispatch_forward()`` and the base class has a ``forward_native`` to compare."""
+    from sglang.srt.layers.utils.multi_platform import MultiPlatformOp
+    problems = []
+    if not callable(getattr(MultiPlatformOp, "forward_native", None)):
+        problems.append("MultiPlatformOp.forward_native is gone (use_native_ops)")
+    init = inspect.getsource(MultiPlatformOp.__init__)
+    if "self._forward_method" not in init or "self.dispatch_forward()" not in init:
+        problems.append("MultiPlatformOp.__init__ no longer binds self._forward_method = "
+                        "self.dispatch_forward() (use_native_ops)")
     return problems
 
 

@@ -76,3 +76,36 @@ def check_config(config, what: str = "model config"):
         raise ValueError(f"{what} is not self-consistent (an engine would 'correct' or "
                          f"misread it):\n  " + "\n  ".join(problems))
     return config
+
+
+# Published shapes (config.json of the Hugging Face releases); the weights are random.
+QWEN3_VL_8B = dict(
+    hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
+    num_key_value_heads=8, head_dim=128, max_position_embeddings=262144, rms_norm_eps=1e-6,
+    rope_parameters={"rope_type": "default", "rope_theta": 5e6, "mrope_section": [24, 20, 20],
+                     "mrope_interleaved": True},
+    vision_config=dict(depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16,
+                       out_hidden_size=4096, patch_size=16, num_position_embeddings=2304,
+                       deepstack_visual_indexes=[8, 16, 24], hidden_act="gelu_pytorch_tanh"))
+# Qwen3-VL-2B-Instruct/Thinking: text = Qwen3-1.7B's shape (stage c's language model), mrope as
+# the 8B, tied embeddings, the 4B's vision tower with out_hidden_size 2048
+QWEN3_VL_2B_TEXT = dict(
+    hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
+    num_key_value_heads=8, head_dim=128, max_position_embeddings=262144, rms_norm_eps=1e-6)
+QWEN3_VL_2B_VISION = dict(depth=24, hidden_size=1024, intermediate_size=4096, num_heads=16,
+                          out_hidden_size=2048, patch_size=16, num_position_embeddings=2304,
+                          deepstack_visual_indexes=[5, 11, 17], hidden_act="gelu_pytorch_tanh")
+def parity_init(hidden: int) -> dict:
+    """Random-weight std for stage d's parity model at width ``hidden``: per-layer gain
+    std·√hidden = 0.32 and output logits of std ≈ 4 (the tiny model's); use it untied. With the
+    tiny defaults (0.1, 0.5) a 2B-wide or 28-layer model is chaotic under soft feedback: the
+    embedded engine's own fp32 run leaves its fp64 path within 5-10 soft steps, so no engine can
+    match it (scripts/gpu/drift_cpu.py: gain 0.8 over 28 layers still does; 0.32 untied stays
+    on the path with |Δ scores| ≤ 2.2e-5 over 32 steps and mixtures of top weight 0.66-0.80)."""
+    return dict(init_std=0.32 / hidden ** 0.5, head_init_std=4.0 / hidden ** 0.5)
+
+
+QWEN3_VL_2B = dict(
+    QWEN3_VL_2B_TEXT, tie_word_embeddings=True, vision_config=QWEN3_VL_2B_VISION,
+    rope_parameters={"rope_type": "default", "rope_theta": 5e6, "mrope_section": [24, 20, 20],
+                     "mrope_interleaved": True})

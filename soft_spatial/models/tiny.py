@@ -236,17 +236,20 @@ def init_weights_(
 ) -> None:
     """Deterministic re-initialisation from a generator seeded with `seed`, in `named_parameters`
     order: the output layer ~ N(0, head_std), every other parameter with 2+ dims ~ N(0, std); 1-D
-    parameters keep the model's constant init (norm weights 1, biases 0)."""
-    gen = torch.Generator().manual_seed(seed)
+    parameters keep the model's constant init (norm weights 1, biases 0). The generator lives on
+    the parameters' device (the same seed gives other weights on another device)."""
     head = model.get_output_embeddings().weight
+    gen = torch.Generator(device=head.device).manual_seed(seed)
     for _, param in model.named_parameters():
         if param.ndim >= 2:
             scale = head_std if param is head else std
-            param.copy_(torch.randn(param.shape, generator=gen, dtype=torch.float32) * scale)
+            param.copy_(torch.randn(param.shape, generator=gen, dtype=torch.float32,
+                                    device=param.device) * scale)
 
 
 def build_tiny_model(
-    out_dir: str | os.PathLike, family: str = "qwen3_vl", vocab: str = "qwen", seed: int = 0, **overrides
+    out_dir: str | os.PathLike, family: str = "qwen3_vl", vocab: str = "qwen", seed: int = 0,
+    device: str = "cpu", save_dtype: torch.dtype = torch.float32, **overrides
 ) -> Path:
     """Write a random tiny `family` model with tokenizer, processor and chat template to `out_dir`.
 
@@ -258,6 +261,8 @@ def build_tiny_model(
     `corpus` (texts), `bpe_size` and `phrases` (texts that become single added tokens).
     Weights depend only on (`family`, `vocab`, `seed`, `overrides`). `out_dir` must not exist or
     be empty; the directory appears complete or not at all. Returns `out_dir` as a Path.
+    `device`: where the weights are built and drawn (a GPU builds a 2B shape in seconds; its
+    generator gives other weights than the CPU's); `save_dtype`: the saved weights' dtype.
     """
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, GenerationConfig
 
@@ -274,9 +279,11 @@ def build_tiny_model(
     tokenizer = build_tokenizer(vocab, corpus, bpe_size, phrases)
     config = tiny_config(family, tokenizer, **overrides)
     auto = AutoModelForCausalLM if family == "qwen3" else AutoModelForImageTextToText
-    with torch.random.fork_rng(devices=[]):  # leave the caller's global RNG untouched
+    with torch.random.fork_rng(devices=[]), torch.device(device):  # the caller's RNG untouched
         model = auto.from_config(config, dtype=torch.float32)
     init_weights_(model, seed, init_std, head_init_std)
+    if save_dtype != torch.float32:
+        model = model.to(save_dtype)
     ids = _token_ids(tokenizer)
     model.generation_config = GenerationConfig(
         bos_token_id=ids["bos_token_id"],

@@ -263,7 +263,10 @@ def check_server_args(server_args) -> None:
 
 def run_scheduler_process(*args, **kwargs):
     """Drop-in ``run_scheduler_process_func``: installs the plugin in the (spawned) scheduler
-    process, checks the final server arguments, then runs SGLang's scheduler."""
+    process (and native ops where ``$SOFT_SPATIAL_SGLANG_NATIVE_OPS`` asks:
+    :func:`soft_spatial.compat.sglang.scheduler_process_setup`), checks the final server
+    arguments, then runs SGLang's scheduler."""
+    sgl_compat.scheduler_process_setup()
     install()
     server_args = args[0] if args else kwargs.get("server_args")
     if server_args is not None:

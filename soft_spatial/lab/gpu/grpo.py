@@ -1,4 +1,4 @@
-"""Stage e of the GPU kit (scripts/gpu/check.py): GRPO with AdaptSoft through verl's trainer on one
+"""E — GRPO with AdaptSoft through verl's trainer on one
 GPU, SGLang as the rollout, trainer and rollout colocated (verl's hybrid engine).
 
 Two runs of ``python -m soft_spatial.train rollout=sglang experiment=adaptsoft`` in the same run
@@ -38,7 +38,10 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from soft_spatial.lab.gpu.report import Skip, StageFailed, table
+from soft_spatial.lab.gpu.sglang_args import engine_env
+
+ROOT = Path(__file__).resolve().parents[3]
 # verl's timing keys, in step order (verl 0.9.1 RayPPOTrainer.fit), with what each covers
 TIMING = {"timing_s/gen": "rollout: SGLang generation (agent loop)",
           "timing_s/reward": "reward",
@@ -228,34 +231,48 @@ def _num(x):
     return "–" if x is None else float(f"{float(x):.4g}")
 
 
-def run(ctx, kit) -> list[str]:
-    """The stage (``kit``: the check module, for its shapes, ``Skip``, ``StageFailed``, ``table``)."""
+# (steps, save a checkpoint, the global steps of its weight syncs): verl syncs once at start,
+# then after every step
+ONE_RUN = [(2, False, [0, 1, 2])]                   # the headline: one run to step 2
+RESUME = [(1, True, [0, 1]), (2, False, [1, 2])]    # step 1 and its checkpoint, then a resume
+
+
+def run(*, out: Path, work: Path, dry: bool, quick: bool, deadline_at: float,
+        plan=RESUME, graphs: bool = True) -> tuple[dict, list[str]]:
+    """Train through verl with SGLang rollouts: the runs of ``plan`` in one run directory, each
+    ending by ``deadline_at`` (epoch s) at the latest; logs, ``metrics.jsonl`` and controller logs
+    in ``out``. ``graphs``: SGLang's CUDA graphs (off: ``rollout.enforce_eager``). Returns
+    (values, report lines); raises :class:`StageFailed` with what it measured on a failed run
+    or check, :class:`Skip` without verl or SGLang."""
     try:
         import ray  # noqa: F401
         import sglang  # noqa: F401
         import verl  # noqa: F401
     except ImportError as e:
-        raise kit.Skip(f"stage e needs verl's stack (kit.py stages a–c) and sglang with its kernels "
-                       f"({e})") from e
-    if ctx.device == "cpu" and os.environ.get("SGLANG_USE_CPU_ENGINE") != "1":
-        raise kit.Skip("on the CPU SGLang's engine needs SGLANG_USE_CPU_ENGINE=1 and "
-                       "tests/sglang_stubs on PYTHONPATH (as scripts/test.sh runs tests/sglang_real)")
+        raise Skip(f"E needs verl's stack and sglang (the kit's packs) ({e})") from e
+    if not dry and os.environ.get("SGLANG_USE_CPU_ENGINE") == "1":
+        raise Skip("SGLANG_USE_CPU_ENGINE=1 outside a dry run")
+    if dry and os.environ.get("SGLANG_USE_CPU_ENGINE") != "1":
+        raise Skip("on the CPU SGLang's engine needs SGLANG_USE_CPU_ENGINE=1 and "
+                   "tests/sglang_stubs on PYTHONPATH (as scripts/test.sh runs tests/sglang_real)")
+    from soft_spatial.actor.train_engine import ALIGNMENT_CLOCK_ENV
     from soft_spatial.data.fixtures import write_fixtures
     from soft_spatial.data.prepare import main as prepare
     from soft_spatial.models import build_tiny_model
+    from soft_spatial.models.shapes import QWEN3_VL_2B_TEXT, QWEN3_VL_2B_VISION
+    from soft_spatial.softthink.controller import FINGERPRINT_LOG_ENV
 
-    dry = ctx.dry_run
-    out = ctx.report.path.parent / "stage-e"  # logs, metrics and controller logs come back
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    work = ctx.workdir / "e"
+    shutil.rmtree(work, ignore_errors=True)
     t0 = time.perf_counter()
-    text, vision = dict(kit.QWEN3_VL_2B_TEXT), dict(kit.QWEN3_VL_2B_VISION)
-    if ctx.quick:  # the 2B widths and vocabulary, 4 layers each: a third of the bytes to move
+    text, vision = dict(QWEN3_VL_2B_TEXT), dict(QWEN3_VL_2B_VISION)
+    if quick:  # the 2B widths and vocabulary, 4 layers each: a third of the bytes to move
         text.update(num_hidden_layers=4)
         vision.update(depth=4, deepstack_visual_indexes=[1, 2, 3])
     shape = dict(vocab="small") if dry else dict(vocab="qwen", **text, vision_config=vision)
-    model = build_tiny_model(work / "model", family="qwen3_vl", **shape)
+    model = build_tiny_model(work / "model", family="qwen3_vl",
+                             device="cpu" if dry else "cuda", **shape)  # drawn where it runs
     build_s = time.perf_counter() - t0
     n_params = sum(f.stat().st_size for f in model.glob("*.safetensors")) / 4  # fp32 on disk
     fx = write_fixtures(work / "fixtures")
@@ -266,24 +283,31 @@ def run(ctx, kit) -> list[str]:
     env = dict(os.environ, HF_HUB_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0",
                VERL_FILE_LOGGER_PATH=str(metrics_path),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    from soft_spatial.actor.train_engine import ALIGNMENT_CLOCK_ENV
-    from soft_spatial.softthink.controller import FINGERPRINT_LOG_ENV
     env[ALIGNMENT_CLOCK_ENV] = "1"  # report actor/adaptsoft/alignment_s (off by default: it syncs)
+    engine = engine_env(parity=False, native_ops=True)  # SGLang's schedulers, in Ray's actors
+    env.update(engine)
     extra = env.get("SOFT_SPATIAL_FORWARD_ENV", "")  # soft_spatial.infra.ray_env: to every Ray process
-    env["SOFT_SPATIAL_FORWARD_ENV"] = " ".join(filter(None, [extra, FINGERPRINT_LOG_ENV, ALIGNMENT_CLOCK_ENV]))
-    timeout = float(os.environ.get("SOFT_SPATIAL_STAGE_E_TIMEOUT", 900))
-    plan = [(1, True, [0, 1]), (2, False, [1, 2])]  # (steps, save, expected sync steps)
+    env["SOFT_SPATIAL_FORWARD_ENV"] = " ".join(filter(None, [extra, FINGERPRINT_LOG_ENV,
+                                                             ALIGNMENT_CLOCK_ENV, *engine]))
     runs, sampler_rows, commands, checkpoints = [], [], [], {}
+    values = {"quick": quick, "graphs": graphs, "build_s": round(build_s, 1), "runs": [],
+              "engine_env": engine}
     for i, (steps, save, _) in enumerate(plan, 1):
         cmd = train_command(model, work / "data", ckpt, steps, save, dry)
+        if not graphs:
+            cmd.append("actor_rollout_ref.rollout.enforce_eager=true")
         commands.append(" ".join(cmd[1:]).replace(str(work), "<work>"))
         env[FINGERPRINT_LOG_ENV] = str(out / f"controller-run{i}")
         log = out / f"train-run{i}.log"
-        print(f"stage e: run {i} (to step {steps}), log {log}", flush=True)
+        timeout = deadline_at - time.time()
+        if timeout < 30:
+            raise StageFailed([f"run {i} not started: {timeout:.0f} s left before the deadline"])
+        print(f"E: run {i} (to step {steps}), log {log}, timeout {timeout:.0f} s", flush=True)
         t1 = time.perf_counter()
         with GpuMemorySampler() as mem:
             rc = run_training(cmd, log, env, timeout)
         wall = time.perf_counter() - t1
+        values["runs"].append({"run": i, "rc": rc, "wall_s": round(wall, 1)})
         sampler_rows += [[i, pid, mem.names.get(pid, "?"), round(mib)]
                          for pid, mib in sorted(mem.peaks.items())]
         if mem.total_mib:
@@ -291,15 +315,18 @@ def run(ctx, kit) -> list[str]:
                                  round(mem.total_mib)])
         if rc != 0:
             tail = log.read_text(errors="replace")[-4000:] if log.exists() else ""
-            raise kit.StageFailed([f"run {i} (`{commands[-1]}`) exited with {rc} after "
-                                   f"{wall:.0f} s; the end of {log.name}:", "", "```", tail, "```"])
+            done = sorted(step_metrics(metrics_path))
+            raise StageFailed([f"run {i} (`{commands[-1]}`) exited with {rc}"
+                               f"{' (timed out)' if rc == 124 else ''} after {wall:.0f} s; steps "
+                               f"logged: {done}; the end of {log.name}:", "", "```", tail, "```"])
         runs.append((read_sync_log(out / f"controller-run{i}"), wall))
         if save:
             checkpoints[steps] = checkpoint_fingerprint(ckpt, steps)
     metrics = step_metrics(metrics_path)
+    want = sorted({s for p in plan for s in p[2] if s})
     problems = []
-    if sorted(metrics) != [1, 2]:
-        problems.append(f"metrics.jsonl holds steps {sorted(metrics)}, expected [1, 2]")
+    if sorted(metrics) != want:
+        problems.append(f"metrics.jsonl holds steps {sorted(metrics)}, expected {want}")
     for s, m in sorted(metrics.items()):
         if m.get("soft/spine_match_rate") != 1.0:
             problems.append(f"step {s}: soft/spine_match_rate {m.get('soft/spine_match_rate')}")
@@ -323,35 +350,41 @@ def run(ctx, kit) -> list[str]:
     steps = sorted(metrics)
     where = "the CPU (dry run: tiny Qwen3-VL, small vocabulary, fp32, cluster=cpu)" if dry else \
         (f"one GPU (Qwen3-VL-2B widths, {text['num_hidden_layers']} language and "
-         f"{vision['depth']} vision layers, random weights, bf16, cluster=gpu1)")
+         f"{vision['depth']} vision layers, random weights, bf16, cluster=gpu1, CUDA graphs "
+         f"{'on' if graphs else 'off'})")
     lines = [f"`python -m soft_spatial.train rollout=sglang experiment=adaptsoft` on {where}; "
-             f"{n_params / 1e6:,.1f} M parameters, written in {build_s:.0f} s. Run 1 trains step 1 "
-             f"and saves it, run 2 resumes and trains step 2 (wall {runs[0][1]:.0f} s and "
-             f"{runs[1][1]:.0f} s, Ray, SGLang and the workers' start included). Logs, "
-             f"metrics.jsonl and the controller logs: `stage-e/` beside this report.", ""]
+             f"{n_params / 1e6:,.1f} M parameters, written in {build_s:.0f} s. "
+             + ("Run 1 trains step 1 and saves it, run 2 resumes and trains step 2"
+                if len(plan) > 1 else "One run trains steps 1 and 2")
+             + f" (wall {', '.join(f'{w:.0f} s' for _, w in runs)}, Ray, SGLang and the "
+             f"workers' start included). Logs, metrics.jsonl and the controller logs: "
+             f"`stage-e/`.", ""]
     lines += [f"- run {i}: `{c}`" for i, c in enumerate(commands, 1)] + [""]
     lines += ["Time split per step (s; verl's `timing_s/*` keys, step 2 is the resumed run's "
               "first step):", ""]
-    lines += kit.table(["key", "what", *(f"step {s}" for s in steps)], timing_rows(metrics))
+    lines += table(["key", "what", *(f"step {s}" for s in steps)], timing_rows(metrics))
     lines += ["", "Memory of the training worker process (verl's `actor/perf/*`, GiB; torch's "
               "allocator peaks since the process started):", ""]
-    lines += kit.table(["key", *(f"step {s}" for s in steps)],
+    lines += table(["key", *(f"step {s}" for s in steps)],
                        [[k, *(_num(metrics[s].get(k)) for s in steps)] for k in MEMORY])
     if sampler_rows:
         lines += ["", "Peak device memory per process (nvidia-smi, sampled every 0.5 s, MiB):", ""]
-        lines += kit.table(["run", "pid", "process", "peak MiB"], sampler_rows)
+        lines += table(["run", "pid", "process", "peak MiB"], sampler_rows)
     elif not dry:
         lines += ["", "nvidia-smi showed no per-process memory (missing, or a PID namespace)."]
     lines += ["", "Rollout/replay consistency (max |SGLang's per-step likelihood − the trainer's "
               "recomputation| over response steps; `_soft`: soft steps only)"
               + (f", bound {DRY_REPLAY_BOUND} in fp32:" if dry else ", bf16 rollout and replay:"), ""]
-    lines += kit.table(["key", *(f"step {s}" for s in steps)],
+    lines += table(["key", *(f"step {s}" for s in steps)],
                        [[k, *(_num(metrics[s].get(k)) for s in steps)]
                         for k in (*REPLAY, ROLLOUT_KL)])
     lines += ["", "Controller at every weight sync: fingerprint (sha256 of the state dict) the "
               "trainer sent, the one the SGLang plugin installed, and the step's checkpoint:", ""]
-    lines += kit.table(["run", "sync after step", "trainer", "rollout server", "equal",
+    lines += table(["run", "sync after step", "trainer", "rollout server", "equal",
                         "= checkpoint"], sync_rows)
+    values.update(steps=steps, problems=problems, sync_equal=not sync_problems,
+                  timing={s: {k: metrics[s].get(k) for k in TIMING if k in metrics[s]}
+                          for s in steps})
     if problems:
-        raise kit.StageFailed(lines + ["", "Problems:", *(f"- {p}" for p in problems)])
-    return lines
+        raise StageFailed(lines + ["", "Problems:", *(f"- {p}" for p in problems)])
+    return values, lines

@@ -1,0 +1,118 @@
+"""What a piece of the GPU kit's work runs with: where it runs, its scratch and report, its
+deadline; the shared model F and D measure; environment changes scoped to one engine."""
+from __future__ import annotations
+
+import gc
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from soft_spatial.lab.gpu.report import LiveReport
+
+__all__ = ["KitContext", "env_vars", "free_memory", "wait_device_free", "shared_model", "MODEL_DIR",
+           "CONTROLLER"]
+
+MODEL_DIR = "model"          # under KitContext.work: the model F and D share
+CONTROLLER = "adaptsoft.pt"  # beside it: a random AdaptSoft (τ varies by step)
+
+
+@dataclass
+class KitContext:
+    """dry_run: tiny sizes on the CPU; device: "cuda" or "cpu"; work: scratch that outlives a
+    child process (models, references; never sent back); out: what comes back (report, results,
+    log, stage e's logs); deadline_at: wall time (epoch s) every piece of work must end by."""
+
+    dry_run: bool
+    device: str
+    work: Path
+    out: Path
+    deadline_at: float
+    report: LiveReport
+
+    def remaining(self) -> float:
+        return self.deadline_at - time.time()
+
+
+class env_vars:
+    """Set environment variables while a block runs (processes started inside inherit them)."""
+
+    def __init__(self, values: dict[str, str]):
+        self.values, self.saved = values, {}
+
+    def __enter__(self):
+        for k, v in self.values.items():
+            self.saved[k] = os.environ.get(k)
+            os.environ[k] = v
+        return self
+
+    def __exit__(self, *exc):
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def free_memory() -> None:
+    import torch
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def wait_device_free(fraction: float = 0.8, timeout: float = 30.0) -> float:
+    """After an engine's shutdown: wait until at least ``fraction`` of the device's memory is free
+    again (its scheduler processes are killed; the driver frees their memory as they exit), at most
+    ``timeout`` seconds, so the next engine's ``mem_fraction_static`` finds it. Returns the free
+    fraction (1.0 without CUDA)."""
+    import torch
+    if not torch.cuda.is_available():
+        return 1.0
+    end = time.time() + timeout
+    while True:
+        free, total = torch.cuda.mem_get_info()
+        if free / total >= fraction or time.time() > end:
+            return free / total
+        time.sleep(0.5)
+
+
+def shared_model(ctx: KitContext) -> tuple[Path, Path, dict]:
+    """(model directory, controller checkpoint, facts) of the model F and D measure, built once
+    per machine in ``ctx.work`` (a second call finds it: the directory appears whole or not at
+    all). On a GPU: Qwen3-VL-2B's published shape (:data:`~soft_spatial.models.shapes.QWEN3_VL_2B`)
+    with stage d's parity weights (:func:`~soft_spatial.models.shapes.parity_init`, untied), built
+    and drawn on the device and saved in bf16 (every engine then reads the same bf16-exact
+    weights, fp32 and fp64 ones included); in a dry run the tiny Qwen3-VL on the CPU."""
+    import torch
+    from transformers import AutoConfig
+
+    from soft_spatial.lab.bench import random_controller
+    from soft_spatial.models import build_tiny_model
+    from soft_spatial.models.shapes import QWEN3_VL_2B, check_config, parity_init
+    from soft_spatial.models.tiny import DEFAULT_HEAD_INIT_STD, DEFAULT_INIT_STD
+
+    model, ctrl = ctx.work / MODEL_DIR, ctx.work / CONTROLLER
+    t0 = time.perf_counter()
+    built = not (model / "config.json").is_file()
+    if built:
+        if ctx.dry_run:
+            shape = dict(init_std=DEFAULT_INIT_STD, head_init_std=DEFAULT_HEAD_INIT_STD)
+            build_tiny_model(model, family="qwen3_vl", vocab="qwen", **shape)
+        else:
+            shape = dict(QWEN3_VL_2B, **parity_init(QWEN3_VL_2B["hidden_size"]),
+                         tie_word_embeddings=False)
+            build_tiny_model(model, family="qwen3_vl", vocab="qwen", device=ctx.device,
+                             save_dtype=torch.bfloat16, **shape)
+        free_memory()
+    config = check_config(AutoConfig.from_pretrained(model), "the kit's shared model")
+    text = config.text_config
+    if not ctrl.is_file():
+        random_controller(text.hidden_size).save(ctrl)
+    size = sum(f.stat().st_size for f in model.glob("*.safetensors"))
+    facts = {"hidden": text.hidden_size, "layers": text.num_hidden_layers,
+             "head_dim": text.head_dim, "vision_depth": config.vision_config.depth,
+             "mrope_section": text.rope_parameters["mrope_section"],
+             "tied": bool(config.tie_word_embeddings), "weights_gib": round(size / 2 ** 30, 2),
+             "built_s" if built else "found_s": round(time.perf_counter() - t0, 1)}
+    return model, ctrl, facts
