@@ -43,57 +43,19 @@ GRID = [  # (V, D, N optimisation steps)
 # at the first size and exceeds a 32 MiB shared L3 at the others: a size in between measures how
 # much of the L3 other jobs on the machine hold (V=8000, D=128 moved ±13% between runs).
 QUICK = [(1_000, 64, 256), (32_000, 256, 1_024), (64_000, 256, 2_048)]
-K, N_DENSE = 5, 8
 
-
-def _inputs(v, d, n, seed=0, device="cpu"):
-    import torch
-    from soft_spatial.softthink import SparseGrad
-    g = torch.Generator().manual_seed(seed)
-    n_ref = max(1, n // 4)
-    d_opt = SparseGrad(torch.randint(0, v, (n, K), generator=g), torch.randn(n, K, generator=g))
-    v_opt = torch.randn(n, d, generator=g)
-    d_ref = [SparseGrad(torch.randint(0, v, (n_ref, K), generator=g),
-                        torch.randn(n_ref, K, generator=g)),
-             torch.randn(N_DENSE, v, generator=g) / v ** 0.5]
-    v_ref = [torch.randn(n_ref, d, generator=g), torch.randn(N_DENSE, d, generator=g)]
-    d_opt, d_ref = SparseGrad(d_opt.ids.to(device), d_opt.values.to(device)), [
-        SparseGrad(d_ref[0].ids.to(device), d_ref[0].values.to(device)), d_ref[1].to(device)]
-    return d_opt, v_opt.to(device), d_ref, [x.to(device) for x in v_ref]
-
-
-def _naive_gref(d_ref, v_ref, v, device="cpu"):
-    """G_ref = Σ_s d_s v_sᵀ, built once as a dense V×D matrix."""
-    import torch
-    g_ref = torch.zeros(v, v_ref[0].shape[1], device=device)
-    for dd, vv in zip(d_ref, v_ref):
-        dense = dd.to_dense(v) if not isinstance(dd, torch.Tensor) else dd
-        g_ref += dense.T @ vv
-    return g_ref
-
-
-def _naive_steps(d_opt, v_opt, g_ref, steps):
-    """α_t = ⟨d_t v_tᵀ, G_ref⟩ for the first ``steps`` steps: one dense d_t and one V×D outer
-    product per step."""
-    import torch
-    d_t = torch.empty(g_ref.shape[0], device=g_ref.device)
-    outer = torch.empty_like(g_ref)
-    out = []
-    for t in range(steps):
-        d_t.zero_().index_add_(0, d_opt.ids[t], d_opt.values[t])
-        out.append(torch.outer(d_t, v_opt[t], out=outer).mul_(g_ref).sum())
-    return torch.stack(out)
+from soft_spatial.lab.bench import alignment_inputs, naive_gref, naive_steps  # noqa: E402
 
 
 def _naive(d_opt, v_opt, d_ref, v_ref, v, steps, device="cpu"):
-    return _naive_steps(d_opt, v_opt, _naive_gref(d_ref, v_ref, v, device), steps)
+    return naive_steps(d_opt, v_opt, naive_gref(d_ref, v_ref, v, device), steps)
 
 
 def _memory(method: str, v: int, d: int, n: int, naive_steps: int) -> dict:
     """Peak bytes (MiB) of the tensors one call of ``method`` creates, and a checksum."""
     from soft_spatial.lab.bench import TensorMemory
     from soft_spatial.softthink import alignment_scores
-    args = _inputs(v, d, n)
+    args = alignment_inputs(v, d, n)
     steps = n if method == "ours" else min(n, naive_steps)
     with TensorMemory() as mem:
         out = alignment_scores(*args) if method == "ours" else _naive(*args, v, steps)
@@ -105,11 +67,11 @@ def _time(v: int, d: int, n: int, naive_steps: int, repeats: int, min_seconds: f
     plus its steps scaled to N."""
     from soft_spatial.lab.bench import calls_for, interleaved, mean_seconds
     from soft_spatial.softthink import alignment_scores
-    d_opt, v_opt, d_ref, v_ref = args = _inputs(v, d, n)
+    d_opt, v_opt, d_ref, v_ref = args = alignment_inputs(v, d, n)
     steps = min(n, naive_steps)
-    g_ref = _naive_gref(d_ref, v_ref, v)
-    work = {"ours": lambda: alignment_scores(*args), "G_ref": lambda: _naive_gref(d_ref, v_ref, v),
-            "steps": lambda: _naive_steps(d_opt, v_opt, g_ref, steps)}
+    g_ref = naive_gref(d_ref, v_ref, v)
+    work = {"ours": lambda: alignment_scores(*args), "G_ref": lambda: naive_gref(d_ref, v_ref, v),
+            "steps": lambda: naive_steps(d_opt, v_opt, g_ref, steps)}
     calls = {m: calls_for(fn, min_seconds) for m, fn in work.items()}
 
     def measure(method, _):

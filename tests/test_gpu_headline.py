@@ -7,7 +7,6 @@ real engine is tests/sglang_real/test_gpu_headline_dry_run.py."""
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 from pathlib import Path
 
@@ -59,19 +58,13 @@ def test_a_backend_left_to_the_default_is_named(drop):
 
 
 def test_the_stage_d_and_f_engines_name_their_backends():
-    sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
-    try:
-        import check
-        import stage_f
-    finally:
-        sys.path.remove(str(ROOT / "scripts" / "gpu"))
     for parity in (False, True):
-        args = check.sglang_server_args("float32" if parity else "bfloat16", "cuda", parity)
+        args = soft_parity.sglang_server_args("float32" if parity else "bfloat16", "cuda", parity)
         assert unset_backends(args, plugin=True) == [], args
     for graphs_on in (False, True):
         ctx = type("Ctx", (), {"device": "cuda"})()
         for plugin in (False, True):
-            args = stage_f.server_args(ctx, "bfloat16", graphs_on, plugin=plugin)
+            args = graphs.stage_server_args(ctx, "bfloat16", graphs_on, plugin=plugin)
             assert unset_backends(args, plugin=plugin) == [], args
 
 

@@ -1,4 +1,4 @@
-"""scripts/gpu/parity.py on synthetic completions: the first row, step and field where two runs
+"""soft_spatial/lab/gpu/parity.py on synthetic completions: the first row, step and field where two runs
 differ (with both values), per-step max |Δ| from the first step (smooth growth vs a jump), and
 the per-row verdict against docs/sglang.md's bound."""
 import copy

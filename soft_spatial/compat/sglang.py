@@ -17,7 +17,8 @@ __all__ = ["SUPPORTED_SGLANG", "check_version", "preprocess_logits", "attach_log
            "worker_request_pool", "forward_batch_request_pool",
            "scheduler_launch", "collect_records", "launch_engine", "tensor_update_request",
            "NATIVE_OPS_ENV", "native_ops_requested", "use_native_ops", "scheduler_process_setup",
-           "native_scheduler_process", "check_internals"]
+           "native_scheduler_process", "capture_graphs_with_last_hidden", "GRAPH_LOG_ENV",
+           "log_graph_decisions", "read_graph_log", "check_internals"]
 
 SUPPORTED_SGLANG = "0.5.12"
 
@@ -157,9 +158,13 @@ def use_native_ops() -> None:
 
 def scheduler_process_setup() -> None:
     """What every scheduler process does first, plugin or not: native ops when
-    ``$SOFT_SPATIAL_SGLANG_NATIVE_OPS`` asks (the variable is inherited by the spawned process)."""
+    ``$SOFT_SPATIAL_SGLANG_NATIVE_OPS`` asks, and the CUDA-graph counts when
+    ``$SOFT_SPATIAL_GRAPH_LOG`` names a directory (both inherited by the spawned process)."""
+    import os
     if native_ops_requested():
         use_native_ops()
+    if os.environ.get(GRAPH_LOG_ENV):
+        log_graph_decisions(os.environ[GRAPH_LOG_ENV])
 
 
 def native_scheduler_process(*args, **kwargs):
@@ -168,6 +173,99 @@ def native_scheduler_process(*args, **kwargs):
     scheduler_process_setup()
     from sglang.srt.managers.scheduler import run_scheduler_process as run
     return run(*args, **kwargs)
+
+
+# -- CUDA graphs (``sglang/srt/model_executor/cuda_graph_runner.py``, ``CudaGraphRunner``) ------
+def capture_graphs_with_last_hidden() -> None:
+    """Make every ``CudaGraphRunner`` capture its decode graphs with (at least)
+    ``CaptureHiddenMode.LAST``, so decode batches that ask for the last hidden state (the soft
+    plugin asks in every batch: AdaptSoft's input) replay a graph. Idempotent.
+
+    sglang 0.5.12: ``CudaGraphRunner.__init__`` sets ``capture_hidden_mode = NULL`` (L641) and
+    captures (L736); ``can_run`` (L802-L814) refuses a batch whose requested mode is neither NULL
+    nor the captured one; the recapture for a new mode (``recapture_if_needed``, L1201) runs only
+    inside ``replay_prepare``, i.e. after ``can_run`` said yes. So a runner captured with NULL
+    never replays a batch that asks for LAST: every soft decode step ran eagerly (the H200 run of
+    2026-11-26: the plugin at 0.127-0.147 x stock SGLang with "graphs on", the speed of graphs
+    off). This wraps ``CudaGraphRunner.capture`` to raise the mode to LAST before each capture
+    (a higher mode, FULL, is kept); a batch asking for NULL or LAST then replays.
+    """
+    from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+
+    original = CudaGraphRunner.capture
+    if getattr(original, "soft_spatial_last", False):
+        return
+
+    def capture(self, *args, **kwargs):
+        if self.capture_hidden_mode < CaptureHiddenMode.LAST:
+            self.capture_hidden_mode = CaptureHiddenMode.LAST
+        return original(self, *args, **kwargs)
+
+    capture.soft_spatial_last = True
+    capture.__wrapped__ = original
+    CudaGraphRunner.capture = capture
+
+
+GRAPH_LOG_ENV = "SOFT_SPATIAL_GRAPH_LOG"
+
+
+def log_graph_decisions(directory: str) -> None:
+    """Count, in this scheduler process, the decode batches that replay a CUDA graph and those
+    that run eagerly (``CudaGraphRunner.can_run``, sglang 0.5.12 L765: asked once per batch whose
+    mode graphs can run), into ``<directory>/graphs-<pid>.json``: the counts (rewritten every 16
+    batches, so at most 15 behind) and the first eager batch's size and hidden-state modes
+    (requested, captured). Idempotent. The GPU kit's F jobs read it back
+    (:func:`read_graph_log`): "graphs on" is a claim until the counts say so."""
+    import json
+    import os
+    from pathlib import Path
+
+    from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
+
+    original = CudaGraphRunner.can_run
+    if getattr(original, "soft_spatial_counted", False):
+        return
+    path = Path(directory) / f"graphs-{os.getpid()}.json"
+    state = {"pid": os.getpid(), "replayed": 0, "eager": 0, "first_eager": None}
+
+    def write():
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(path)
+
+    def can_run(self, forward_batch):
+        ok = original(self, forward_batch)
+        state["replayed" if ok else "eager"] += 1
+        if not ok and state["first_eager"] is None:
+            state["first_eager"] = {
+                "batch_size": int(forward_batch.batch_size), "max_bs": int(self.max_bs),
+                "requested_hidden": int(forward_batch.capture_hidden_mode),
+                "captured_hidden": int(self.capture_hidden_mode)}
+            write()
+        elif (state["replayed"] + state["eager"]) % 16 == 0:
+            write()
+        return ok
+
+    can_run.soft_spatial_counted = True
+    can_run.__wrapped__ = original
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    CudaGraphRunner.can_run = can_run
+
+
+def read_graph_log(directory: str) -> dict:
+    """``{"replayed": n, "eager": m, "first_eager": {...} or None}`` summed over the scheduler
+    processes that logged into ``directory`` (:func:`log_graph_decisions`)."""
+    import json
+    from pathlib import Path
+    out = {"replayed": 0, "eager": 0, "first_eager": None, "processes": 0}
+    for f in sorted(Path(directory).glob("graphs-*.json")):
+        d = json.loads(f.read_text())
+        out["replayed"] += d["replayed"]
+        out["eager"] += d["eager"]
+        out["first_eager"] = out["first_eager"] or d["first_eager"]
+        out["processes"] += 1
+    return out
 
 
 # -- launching the schedulers ----------------------------------------------------------------
@@ -347,6 +445,12 @@ def _graph_problems() -> list:
               ("self.req_pool_indices[:raw_bs]", "forward_batch.req_pool_indices")),
              (cgr.CudaGraphRunner.recapture_if_needed, ("forward_batch.capture_hidden_mode",
                                                         "self.capture()")),
+             # capture_graphs_with_last_hidden: NULL at start, then the start-up capture; a batch
+             # asking for another mode than the captured one (but NULL) does not replay
+             (cgr.CudaGraphRunner.__init__, ("self.capture_hidden_mode = CaptureHiddenMode.NULL",
+                                             "self.capture()")),
+             (cgr.CudaGraphRunner.can_run, ("requested_capture_hidden_mode == CaptureHiddenMode.NULL",
+                                            "requested_capture_hidden_mode == self.capture_hidden_mode")),
              (mm_utils.general_mm_embed_routine, ("input_embeds = embed_tokens(input_ids)",
                                                   "input_embeds=input_embeds")),
              (tp_worker.TpModelWorker.forward_batch_generation,

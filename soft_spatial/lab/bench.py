@@ -299,3 +299,49 @@ def train_batch_td(train_engine, prompts, outs, micro_batch_size=2, remove_paddi
         advantages=adv)), micro_batch_size, remove_padding).to(device)
     tu.assign_non_tensor(td, global_batch_size=b)
     return td
+
+
+# -- exact gradient alignment against the naive per-step form (scripts/bench_alignment.py, the GPU
+# kit's stage b) ----------------------------------------------------------------------------------
+ALIGN_K, ALIGN_DENSE = 5, 8  # candidates per soft step; dense discrete reference steps
+
+
+def alignment_inputs(v, d, n, seed=0, device="cpu"):
+    """Inputs of `alignment_scores` shaped as training makes them: N soft (K-sparse) optimisation
+    steps, 25% as many soft reference steps plus ALIGALIGN_DENSE dense discrete ones."""
+    import torch
+    from soft_spatial.softthink import SparseGrad
+    g = torch.Generator().manual_seed(seed)
+    n_ref = max(1, n // 4)
+    d_opt = SparseGrad(torch.randint(0, v, (n, ALIGN_K), generator=g), torch.randn(n, ALIGN_K, generator=g))
+    v_opt = torch.randn(n, d, generator=g)
+    d_ref = [SparseGrad(torch.randint(0, v, (n_ref, ALIGN_K), generator=g),
+                        torch.randn(n_ref, ALIGN_K, generator=g)),
+             torch.randn(ALIGN_DENSE, v, generator=g) / v ** 0.5]
+    v_ref = [torch.randn(n_ref, d, generator=g), torch.randn(ALIGN_DENSE, d, generator=g)]
+    d_opt, d_ref = SparseGrad(d_opt.ids.to(device), d_opt.values.to(device)), [
+        SparseGrad(d_ref[0].ids.to(device), d_ref[0].values.to(device)), d_ref[1].to(device)]
+    return d_opt, v_opt.to(device), d_ref, [x.to(device) for x in v_ref]
+
+
+def naive_gref(d_ref, v_ref, v, device="cpu"):
+    """G_ref = Σ_s d_s v_sᵀ, built once as a dense V×D matrix."""
+    import torch
+    g_ref = torch.zeros(v, v_ref[0].shape[1], device=device)
+    for dd, vv in zip(d_ref, v_ref):
+        dense = dd.to_dense(v) if not isinstance(dd, torch.Tensor) else dd
+        g_ref += dense.T @ vv
+    return g_ref
+
+
+def naive_steps(d_opt, v_opt, g_ref, steps):
+    """α_t = ⟨d_t v_tᵀ, G_ref⟩ for the first ``steps`` steps: one dense d_t and one V×D outer
+    product per step."""
+    import torch
+    d_t = torch.empty(g_ref.shape[0], device=g_ref.device)
+    outer = torch.empty_like(g_ref)
+    out = []
+    for t in range(steps):
+        d_t.zero_().index_add_(0, d_opt.ids[t], d_opt.values[t])
+        out.append(torch.outer(d_t, v_opt[t], out=outer).mul_(g_ref).sum())
+    return torch.stack(out)

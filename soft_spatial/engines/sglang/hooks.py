@@ -152,8 +152,8 @@ def _tp_hook(original, *args, **kwargs):
     if mwb is None or getattr(mwb, "reqs", None) is None:
         return original(*args, **kwargs)
     forced = False
-    # Always LAST (AdaptSoft's input): one fixed mode, so SGLang's graph runner recaptures once
-    # (its start-up capture uses NULL) and then replays every decode batch.
+    # Always LAST (AdaptSoft's input): one fixed mode, the one the graph runner captured with
+    # (install: capture_graphs_with_last_hidden), so every decode batch replays a graph.
     if mwb.capture_hidden_mode in (None, CaptureHiddenMode.NULL):
         mwb.capture_hidden_mode = CaptureHiddenMode.LAST
         forced = True
@@ -232,6 +232,7 @@ def install(setup: SchedulerSetup | None = None) -> SoftRuntime:
     if "input_embeds" not in _embed_params or "forward_batch" not in _embed_params:
         raise ImportError(f"Qwen3LLMModel.forward has an unexpected signature {_embed_params}")
     register_sampler_backend(SAMPLER_BACKEND, SoftGumbelSampler)
+    sgl_compat.capture_graphs_with_last_hidden()  # else no decode batch that asks LAST replays
     HookRegistry.register(TP_TARGET, _tp_hook, HookType.AROUND)
     HookRegistry.register(EMBED_TARGET, _embed_hook, HookType.BEFORE)
     HookRegistry.apply_hooks()

@@ -259,14 +259,17 @@ def run(*, out: Path, work: Path, dry: bool, quick: bool, deadline_at: float,
     from soft_spatial.data.fixtures import write_fixtures
     from soft_spatial.data.prepare import main as prepare
     from soft_spatial.models import build_tiny_model
-    from soft_spatial.models.shapes import QWEN3_VL_2B_TEXT, QWEN3_VL_2B_VISION
+    from soft_spatial.models.shapes import QWEN3_VL_2B, QWEN3_VL_2B_VISION, check_config
     from soft_spatial.softthink.controller import FINGERPRINT_LOG_ENV
 
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     shutil.rmtree(work, ignore_errors=True)
     t0 = time.perf_counter()
-    text, vision = dict(QWEN3_VL_2B_TEXT), dict(QWEN3_VL_2B_VISION)
+    # the published text shape with its rope (mrope [24, 20, 20]: the 2026-11-26 run's model
+    # kept the tiny [4, 2, 2], which SGLang "corrected" and transformers did not), untied
+    text = {k: v for k, v in QWEN3_VL_2B.items() if k not in ("vision_config", "tie_word_embeddings")}
+    vision = dict(QWEN3_VL_2B_VISION)
     if quick:  # the 2B widths and vocabulary, 4 layers each: a third of the bytes to move
         text.update(num_hidden_layers=4)
         vision.update(depth=4, deepstack_visual_indexes=[1, 2, 3])
@@ -274,6 +277,8 @@ def run(*, out: Path, work: Path, dry: bool, quick: bool, deadline_at: float,
     model = build_tiny_model(work / "model", family="qwen3_vl",
                              device="cpu" if dry else "cuda", **shape)  # drawn where it runs
     build_s = time.perf_counter() - t0
+    from transformers import AutoConfig
+    check_config(AutoConfig.from_pretrained(model), "stage e's model")
     n_params = sum(f.stat().st_size for f in model.glob("*.safetensors")) / 4  # fp32 on disk
     fx = write_fixtures(work / "fixtures")
     for split in ("train", "test"):

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -48,6 +47,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from soft_spatial.lab.gpu.measure import versions
 from soft_spatial.lab.gpu.report import LiveReport, Skip, StageFailed, stamp, table
 
 __all__ = ["Job", "plan", "render", "run_plan", "main", "COMMIT_FILE", "commit"]
@@ -375,22 +375,12 @@ def commit() -> str:
     return res.stdout.strip() or "unknown"
 
 
-def _versions() -> str:
-    out = [f"Python {platform.python_version()}"]
-    for name in ("torch", "transformers", "verl", "ray", "sglang"):
-        try:
-            out.append(f"{name} {__import__(name).__version__}")
-        except Exception:
-            out.append(f"{name} –")
-    return ", ".join(out)
-
-
 def header(dry: bool, deadline_s: float) -> list[str]:
     import torch
     device = "CPU (dry run: tiny sizes)" if dry else (
         torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device")
     return [f"# GPU headline plan ({time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC)", "",
-            f"Device: {device}. {_versions()}. Commit {commit()}. Deadline {deadline_s:.0f} s. "
+            f"Device: {device}. {versions()}. Commit {commit()}. Deadline {deadline_s:.0f} s. "
             f"SGLang's ops: native (PyTorch `forward_native`) in every engine but the "
             f"`*-fused` extras.", ""]
 
@@ -445,9 +435,11 @@ def render(jobs: list[dict]) -> list[str]:
     if f_keys:
         out += ["## F — engines (bf16, text prompts, 128 steps, eos ignored, median of 3; "
                 "a dry run: fp32, 8 steps, once)", ""]
-        out += table(["job", "status", "engine", "graphs", "overlap", "ops", "start s",
-                      "tok/s big batch", "tok/s small batch", "soft steps"],
+        out += table(["job", "status", "engine", "graphs", "replayed / eager batches", "overlap",
+                      "ops", "start s", "tok/s big batch", "tok/s small batch", "soft steps"],
                      [[k, latest[k]["status"], v.get("engine", ""), v.get("graphs", ""),
+                       (f"{v['graph_batches']['replayed']} / {v['graph_batches']['eager']}"
+                        if "graph_batches" in v else "–"),
                        v.get("overlap", ""), ("native" if v.get("native_ops") else "fused")
                        if v else "", v.get("start_s", ""), v.get("tps_big", ""), v.get("tps_small", ""),
                        v.get("soft_step_fraction", "–")]
@@ -481,6 +473,7 @@ def main(argv=None) -> int:
                     help="seconds every part must end within (default 510)")
     ap.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU")
     ap.add_argument("--no-extras", dest="extras", action="store_false")
+    ap.add_argument("--only", help="comma-separated job keys to run (e.g. E/grpo), in plan order")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--deadline-at", type=float, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -495,10 +488,17 @@ def main(argv=None) -> int:
         import torch
         if not torch.cuda.is_available():
             ap.error("no CUDA device: run on a GPU machine, or pass --dry-run")
+    jobs = plan(a.extras)
+    if a.only:
+        keys = a.only.split(",")
+        unknown = sorted(set(keys) - {j.key for j in jobs})
+        if unknown:
+            ap.error(f"--only: unknown jobs {unknown}; the plan's: {[j.key for j in jobs]}")
+        jobs = [j for j in jobs if j.key in keys]
     if a.work:
-        return run_plan(Path(a.out), Path(a.work), a.deadline, a.dry_run, a.extras)
+        return run_plan(Path(a.out), Path(a.work), a.deadline, a.dry_run, a.extras, jobs=jobs)
     with tempfile.TemporaryDirectory(prefix="gpukit-headline-") as tmp:
-        return run_plan(Path(a.out), Path(tmp), a.deadline, a.dry_run, a.extras)
+        return run_plan(Path(a.out), Path(tmp), a.deadline, a.dry_run, a.extras, jobs=jobs)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ first divergence and the per-step |Δ| of three pairs.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -18,10 +19,13 @@ from soft_spatial.lab.gpu import parity
 from soft_spatial.lab.gpu.context import (KitContext, env_vars, free_memory, shared_model,
                                           wait_device_free)
 from soft_spatial.lab.gpu.prompts import image_prompts
-from soft_spatial.lab.gpu.report import table
+from soft_spatial.lab.bench import random_controller
+from soft_spatial.lab.gpu.measure import MODES, Ctx, timed
+from soft_spatial.lab.gpu.report import Skip, StageFailed, table
+from soft_spatial.models.shapes import QWEN3_VL_2B, parity_init
 from soft_spatial.lab.gpu.sglang_args import cpu_args, cuda_args, engine_env, unset_backends
 
-__all__ = ["references", "engine", "server_args", "shape", "tf32_off"]
+__all__ = ["references", "engine", "server_args", "shape", "tf32_off", "stage_d"]
 
 SEED = 7
 
@@ -168,3 +172,226 @@ def engine(ctx: KitContext, mode: str) -> tuple[dict, list[str]]:
     lines += _drift_lines("SGLang against local fp64", got, ref, ("SGLang", "fp64"))
     lines += _drift_lines("local fp32 against local fp64", want, ref, ("fp32", "fp64"))
     return values, lines
+
+
+# -- stage d (``check.py --stages d``): every mode's parity, then throughput with graphs off ------
+def sglang_server_args(dtype: str, device: str, parity: bool = False) -> dict:
+    """Stage d's engines: fp32 parity (torch_native attention, no TF32 dots) or bf16 throughput,
+    CUDA graphs off, every backend named (soft_spatial.lab.gpu.sglang_args)."""
+    if device == "cpu":
+        return cpu_args(dtype=dtype)
+    return cuda_args(dtype, graphs=False, plugin=True, parity=parity)
+
+
+def tf32_off_lines() -> list[str]:
+    """TF32 off for fp32 parity: in this process (matmul and cuDNN flags) and in every SGLang
+    scheduler process started afterwards (``NVIDIA_TF32_OVERRIDE=0`` in their inherited
+    environment: cuBLAS and cuDNN then never use TF32). Returns the settings, for the report."""
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    os.environ["NVIDIA_TF32_OVERRIDE"] = "0"
+    return ["torch.backends.cuda.matmul.allow_tf32 = False", "torch.backends.cudnn.allow_tf32 = False",
+            "NVIDIA_TF32_OVERRIDE=0 for SGLang's processes"]
+
+
+def param_count(config) -> int:
+    """Parameters of a model of ``config`` (built on the meta device: no memory; tied counted once)."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def sglang_engine(model, soft, ctrl, dtype: str, ctx: Ctx, parity: bool = False):
+    from soft_spatial.engines.sglang.engine import SGLangEngine
+    args = sglang_server_args(dtype, ctx.device, parity)
+    with env_vars(engine_env(parity=parity, native_ops=True)):  # the schedulers inherit it
+        eng = SGLangEngine(model, soft, controller=ctrl if soft.mode == "adaptsoft" else None,
+                           server_args=args)
+    eng.eos_ids = []  # fixed-length decoding: every mode and engine runs the same steps
+    return eng
+
+
+def drift_lines(title: str, a, b, names: tuple[str, str], every: int) -> list[str]:
+    """Per-step max |Δ| of rows ``a`` against ``b`` (``parity.per_step_deltas``) and their first
+    path divergence, as report lines."""
+    first = parity.describe(parity.first_divergence(a, b, float("inf")), names)
+    same = sum(parity.same_path(x, y) for x, y in zip(a, b))
+    out = [f"- {title}: {same}/{len(b)} rows on the same path; first path divergence: {first}"]
+    out += [f"  - max \\|Δ {f}\\| per step (every {every}): {parity.curve(v, every)}"
+            for f, v in parity.per_step_deltas(a, b).items()]
+    return out
+
+
+def stage_d(ctx: Ctx) -> list[str]:
+    """SGLang with the soft plugin against the embedded engine: parity on the same weights and
+    seeds (fp32, TF32 off, against the embedded engine's fp32 and fp64 runs: docs/sglang.md's
+    bound), then decode throughput per mode (CUDA graphs off: the plugin needs them off in
+    0.5.12, docs/sglang.md). One engine per mode: the soft settings are server-wide."""
+    try:
+        import sglang
+    except ImportError as e:
+        raise Skip(f"sglang is not installed ({e}): on a lent machine install the kit's sglang "
+                   f"pack (scripts/gpu/kit.py, docs/gpu.md); on a GPU machine with network: "
+                   f"pip install -e .[gpu]") from e
+    if ctx.device == "cpu" and os.environ.get("SGLANG_USE_CPU_ENGINE") != "1":
+        raise Skip("on the CPU SGLang's engine needs SGLANG_USE_CPU_ENGINE=1 and tests/sglang_stubs "
+                   "on PYTHONPATH (as scripts/test.sh runs tests/sglang_real)")
+    from transformers import AutoConfig
+
+    from soft_spatial.engines import LocalEngine
+    from soft_spatial.models import build_tiny_model
+    from soft_spatial.models.shapes import check_config
+    from soft_spatial.models.tiny import DEFAULT_HEAD_INIT_STD, DEFAULT_INIT_STD
+    from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
+
+    dry = ctx.dry_run
+    t0 = time.perf_counter()
+    # 2B: untied, though the release ties them: a random tied model's last hidden state keeps
+    # its input token's embedding, whose own logit then takes the mixtures (one-hot soft steps)
+    init = (dict(init_std=DEFAULT_INIT_STD, head_init_std=DEFAULT_HEAD_INIT_STD) if dry
+            else dict(parity_init(QWEN3_VL_2B["hidden_size"]), tie_word_embeddings=False))
+    model = build_tiny_model(ctx.workdir / "d-model", family="qwen3_vl", vocab="qwen",
+                             **dict({} if dry else QWEN3_VL_2B, **init))
+    config = check_config(AutoConfig.from_pretrained(model), "stage d's model")
+    build_s = time.perf_counter() - t0
+    ctrl = ctx.workdir / "d-adaptsoft.pt"
+    random_controller(config.text_config.hidden_size).save(ctrl)
+    confs = {m: SoftThinkingConfig(mode=m) for m in MODES}
+    settings = (["fp32", "SGLang attention torch_native"] if ctx.device == "cpu" else
+                ["fp32", "SGLang attention torch_native, vision attention sdpa", *tf32_off_lines()])
+    text = config.text_config
+    lines = [f"Model: {'tiny' if dry else 'Qwen3-VL-2B'}-shaped Qwen3-VL, random weights, "
+             f"{param_count(config) / 1e9:.3f} B parameters (hidden {text.hidden_size}, "
+             f"{text.num_hidden_layers} layers, head_dim {text.head_dim}, mrope_section "
+             f"{text.rope_parameters['mrope_section']}, tied embeddings "
+             f"{config.tie_word_embeddings}, weight std "
+             f"{init['init_std']:.3g}, output layer {init['head_init_std']:.3g}), "
+             f"written in {build_s:.0f} s; sglang "
+             f"{sglang.__version__}, CUDA graphs off."]
+
+    # 1. parity: same weights, seeds and prompts, every mode: the embedded engine in fp32 and
+    # fp64 (the reference and its own fp32 drift), then SGLang in fp32
+    n_par, g_par, steps_par = (2, 2, 8) if dry else (4, 2, 32)
+    par_prompts = image_prompts(n_par, 64 if dry else 224)
+    par_sampling = SamplingConfig(temperature=0.8, max_new_tokens=steps_par)
+    refs = parity.local_runs(model, ctx.device, confs, par_prompts, par_sampling, g_par, seed=7,
+                             controller=ctrl)
+    drift = []
+    if ctx.drift:  # the embedded engine's own fp32 − fp64 drift over a longer horizon
+        steps_dr = 16 if dry else 128
+        runs = parity.local_runs(model, ctx.device, confs, par_prompts,
+                                 SamplingConfig(temperature=0.8, max_new_tokens=steps_dr), g_par,
+                                 seed=11, controller=ctrl)
+        drift = ["", f"Self-drift of the embedded engine (`--drift`): fp32 against fp64, "
+                     f"{n_par} image prompts × {g_par}, {steps_dr} steps, seed 11:", ""]
+        for m in MODES:
+            drift += drift_lines(m, runs[m]["float32"], runs[m]["float64"], ("fp32", "fp64"),
+                                 1 if dry else 4)
+        del runs
+    free_memory()
+
+    rows, bad, tps, details = [], [], {}, []
+    for m, conf in confs.items():
+        want, ref = refs[m]["float32"], refs[m]["float64"]
+        eng = sglang_engine(model, conf, ctrl, "float32", ctx, parity=True)
+        try:
+            got = eng.generate(par_prompts, soft_thinking=conf, sampling=par_sampling, n=g_par, seed=7)
+            if dry:
+                tps[("sglang", m)] = throughput_of(eng, conf, "cpu", ctx)
+        finally:
+            eng.close()
+        verdicts = parity.row_verdicts(got, want, ref)
+        count = {k: sum(v["status"] == k for v in verdicts)
+                 for k in ("ok", "ill-conditioned", "path", "bound")}
+        same = [(a, b) for a, b in zip(got, want) if parity.same_path(a, b)]
+        dev = {k: max((parity.max_abs(a, b, k) for a, b in same), default=float("nan"))
+               for k in parity.FLOATS}
+        rows.append([m, f"{len(same)}/{len(want)}", dev["loglik"], dev["scores"],
+                     dev["tau"] if m == "adaptsoft" else "–",
+                     f"{sum(parity.same_path(w, x) for w, x in zip(want, ref))}/{len(ref)}",
+                     f"{count['ok'] + count['ill-conditioned']}/{len(ref)}"])
+        if count["path"] or count["bound"]:
+            bad.append(m)
+        details += [f"**{m}** — rows: {count['ok']} ok, {count['ill-conditioned']} ill-conditioned "
+                    f"(local fp32 leaves fp64's path), {count['path']} off the path, "
+                    f"{count['bound']} beyond the bound"]
+        details += [f"- row {r}: {v['field']} max\\|Δ\\| {v['dev']:.3g} > bound {v['bound']:.3g} "
+                    f"over {v['steps']} steps" for r, v in enumerate(verdicts) if v["status"] == "bound"]
+        details += [f"- row {r}: local fp32 leaves fp64's path after {v['fp32_path']} steps, SGLang "
+                    f"after {v['path']}" for r, v in enumerate(verdicts)
+                    if v["status"] == "ill-conditioned"]
+        if 2 * count["ill-conditioned"] > len(ref):
+            ctx.notes.append(f"d: {m}: the embedded engine's own fp32 run leaves its fp64 path in "
+                             f"{count['ill-conditioned']}/{len(ref)} rows within {steps_par} steps "
+                             f"(amplification): parity is bounded only on the steps they share")
+        details += [f"- first difference beyond {parity.ATOL:g}, SGLang against local fp64: "
+                    + parity.describe(parity.first_divergence(got, ref, parity.ATOL),
+                                      ("SGLang", "fp64"))]
+        details += drift_lines("SGLang against local fp32", got, want, ("SGLang", "fp32"), 1)
+        details += drift_lines("SGLang against local fp64", got, ref, ("SGLang", "fp64"), 1)
+        details += drift_lines("local fp32 against local fp64", want, ref, ("fp32", "fp64"), 1)
+        details.append("")
+    del refs
+    lines += ["", f"Parity with the embedded engine ({'; '.join(settings)}; {n_par} image prompts × "
+              f"{g_par} samples, {steps_par} steps, seed 7). Bound per row and field "
+              f"(docs/sglang.md): max\\|SGLang − local fp64\\| ≤ {parity.ATOL:g} + "
+              f"{parity.AMPLIFICATION:g} · max\\|local fp32 − local fp64\\|; max deviations "
+              f"over the rows on local fp32's path:", ""]
+    lines += table(["mode", "same path", "max \\|Δ loglik\\|", "max \\|Δ scores\\|", "max \\|Δ τ\\|",
+                    "local fp32 on fp64's path", "within the bound"], rows)
+    lines += ["", *details] + drift
+    if bad:
+        ctx.notes.append(f"d: SGLang failed the fp32 parity bound in {bad} (see the rows)")
+
+    # 2. throughput: one batch per mode on SGLang (the parity engines in a dry run, bf16 ones on
+    # a GPU) and locally
+    if not dry:
+        for m, conf in confs.items():
+            eng = sglang_engine(model, conf, ctrl, "bfloat16", ctx)
+            try:
+                tps[("sglang", m)] = throughput_of(eng, conf, "cpu", ctx)  # generate returns when done
+            finally:
+                eng.close()
+    local = LocalEngine.from_pretrained(model, device=ctx.device, dtype=ctx.dtype, controller=ctrl,
+                                        max_batch_rows=4 if dry else 64)
+    local.eos_ids = []
+    for m, conf in confs.items():
+        tps[("local", m)] = throughput_of(local, conf, ctx.device, ctx)
+    del local
+    free_memory()
+    n, g, steps = throughput_shape(ctx)
+    lines += ["", f"Decode throughput ({'float32' if dry else 'bfloat16'}, {n} prompts × G={g}, "
+              f"{steps} steps, eos ignored; SGLang's time includes its prompt prefill and "
+              f"scheduling):", ""]
+    lines += table(["mode", "SGLang tok/s", "× SGLang hard", "embedded tok/s", "SGLang / embedded"],
+                   [[m, round(tps[("sglang", m)], 1),
+                     round(tps[("sglang", m)] / tps[("sglang", "hard")], 3),
+                     round(tps[("local", m)], 1),
+                     round(tps[("sglang", m)] / tps[("local", m)], 3)] for m in MODES])
+    if bad:
+        raise StageFailed(lines)
+    return lines
+
+
+def throughput_shape(ctx: Ctx) -> tuple[int, int, int]:
+    """(prompts, samples per prompt, steps) of stage d's throughput batch."""
+    return (2, 2, 8) if ctx.dry_run else (8, 8, 64 if ctx.quick else 128)
+
+
+def throughput_of(eng, conf, sync_device: str, ctx: Ctx) -> float:
+    """Decode tok/s of ``eng`` on stage d's throughput batch (each repeat prefills afresh)."""
+    from soft_spatial.softthink import SamplingConfig
+    n, g, steps = throughput_shape(ctx)
+    prompts = image_prompts(n, 64 if ctx.dry_run else 320)
+    eng.generate(prompts[:1], soft_thinking=conf, sampling=SamplingConfig(max_new_tokens=4))
+
+    def run():
+        if hasattr(eng, "backend"):
+            eng.backend.flush_cache()
+        return eng.generate(prompts, soft_thinking=conf, sampling=SamplingConfig(max_new_tokens=steps),
+                            n=g, seed=1)
+    sec, _, outs = timed(run, sync_device, repeats=1 if ctx.dry_run else 2, warmup=0)
+    return sum(len(o.token_ids) for o in outs) / sec

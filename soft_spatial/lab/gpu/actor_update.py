@@ -1,0 +1,158 @@
+"""Stage c: one actor update through verl's FSDP2 engine on one GPU (a Qwen3-VL-2B-shaped language
+model): hard vs soft_fixed vs adaptsoft time and peak memory, each mode in its own process
+(``python -m soft_spatial.lab.gpu.actor_update MODE MODEL BATCH [--dry-run]`` prints its JSON)."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from soft_spatial.lab.bench import random_controller
+from soft_spatial.lab.gpu.measure import Ctx, PeakMemory, free_memory, random_model, sync
+from soft_spatial.lab.gpu.report import Skip, StageFailed, table
+from soft_spatial.models.shapes import QWEN3_VL_2B_TEXT
+
+__all__ = ["stage_c", "child_c"]
+
+
+def stage_c(ctx: Ctx) -> list[str]:
+    import torch
+
+    try:
+        import ray  # noqa: F401
+        import tensordict  # noqa: F401
+        import verl  # noqa: F401
+    except ImportError as e:
+        raise Skip(f"verl's stack is not installed ({e}); stage its wheels with kit.py") from e
+    from soft_spatial.engines import LocalEngine
+    from soft_spatial.models.tiny import build_tokenizer, tiny_config
+    from soft_spatial.models.shapes import check_config
+    from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
+
+    dev = ctx.device
+    rows, n, steps = (4, 2, 8) if ctx.dry_run else (8, 2, 256 if ctx.quick else 1024)
+    model_dir = ctx.workdir / "actor_model"
+    tok = build_tokenizer("qwen")
+    config = check_config(tiny_config("qwen3", tok, **({} if ctx.dry_run else QWEN3_VL_2B_TEXT)),
+                          "stage c's model")
+    model = random_model(config, dev, ctx.dtype)
+    model.save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    n_params = sum(p.numel() for p in model.parameters())
+    eng = LocalEngine(model, tok, max_batch_rows=rows * n)
+    eng.eos_ids = []
+    ctrl = random_controller(eng.hidden_size)
+    eng.set_controller(ctrl)
+    prompts = [[5 + i, 9, 13, 40 + i, 41, 42, 7, 8] for i in range(rows // n)]
+    outs = eng.generate(prompts, soft_thinking=SoftThinkingConfig(mode="adaptsoft"), n=n,
+                        sampling=SamplingConfig(max_new_tokens=steps))
+    batch = ctx.workdir / "actor_batch.pt"
+    torch.save({"prompts": [prompts[o.prompt_index] for o in outs], "outs": outs,
+                "controller": {"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()}},
+               batch)
+    del eng, model
+    free_memory()
+    results, errors = {}, {}
+    for mode in ("hard", "soft_fixed", "adaptsoft"):
+        cmd = [sys.executable, "-m", "soft_spatial.lab.gpu.actor_update", mode, str(model_dir), str(batch)]
+        if ctx.dry_run:
+            cmd.append("--dry-run")
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            errors[mode] = res.stderr[-4000:]
+            continue
+        results[mode] = json.loads(res.stdout.strip().splitlines()[-1])
+    h = results.get("hard") or next(iter(results.values()), None)
+    rows_t = [[m, round(r["time_s"], 3), round(r["min_s"], 3), round(r["time_s"] / h["time_s"], 2),
+               round(r["peak_mib"], 0), round(r["peak_mib"] / max(h["peak_mib"], 1e-3), 2),
+               round(r["max_allocated_mib"], 0)] for m, r in results.items()]
+    head = ["mode", "update s (median)", "min s", "× hard", "update peak MiB", "× hard",
+            "max allocated MiB"]
+    if errors:
+        raise StageFailed(table(head, rows_t) + [
+            ""] + [x for m, e in errors.items() for x in (f"{m} failed:", "```", e, "```")])
+    return [f"Model: Qwen3-VL-2B language-model shape (text-only Qwen3, random weights, "
+            f"{n_params / 1e9:.2f} B parameters); verl FSDP2 engine, fp32 master weights, "
+            f"{'fp32' if ctx.dry_run else 'bf16'} compute, gradient checkpointing "
+            f"{'off' if ctx.dry_run else 'on'}; one micro-batch update of {rows} sequences × {steps} response tokens "
+            f"(adaptsoft rollouts; `hard` re-scores their spines as a discrete chain), median "
+            f"of {h['repeats']} updates after a warm-up, each mode in a fresh process. `hard` is "
+            f"verl's stock engine (model type language_model); update peak is the memory an "
+            f"update allocates above the weights and optimizer state.",
+            "", *table(head, rows_t)]
+
+
+def child_c(mode: str, model_dir: str, batch_path: str, dry_run: bool) -> dict:
+    """One mode's update timing in a fresh process (prints JSON)."""
+    import copy
+    from functools import partial
+
+    import torch
+    cpu = dry_run or not torch.cuda.is_available()
+    os.environ.setdefault("VERL_PLATFORM", "cpu" if cpu else "nvidia")
+    from soft_spatial.lab import bench as H
+    from soft_spatial.plugin import register
+    register()  # soft_grpo, the soft engine, the CPU platform (VERL_PLATFORM is set above)
+
+    from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
+    from soft_spatial.actor.loss import soft_ppo_loss
+    from soft_spatial.softthink import AdaptSoft, SoftTrace
+    from soft_spatial.integration.platform import init_process_group
+
+    init_method = "file://" + tempfile.mktemp()
+    if cpu:
+        init_process_group(0, 1, init_method)
+    else:
+        import torch.distributed as dist
+        torch.cuda.set_device(0)
+        dist.init_process_group("nccl", init_method=init_method, rank=0, world_size=1)
+    data = torch.load(batch_path, weights_only=False)
+    prompts, outs = data["prompts"], data["outs"]
+    if mode == "hard":
+        for o in outs:  # the same tokens, as a discrete chain of thought
+            o.trace = SoftTrace.discrete(o.token_ids, o.trace.k, o.trace.feature_dim)
+    precision = "fp32" if cpu else "bf16"
+    engine = H.make_train_engine(model_dir, model_type="language_model" if mode == "hard"
+                           else "soft_language_model", cpu=cpu, param_dtype=precision,
+                           gradient_checkpointing=not cpu)
+    if mode == "adaptsoft":
+        ctrl = AdaptSoft(**data["controller"]["config"])
+        ctrl.load_state_dict(data["controller"]["state_dict"])
+        engine.configure_soft(adaptsoft=AdaptSoftTrainer(copy.deepcopy(ctrl), seed=1,
+                                                         device=0 if not cpu else "cpu"))
+    dev = "cpu" if cpu else "cuda"
+    td = H.train_batch_td(engine, prompts, outs, micro_batch_size=len(outs), device=dev)
+    loss = partial(soft_ppo_loss, config=H.actor_config())
+    repeats = 1 if dry_run else 5
+    with engine.train_mode():  # warm-up: allocates the optimizer state, compiles, caches
+        engine.train_batch(td, loss)
+    times = []
+    with PeakMemory(dev) as mem:  # transient memory of an update above weights + optimizer state
+        for _ in range(repeats):
+            sync(dev)
+            t0 = time.perf_counter()
+            with engine.train_mode():
+                engine.train_batch(td, loss)
+            sync(dev)
+            times.append(time.perf_counter() - t0)
+    peak = mem.mib if not cpu else float("nan")
+    resident = torch.cuda.max_memory_allocated() / 2 ** 20 if not cpu else float("nan")
+    return {"time_s": statistics.median(times), "min_s": min(times), "peak_mib": peak,
+            "max_allocated_mib": resident, "repeats": repeats}
+
+
+def main(argv=None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    dry = "--dry-run" in args
+    mode, model_dir, batch = [a for a in args if a != "--dry-run"]
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    print(json.dumps(child_c(mode, model_dir, batch, dry)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
