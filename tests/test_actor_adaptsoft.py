@@ -242,6 +242,30 @@ def test_trainer_checkpoint_round_trip(tmp_path):
     assert all(torch.equal(sa[k]["exp_avg"], sb_[k]["exp_avg"]) for k in sa)
 
 
+class _RunsCode:
+    """A pickle that runs code when loaded: it writes a file (what a crafted checkpoint could do)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_crafted_controller_checkpoint_runs_no_code_on_resume(tmp_path):
+    """Resuming loads ``global_step_N/actor/adaptsoft.pt``, a file that may come from elsewhere:
+    a pickle that would run code is refused, and the code never runs."""
+    import pickle
+
+    from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
+    marker, path = tmp_path / "ran", tmp_path / "adaptsoft.pt"
+    good = AdaptSoftTrainer(H.trained_controller(64, seed=2)).state_dict()
+    torch.save(dict(good, controller_config=_RunsCode(marker)), path)
+    with pytest.raises(pickle.UnpicklingError):
+        AdaptSoftTrainer(H.trained_controller(64, seed=2)).load(path)
+    assert not marker.exists()
+
+
 # -- 3. 2-rank FSDP2/gloo actor update with soft replay --------------------------------------
 def _rank_main(rank, world, init_file, model_dir, out_dir):
     sys.path.insert(0, os.path.dirname(__file__))

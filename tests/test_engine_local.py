@@ -119,24 +119,40 @@ BATCH_PROMPTS = [
 def test_batch_equals_rows_alone_and_padding_is_invisible(tiny_qwen3_vl_small, dtype):
     """Rows decode the same alone or batched with longer (left-padded) or shorter prompts.
 
-    In fp64 the whole trajectories agree. In fp32 the padding changes attention rounding
-    (~1e-6), which soft decoding, a chaotic map, amplifies over steps; there the first steps are
-    compared to 1e-5.
+    In fp64 the whole trajectories agree to 1e-5. In fp32 the padding changes attention rounding
+    (~1e-6), which soft decoding, a chaotic map, amplifies over steps, by how much depends on the
+    CPU's BLAS kernels (2.5e-5 after 3 steps on one machine, < 1e-5 on another); there the first
+    steps are held to the bound docs/sglang.md uses for two engines: |batched − alone| in fp32 ≤
+    1e-5 + 4 · (each one's distance to the same rows in fp64), the fp64 runs measuring what fp32
+    rounding alone does to these rows.
     """
-    engine = LocalEngine.from_pretrained(tiny_qwen3_vl_small, dtype=dtype)
     steps = 16 if dtype == torch.float64 else 3
     soft_thinking = SoftThinkingConfig(mode="fixed")
     sampling = SamplingConfig(max_new_tokens=steps)
-    together = engine.generate(BATCH_PROMPTS, soft_thinking=soft_thinking, sampling=sampling, n=2, seeds=[7, 8, 9])
+
+    def runs(dt):
+        engine = LocalEngine.from_pretrained(tiny_qwen3_vl_small, dtype=dt)
+        together = engine.generate(BATCH_PROMPTS, soft_thinking=soft_thinking, sampling=sampling,
+                                   n=2, seeds=[7, 8, 9])
+        alone = [o for i, p in enumerate(BATCH_PROMPTS) for o in engine.generate(
+            [p], soft_thinking=soft_thinking, sampling=sampling, n=2, seeds=[7 + i])]
+        return together, alone
+
+    together, alone = runs(dtype)
     assert [(o.prompt_index, o.sample_index) for o in together] == [
         (0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
-    for i, p in enumerate(BATCH_PROMPTS):
-        alone = engine.generate([p], soft_thinking=soft_thinking, sampling=sampling, n=2, seeds=[7 + i])
-        for j in range(2):
-            a, b = together[2 * i + j], alone[j]
-            assert a.token_ids == b.token_ids
-            torch.testing.assert_close(a.trace.scores, b.trace.scores, rtol=1e-5, atol=1e-5)
-            assert torch.equal(a.trace.soft, b.trace.soft)
+    ref = runs(torch.float64) if dtype == torch.float32 else None
+    for r, (a, b) in enumerate(zip(together, alone)):
+        assert a.token_ids == b.token_ids
+        assert torch.equal(a.trace.soft, b.trace.soft)
+        gap = (a.trace.scores.double() - b.trace.scores.double()).abs().max().item()
+        bound = 1e-5
+        if ref is not None:
+            own = max(((x.trace.scores.double() - y.trace.scores.double()).abs().max().item()
+                      for x, y in ((a, ref[0][r]), (b, ref[1][r]))
+                       if x.token_ids == y.token_ids), default=0.0)  # else no allowance
+            bound += 4 * own
+        assert gap <= bound, (r, gap, bound)
 
 
 def test_noise_free_tiny_tau_soft_decoding_is_greedy(engine):

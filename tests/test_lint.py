@@ -35,3 +35,39 @@ def test_ruff_config_flags_each_habit(tmp_path):
     assert res.returncode == 1, res.stdout + res.stderr
     for code in ("F401", "UP035", "UP045", "UP006", "F841", "E501"):
         assert code in res.stdout, f"{code} not reported:\n{res.stdout}"
+
+
+def _torch_loads(tree) -> list[tuple[int, bool]]:
+    """(line, weights_only=True given) of every ``torch.load(...)`` call in a module's AST."""
+    import ast
+    out = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "load" and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "torch"):
+            safe = any(k.arg == "weights_only" and isinstance(k.value, ast.Constant)
+                       and k.value.value is True for k in node.keywords)
+            out.append((node.lineno, safe))
+    return out
+
+
+def test_no_torch_load_in_the_package_can_run_code():
+    """Every ``torch.load`` in soft_spatial/ passes ``weights_only=True`` (a checkpoint, a batch or
+    a state file may come from elsewhere: an unpickled object runs code), and nothing calls
+    ``pickle.load``."""
+    import ast
+    root = Path(__file__).resolve().parents[1] / "soft_spatial"
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        bad += [f"{path.relative_to(root.parent)}:{line}: torch.load without weights_only=True"
+                for line, safe in _torch_loads(ast.parse(text)) if not safe]
+        bad += [f"{path.relative_to(root.parent)}: pickle.load" for _ in [1] if "pickle.load" in text]
+    assert bad == []
+
+
+def test_the_torch_load_scan_sees_an_unsafe_call():
+    import ast
+    tree = ast.parse("import torch\nx = torch.load(p)\ny = torch.load(p, weights_only=False)\n"
+                     "z = torch.load(p, map_location='cpu', weights_only=True)\n")
+    assert _torch_loads(tree) == [(2, False), (3, False), (4, True)]

@@ -191,4 +191,4 @@ class AdaptSoftTrainer:
             torch.save(self.state_dict(), f)
 
     def load(self, path) -> None:
-        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=False))
+        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))

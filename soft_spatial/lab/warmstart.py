@@ -206,7 +206,7 @@ def train(model, examples: list[Example], cfg: WarmStartConfig, pad_id: int,
     order: list[int] = []
     step = 0
     if state_path is not None and state_path.is_file():
-        state = torch.load(state_path, weights_only=False)
+        state = torch.load(state_path, weights_only=True)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])

@@ -12,6 +12,7 @@ import tempfile
 import time
 
 from soft_spatial.lab.bench import random_controller
+from soft_spatial.lab.gpu import parity
 from soft_spatial.lab.gpu.measure import Ctx, PeakMemory, free_memory, random_model, sync
 from soft_spatial.lab.gpu.report import Skip, StageFailed, table
 from soft_spatial.models.shapes import QWEN3_VL_2B_TEXT
@@ -51,7 +52,8 @@ def stage_c(ctx: Ctx) -> list[str]:
     outs = eng.generate(prompts, soft_thinking=SoftThinkingConfig(mode="adaptsoft"), n=n,
                         sampling=SamplingConfig(max_new_tokens=steps))
     batch = ctx.workdir / "actor_batch.pt"
-    torch.save({"prompts": [prompts[o.prompt_index] for o in outs], "outs": outs,
+    torch.save({"prompts": [prompts[o.prompt_index] for o in outs],
+                "outs": parity.dump_completions(outs),
                 "controller": {"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()}},
                batch)
     del eng, model
@@ -110,8 +112,8 @@ def child_c(mode: str, model_dir: str, batch_path: str, dry_run: bool) -> dict:
         import torch.distributed as dist
         torch.cuda.set_device(0)
         dist.init_process_group("nccl", init_method=init_method, rank=0, world_size=1)
-    data = torch.load(batch_path, weights_only=False)
-    prompts, outs = data["prompts"], data["outs"]
+    data = torch.load(batch_path, weights_only=True)
+    prompts, outs = data["prompts"], parity.load_completions(data["outs"])
     if mode == "hard":
         for o in outs:  # the same tokens, as a discrete chain of thought
             o.trace = SoftTrace.discrete(o.token_ids, o.trace.k, o.trace.feature_dim)

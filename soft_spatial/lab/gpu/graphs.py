@@ -474,7 +474,7 @@ def overlap(ctx, model, ctrl, lines: list[str]) -> list[str]:
               f"prompts × {g} samples batched and every prompt alone, {steps} steps, next to "
               f"overlap off twice:", ""]
     lines += table(["mode", "tok/s off", "tok/s on", "on ÷ off", "batched on vs off",
-                      "batched, off twice", "alone on vs off", "alone, off twice"], rows)
+                    "batched, off twice", "alone on vs off", "alone, off twice"], rows)
     return bad
 
 

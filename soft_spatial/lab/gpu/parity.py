@@ -163,3 +163,18 @@ def local_runs(model_dir, device: str, confs: dict, prompts, sampling, n: int, s
                 prompts, soft_thinking=conf, sampling=sampling, n=n, seed=seed)
         del eng
     return out
+
+
+def dump_completions(rows) -> list[dict]:
+    """Completions as JSON-able dicts (every float exact: fp32 values are doubles in JSON)."""
+    return [{"prompt_index": c.prompt_index, "sample_index": c.sample_index,
+             "prompt_ids": list(c.prompt_ids), "token_ids": list(c.token_ids), "text": c.text,
+             "trace": c.trace.to_lists(), "finish_reason": c.finish_reason,
+             "think_end": c.think_end, "logprobs": [float(x) for x in c.logprobs]} for c in rows]
+
+
+def load_completions(data: list[dict]) -> list:
+    """:func:`dump_completions`' rows back as ``Completion`` objects (no pickle: nothing runs)."""
+    from soft_spatial.engines.base import Completion
+    from soft_spatial.softthink import SoftTrace
+    return [Completion(**dict(d, trace=SoftTrace.from_lists(d["trace"]))) for d in data]

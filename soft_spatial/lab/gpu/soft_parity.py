@@ -51,19 +51,6 @@ def _refs_path(ctx: KitContext, mode: str) -> Path:
     return ctx.work / f"d-refs-{mode}.json"
 
 
-def _dump(rows) -> list[dict]:
-    return [{"prompt_index": c.prompt_index, "sample_index": c.sample_index,
-             "prompt_ids": c.prompt_ids, "token_ids": c.token_ids, "text": c.text,
-             "trace": c.trace.to_lists(), "finish_reason": c.finish_reason,
-             "think_end": c.think_end, "logprobs": [float(x) for x in c.logprobs]} for c in rows]
-
-
-def _load(data: list[dict]):
-    from soft_spatial.engines.base import Completion
-    from soft_spatial.softthink import SoftTrace
-    return [Completion(**dict(d, trace=SoftTrace.from_lists(d["trace"]))) for d in data]
-
-
 def references(ctx: KitContext, modes: tuple[str, ...]) -> tuple[dict, list[str]]:
     """The embedded engine's fp32 and fp64 runs for ``modes``, stored for :func:`engine`."""
     from soft_spatial.softthink import SoftThinkingConfig
@@ -78,7 +65,7 @@ def references(ctx: KitContext, modes: tuple[str, ...]) -> tuple[dict, list[str]
     for m in modes:
         path = _refs_path(ctx, m)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({k: _dump(v) for k, v in runs[m].items()}))
+        tmp.write_text(json.dumps({k: parity.dump_completions(v) for k, v in runs[m].items()}))
         tmp.replace(path)
     values = {"modes": list(modes), "seconds": round(time.perf_counter() - t0, 1),
               "fp32_on_fp64_path": {m: sum(parity.same_path(a, b) for a, b in
@@ -89,15 +76,6 @@ def references(ctx: KitContext, modes: tuple[str, ...]) -> tuple[dict, list[str]
              f"{values['seconds']:.0f} s; local fp32 on fp64's path: "
              + ", ".join(f"{m} {c}/{n * g}" for m, c in values["fp32_on_fp64_path"].items())]
     return values, lines
-
-
-def _drift_lines(title: str, a, b, names: tuple[str, str]) -> list[str]:
-    first = parity.describe(parity.first_divergence(a, b, float("inf")), names)
-    same = sum(parity.same_path(x, y) for x, y in zip(a, b))
-    out = [f"- {title}: {same}/{len(b)} rows on the same path; first path divergence: {first}"]
-    out += [f"  - max \\|Δ {f}\\| per step: {parity.curve(v)}"
-            for f, v in parity.per_step_deltas(a, b).items()]
-    return out
 
 
 def server_args(dry: bool) -> dict:
@@ -121,7 +99,7 @@ def engine(ctx: KitContext, mode: str) -> tuple[dict, list[str]]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no embedded-engine references for {mode} (its "
                                 f"references job did not finish)")
-    refs = {k: _load(v) for k, v in json.loads(path.read_text()).items()}
+    refs = {k: parity.load_completions(v) for k, v in json.loads(path.read_text()).items()}
     want, ref = refs["float32"], refs["float64"]
     n, g, steps, side = shape(ctx.dry_run)
     args = server_args(ctx.dry_run)
@@ -168,9 +146,9 @@ def engine(ctx: KitContext, mode: str) -> tuple[dict, list[str]]:
                      if v["status"] == "bound"]
     lines += [f"- first difference beyond {parity.ATOL:g}, SGLang against local fp64: "
               + parity.describe(parity.first_divergence(got, ref, parity.ATOL), ("SGLang", "fp64"))]
-    lines += _drift_lines("SGLang against local fp32", got, want, ("SGLang", "fp32"))
-    lines += _drift_lines("SGLang against local fp64", got, ref, ("SGLang", "fp64"))
-    lines += _drift_lines("local fp32 against local fp64", want, ref, ("fp32", "fp64"))
+    lines += drift_lines("SGLang against local fp32", got, want, ("SGLang", "fp32"), 1)
+    lines += drift_lines("SGLang against local fp64", got, ref, ("SGLang", "fp64"), 1)
+    lines += drift_lines("local fp32 against local fp64", want, ref, ("fp32", "fp64"), 1)
     return values, lines
 
 
