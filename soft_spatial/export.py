@@ -66,6 +66,28 @@ def check_controller(actor: Path, settings: Path | None) -> None:
             f"so the checkpoint must hold the trained controller; nothing was exported")
 
 
+def checkpoint_dirs(actor: Path) -> list[Path]:
+    """What an export reads and must never write or delete: the actor directory, its
+    ``global_step_N`` and the run directory above it (``trainer.default_local_dir``), resolved."""
+    actor = actor.resolve()
+    step = actor.parent if actor.name == "actor" else actor
+    run = step.parent if step.name.startswith("global_step_") else step
+    return list(dict.fromkeys([actor, step, run]))
+
+
+def check_output(out: Path, actor: Path) -> None:
+    """Refuse an output directory that is, contains or lies inside the checkpoint or its run:
+    ``--overwrite`` (or the ``OUT.partial`` beside it) would delete what the export reads, the
+    whole training run with it."""
+    target = out.resolve()
+    for protected in checkpoint_dirs(actor):
+        for path in (target, target.with_name(target.name + ".partial")):
+            if path == protected or path.is_relative_to(protected) or protected.is_relative_to(path):
+                raise ValueError(f"output {out} would overlap the checkpoint's {protected} (it is, "
+                                 f"contains or lies inside it; replacing it would delete the run): "
+                                 f"export to a directory outside it; nothing was exported")
+
+
 def merge_command(actor: Path, target: Path) -> list[str]:
     """verl's merger CLI for an FSDP actor checkpoint."""
     return [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
@@ -82,6 +104,7 @@ def export(checkpoint: str | Path, out: str | Path, *, overwrite: bool = False) 
     """Merge ``checkpoint`` into ``out`` with the controller and settings beside the weights."""
     actor = actor_dir(checkpoint)
     out = Path(out)
+    check_output(out, actor)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"{out} exists and is not empty (pass --overwrite to replace it)")
     source = settings_file(actor)
@@ -117,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         out = export(args.checkpoint, args.out, overwrite=args.overwrite)
-    except (FileNotFoundError, FileExistsError, RuntimeError) as e:  # refused or failed: said plainly
+    except (FileNotFoundError, FileExistsError, ValueError, RuntimeError) as e:  # refused or failed: said plainly
         raise SystemExit(f"python -m soft_spatial.export: {e}") from None
     files = sorted(p.name for p in out.iterdir())
     print(f"exported {actor_dir(args.checkpoint)} to {out}: {', '.join(files)}")

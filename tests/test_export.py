@@ -8,7 +8,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from soft_spatial.eval.__main__ import CONFIG_DIR, apply_exported, build_config
-from soft_spatial.export import actor_dir, export
+from soft_spatial.export import actor_dir, export, main
 from soft_spatial.softthink import AdaptSoft, AdaptSoftConfig, SoftThinkingConfig
 from soft_spatial.softthink.settings import CONTROLLER_FILE, SETTINGS_FILE, SoftSettings
 
@@ -118,3 +118,29 @@ def test_a_failed_export_leaves_no_partial_directory(tmp_path, mode, controller)
     with pytest.raises(RuntimeError, match="verl's model merger failed"):
         export(ckpt, tmp_path / "out")
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
+def _tree(root: Path) -> dict:
+    return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("where", ["the run", "the step", "the actor", "inside the run",
+                                   "a parent of the run"])
+def test_an_output_overlapping_the_checkpoint_is_refused_and_the_run_kept(tmp_path, where):
+    """``export RUN/global_step_1 RUN --overwrite`` once exported, then deleted the whole run."""
+    ckpt = _fake_checkpoint(tmp_path, "hard")
+    out = {"the run": ckpt, "the step": ckpt / "global_step_1",
+           "the actor": ckpt / "global_step_1" / "actor", "inside the run": ckpt / "final",
+           "a parent of the run": tmp_path}[where]
+    before = _tree(tmp_path)
+    with pytest.raises(ValueError, match="would overlap the checkpoint"):
+        export(ckpt / "global_step_1", out, overwrite=True)
+    assert _tree(tmp_path) == before  # every byte of the run, and no OUT.partial
+    assert not out.with_name(out.name + ".partial").exists()
+
+
+def test_the_command_says_why_an_overlapping_output_is_refused(tmp_path, capsys):
+    ckpt = _fake_checkpoint(tmp_path, "hard")
+    with pytest.raises(SystemExit, match="would overlap the checkpoint"):
+        main([str(ckpt / "global_step_1"), str(ckpt), "--overwrite"])
+    assert (ckpt / "global_step_1" / "actor" / "model_world_size_1_rank_0.pt").is_file()

@@ -106,6 +106,20 @@ def existing_file(path: Path, field: str, ctx: RecordContext) -> Path:
     return path
 
 
+def inside(base: Path, relative: str | Path, field: str, ctx: RecordContext) -> Path:
+    """``base / relative`` if, resolved (``..`` and symlinks followed; an absolute ``relative``
+    stands for itself), it lies inside ``base`` resolved; otherwise an error naming the record,
+    the field and the path. A benchmark file is someone else's: its paths must not lead a read
+    outside the dataset directory."""
+    root = Path(base).resolve()
+    path = Path(base) / relative
+    target = path.resolve()
+    if target != root and not target.is_relative_to(root):
+        raise ctx.error(field, f"path {str(relative)!r} leads outside the dataset directory {base} "
+                               f"(to {target}); refused")
+    return path
+
+
 def verified_image(path: Path, field: str, ctx: RecordContext) -> Path:
     """``path`` if it is a readable image (PIL's ``verify``: header, chunks, checksums, no
     truncation); otherwise an error naming the record and the file."""

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 
 from PIL import Image, UnidentifiedImageError
 
-from soft_spatial.data.checks import RecordContext, verified_image
+from soft_spatial.data.checks import RecordContext, inside, verified_image
+from soft_spatial.data.errors import DataFormatError
 from soft_spatial.data.record import ImageRef
 
 #: a string this long that is no path is taken for base64 (VLMEvalKit: "len(image) > 64")
@@ -48,12 +49,19 @@ def cell_list(value: Any) -> list[Any]:
 
 
 def resolve_path(relative: str, bases: Sequence[Path], field: str, ctx: RecordContext, check: bool) -> Path:
-    """``relative`` under the first base where it exists (absolute paths as they are)."""
-    path = Path(relative)
-    if path.is_absolute():
-        candidates = [path]
-    else:
-        candidates = [Path(base) / path for base in bases] or [path]
+    """``relative`` under the first base where it exists; only paths that stay inside a base
+    (``..``, absolute paths and symlinks resolved: :func:`~soft_spatial.data.checks.inside`) are
+    candidates, and a path inside none of them is refused, naming the record and the path."""
+    if not bases:
+        raise ctx.error(field, f"image path {relative!r} has no dataset directory to resolve in")
+    candidates, refused = [], None
+    for base in bases:
+        try:
+            candidates.append(inside(Path(base), relative, field, ctx))
+        except DataFormatError as exc:
+            refused = exc
+    if not candidates:
+        raise refused
     if not check:
         return next((c for c in candidates if c.is_file()), candidates[0])
     for candidate in candidates:

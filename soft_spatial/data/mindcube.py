@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from soft_spatial.data.checks import (RecordContext, answer_from_letter, check_records, option_list, require,
+from soft_spatial.data.checks import (RecordContext, answer_from_letter, inside, check_records, option_list, require,
                                       text_field, verified_image)
 from soft_spatial.data.record import LETTERS, ImageRef, QuestionRecord
 from soft_spatial.data.tables import read_table
@@ -103,7 +103,7 @@ def _parse(raw: dict[str, Any], ctx: RecordContext, base: Path, check_images: bo
     images = require(raw, "images", ctx)
     if not isinstance(images, list) or not images or not all(isinstance(p, str) and p for p in images):
         raise ctx.error("images", f"expected a non-empty list of image paths, got {images!r}")
-    paths = [base / p for p in images]
+    paths = [inside(base, p, "images", ctx) for p in images]
     if check_images:
         paths = [verified_image(p, "images", ctx) for p in paths]
     meta = {k: raw[k] for k in ("category", "type", "meta_info") if k in raw}

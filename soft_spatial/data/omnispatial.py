@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from soft_spatial.data.checks import (RecordContext, answer_from_index, check_records, option_list, require, text_field,
-                     verified_image)
+from soft_spatial.data.checks import (RecordContext, answer_from_index, check_records, inside, option_list,
+                                      require, text_field, verified_image)
 from soft_spatial.data.record import ImageRef, QuestionRecord
 from soft_spatial.data.tables import read_table
 
@@ -58,7 +58,7 @@ def _parse(raw: dict, ctx: RecordContext, release: Path, check_images: bool) -> 
     task_type, sub_task_type = task_types(raw, ctx)
     options = option_list(require(raw, "options", ctx), "options", ctx)
     answer = answer_from_index(require(raw, "answer", ctx), len(options), "answer", ctx)
-    image = release / task_type / f"{record_id.split('_')[0]}.png"
+    image = inside(release, Path(task_type) / f"{record_id.split('_')[0]}.png", "id", ctx)
     if check_images:
         verified_image(image, "image", ctx)
     return omnispatial_record(record_id, [image], text_field(raw, "question", ctx), options, answer,
