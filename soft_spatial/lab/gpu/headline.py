@@ -168,20 +168,10 @@ def run_job(ctx, job: Job, records: dict[str, dict]) -> tuple[dict, list[str]]:
 
 
 def _sync(ctx) -> tuple[dict, list[str]]:
-    """The soft sampler never waits for the device (CUDA sync debug mode; meta tensors on the CPU)."""
-    from soft_spatial.lab.gpu.sampler_sync import drive_sampler
-    from soft_spatial.models.shapes import QWEN3_VL_2B_TEXT
-    dev, vocab, hidden = ("meta", 97, 16) if ctx.dry_run else ("cuda", 151936,
-                                                                 QWEN3_VL_2B_TEXT["hidden_size"])
-    rows, waits = [], []
-    for mode in ("hard", "fixed", "adaptsoft"):
-        try:
-            rows.append([mode, drive_sampler(dev, mode, vocab=vocab, hidden=hidden), "none"])
-        except Exception as e:  # the synchronising op, named by torch
-            waits.append(mode)
-            rows.append([mode, "-", f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"])
-    lines = [f"Soft sampler (SoftRuntime.sample, vocabulary {vocab}, hidden {hidden}) on {dev}:", "",
-             *table(["mode", "rows sampled", "synchronising op"], rows)]
+    """The soft sampler never waits for the device: stage f's ``sync`` part."""
+    from soft_spatial.lab.gpu.graphs import sampler_sync
+    lines: list[str] = []
+    waits = sampler_sync(ctx, lines)
     if waits:
         raise StageFailed(lines)
     return {"waits": waits}, lines
@@ -292,8 +282,9 @@ def run_plan(out: Path, work: Path, deadline_s: float, dry: bool, extras: bool =
         why = None
         while proc.poll() is None:
             time.sleep(poll_s)
-            shown = _echo(report, shown)
-            running = [r for r in report.records() if r.get("kind") == "job"][-1:]
+            recs = report.records()
+            shown = _echo(recs, shown)
+            running = [r for r in recs if r.get("kind") == "job"][-1:]
             if time.time() > deadline_at:
                 why = "the plan's deadline"
             elif running and running[0]["status"] == "started" and running[0].get("cap_s"):
@@ -311,9 +302,11 @@ def run_plan(out: Path, work: Path, deadline_s: float, dry: bool, extras: bool =
             report.record(part, name, status, tail=_tail(log, start), lines=[
                 f"killed at {why}" if why else f"the child process died (exit {proc.returncode}) "
                                                f"while it ran: the end of the log below"])
-        if key_done(report, "E/grpo") or key_done(report, "X/grpo-resume"):
-            _tar_stage_e(work, out / STAGE_E_TAR)
-        shown = _echo(report, shown)
+        recs = report.records()
+        if any(_latest(recs).get(k, {}).get("status") not in (None, "started")
+               for k in ("E/grpo", "X/grpo-resume")):
+            _tar_stage_e(work, out / STAGE_E_TAR)  # E's logs now, in case the call is cut short
+        shown = _echo(recs, shown)
         if not stuck and proc.returncode == 0:
             break
     _tar_stage_e(work, out / STAGE_E_TAR)
@@ -327,19 +320,14 @@ def run_plan(out: Path, work: Path, deadline_s: float, dry: bool, extras: bool =
     return 0 if all(latest.get(k, {}).get("status") == "ok" for k in headline) else 1
 
 
-def _echo(report: LiveReport, shown: int) -> int:
+def _echo(recs: list[dict], shown: int) -> int:
     """Print the records after the first ``shown`` as progress lines; returns how many there are."""
-    recs = report.records()
     for r in recs[shown:]:
         print(f"[+{r.get('elapsed_s', 0):.0f} s {r.get('time', '')[11:19]}Z] {r.get('part')} "
               f"{r.get('job')}: {r.get('status')} "
               + json.dumps({k: v for k, v in r.get("values", {}).items()
                             if not isinstance(v, (dict, list))}, default=str)[:240], flush=True)
     return len(recs)
-
-
-def key_done(report: LiveReport, key: str) -> bool:
-    return _latest(report.records()).get(key, {}).get("status") not in (None, "started")
 
 
 def _tar_stage_e(work: Path, dest: Path) -> None:

@@ -141,6 +141,18 @@ def row_verdicts(got, want, ref, fields=FLOATS) -> list[dict]:
     return out
 
 
+def summarize(got, want, ref) -> tuple[list[dict], dict, list, dict]:
+    """(:func:`row_verdicts`, their count per status, the (got, want) pairs on the same path,
+    max |Δ| per float field over those pairs: NaN without any) of an engine's rows ``got``
+    against the local engine's fp32 ``want`` and fp64 ``ref``."""
+    verdicts = row_verdicts(got, want, ref)
+    count = {k: sum(v["status"] == k for v in verdicts)
+             for k in ("ok", "ill-conditioned", "path", "bound")}
+    same = [(a, b) for a, b in zip(got, want) if same_path(a, b)]
+    dev = {k: max((max_abs(a, b, k) for a, b in same), default=math.nan) for k in FLOATS}
+    return verdicts, count, same, dev
+
+
 def curve(values: list[float], every: int = 1) -> str:
     """``1.2e-06 3.4e-06 …`` (every ``every``-th step; ``–`` where no row was on the path)."""
     return " ".join("–" if math.isnan(v) else f"{v:.1e}" for v in values[::every])

@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -121,8 +120,3 @@ class LiveReport:
             out += [f"## {r['part']} {r['job']}: {r['status']} ({r['time']}, +{r['elapsed_s']} s)",
                     "", *r["lines"], ""]
         return out
-
-
-def log(t0: float, message: str) -> None:
-    """A progress line with the time since ``t0``."""
-    print(f"[{stamp(t0)}] {message}", file=sys.stderr, flush=True)

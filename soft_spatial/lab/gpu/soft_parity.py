@@ -117,12 +117,7 @@ def engine(ctx: KitContext, mode: str) -> tuple[dict, list[str]]:
         free_memory()
         if not ctx.dry_run:
             wait_device_free()
-    verdicts = parity.row_verdicts(got, want, ref)
-    count = {k: sum(v["status"] == k for v in verdicts)
-             for k in ("ok", "ill-conditioned", "path", "bound")}
-    same = [(a, b) for a, b in zip(got, want) if parity.same_path(a, b)]
-    dev = {k: max((parity.max_abs(a, b, k) for a, b in same), default=float("nan"))
-           for k in parity.FLOATS}
+    verdicts, count, same, dev = parity.summarize(got, want, ref)
     soft = sum(int(c.trace.soft.sum()) for c in got) / max(sum(len(c.token_ids) for c in got), 1)
     values = {"mode": mode, "rows": len(ref), "same_path_as_fp32": len(same),
               "verdicts": count, "within_bound": count["ok"] + count["ill-conditioned"],
@@ -165,9 +160,7 @@ def tf32_off_lines() -> list[str]:
     """TF32 off for fp32 parity: in this process (matmul and cuDNN flags) and in every SGLang
     scheduler process started afterwards (``NVIDIA_TF32_OVERRIDE=0`` in their inherited
     environment: cuBLAS and cuDNN then never use TF32). Returns the settings, for the report."""
-    import torch
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    tf32_off()
     os.environ["NVIDIA_TF32_OVERRIDE"] = "0"
     return ["torch.backends.cuda.matmul.allow_tf32 = False", "torch.backends.cudnn.allow_tf32 = False",
             "NVIDIA_TF32_OVERRIDE=0 for SGLang's processes"]
@@ -281,12 +274,7 @@ def stage_d(ctx: Ctx) -> list[str]:
                 tps[("sglang", m)] = throughput_of(eng, conf, "cpu", ctx)
         finally:
             eng.close()
-        verdicts = parity.row_verdicts(got, want, ref)
-        count = {k: sum(v["status"] == k for v in verdicts)
-                 for k in ("ok", "ill-conditioned", "path", "bound")}
-        same = [(a, b) for a, b in zip(got, want) if parity.same_path(a, b)]
-        dev = {k: max((parity.max_abs(a, b, k) for a, b in same), default=float("nan"))
-               for k in parity.FLOATS}
+        verdicts, count, same, dev = parity.summarize(got, want, ref)
         rows.append([m, f"{len(same)}/{len(want)}", dev["loglik"], dev["scores"],
                      dev["tau"] if m == "adaptsoft" else "–",
                      f"{sum(parity.same_path(w, x) for w, x in zip(want, ref))}/{len(ref)}",
