@@ -176,35 +176,49 @@ def native_scheduler_process(*args, **kwargs):
 
 
 # -- CUDA graphs (``sglang/srt/model_executor/cuda_graph_runner.py``, ``CudaGraphRunner``) ------
+class _AtLeastLast:
+    """Data descriptor for ``CudaGraphRunner.capture_hidden_mode``: every assignment keeps at
+    least ``CaptureHiddenMode.LAST`` (FULL is kept); the value lives in the instance's own
+    ``__dict__`` under the same name, so reads see exactly what was stored."""
+
+    def __init__(self, last):
+        self.last = last
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        return obj.__dict__["capture_hidden_mode"]
+
+    def __set__(self, obj, value):
+        obj.__dict__["capture_hidden_mode"] = max(value, self.last)
+
+
 def capture_graphs_with_last_hidden() -> None:
     """Make every ``CudaGraphRunner`` capture its decode graphs with (at least)
     ``CaptureHiddenMode.LAST``, so decode batches that ask for the last hidden state (the soft
     plugin asks in every batch: AdaptSoft's input) replay a graph. Idempotent.
 
     sglang 0.5.12: ``CudaGraphRunner.__init__`` sets ``capture_hidden_mode = NULL`` (L641) and
-    captures (L736); ``can_run`` (L802-L814) refuses a batch whose requested mode is neither NULL
-    nor the captured one; the recapture for a new mode (``recapture_if_needed``, L1201) runs only
-    inside ``replay_prepare``, i.e. after ``can_run`` said yes. So a runner captured with NULL
-    never replays a batch that asks for LAST: every soft decode step ran eagerly (the H200 run of
-    2026-11-26: the plugin at 0.127-0.147 x stock SGLang with "graphs on", the speed of graphs
-    off). This wraps ``CudaGraphRunner.capture`` to raise the mode to LAST before each capture
-    (a higher mode, FULL, is kept); a batch asking for NULL or LAST then replays.
+    captures (L736); ``capture_one_batch_size`` sets it again, to NULL unless FULL, before each
+    batch size's forward (L1052-L1055) and captures that forward with it (L1109); ``can_run``
+    (L802-L814) refuses a batch whose requested mode is neither NULL nor the captured one; the
+    recapture for a new mode (``recapture_if_needed``, L1201) runs only inside
+    ``replay_prepare``, i.e. after ``can_run`` said yes. So no decode batch that asks for LAST
+    ever replays a graph: the plugin's decode ran eagerly on the H200 (2026-11-26, two calls:
+    0.147 x and 0.172 x stock SGLang with "graphs on", 0 of 752 batches replayed).
+
+    This installs :class:`_AtLeastLast` as the class's ``capture_hidden_mode``: every one of
+    those assignments keeps LAST (FULL is kept), so the graphs are captured computing the last
+    hidden state and a batch asking for NULL or LAST replays. (A first fix wrapped ``capture``
+    to raise the mode before it; ``capture_one_batch_size`` lowered it again: the second H200
+    call counted ``captured_hidden`` 0.) Only processes that install the plugin are affected.
     """
     from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
 
-    original = CudaGraphRunner.capture
-    if getattr(original, "soft_spatial_last", False):
+    if isinstance(CudaGraphRunner.__dict__.get("capture_hidden_mode"), _AtLeastLast):
         return
-
-    def capture(self, *args, **kwargs):
-        if self.capture_hidden_mode < CaptureHiddenMode.LAST:
-            self.capture_hidden_mode = CaptureHiddenMode.LAST
-        return original(self, *args, **kwargs)
-
-    capture.soft_spatial_last = True
-    capture.__wrapped__ = original
-    CudaGraphRunner.capture = capture
+    CudaGraphRunner.capture_hidden_mode = _AtLeastLast(CaptureHiddenMode.LAST)
 
 
 GRAPH_LOG_ENV = "SOFT_SPATIAL_GRAPH_LOG"
@@ -449,6 +463,11 @@ def _graph_problems() -> list:
              # asking for another mode than the captured one (but NULL) does not replay
              (cgr.CudaGraphRunner.__init__, ("self.capture_hidden_mode = CaptureHiddenMode.NULL",
                                              "self.capture()")),
+             # ... and each batch size's capture resets the mode through the attribute (the
+             # descriptor's floor) and captures its forward with it
+             (cgr.CudaGraphRunner.capture_one_batch_size, (
+                 "if self.capture_hidden_mode != CaptureHiddenMode.FULL:",
+                 "self.capture_hidden_mode = (", "capture_hidden_mode=self.capture_hidden_mode")),
              (cgr.CudaGraphRunner.can_run, ("requested_capture_hidden_mode == CaptureHiddenMode.NULL",
                                             "requested_capture_hidden_mode == self.capture_hidden_mode")),
              (mm_utils.general_mm_embed_routine, ("input_embeds = embed_tokens(input_ids)",

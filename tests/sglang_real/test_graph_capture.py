@@ -1,8 +1,9 @@
 """CUDA graphs and the soft plugin's hidden states, against SGLang 0.5.12's own ``CudaGraphRunner``
 code (no graph can be captured on a CPU, so the runner is a bare instance with the attributes
 ``can_run`` reads): a runner captured with NULL refuses every batch that asks for LAST (what the
-H200 run of 2026-11-26 measured: the plugin at graphs-off speed), the plugin's capture wrapper
-raises the captured mode to LAST so those batches replay, and the scheduler-side counts record
+H200 runs of 2026-11-26 measured: the plugin at graphs-off speed), SGLang's own per-batch-size
+reset (run from its source) lowers any mode but FULL back to NULL, the plugin's descriptor keeps
+LAST through it so those batches replay, and the scheduler-side counts record
 which batches replayed and why the first eager one did not."""
 from __future__ import annotations
 
@@ -46,22 +47,58 @@ def test_a_runner_captured_with_null_never_replays_a_batch_asking_for_last(cgr):
     assert cgr.CudaGraphRunner.can_run(_runner(cgr, M.LAST), _batch(M.LAST, bs=65)) is False
 
 
-def test_the_plugins_capture_wrapper_captures_with_last(cgr, monkeypatch):
+def _upstream_mode_reset(cgr):
+    """SGLang's own statement in ``capture_one_batch_size`` that sets the mode before each batch
+    size's capture (``if self.capture_hidden_mode != FULL: self.capture_hidden_mode = ...``),
+    compiled from its source: the line that undid the first fix."""
+    import ast
+    import inspect
+    import textwrap
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cgr.CudaGraphRunner.capture_one_batch_size)))
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.If)
+             and "self.capture_hidden_mode != CaptureHiddenMode.FULL" in ast.unparse(n.test)]
+    assert len(found) == 1, "sglang's capture_one_batch_size no longer resets the hidden mode"
+    return compile(ast.Module(body=found, type_ignores=[]), "capture_one_batch_size", "exec")
+
+
+def test_the_plugins_capture_mode_survives_every_reset(cgr, monkeypatch):
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode as M
-    seen = []
-    monkeypatch.setattr(cgr.CudaGraphRunner, "capture", lambda self: seen.append(
-        self.capture_hidden_mode))
+    monkeypatch.delattr(cgr.CudaGraphRunner, "capture_hidden_mode", raising=False)
+    reset = _upstream_mode_reset(cgr)
+
+    def captured(start, spec_mode=None):
+        r = object.__new__(cgr.CudaGraphRunner)
+        r.capture_hidden_mode = start  # what __init__ does (NULL, or FULL)
+        spec = None if spec_mode is None else SimpleNamespace(capture_hidden_mode=spec_mode)
+        exec(reset, {"CaptureHiddenMode": M}, {"self": r, "spec_info": spec})
+        return r
+
+    # SGLang alone: every capture is NULL whatever the runner started with (unless FULL)
+    assert captured(M.LAST).capture_hidden_mode == M.NULL
+    assert cgr.CudaGraphRunner.can_run(_with(cgr, captured(M.NULL)), _batch(M.LAST)) is False
     compat.capture_graphs_with_last_hidden()
-    compat.capture_graphs_with_last_hidden()  # idempotent: wrapped once
-    assert cgr.CudaGraphRunner.capture.__wrapped__.__name__ == "<lambda>"
-    for start, want in ((M.NULL, M.LAST), (M.LAST, M.LAST), (M.FULL, M.FULL)):
-        r = _runner(cgr, start)
-        r.capture()
-        assert seen[-1] == want and r.capture_hidden_mode == want
-    assert cgr.CudaGraphRunner.can_run(_runner(cgr, M.NULL), _batch(M.LAST)) is False
-    r = _runner(cgr, M.NULL)
-    r.capture()  # the start-up capture, wrapped
+    compat.capture_graphs_with_last_hidden()  # idempotent: one descriptor
+    assert isinstance(cgr.CudaGraphRunner.__dict__["capture_hidden_mode"], compat._AtLeastLast)
+    for start, spec_mode, want in ((M.NULL, None, M.LAST), (M.LAST, None, M.LAST),
+                                   (M.FULL, None, M.FULL), (M.NULL, M.FULL, M.FULL),
+                                   (M.NULL, M.NULL, M.LAST)):
+        r = captured(start, spec_mode)
+        assert r.capture_hidden_mode == want and type(r.capture_hidden_mode) is M
+    r = _with(cgr, captured(M.NULL))
     assert cgr.CudaGraphRunner.can_run(r, _batch(M.LAST)) is True
+    assert cgr.CudaGraphRunner.can_run(r, _batch(M.NULL)) is True
+    # and SGLang's recapture check, given a LAST batch, finds nothing to recapture
+    monkeypatch.setattr(cgr.CudaGraphRunner, "capture", lambda self: pytest.fail("recaptured"))
+    r.model_runner = SimpleNamespace(server_args=SimpleNamespace(enable_return_hidden_states=False))
+    cgr.CudaGraphRunner.recapture_if_needed(r, _batch(M.LAST))
+    assert r.capture_hidden_mode == M.LAST
+
+
+def _with(cgr, r):
+    """``r`` with the attributes ``can_run`` reads (its mode kept as set)."""
+    mode = r.__dict__["capture_hidden_mode"]
+    r.__dict__.update(_runner(cgr, mode).__dict__)
+    return r
 
 
 def test_the_plugin_installs_the_capture_wrapper():
