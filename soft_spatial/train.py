@@ -56,6 +56,7 @@ def preflight(cfg) -> Path:
     the config without a trailing "/"). Every error names the setting."""
     # the actor's module imports verl: after run() set the environment verl reads at import
     from soft_spatial.actor.loss import check_actor_config
+    from soft_spatial.integration.consistency import check_rollout_correction
 
     rollout = cfg.actor_rollout_ref.rollout
     # parsed once, here (each invalid setting named); workers and servers read this dict
@@ -64,6 +65,7 @@ def preflight(cfg) -> Path:
         rollout.custom = settings.to_dict()
     # warned here, where the user sees it (the worker checks verl's built actor config again)
     check_actor_config(cfg.actor_rollout_ref.actor)
+    check_rollout_correction(cfg.get("algorithm"), settings.soft_thinking.is_soft)
     for key, value in (("actor_rollout_ref.rollout.temperature", rollout.get("temperature")),
                        ("actor_rollout_ref.rollout.val_kwargs.temperature",
                         rollout.get("val_kwargs", {}).get("temperature"))):

@@ -52,6 +52,30 @@ def test_engine_log_probs_equal_rollout_replay(process_group, rollout, tiny_qwen
         assert (lp[i, len(r):] == 0).all()
 
 
+def test_engine_log_probs_equal_the_rollouts_under_the_reference_density(process_group,
+                                                                         tiny_qwen3_text_small):
+    """The learning recipe's density (the authors' release's variant): the rollout records each
+    soft step under it and the actor, configured with it, computes the same likelihoods (the
+    consistency check's two sides; they once differed by 16-18 nats)."""
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    from soft_spatial.softthink import DensityConfig
+
+    density = DensityConfig.reference()
+    _, prompts, outs, _ = H.rollouts(tiny_qwen3_text_small, density=density)
+    soft = torch.cat([o.trace.soft for o in outs])
+    assert soft.any() and (~soft).any()
+    train_engine = H.make_train_engine(tiny_qwen3_text_small, remove_padding=True)
+    train_engine.configure_soft(density=density)
+    td = H.set_infer_keys(H.verl_batch(prompts, outs), 2, True)
+    with train_engine.eval_mode():
+        out = train_engine.infer_batch(td)
+    lp = no_padding_2_padding(out["model_output"]["log_probs"], td)
+    for i, o in enumerate(outs):
+        roll = torch.tensor(o.logprobs, dtype=torch.float32)
+        torch.testing.assert_close(lp[i, : len(roll)], roll, rtol=1e-5, atol=5e-5)
+
+
 def test_batch_without_trace_is_the_stock_engine(process_group, rollout, tiny_qwen3_text_small):
     """No trace tensors: the subclass returns exactly what verl's FSDPEngineWithLMHead returns."""
     from verl.workers.utils.padding import no_padding_2_padding

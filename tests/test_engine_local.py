@@ -12,7 +12,8 @@ from controller_helpers import trained_controller
 from soft_spatial.engines import LocalEngine, PromptTooLongError
 from soft_spatial.engines.replay import replay_completion
 from soft_spatial.models import think_end_id
-from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig, gumbel_log_density
+from soft_spatial.softthink import (DensityConfig, SamplingConfig, SoftThinkingConfig,
+                                    gumbel_log_density)
 
 
 class BiasedHead(torch.nn.Module):
@@ -52,15 +53,16 @@ def with_think_bonus(engine, bonus=8.0):
     return engine
 
 
-def check_replay(eng, prompt, outs, atol):
+def check_replay(eng, prompt, outs, atol, density=DensityConfig()):
     for o in outs:
-        r = replay_completion(eng, prompt, o)
+        r = replay_completion(eng, prompt, o, density=density)
         soft_mask = o.trace.soft
         assert torch.equal(r["weights"], o.debug["weights"])  # bit for bit
         # fp32: cached vs uncached attention differ by rounding; 1e-5 absolute or relative
         torch.testing.assert_close(r["cand_logp"].float(), o.debug["logp"].float(), rtol=atol,
                                    atol=atol)
-        d_roll = gumbel_log_density(o.trace.scores[soft_mask], o.debug["logp"][soft_mask])
+        d_roll = gumbel_log_density(o.trace.scores[soft_mask], o.debug["logp"][soft_mask], 1.0,
+                                    density.reduce, density.clamp, density.min_logp)
         d_rep = r["loglik"][soft_mask]
         assert ((d_rep - d_roll).abs() <= atol * d_roll.abs().clamp(min=1)).all()
         # discrete steps: the replayed token log-prob is a real log-probability
@@ -80,6 +82,25 @@ def test_replay_reproduces_every_step_fp32(engine, mode):
     assert any(o.think_closed for o in outs)  # both soft and discrete steps are covered
     check_replay(eng, prompt, outs, atol=1e-5)
     eng.set_controller(None)
+
+
+def test_the_recorded_likelihood_is_under_the_runs_density(engine):
+    """The authors' release's density (what the learning recipe trains with): the engine records
+    every soft step under it, and the teacher-forced replay under it reproduces each step; the
+    exact density of the same records differs (so the setting reached the record)."""
+    eng = with_think_bonus(engine)
+    prompt, ref = chat(), DensityConfig.reference()
+    kw = dict(soft_thinking=SoftThinkingConfig(mode="fixed"),
+              sampling=SamplingConfig(max_new_tokens=30), n=2, seed=3, debug=True)
+    outs = eng.generate([prompt], density=ref, **kw)
+    assert any(o.think_closed for o in outs)
+    check_replay(eng, prompt, outs, atol=1e-5, density=ref)
+    exact = eng.generate([prompt], **kw)
+    for o, e in zip(outs, exact):
+        assert torch.equal(o.trace.scores, e.trace.scores)  # the same decoding
+        soft = o.trace.soft
+        assert not torch.allclose(torch.tensor(o.logprobs)[soft], torch.tensor(e.logprobs)[soft])
+        assert torch.equal(torch.tensor(o.logprobs)[~soft], torch.tensor(e.logprobs)[~soft])
 
 
 def test_replay_reproduces_every_step_fp64(engine64):

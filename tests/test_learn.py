@@ -221,6 +221,10 @@ def test_reduced_learning_run_changes_policy_and_controller(tmp_path):
     assert any(m["critic/score/max"] > m["critic/score/min"] for m in metrics)  # GRPO signal
     assert len({m["critic/score/mean"] for m in metrics}) > 1  # the reward is not constant
     assert all(m["actor/grad_norm"] > 0 and m["actor/adaptsoft/grad_norm"] > 0 for m in metrics)
+    # the recipe's reference density on both sides: rollout and replay agree (they were 16-18
+    # nats apart while the rollout recorded the exact density)
+    assert all(m["soft/replay_max_abs_diff_soft"] < 1e-3 for m in metrics)
+    assert all(m["soft/replay_check_exceeded"] == 0.0 for m in metrics)
 
     warm = load_file(out / "models/warmstart/model.safetensors")
     final = load_file(next((out / "runs/adaptsoft/final").glob("*.safetensors")))

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from soft_spatial.softthink.settings import (SoftSettings, request_row_seed, request_seed, row_seed, sampling_config)
-from soft_spatial.softthink import (AdaptSoftConfig, AlignmentConfig, DensityConfig, KLConfig,
+from soft_spatial.softthink import (AdaptSoftConfig, AlignmentConfig, DensityConfig, KLConfig, ReplayCheckConfig,
                                     SoftThinkingConfig)
 
 
@@ -100,8 +100,11 @@ NON_DEFAULT = SoftSettings(
     density=DensityConfig(reduce="mean", clamp=(-1.5, 3.0), min_logp=-3.0),
     alignment=AlignmentConfig(enabled=False, ref_fraction=0.5, beta=0.9, target=1e-2, max_scale=1e5, eps=1e-20,
                               center=False, lr=1e-4, weight_decay=0.0, grad_clip=2.0, vocab_block=1024),
-    kl=KLConfig(over="candidates"), seed=7, batch_window_s=0.05, max_batch_rows=3, stream_wait_s=5.0)
-GROUPS = ("soft_thinking", "adaptsoft", "density", "alignment", "kl")
+    kl=KLConfig(over="candidates"), replay_check=ReplayCheckConfig(bound=0.25, on_exceed="stop"),
+    seed=7, batch_window_s=0.05, max_batch_rows=3, stream_wait_s=5.0)
+GROUPS = ("soft_thinking", "adaptsoft", "density", "alignment", "kl", "replay_check")
+#: the groups evaluation holds (the replay check is training's: evaluation replays nothing)
+EVAL_GROUPS = tuple(g for g in GROUPS if g != "replay_check")
 
 
 def test_the_example_differs_from_the_defaults_in_every_field():
@@ -172,9 +175,9 @@ def _compose_eval(overrides):
 
 
 def _eval_view(s: SoftSettings) -> SoftSettings:
-    """What evaluation holds of a run's settings: the groups (the rollout server's scalars are
-    training's; evaluation has its own seed and batch_rows)."""
-    return SoftSettings(**{g: getattr(s, g) for g in GROUPS})
+    """What evaluation holds of a run's settings: the groups (the rollout server's scalars and
+    the replay check are training's; evaluation has its own seed and batch_rows)."""
+    return SoftSettings(**{g: getattr(s, g) for g in EVAL_GROUPS})
 
 
 def test_the_exported_settings_file_carries_it_to_evaluation(tmp_path, monkeypatch):
@@ -210,7 +213,8 @@ def _hydra_value(v) -> str:
 def test_evaluations_config_composes_into_it():
     """configs/eval.yaml's soft block, set through the groups as on the command line."""
     from soft_spatial.eval.__main__ import soft_settings
-    overrides = [f"{g}.{k}={_hydra_value(v)}" for g in GROUPS for k, v in NON_DEFAULT.to_dict()[g].items()]
+    overrides = [f"{g}.{k}={_hydra_value(v)}" for g in EVAL_GROUPS
+                 for k, v in NON_DEFAULT.to_dict()[g].items()]
     assert soft_settings(_compose_eval(overrides)) == _eval_view(NON_DEFAULT)
     # mode= (the top-level key) still sets the mode
     assert soft_settings(_compose_eval(["mode=hard"])).soft_thinking.mode == "hard"

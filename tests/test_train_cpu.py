@@ -140,6 +140,7 @@ def assert_one_step(m: dict, preset: str) -> None:
     assert (m["soft/soft_step_fraction"] > 0) == soft
     if soft:
         assert m["soft/replay_max_abs_diff_soft"] < 1e-3  # rollout vs training likelihoods
+    assert m["soft/replay_max_abs_diff"] < 1e-3 and m["soft/replay_check_exceeded"] == 0.0
     if preset in ("hard", "soft_fixed"):
         assert "actor/adaptsoft/grad_norm" not in m
     else:

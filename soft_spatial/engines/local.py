@@ -39,6 +39,7 @@ from soft_spatial.models.tokens import single_token_id, stop_token_ids, unusable
 from soft_spatial.softthink import (
     AdaptSoft,
     AdaptSoftConfig,
+    DensityConfig,
     SamplingConfig,
     SoftThinkingConfig,
     TraceRecorder,
@@ -257,9 +258,12 @@ class LocalEngine:
                  soft_thinking: SoftThinkingConfig | None = None,
                  sampling: SamplingConfig | None = None, n: int = 1, seed: int = 0,
                  seeds: Sequence[int] | None = None, progress: bool = False,
-                 debug: bool = False) -> list[Completion]:
+                 debug: bool = False, density: DensityConfig | None = None) -> list[Completion]:
         """Sample ``n`` responses per prompt. Returns completions ordered prompt-major
         (prompt i's samples at ``i*n .. i*n+n-1``).
+
+        ``density`` is the soft-step likelihood each completion's ``loglik`` records (the run's
+        ``SoftSettings.density``; None: the exact density, eq. 5).
 
         ``seeds`` gives each prompt its own seed (default ``seed + i``); row (i, j) uses
         ``row_seed(seeds[i], j)``, so prompt i run alone with ``seeds=[seeds[i]]`` decodes the
@@ -285,12 +289,13 @@ class LocalEngine:
             for chunk in chunks:
                 outs += self._generate_chunk(chunk, [prepared[i] for i in chunk],
                                              soft_thinking, sampling,
-                                             n, [seeds[i] for i in chunk], think_end, debug)
+                                             n, [seeds[i] for i in chunk], think_end, debug,
+                                             density)
                 advance(len(chunk) * n)
         return outs
 
     def _generate_chunk(self, prompt_idx, prepared, soft_thinking, sampling, n, seeds, think_end,
-                        debug):
+                        debug, density=None):
         tm = self.timings
         k, fdim, dev = soft_thinking.top_k, self.feature_dim, self.device
         ids, mask, mm = self._batch(prepared)
@@ -319,7 +324,7 @@ class LocalEngine:
             with tm("sample"):
                 u = noise_uniforms(row_seeds[active], step, k + 1)
                 rec = sample_step(logits, h, u, thinking[active], soft_thinking, sampling,
-                                  self.controller, fdim, debug)
+                                  self.controller, fdim, debug, density)
             token = rec["topk_ids"][:, 0]
             full = {key: torch.zeros((rows,) + tuple(v.shape[1:]), dtype=v.dtype, device=dev)
                     for key, v in rec.items() if key in TRACE_KEYS}

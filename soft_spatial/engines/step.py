@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from soft_spatial.softthink import (AdaptSoft, SamplingConfig, SoftThinkingConfig,
-                                    gumbel_from_uniform, gumbel_log_density, mixture_weights,
-                                    normalized_entropy, soft_step)
+from soft_spatial.softthink import (AdaptSoft, DensityConfig, SamplingConfig,
+                                    SoftThinkingConfig, gumbel_from_uniform, gumbel_log_density,
+                                    mixture_weights, normalized_entropy, soft_step)
 
 __all__ = ["sample_step", "discrete_sample"]
 
@@ -23,7 +23,7 @@ __all__ = ["sample_step", "discrete_sample"]
 def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor,
                 soft_thinking: SoftThinkingConfig, sampling: SamplingConfig,
                 controller: AdaptSoft | None, feature_dim: int,
-                debug: bool = False) -> dict[str, Tensor]:
+                debug: bool = False, density: DensityConfig | None = None) -> dict[str, Tensor]:
     """Records ``[b, ...]`` of one step for ``b`` live rows.
 
     Args:
@@ -32,6 +32,10 @@ def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor,
         u: ``[b, K+1]`` uniforms in [0, 1): the first K perturb soft rows, the last samples
             discrete rows.
         thinking: ``[b]`` bool, rows whose spine has not emitted the think-end token yet.
+        density: the soft-step likelihood the run trains with (eq. 5 and its compatibility
+            variants, ``SoftSettings.density``; None: the exact density). ``loglik`` records the
+            soft steps under it, the same function and settings the actor replays with
+            (:func:`~soft_spatial.softthink.step_likelihood`), so rollout and replay agree.
     Returns:
         the SoftTrace fields plus ``loglik`` (the step's likelihood under the rollout policy)
         and, with ``debug``, ``weights`` and ``logp``.
@@ -77,7 +81,9 @@ def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor,
     rec["tau"] = torch.where(row, tau, 0.0)
     rec["entropy"] = torch.where(row, normalized_entropy(logp), 0.0)
     c = soft_thinking.noise_scale  # without noise a soft step has no density: 0
-    dens = gumbel_log_density(z, logp, c) if c > 0 else torch.zeros_like(rec["loglik"])
+    d = density or DensityConfig()
+    dens = (gumbel_log_density(z, logp, c, d.reduce, d.clamp, d.min_logp) if c > 0
+            else torch.zeros_like(rec["loglik"]))
     rec["loglik"] = torch.where(row, dens, rec["loglik"])
     if debug:
         rec["weights"] = torch.where(col, mixture_weights(z, tau), 0.0)

@@ -29,9 +29,10 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from soft_spatial.rollout.agent_loop import NOISE_KEY, NOISE_ROWS
 from soft_spatial.rollout.collate import attach_traces
 from soft_spatial.softthink.trace import TRACE_FIELD
-from soft_spatial.softthink.settings import noise_key
+from soft_spatial.softthink.settings import SoftSettings, noise_key
 from soft_spatial.softthink import SoftTrace
 
+from soft_spatial.integration.consistency import EXCEEDED, check_replay, replay_metrics
 from soft_spatial.compat.verl.trainer import after_step_logged, ref_log_prob_outputs, validation_outputs
 from soft_spatial.infra.run_dir import finished, resume_step
 
@@ -126,19 +127,25 @@ class SoftRayPPOTrainer(RayPPOTrainer):
                 self._soft_metrics[f"reward/{key}_mean"] = float(vals.mean())
         old, mfu = super()._compute_old_log_prob(batch)
         if "rollout_log_probs" in batch.batch.keys():
-            mask = batch.batch["response_mask"].bool()
-            diff = (batch.batch["rollout_log_probs"] - old.batch["old_log_probs"]).abs()[mask]
-            soft = batch.batch["trace_soft"].bool()[mask]
-            if diff.numel():
-                self._soft_metrics["soft/replay_max_abs_diff"] = float(diff.max())
-                if soft.any():
-                    self._soft_metrics["soft/replay_max_abs_diff_soft"] = float(diff[soft].max())
+            replay = replay_metrics(batch.batch["rollout_log_probs"], old.batch["old_log_probs"],
+                                    batch.batch["response_mask"], batch.batch["trace_soft"])
+            self._soft_metrics.update(replay)
+            self._soft_metrics[EXCEEDED] = check_replay(
+                replay, self._soft_settings().replay_check, self.global_steps)
         resp = batch.batch["responses"]
         spine = batch.batch["trace_topk_ids"][..., 0]
         valid = batch.batch["trace_mask"]
         self._soft_metrics["soft/spine_match_rate"] = float(
             (spine[valid] == resp[valid]).float().mean()) if valid.any() else 1.0
         return old, mfu
+
+    def _soft_settings(self) -> SoftSettings:
+        """The run's soft settings (``rollout.custom``, checked by the entry point), parsed once."""
+        if getattr(self, "_parsed_soft_settings", None) is None:
+            self._parsed_soft_settings = SoftSettings.from_dict(
+                self.config.actor_rollout_ref.rollout.get("custom"),
+                where="actor_rollout_ref.rollout.custom")
+        return self._parsed_soft_settings
 
     def _compute_ref_log_prob(self, batch):
         attach_traces(batch)  # no-op when already attached

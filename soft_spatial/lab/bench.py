@@ -169,8 +169,10 @@ class TensorMemory(TorchFunctionMode):
 PROMPTS = [[5, 9, 13, 40, 41, 42], [7, 8, 9, 10, 11, 12, 13, 14, 15]]
 
 
-def rollouts(model_dir, n=2, max_new_tokens=12, seed=1, mode="fixed", controller=None, prompts=None):
-    """Soft rollouts of a tiny text model that contain soft and discrete steps.
+def rollouts(model_dir, n=2, max_new_tokens=12, seed=1, mode="fixed", controller=None, prompts=None,
+             density=None):
+    """Soft rollouts of a tiny text model that contain soft and discrete steps (their
+    likelihoods recorded under ``density``, default the exact one).
 
     The random model never emits ``</think>``, so the think-end marker is a frequent spine token
     of a first rollout (re-decoding with the same seed reproduces the steps up to its first use).
@@ -195,7 +197,8 @@ def rollouts(model_dir, n=2, max_new_tokens=12, seed=1, mode="fixed", controller
             continue
     assert marker is not None
     soft_thinking = SoftThinkingConfig(mode=mode, think_end=marker)
-    outs = eng.generate(prompts, soft_thinking=soft_thinking, sampling=sampling, n=n, seed=seed)
+    outs = eng.generate(prompts, soft_thinking=soft_thinking, sampling=sampling, n=n, seed=seed,
+                        density=density)
     return eng, [prompts[o.prompt_index] for o in outs], outs, soft_thinking
 
 

@@ -149,7 +149,8 @@ class LocalSoftServer:
         prompts = [{"prompt_ids": r.prompt_ids, "images": r.images} for r in reqs]
         seeds = [request_seed(self.settings.seed, r.seed_key) for r in reqs]
         outs = self.engine.generate(prompts, soft_thinking=self.settings.soft_thinking,
-                                    sampling=sampling, n=1, seeds=seeds)
+                                    sampling=sampling, n=1, seeds=seeds,
+                                    density=self.settings.density)
         results = []
         for o in outs:
             stop = "completed" if o.finish_reason == "stop" else "length"

@@ -13,7 +13,8 @@ Each equation lives in exactly one place:
 from soft_spatial.softthink.alignment import (AlignmentScaler, SparseGrad, alignment_loss, alignment_scores,
                         all_gather_rows, center_per_rollout, controller_surrogate,
                         select_reference, world_size)
-from soft_spatial.softthink.config import (AdaptSoftConfig, AlignmentConfig, DensityConfig, KLConfig, SamplingConfig,
+from soft_spatial.softthink.config import (AdaptSoftConfig, AlignmentConfig, DensityConfig, KLConfig,
+                                           ReplayCheckConfig, SamplingConfig,
                      SoftThinkingConfig, check_field_types, from_mapping)
 from soft_spatial.softthink.controller import AdaptSoft
 from soft_spatial.softthink.density import (StepLikelihood, candidate_logp, gumbel_log_density,
@@ -37,5 +38,5 @@ __all__ = [
     "spine", "uncollate_traces", "gumbel_from_uniform", "record_input_embeddings",
     "record_weights", "noise_uniforms", "seed_tensor",
     "step_log_likelihood", "step_likelihood", "StepLikelihood", "token_log_prob",
-    "KLConfig", "candidate_kl", "gumbel_density_kl", "world_size",
+    "KLConfig", "ReplayCheckConfig", "candidate_kl", "gumbel_density_kl", "world_size",
 ]

@@ -199,6 +199,17 @@ class DensityConfig:
     clamp: tuple[float, float] | None = None
     min_logp: float | None = None
 
+    @classmethod
+    def reference(cls) -> "DensityConfig":
+        """The authors' release's variant (mean over the slots with log p̃ > −3, γ̃ clamped to
+        [−1.5, 3]): what ``configs/recipe/synthetic_cpu.yaml`` trains with."""
+        return cls(reduce="mean", clamp=(-1.5, 3.0), min_logp=-3.0)
+
+    @property
+    def exact(self) -> bool:
+        """True for eq. 5 itself (a normalised density of the recorded scores)."""
+        return self == DensityConfig()
+
     def __post_init__(self):
         check_field_types(self)
         n = type(self).__name__
@@ -225,6 +236,39 @@ class KLConfig:
         check_field_types(self)
         _check(self.over in KL_OVER, type(self).__name__, "over",
                f"must be one of {KL_OVER}, got {self.over!r}")
+
+
+#: what a training run does when its rollout/replay consistency check fails
+REPLAY_ON_EXCEED = ("warn", "stop")
+
+
+@dataclass
+class ReplayCheckConfig:
+    """The rollout/replay consistency check of training (docs/design.md §3): after each rollout
+    the trainer recomputes every response step's likelihood with the policy that decoded it
+    (verl's old log-prob: the Gumbel log-density of the recorded scores at soft steps, under
+    :class:`DensityConfig`, the token log-prob at discrete steps) and compares it with what the
+    rollout recorded; the largest difference over the step's tokens is logged as
+    ``soft/replay_max_abs_diff`` (``_soft``: soft steps only).
+
+    bound: the largest difference in nats taken as consistent. fp32 runs measure ≤ 1e-3 on the
+        CPU (the exact and the reference density alike); bf16 rounding moves discrete steps'
+        log-probs by ~0.1; 1 nat is a likelihood ratio of e, where the recorded likelihoods are
+        no longer the policy's (and verl's ``rollout_corr/*`` diagnostics lose their meaning).
+    on_exceed: ``warn`` (a warning on stderr per step naming the metric, its value and the bound,
+        and ``soft/replay_check_exceeded`` = 1 in the metrics) or ``stop`` (the step raises before
+        the update; the last checkpoint stays and the run resumes from it).
+    """
+
+    bound: float = 1.0
+    on_exceed: str = "warn"
+
+    def __post_init__(self):
+        check_field_types(self)
+        n = type(self).__name__
+        _check(self.bound > 0, n, "bound", f"must be > 0 (nats), got {self.bound}")
+        _check(self.on_exceed in REPLAY_ON_EXCEED, n, "on_exceed",
+               f"must be one of {REPLAY_ON_EXCEED}, got {self.on_exceed!r}")
 
 
 @dataclass

@@ -25,8 +25,8 @@ import yaml
 
 from soft_spatial.infra.atomic import write_text
 from soft_spatial.softthink import (AdaptSoftConfig, AlignmentConfig, DensityConfig, KLConfig,
-                                    SamplingConfig, SoftThinkingConfig, check_field_types,
-                                    from_mapping)
+                                    ReplayCheckConfig, SamplingConfig, SoftThinkingConfig,
+                                    check_field_types, from_mapping)
 
 __all__ = ["SoftSettings", "SETTINGS_FILE", "CONTROLLER_FILE", "row_seed", "request_seed", "request_row_seed",
            "sampling_config", "noise_key", "NOISE_PARAM"]
@@ -38,7 +38,8 @@ SETTINGS_FILE = "soft_thinking.yaml"
 CONTROLLER_FILE = "adaptsoft.pt"
 
 _GROUPS = {"soft_thinking": SoftThinkingConfig, "adaptsoft": AdaptSoftConfig,
-           "density": DensityConfig, "alignment": AlignmentConfig, "kl": KLConfig}
+           "density": DensityConfig, "alignment": AlignmentConfig, "kl": KLConfig,
+           "replay_check": ReplayCheckConfig}
 _SCALARS = ("seed", "batch_window_s", "max_batch_rows", "stream_wait_s")
 
 
@@ -74,6 +75,7 @@ class SoftSettings:
     density: DensityConfig = field(default_factory=DensityConfig)
     alignment: AlignmentConfig = field(default_factory=AlignmentConfig)
     kl: KLConfig = field(default_factory=KLConfig)
+    replay_check: ReplayCheckConfig = field(default_factory=ReplayCheckConfig)
     seed: int = 0
     batch_window_s: float = 0.02
     max_batch_rows: int = 64

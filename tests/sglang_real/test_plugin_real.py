@@ -27,7 +27,7 @@ from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, INFO_KEYS, PARA
 from soft_spatial.engines.sglang.runtime import BatchContext, batch_context
 from soft_spatial.engines.step import sample_step
 from soft_spatial.softthink.settings import SoftSettings
-from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig,
+from soft_spatial.softthink import (AdaptSoftConfig, DensityConfig, SamplingConfig,
                                     SoftThinkingConfig, noise_uniforms, seed_tensor)
 
 pytestmark = pytest.mark.sglang
@@ -146,17 +146,21 @@ def test_controller_weight_loader(installed):
 
 
 # -- the real sampler ------------------------------------------------------------------------------
-def test_real_sampler_parity_with_sample_step(installed, sgl):
+@pytest.mark.parametrize("density", [DensityConfig(), DensityConfig.reference()], ids=["exact", "reference"])
+def test_real_sampler_parity_with_sample_step(installed, sgl, density, monkeypatch):
     """Three requests, three steps through the registered backend's real ``forward``: records and
     tokens equal ``sample_step`` on the same logits, hidden states and per-request noise. Row 1
     emits </think> at step 0, so from step 1 on it samples discretely. At step 2 the hidden states
-    were captured for the plugin only (forced by the TP hook): the sampler drops them after use."""
+    were captured for the plugin only (forced by the TP hook): the sampler drops them after use.
+    The soft steps' likelihoods are under the run's density (the exact one and the authors'
+    release's, which the learning recipe trains with): what the actor replays with."""
     from sglang.srt.layers.logits_processor import LogitsProcessorOutput
     from sglang.srt.layers.sampler import create_sampler
     ctrl = _random_controller()
     installed.hooks.load_weights(None, [(CONTROLLER_NAME, encode_controller(
         {"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()}))])
     rt = installed.rt
+    monkeypatch.setattr(rt.setup.soft, "density", density)
     soft, k, v, te = rt.setup.soft.soft_thinking, rt.setup.soft.soft_thinking.top_k, sgl.vocab, sgl.think_end
     banned = torch.tensor(rt.setup.banned_ids)
     sampling = SamplingConfig(temperature=1.0)
@@ -177,7 +181,10 @@ def test_real_sampler_parity_with_sample_step(installed, sgl):
         u = noise_uniforms(seed_tensor(seeds), t, k + 1)  # docs/design.md §2.2
         masked = logits.index_fill(-1, banned, float("-inf"))
         rec = sample_step(masked, hidden, u, thinking.clone(), soft, sampling, rt.controller,
-                          rt.feature_dim)
+                          rt.feature_dim, density=density)
+        exact = sample_step(masked, hidden, u, thinking.clone(), soft, sampling, rt.controller,
+                            rt.feature_dim)["loglik"]
+        assert torch.equal(rec["loglik"] == exact, ~rec["soft"] | density.exact)
         for key in INFO_KEYS:
             got = torch.tensor(out.customized_info[info_key(key)], dtype=rec[key].dtype)
             assert torch.equal(got, rec[key]), (t, key)

@@ -459,19 +459,21 @@ class SoftRuntime:
         """:func:`~soft_spatial.engines.step.sample_step` for the live rows, one call per
         distinct sampling setting (one call in the usual case of a single setting)."""
         soft_thinking, fdim = self.setup.soft.soft_thinking, self.feature_dim
+        density = self.setup.soft.density  # what the actor replays with: rollout = replay
         controller = self._controller_on(dev)
         groups: dict[tuple, list[int]] = {}
         for i, st in enumerate(states):
             groups.setdefault(astuple(st.sampling), []).append(i)
         if len(groups) <= 1:
             sampling = states[0].sampling if states else SamplingConfig()
-            return sample_step(logits, h, u, thinking, soft_thinking, sampling, controller, fdim)
+            return sample_step(logits, h, u, thinking, soft_thinking, sampling, controller, fdim,
+                               density=density)
         idxs, recs = [], []
         for rows in groups.values():
             idx = to_device(rows, dev)
             idxs.append(idx)
             recs.append(sample_step(logits[idx], h[idx], u[idx], thinking[idx], soft_thinking,
-                                    states[rows[0]].sampling, controller, fdim))
+                                    states[rows[0]].sampling, controller, fdim, density=density))
         return scatter_rows({key: torch.cat([r[key] for r in recs]) for key in recs[0]},
                             torch.cat(idxs), len(states))
 

@@ -1,0 +1,91 @@
+"""Rollout/training consistency: the likelihoods the rollout recorded against the trainer's
+recomputation, and the verl settings that would use them (docs/design.md §3).
+
+* :func:`replay_metrics` — ``soft/replay_max_abs_diff`` (every response step) and ``_soft`` (soft
+  steps only): max |rollout log-likelihood − old log-prob|, the old log-prob being the actor's
+  replay of the same records under the same density (:class:`~soft_spatial.softthink.DensityConfig`);
+* :func:`check_replay` — the run's :class:`~soft_spatial.softthink.ReplayCheckConfig` applied to
+  them: a loud warning, or an error that stops the step before its update;
+* :func:`check_rollout_correction` — verl's rollout correction (``algorithm.rollout_correction``)
+  refused while soft thinking is on, before Ray starts.
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+
+import torch
+
+from soft_spatial.softthink import ReplayCheckConfig
+
+__all__ = ["replay_metrics", "check_replay", "check_rollout_correction", "ReplayMismatch",
+           "EXCEEDED"]
+
+#: 1.0 in a step's metrics when a replay difference exceeded the bound (0.0 otherwise)
+EXCEEDED = "soft/replay_check_exceeded"
+_SETTING = "actor_rollout_ref.rollout.custom.replay_check"
+
+
+class ReplayMismatch(RuntimeError):
+    """The rollout's recorded likelihoods are not the policy's (``replay_check.on_exceed=stop``)."""
+
+
+def replay_metrics(rollout_log_probs: torch.Tensor, old_log_probs: torch.Tensor,
+                   response_mask: torch.Tensor, soft_mask: torch.Tensor) -> dict[str, float]:
+    """Max |rollout − replay| over the response steps ``[B, R]`` (``_soft``: where ``soft_mask``);
+    {} when the batch has no response step."""
+    mask = response_mask.bool()
+    diff = (rollout_log_probs.float() - old_log_probs.float()).abs()[mask]
+    if not diff.numel():
+        return {}
+    out = {"soft/replay_max_abs_diff": float(diff.max())}
+    soft = soft_mask.bool()[mask]
+    if soft.any():
+        out["soft/replay_max_abs_diff_soft"] = float(diff[soft].max())
+    return out
+
+
+def check_replay(metrics: Mapping[str, float], check: ReplayCheckConfig, step: int) -> float:
+    """Apply the bound to ``metrics`` (:func:`replay_metrics`); returns :data:`EXCEEDED`'s value.
+
+    Over the bound: ``warn`` writes a warning to stderr naming the step, the metric, its value,
+    the bound and the setting; ``stop`` raises :class:`ReplayMismatch` with the same words."""
+    over = {k: v for k, v in metrics.items()
+            if k.startswith("soft/replay_max_abs_diff") and not v <= check.bound}
+    if not over:
+        return 0.0
+    worst = max(over, key=lambda k: over[k])
+    message = (f"step {step}: {worst} = {over[worst]:.4g} nats exceeds the bound "
+               f"{check.bound:g} ({_SETTING}.bound): the likelihoods the rollout recorded are "
+               f"not the ones the actor replays (a rollout/actor density, weight or dtype "
+               f"mismatch; docs/design.md §3)")
+    if check.on_exceed == "stop":
+        raise ReplayMismatch(f"{message}. Stopped before the update ({_SETTING}.on_exceed=stop); "
+                             f"the run resumes from its last checkpoint")
+    print(f"WARNING soft_spatial: {message}. Training goes on ({_SETTING}.on_exceed=warn; "
+          f"=stop ends the run)", file=sys.stderr, flush=True)
+    return 1.0
+
+
+def check_rollout_correction(algorithm: Mapping | None, soft: bool) -> None:
+    """Refuse verl's rollout correction while soft thinking is on (``soft``), naming the setting.
+
+    ``rollout_is`` / ``rollout_rs`` weight or reject tokens by exp(rollout − old log-prob): at soft
+    steps these are Gumbel densities, whose ratio is no importance weight under the reference
+    density variant and, in bf16 on a GPU, differs by tens of nats between SGLang and the trainer
+    (docs/results/gpu-runs.md, 2026-11-26). ``bypass_mode`` skips the trainer's recomputation,
+    which is where the soft records are attached to the batch and the replay is checked."""
+    rc = (algorithm or {}).get("rollout_correction") or {}
+    if not soft:
+        return
+    used = [f"algorithm.rollout_correction.{k}={rc.get(k)!r}"
+            for k in ("rollout_is", "rollout_rs") if rc.get(k) is not None]
+    if rc.get("bypass_mode"):
+        used.append("algorithm.rollout_correction.bypass_mode=true")
+    if used:
+        raise ValueError(f"{', '.join(used)}: verl's rollout correction is not supported with "
+                         f"soft thinking: at soft steps its weights would be ratios of Gumbel "
+                         f"densities, no importance weights under the reference density variant "
+                         f"and exp(±17 to 39) in bf16 on a GPU (docs/results/gpu-runs.md); "
+                         f"bypass_mode skips the replay the soft records need. Leave it unset, "
+                         f"or train with soft_thinking.mode=hard")
