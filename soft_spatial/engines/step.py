@@ -19,6 +19,8 @@ from soft_spatial.softthink import (AdaptSoft, DensityConfig, SamplingConfig,
 
 __all__ = ["sample_step", "discrete_sample"]
 
+_EXACT = DensityConfig()  # eq. 5 itself, the default (built once: the sampler is a hot path)
+
 
 def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor,
                 soft_thinking: SoftThinkingConfig, sampling: SamplingConfig,
@@ -81,7 +83,7 @@ def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor,
     rec["tau"] = torch.where(row, tau, 0.0)
     rec["entropy"] = torch.where(row, normalized_entropy(logp), 0.0)
     c = soft_thinking.noise_scale  # without noise a soft step has no density: 0
-    d = density or DensityConfig()
+    d = density or _EXACT
     dens = (gumbel_log_density(z, logp, c, d.reduce, d.clamp, d.min_logp) if c > 0
             else torch.zeros_like(rec["loglik"]))
     rec["loglik"] = torch.where(row, dens, rec["loglik"])
