@@ -55,6 +55,8 @@ def test_kit_dispatches_stage_f():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2700)  # SGLang CPU engines started one after another: past 900 s on a
+# 2-core machine busy with other work (issue 34); the verdict never depends on the time taken
 def test_stage_f_dry_run(tmp_path):
     """The stage's own entry point (what ``check.py --stages f`` calls), dry run on the CPU."""
     out = tmp_path / "report.md"
