@@ -25,7 +25,8 @@ _EXACT = DensityConfig()  # eq. 5 itself, the default (built once: the sampler i
 def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor,
                 soft_thinking: SoftThinkingConfig, sampling: SamplingConfig,
                 controller: AdaptSoft | None, feature_dim: int,
-                debug: bool = False, density: DensityConfig | None = None) -> dict[str, Tensor]:
+                debug: bool = False, density: DensityConfig | None = None,
+                own_path: bool | None = None) -> dict[str, Tensor]:
     """Records ``[b, ...]`` of one step for ``b`` live rows.
 
     Args:
@@ -38,59 +39,95 @@ def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor,
             variants, ``SoftSettings.density``; None: the exact density). ``loglik`` records the
             soft steps under it, the same function and settings the actor replays with
             (:func:`~soft_spatial.softthink.step_likelihood`), so rollout and replay agree.
+        own_path: each row computes only its own path (soft or discrete), selected on the host;
+            else every row computes both and selects on the device, with no host read (what an
+            accelerator needs). None: on the CPU only. Both give the same records.
     Returns:
         the SoftTrace fields plus ``loglik`` (the step's likelihood under the rollout policy)
         and, with ``debug``, ``weights`` and ``logp``.
     """
     temperature = sampling.temperature
     b, k, dev = logits.shape[0], soft_thinking.top_k, logits.device
-    # Every row takes the same ops, soft and discrete alike, and the rows' choice is a select:
-    # no branch on values and no host read, so the step never waits for the device (SGLang
-    # launches its next batch meanwhile) and each row's record does not depend on the others'.
     soft = thinking.bool() & soft_thinking.is_soft
-    tok, lp = discrete_sample(logits, u[:, k], sampling, temperature)
     rec = {
-        "topk_ids": torch.nn.functional.pad(tok[:, None], (0, k - 1)),
+        "topk_ids": torch.zeros(b, k, dtype=torch.long, device=dev),
         "scores": torch.zeros(b, k, device=dev),
         "tau": torch.zeros(b, device=dev),
         "u": torch.zeros(b, device=dev),
         "ctrl_x": torch.zeros(b, feature_dim, device=dev),
         "entropy": torch.zeros(b, device=dev),
         "soft": soft.clone(),
-        "loglik": lp.float(),
+        "loglik": torch.zeros(b, device=dev),
     }
     if debug:
         rec["weights"] = torch.zeros(b, k, device=dev)
         rec["logp"] = torch.zeros(b, k, device=dev)
+    if own_path if own_path is not None else dev.type == "cpu":
+        # 1. On the CPU reading the soft mask costs nothing: each row takes its own path only
+        # (the full-vocabulary discrete draw alone was two thirds of a soft step's sampler time).
+        # A row's records are those of the path below: the same functions on its own values.
+        disc_rows, soft_rows = (~soft).nonzero().squeeze(-1), soft.nonzero().squeeze(-1)
+
+        def rows(t: Tensor, idx: Tensor) -> Tensor:  # no [b, V] copy when every row goes one way
+            return t if idx.numel() == b else t[idx]
+
+        if disc_rows.numel():
+            tok, lp = discrete_sample(rows(logits, disc_rows), u[disc_rows, k], sampling,
+                                      temperature)
+            rec["topk_ids"][disc_rows, 0] = tok
+            rec["loglik"][disc_rows] = lp.float()
+        if soft_rows.numel():
+            part = _soft_records(rows(logits, soft_rows), rows(h, soft_rows), u[soft_rows, :k],
+                                 soft_thinking, temperature, controller, density, debug)
+            for key, value in part.items():
+                rec[key][soft_rows] = value.to(rec[key].dtype)
+        return rec
+    # 2. On an accelerator every row takes the same ops, soft and discrete alike, and the rows'
+    # choice is a select: no branch on values and no host read, so the step never waits for the
+    # device (SGLang launches its next batch meanwhile).
+    tok, lp = discrete_sample(logits, u[:, k], sampling, temperature)
+    rec["topk_ids"][:, 0] = tok
+    rec["loglik"] = lp.float()
     if not soft_thinking.is_soft:
         return rec
+    part = _soft_records(logits, h, u[:, :k], soft_thinking, temperature, controller, density,
+                         debug)
+    for key, value in part.items():
+        mask = soft if value.dim() == 1 else soft[:, None]
+        rec[key] = torch.where(mask, value, rec[key])
+    return rec
+
+
+def _soft_records(logits: Tensor, h: Tensor, u: Tensor, soft_thinking: SoftThinkingConfig,
+                  temperature: float, controller: AdaptSoft | None,
+                  density: DensityConfig | None, debug: bool) -> dict[str, Tensor]:
+    """The soft step's records ``[n, ...]`` of ``n`` rows, all taken as soft (§2.1-2.6): top-K
+    candidates, perturbed scores (``u`` ``[n, K]``), τ (fixed or AdaptSoft's), the controller's
+    input, the normalised entropy and the step's likelihood under ``density``."""
+    k, n = soft_thinking.top_k, logits.shape[0]
     # Records are fp32 and the mixture is built from the rounded record itself, so a replay
     # from the trace reproduces these numbers exactly whatever the model's dtype.
-    noise = gumbel_from_uniform(u[:, :k], soft_thinking.noise_clamp)
+    noise = gumbel_from_uniform(u, soft_thinking.noise_clamp)
     ids, z, logp = soft_step(logits.float(), k, temperature, soft_thinking.noise_scale, noise)
-    row, col = soft, soft[:, None]
+    out = {"topk_ids": ids, "scores": z, "entropy": normalized_entropy(logp)}
     if controller is not None:
         x = controller.features(h.float(), logp)
-        rec["ctrl_x"] = torch.where(col, x, 0.0)
+        out["ctrl_x"] = x
     if soft_thinking.mode == "adaptsoft":
         uu = controller(x)
         tau = controller.temperature(uu)
-        rec["u"] = torch.where(row, uu, 0.0)
+        out["u"] = uu
     else:
-        tau = torch.full((b,), soft_thinking.fixed_tau, device=dev)
-    rec["topk_ids"] = torch.where(col, ids, rec["topk_ids"])
-    rec["scores"] = torch.where(col, z, 0.0)
-    rec["tau"] = torch.where(row, tau, 0.0)
-    rec["entropy"] = torch.where(row, normalized_entropy(logp), 0.0)
+        tau = torch.full((n,), soft_thinking.fixed_tau, device=logits.device)
+    out["tau"] = tau
     c = soft_thinking.noise_scale  # without noise a soft step has no density: 0
     d = density or _EXACT
-    dens = (gumbel_log_density(z, logp, c, d.reduce, d.clamp, d.min_logp) if c > 0
-            else torch.zeros_like(rec["loglik"]))
-    rec["loglik"] = torch.where(row, dens, rec["loglik"])
+    out["loglik"] = (gumbel_log_density(z, logp, c, d.reduce, d.clamp, d.min_logp) if c > 0
+                     else torch.zeros(n, device=logits.device))
     if debug:
-        rec["weights"] = torch.where(col, mixture_weights(z, tau), 0.0)
-        rec["logp"] = torch.where(col, logp, 0.0)
-    return rec
+        out["weights"] = mixture_weights(z, tau)
+        out["logp"] = logp
+    return out
 
 
 def discrete_sample(logits, u, sampling: SamplingConfig, temperature: float):
