@@ -164,32 +164,19 @@ def test_node_list_override(raw):
     assert plan.node_list({"SOFT_SPATIAL_NODELIST": raw}) == raw.replace(",", " ").split()
 
 
-def scontrol_stub(tmp_path: Path, hosts: list[str]) -> dict[str, str]:
-    """A PATH whose `scontrol show hostnames LIST` prints ``hosts`` (any other call fails)."""
-    stub = tmp_path / "scontrol"
-    stub.write_text('#!/usr/bin/env bash\n[[ "$1 $2" == "show hostnames" ]] || exit 9\n'
-                    f'printf "%s\\n" {shlex.join(hosts)}\n')
-    stub.chmod(0o755)
-    return {"PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
-
-
-@pytest.mark.parametrize("nodes", [["gpu-a"], ["gpu-a", "gpu-b"], ["n001", "n002", "n010"]])
-def test_node_list_from_scontrol(tmp_path, nodes):
-    env = {**scontrol_stub(tmp_path, nodes), "SLURM_JOB_NODELIST": "cluster[...]",
-           "SLURM_NNODES": str(len(nodes))}
+@pytest.mark.parametrize("expr, nodes", [("gpu-a", ["gpu-a"]), ("gpu-a,gpu-b", ["gpu-a", "gpu-b"]),
+                                         ("n[001-002,010]", ["n001", "n002", "n010"])])
+def test_node_list_from_slurm_job_nodelist(tmp_path, expr, nodes):
+    """SLURM_JOB_NODELIST expanded here as `scontrol show hostnames` does (no scontrol on PATH);
+    tests/test_launch_hostlist.py has the expansion's cases."""
+    env = {"PATH": str(tmp_path), "SLURM_JOB_NODELIST": expr, "SLURM_NNODES": str(len(nodes))}
     assert plan.node_list(env) == nodes
 
 
-def test_node_list_must_match_slurm_nnodes(tmp_path):
-    env = {**scontrol_stub(tmp_path, ["gpu-a", "gpu-b"]), "SLURM_JOB_NODELIST": "gpu-[a-b]",
-           "SLURM_NNODES": "3"}
-    with pytest.raises(plan.LaunchError, match="SLURM_NNODES=3"):
-        plan.node_list(env)
-
-
-def test_missing_scontrol_is_a_clear_error(tmp_path):
-    with pytest.raises(plan.LaunchError, match="SOFT_SPATIAL_NODELIST"):
-        plan.node_list({"SLURM_JOB_NODELIST": "gpu-[a-b]", "PATH": str(tmp_path)})
+def test_node_list_must_match_slurm_nnodes():
+    for var in plan.NODELIST_VARS:  # the override is checked too (issue 34)
+        with pytest.raises(plan.LaunchError, match=f"{var}='gpu-\\[1-2\\]' gives 2 nodes but SLURM_NNODES=3"):
+            plan.node_list({var: "gpu-[1-2]", "SLURM_NNODES": "3"})
 
 
 def test_nodes_subcommand_prints_the_list(capsys):

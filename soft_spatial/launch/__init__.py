@@ -5,7 +5,8 @@ The flow of ``launch``, one module per step:
 
 * ``__main__``: the command line (flags, each with its environment variable) into ``plan.Options``,
   and one function per subcommand;
-* ``plan``: the node plan, with no process of its own: the allocation's nodes, CPUs and GPUs per node,
+* ``plan``: the node plan, with no process of its own: the allocation's nodes (Slurm hostlists such as
+  ``gpu[01-03,07]`` expanded by ``hostlist``, as ``scontrol show hostnames`` does), CPUs and GPUs per node,
   ports, the head's address, the ``ray start`` command of each node and the driver command with its
   Hydra overrides (``plan_launch``);
 * ``cluster``: the Ray processes of one run directory: start them, wait until every node is alive,

@@ -24,7 +24,8 @@ Subcommands
   nodes             Print the node list this launcher would use (count=N, then node[i]=NAME lines).
 
 Options, with their environment equivalents in brackets, are listed below. Other environment:
-  SOFT_SPATIAL_NODELIST="n1 n2"  node list override (else `scontrol show hostnames $SLURM_JOB_NODELIST`)
+  SOFT_SPATIAL_NODELIST="n1 n2"  node list override (else $SLURM_JOB_NODELIST); either is a Slurm hostlist
+                                 ("gpu[01-03,07]"), expanded as `scontrol show hostnames` does
   SOFT_SPATIAL_HEAD_NODE         head node (default: the first node)
   SOFT_SPATIAL_FORWARD_ENV       extra variable names to forward (soft_spatial/infra/ray_env.py has the list)
   SOFT_SPATIAL_SRUN_ARGS         extra srun arguments for the Ray steps (e.g. "--gres=gpu:4")

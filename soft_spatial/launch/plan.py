@@ -4,6 +4,7 @@ they may ask Slurm or the machine, and never start a process of their own).
 """
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -18,11 +19,13 @@ from pathlib import Path
 
 from soft_spatial.compat.ray import node_ip_address
 from soft_spatial.infra.ray_env import forwarded_env
+from soft_spatial.launch import hostlist
 
 FORWARD_PREFIX = "++ray_kwargs.ray_init.runtime_env.env_vars."
 MARKER = "SOFT_SPATIAL_RAY_RUN"  # every Ray process started for a run carries MARKER=RUN_DIR
 DEFAULT_PORTS = {"port": 6379, "client_port": 10001, "dashboard_port": 8265}
 DEFAULT_AGENT_PORT = 52365  # Ray's fixed dashboard-agent port
+NODELIST_VARS = ("SOFT_SPATIAL_NODELIST", "SLURM_JOB_NODELIST")  # the node list's sources, in order
 
 
 class LaunchError(RuntimeError):
@@ -69,29 +72,33 @@ def this_host() -> str:
     return socket.gethostname().split(".")[0]
 
 
-def node_list(environ=os.environ, run=subprocess.run) -> list:
-    """The allocation's nodes: ``$SOFT_SPATIAL_NODELIST`` (space or comma separated), else
-    ``scontrol show hostnames $SLURM_JOB_NODELIST``, else this host; checked against SLURM_NNODES."""
-    override = environ.get("SOFT_SPATIAL_NODELIST")
-    if override:
-        nodes = override.replace(",", " ").split()
-    elif environ.get("SLURM_JOB_NODELIST"):
-        if shutil.which("scontrol", path=environ.get("PATH")) is None:
-            raise LaunchError("SLURM_JOB_NODELIST is set but scontrol is not on PATH "
-                              '(set SOFT_SPATIAL_NODELIST="n1 n2")')
-        res = run(["scontrol", "show", "hostnames", environ["SLURM_JOB_NODELIST"]],
-                  capture_output=True, text=True, env=dict(environ))
-        if res.returncode != 0:
-            raise LaunchError(f"scontrol show hostnames failed: {res.stderr.strip()}")
-        nodes = res.stdout.split()
+def node_list(environ=os.environ) -> list:
+    """The allocation's nodes: ``$SOFT_SPATIAL_NODELIST``, else ``$SLURM_JOB_NODELIST``, each a Slurm
+    hostlist ("gpu[01-03,07]", "gpu-a gpu-b") expanded as ``scontrol show hostnames`` does
+    (``hostlist.expand``), else this host; the count checked against SLURM_NNODES (when set) whichever
+    gave it, and a node named twice refused (each node gets one Ray node)."""
+    var = next((v for v in NODELIST_VARS if environ.get(v)), None)
+    if var:
+        try:
+            nodes = hostlist.expand(environ[var], var)
+        except hostlist.HostlistError as e:
+            raise LaunchError(str(e)) from None
+        if not nodes:
+            raise LaunchError(f"{var}={environ[var]!r} names no node")
+        source = f"{var}={environ[var]!r}"
     else:
         nodes = [this_host()]
-    if not nodes:
-        raise LaunchError("empty node list")
+        source = f"this host (neither {' nor '.join(NODELIST_VARS)} is set)"
+    repeated = sorted(n for n, k in collections.Counter(nodes).items() if k > 1)
+    if repeated:
+        raise LaunchError(f"{source} names {' '.join(repeated)} more than once (one Ray node per node)")
     want = environ.get("SLURM_NNODES")
-    if want and not override and len(nodes) != int(want):
-        raise LaunchError(f"node list has {len(nodes)} entries but SLURM_NNODES={want}: "
-                          f"{' '.join(nodes)}")
+    if want:
+        if not want.strip().isdigit():
+            raise LaunchError(f"SLURM_NNODES={want!r} is not a node count")
+        if len(nodes) != int(want):
+            raise LaunchError(f"{source} gives {len(nodes)} nodes but SLURM_NNODES={want}: "
+                              f"{' '.join(nodes)}")
     return nodes
 
 
