@@ -1,7 +1,7 @@
 """``python -m soft_spatial.export CHECKPOINT_DIR OUT_DIR``: a training checkpoint as one directory.
 
-OUT_DIR gets the Hugging Face weights (verl's model merger, ``python -m verl.model_merger merge
---backend fsdp``, run on the actor's FSDP shards), the AdaptSoft controller (``adaptsoft.pt``,
+OUT_DIR gets the Hugging Face weights (verl's model merger, ``merge --backend fsdp``, run on the
+actor's FSDP shards by :mod:`soft_spatial.compat.verl.merger`), the AdaptSoft controller (``adaptsoft.pt``,
 when the run trained one) and the soft settings of the run (``soft_thinking.yaml``: the
 ``SoftSettings.to_dict()`` training wrote beside its checkpoints, copied as it is). Then
 
@@ -15,6 +15,19 @@ CHECKPOINT_DIR is the trainer's ``default_local_dir`` (its latest step is taken)
 ``OUT_DIR.partial`` and renamed when complete, so an interrupted export never looks finished; a
 failed one removes ``OUT_DIR.partial``. A checkpoint of an ``adaptsoft`` run without its
 controller is refused before anything is written.
+
+One export per OUT_DIR: a lock beside it (``.OUT_DIR.lock``, removed when the export ends)
+refuses a second export to the same output at once, naming the first. SIGTERM (Slurm, ``timeout``,
+``kill``) ends an export as Ctrl-C does: the merger's whole process group is killed with it,
+``OUT_DIR.partial`` is removed, and the command exits 143 (130 for SIGINT).
+
+What is trusted: nothing in the checkpoint runs code. The FSDP shards are unpickled
+weights-only (``torch.load(weights_only=True)``: tensors and verl's DTensors with their
+placements and device mesh; :mod:`soft_spatial.compat.verl.merger` runs verl's merger so), and a
+shard that would run code is refused, naming the file, before any of it runs. The
+``huggingface/`` config and tokenizer are read by transformers without remote code; the
+controller (``adaptsoft.pt``) is copied byte for byte (evaluation loads it weights-only) and the
+settings file is YAML read safely. The optimizer and extra-state shards are not read.
 """
 
 from __future__ import annotations
@@ -27,6 +40,10 @@ import sys
 from pathlib import Path
 from collections.abc import Sequence
 
+from soft_spatial.compat.verl.merger import REFUSED, UnsafeCheckpointError
+from soft_spatial.infra.dirlock import OutputLock
+from soft_spatial.infra.procs import end_group
+from soft_spatial.infra.signals import command
 from soft_spatial.softthink.settings import CONTROLLER_FILE, SETTINGS_FILE, SoftSettings
 
 LATEST = "latest_checkpointed_iteration.txt"  # verl's pointer to the last saved step
@@ -89,9 +106,35 @@ def check_output(out: Path, actor: Path) -> None:
 
 
 def merge_command(actor: Path, target: Path) -> list[str]:
-    """verl's merger CLI for an FSDP actor checkpoint."""
-    return [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
-            "--local_dir", str(actor), "--target_dir", str(target)]
+    """verl's merger for an FSDP actor checkpoint, loading its shards weights-only
+    (:mod:`soft_spatial.compat.verl.merger`)."""
+    return [sys.executable, "-m", "soft_spatial.compat.verl.merger", str(actor), str(target)]
+
+
+def run_merger(actor: Path, target: Path) -> None:
+    """Merge ``actor`` into ``target`` in a child process leading its own process group: if this
+    process is interrupted (SIGINT, or SIGTERM under :func:`soft_spatial.infra.signals.command`),
+    the group is killed and reaped before the interruption goes on, so nothing writes ``target``
+    after this returns or raises. A refused checkpoint raises :class:`UnsafeCheckpointError`."""
+    env = dict(os.environ)
+    if not _has_cuda():
+        env.setdefault("VERL_PLATFORM", "cpu")  # verl's merger needs a platform; ours on a CPU
+    proc = subprocess.Popen(merge_command(actor, target), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate()
+    except BaseException:
+        end_group(proc)
+        raise
+    finally:
+        if proc.stdout:
+            proc.stdout.close()
+    if proc.returncode == REFUSED:
+        lines = output.strip().splitlines()
+        raise UnsafeCheckpointError(lines[-1] if lines else f"{actor}: refused by the merger")
+    if proc.returncode != 0:
+        raise RuntimeError(f"verl's model merger failed on {actor} (exit {proc.returncode}):\n"
+                           f"{output[-3000:]}")
 
 
 def _has_cuda() -> bool:
@@ -100,48 +143,51 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+def check_empty(out: Path, overwrite: bool) -> None:
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise FileExistsError(f"{out} exists and is not empty (pass --overwrite to replace it)")
+
+
 def export(checkpoint: str | Path, out: str | Path, *, overwrite: bool = False) -> Path:
     """Merge ``checkpoint`` into ``out`` with the controller and settings beside the weights."""
     actor = actor_dir(checkpoint)
     out = Path(out)
     check_output(out, actor)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise FileExistsError(f"{out} exists and is not empty (pass --overwrite to replace it)")
+    check_empty(out, overwrite)
     source = settings_file(actor)
-    check_controller(actor, source)
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    env = dict(os.environ)
-    if not _has_cuda():
-        env.setdefault("VERL_PLATFORM", "cpu")  # verl's merger needs a platform; ours on a CPU
-    try:
-        res = subprocess.run(merge_command(actor, partial), env=env, capture_output=True, text=True)
-        if res.returncode != 0:
-            raise RuntimeError(f"verl's model merger failed on {actor} (exit {res.returncode}):\n"
-                               f"{(res.stdout + res.stderr)[-3000:]}")
-        if (actor / CONTROLLER_FILE).is_file():
-            shutil.copy2(actor / CONTROLLER_FILE, partial / CONTROLLER_FILE)
-        if source is not None:
-            shutil.copy2(source, partial / SETTINGS_FILE)
-    except BaseException:  # a failed (or interrupted) export leaves no OUT.partial behind
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(partial, out)
+    check_controller(actor, source)  # every refusal above writes nothing
+    with OutputLock(out, "export output"):  # one export per OUT: they would share OUT.partial
+        check_empty(out, overwrite)  # again: another export may have finished meanwhile
+        partial = out.with_name(out.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)  # a killed export's
+        try:
+            run_merger(actor, partial)
+            if (actor / CONTROLLER_FILE).is_file():
+                shutil.copy2(actor / CONTROLLER_FILE, partial / CONTROLLER_FILE)
+            if source is not None:
+                shutil.copy2(source, partial / SETTINGS_FILE)
+        except BaseException:  # a failed (or interrupted) export leaves no OUT.partial behind
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(partial, out)
     return out
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m soft_spatial.export", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m soft_spatial.export", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", type=Path, help="trainer.default_local_dir, a global_step_N or its actor dir")
     parser.add_argument("out", type=Path, help="the directory to write (Hugging Face weights + controller + settings)")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
     args = parser.parse_args(argv)
-    try:
-        out = export(args.checkpoint, args.out, overwrite=args.overwrite)
-    except (FileNotFoundError, FileExistsError, ValueError, RuntimeError) as e:  # refused or failed: said plainly
-        raise SystemExit(f"python -m soft_spatial.export: {e}") from None
+    prog = "python -m soft_spatial.export"
+    with command(prog, f"the merger was ended and {args.out}.partial removed"):
+        try:
+            out = export(args.checkpoint, args.out, overwrite=args.overwrite)
+        except (FileNotFoundError, FileExistsError, ValueError, RuntimeError) as e:  # refused or failed: said plainly
+            raise SystemExit(f"{prog}: {e}") from None
     files = sorted(p.name for p in out.iterdir())
     print(f"exported {actor_dir(args.checkpoint)} to {out}: {', '.join(files)}")
     print(f"evaluate with: python -m soft_spatial.eval model.path={out}")

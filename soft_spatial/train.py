@@ -10,7 +10,9 @@ eq. 8 or break the controller's K-sparse gradient), the model directory (a tiny 
 built only with ``model.build_tiny=true``) and the training data. The run directory (``trainer.default_local_dir``)
 is locked for the run, its metrics log is kept across resumes, and a local Ray started here never
 outlives the run (`soft_spatial.infra.ray_session`). A run whose latest checkpoint already
-reached ``trainer.total_training_steps`` says so and exits without starting Ray.
+reached ``trainer.total_training_steps`` says so and exits without starting Ray. SIGTERM (Slurm at
+the time limit or on preemption) ends a run as Ctrl-C does: Ray shut down, its processes ended,
+the run directory unlocked with its last checkpoint to resume from, exit status 143 (130 for SIGINT).
 
 ``data.task_types=[Perspective_Taking]`` trains (and validates) on a task-type subset: the rows
 of ``data.train_files``/``data.val_files`` of those task types (or sub-types) are written to
@@ -28,6 +30,7 @@ from soft_spatial.data.subsets import filter_parquet, normalise_task_types
 from soft_spatial.infra import ray_session
 from soft_spatial.infra.dirlock import DirLock
 from soft_spatial.infra.ray_env import plugin_env
+from soft_spatial.infra.signals import command
 from soft_spatial.infra.run_dir import finished, keep_metrics_until, resume_step
 from soft_spatial.models.loading import resolve_model_dir
 from soft_spatial.softthink.settings import SETTINGS_FILE, SoftSettings
@@ -183,8 +186,11 @@ def run_verl(cfg) -> None:
 
     from soft_spatial.integration.task_runner import SoftTaskRunner
 
+    from soft_spatial.compat.ray import keep_sigterm_handler
+
     OmegaConf.resolve(cfg)  # ${cpu_workers:...} here: Ray's processes do not know the resolver
-    run_ppo(cfg, task_runner_class=ray.remote(num_cpus=1)(SoftTaskRunner))
+    with keep_sigterm_handler():  # ray.init takes SIGTERM over; main()'s handler comes back
+        run_ppo(cfg, task_runner_class=ray.remote(num_cpus=1)(SoftTaskRunner))
 
 
 def main() -> None:
@@ -194,7 +200,10 @@ def main() -> None:
     def _main(cfg) -> None:
         run(cfg)
 
-    _main()
+    # SIGTERM (Slurm's time limit or preemption, timeout, kill) ends the run as Ctrl-C does
+    with command("python -m soft_spatial.train",
+                 "the run directory keeps its last checkpoint; the same command resumes from it"):
+        _main()
 
 
 if __name__ == "__main__":

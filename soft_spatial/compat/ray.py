@@ -1,13 +1,23 @@
 """What soft_spatial relies on in Ray beyond its documented API (written against ray 2.60).
 
-Today nothing private is needed: the launcher's node address (``soft_spatial/launch/plan.py``; the
+The launcher needs nothing private: its node address (``soft_spatial/launch/plan.py``; the
 former bash launcher read ``ray._private.services.get_node_ip_address``) is Ray's public
 ``ray.util.get_node_ip_address`` (same function body in 2.60). :func:`node_ip_address` is the one
 call to use, and :func:`check_internals` says when Ray changes it.
+
+:func:`keep_sigterm_handler` keeps the driver's own SIGTERM handler through ``ray.init``, which
+replaces it; it touches the private ``ray._private.utils.set_sigterm_handler`` (ray 2.60), and
+:func:`check_sigterm_seam` says when that or the calls it relies on change.
 """
 from __future__ import annotations
 
-__all__ = ["RAY_VERSION", "node_ip_address", "check_internals"]
+import contextlib
+import functools
+import inspect
+from collections.abc import Iterator
+
+__all__ = ["RAY_VERSION", "node_ip_address", "check_internals", "keep_sigterm_handler",
+           "check_sigterm_seam"]
 
 RAY_VERSION = "2.60.0"  # checked with; pyproject allows ray>=2.41
 
@@ -27,4 +37,75 @@ def check_internals() -> list:
     problems = []
     if not callable(getattr(ray.util, "get_node_ip_address", None)):
         problems.append("ray.util.get_node_ip_address is gone (node_ip_address)")
+    return problems
+
+
+@contextlib.contextmanager
+def keep_sigterm_handler() -> Iterator[None]:
+    """Within the block, ``ray.init`` leaves this process's SIGTERM handler in place
+    (:mod:`soft_spatial.infra.signals`).
+
+    Ray 2.60's ``ray.init`` takes SIGTERM over in the driver: ``ray._private.worker.init`` (L1679)
+    installs a handler that calls ``sys.exit``, a head node it starts
+    (``ray._private.node.Node._register_shutdown_hooks``, L664) one that kills Ray's processes
+    and exits 1, both through the private ``ray._private.utils.set_sigterm_handler``; and the core
+    worker it connects installs absl's C-level failure signal handler, which prints ``*** SIGTERM
+    received ***`` with a stack and left a training run to end with exit -6 (SIGABRT). Within the
+    block ``set_sigterm_handler`` does nothing (a SIGTERM during ``ray.init`` raises as anywhere
+    else; Ray's node processes still go at exit: its atexit hook stays), and the module attribute
+    ``ray.init`` (which callers that ``import ray`` look up when they call it: verl 0.9.1's
+    ``run_ppo``) re-installs the handler when it returns, over absl's.
+    :func:`check_sigterm_seam` checks all three.
+    """
+    import ray
+    import ray._private.utils as ray_utils
+
+    from soft_spatial.infra.signals import reinstall
+
+    original_init, original_set = ray.init, ray_utils.set_sigterm_handler
+
+    @functools.wraps(original_init)
+    def init(*args, **kwargs):
+        try:
+            return original_init(*args, **kwargs)
+        finally:
+            reinstall()
+
+    def keep(handler) -> None:  # Ray's handlers are not installed: ours stays
+        return None
+
+    ray.init, ray_utils.set_sigterm_handler = init, keep
+    try:
+        yield
+    finally:
+        ray.init, ray_utils.set_sigterm_handler = original_init, original_set
+
+
+def check_sigterm_seam() -> list:
+    """What :func:`keep_sigterm_handler` relies on (empty = OK): ``ray.init`` is a module attribute
+    that verl's ``run_ppo`` calls through the module (``ray.init(``) when Ray is not running, and
+    Ray installs its SIGTERM handlers through ``ray._private.utils.set_sigterm_handler``."""
+    import ray
+    import ray._private.node as ray_node
+    import ray._private.utils as ray_utils
+    import ray._private.worker as ray_worker
+
+    problems = []
+    if not callable(getattr(ray, "init", None)):
+        problems.append("ray.init is gone (keep_sigterm_handler)")
+    if not callable(getattr(ray_utils, "set_sigterm_handler", None)):
+        problems.append("ray._private.utils.set_sigterm_handler is gone (keep_sigterm_handler)")
+    for where, fn in (("ray._private.worker.init", ray_worker.init),
+                      ("Node._register_shutdown_hooks", ray_node.Node._register_shutdown_hooks)):
+        if "ray._private.utils.set_sigterm_handler(" not in inspect.getsource(fn):
+            problems.append(f"{where} no longer installs its SIGTERM handler through "
+                            f"ray._private.utils.set_sigterm_handler (keep_sigterm_handler)")
+    if "signal.signal(" in inspect.getsource(ray_worker.init):
+        problems.append("ray._private.worker.init now calls signal.signal itself (keep_sigterm_handler)")
+    from verl.trainer.main_ppo import run_ppo
+
+    src = inspect.getsource(run_ppo)
+    if "ray.init(" not in src or "ray.is_initialized()" not in src:
+        problems.append("verl's run_ppo no longer calls ray.init( when Ray is not initialised "
+                        "(keep_sigterm_handler would not see it)")
     return problems

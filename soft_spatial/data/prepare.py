@@ -25,8 +25,9 @@ by the processor) are dropped and counted. verl filters again with its own
 
 The parquet is written to a temporary file and renamed into place at the end, so a failure (a
 corrupt image, an interruption) leaves the previous output, never a partial or empty one; an
-output with no rows is an error. `check_parquet` re-checks a parquet before training: rows, and
-one image per ``<image>`` placeholder in every prompt.
+output with no rows is an error. SIGTERM (Slurm, ``timeout``, ``kill``) interrupts as Ctrl-C does:
+the temporary is removed and the command exits 143 (130 for SIGINT). `check_parquet` re-checks a
+parquet before training: rows, and one image per ``<image>`` placeholder in every prompt.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from collections.abc import Iterable, Sequence
 from tqdm import tqdm
 
 from soft_spatial.infra.atomic import atomic_path
+from soft_spatial.infra.signals import command
 
 from soft_spatial.data.benchmarks import BENCHMARKS, load_benchmark
 from soft_spatial.data.errors import DataFormatError
@@ -288,4 +290,6 @@ def main(argv: Sequence[str] | None = None) -> PrepareStats:
 
 
 if __name__ == "__main__":
-    main()
+    # SIGTERM (Slurm, timeout, kill) as Ctrl-C: the temporary is removed, exit 143 (130)
+    with command("python -m soft_spatial.data.prepare", "no partial output was left; a previous one is kept"):
+        main()

@@ -1,4 +1,9 @@
-"""One writer per output directory: an exclusive lock on ``<dir>/.lock`` holding the writer's pid.
+"""One writer per output: an exclusive lock holding the writer's pid.
+
+* `DirLock`: an output *directory* written in place (a training run, an evaluation): the lock is
+  ``<dir>/.lock``.
+* `OutputLock`: an output that appears by a rename (``OUT.partial`` renamed to ``OUT``: the export),
+  so the lock cannot live inside it: it is ``.<name>.lock`` beside it, removed when released.
 
 The lock is filelock's (``flock`` on Unix), so the kernel releases it when its holder exits, however
 it exits (a SIGKILLed run leaves no stale lock). A second writer fails at once (``timeout=0``) with
@@ -13,34 +18,39 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-__all__ = ["DirLock", "DirLockedError", "LOCK_NAME"]
+__all__ = ["DirLock", "OutputLock", "DirLockedError", "LOCK_NAME"]
 
 LOCK_NAME = ".lock"
 
 
 class DirLockedError(RuntimeError):
-    """Another process holds the directory's lock."""
+    """Another process holds the lock."""
 
 
-class DirLock:
-    """``with DirLock(dir):`` — exclusive use of ``dir`` for the block (created if missing)."""
+class _HolderLock:
+    """An exclusive ``flock`` on ``lock_path`` for the output ``subject``; the lock file names the
+    holder while it is held."""
 
-    def __init__(self, directory: str | os.PathLike, what: str = "output directory"):
-        self.directory = Path(directory)
-        self.path = self.directory / LOCK_NAME
-        self.what = what
+    advice = "choose another directory"
+    remove_on_release = False
+
+    def __init__(self, lock_path: Path, subject: Path, what: str):
+        self.path, self.subject, self.what = lock_path, subject, what
         self._lock: FileLock | None = None
 
-    def acquire(self) -> "DirLock":
-        self.directory.mkdir(parents=True, exist_ok=True)
+    def acquire(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         lock = FileLock(self.path, timeout=0)
         try:
             lock.acquire()
         except Timeout:
-            holder = self.path.read_text(errors="replace").strip() or "unknown process"
+            try:
+                holder = self.path.read_text(errors="replace").strip()
+            except FileNotFoundError:  # its holder was just releasing it
+                holder = ""
             raise DirLockedError(
-                f"{self.what} {self.directory} is in use by {holder} (lock {self.path}); wait for "
-                f"it to finish, stop it, or choose another directory") from None
+                f"{self.what} {self.subject} is in use by {holder or 'unknown process'} (lock "
+                f"{self.path}); wait for it to finish, stop it, or {self.advice}") from None
         cmd = " ".join(sys.argv)[:200]
         with open(self.path, "r+", encoding="utf-8") as f:  # the holder, for the error above
             f.truncate()
@@ -49,14 +59,45 @@ class DirLock:
         return self
 
     def release(self) -> None:
-        if self._lock is not None:
+        if self._lock is None:
+            return
+        if self.remove_on_release:
+            # unlinked while still held: a process that opened this file meanwhile finds it
+            # unlinked once it gets the flock and does not count it as held (filelock checks)
+            self.path.unlink(missing_ok=True)
+        else:
             with open(self.path, "r+", encoding="utf-8") as f:
                 f.truncate()
-            self._lock.release()
-            self._lock = None
+        self._lock.release()
+        self._lock = None
 
-    def __enter__(self) -> "DirLock":
+    def __enter__(self):
         return self.acquire()
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+class DirLock(_HolderLock):
+    """``with DirLock(dir):`` — exclusive use of ``dir`` for the block (created if missing)."""
+
+    def __init__(self, directory: str | os.PathLike, what: str = "output directory"):
+        self.directory = Path(directory)
+        super().__init__(self.directory / LOCK_NAME, self.directory, what)
+
+    def acquire(self) -> "DirLock":
+        self.directory.mkdir(parents=True, exist_ok=True)
+        return super().acquire()
+
+
+class OutputLock(_HolderLock):
+    """``with OutputLock(path):`` — exclusive use of the output ``path`` (which need not exist) for
+    the block, through ``.<name>.lock`` in its parent (created if missing); the lock file is
+    removed when the block ends (a SIGKILLed holder leaves it, unlocked, for the next to reuse)."""
+
+    advice = "choose another output"
+    remove_on_release = True
+
+    def __init__(self, path: str | os.PathLike, what: str = "output"):
+        path = Path(path)
+        super().__init__(path.parent / f".{path.name}.lock", path, what)

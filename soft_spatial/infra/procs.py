@@ -1,15 +1,18 @@
 """This machine's processes, through psutil: whether a process lives, its start time (with the pid,
 a unique identity), the processes whose command line or environment matches, and a process's open
-files. Used by the launcher (its Ray processes carry a marker variable) and by the training
-driver's Ray session (its processes name the session directory on their command line)."""
+files; `end_group` ends a child's process group. Used by the launcher (its Ray processes carry a
+marker variable), by the training driver's Ray session (its processes name the session directory
+on their command line) and by the export (its merger)."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from collections.abc import Callable
 
 import psutil
 
-__all__ = ["alive", "start_time", "find_pids", "open_paths"]
+__all__ = ["alive", "start_time", "find_pids", "open_paths", "end_group"]
 
 
 def alive(pid: int) -> bool:
@@ -55,3 +58,16 @@ def open_paths(pid: int) -> list[str]:
         return [f.path for f in psutil.Process(pid).open_files()]
     except psutil.Error:
         return []
+
+
+def end_group(proc: subprocess.Popen) -> int:
+    """SIGKILL the process group of ``proc`` (started with ``start_new_session=True``, so that it
+    leads its own group) and reap ``proc``: it and every process it started in its group end with
+    the caller, who is being interrupted. Returns ``proc``'s exit status. The group is killed before
+    ``proc`` is reaped, so its id cannot have been reused by then."""
+    if proc.returncode is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return proc.wait()

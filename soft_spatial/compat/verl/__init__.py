@@ -9,5 +9,6 @@ touches, where, and for which version:
 * :mod:`.trainer`: the PPO trainer, its resource pools and its metrics logger (reference log-probs,
   validation batches, ``Tracking`` / ``FileLogger``);
 * :mod:`.rollout`: the rollout adapter registry, the replica's server fields, verl's SGLang adapter;
+* :mod:`.merger`: verl's model merger run with weights-only loads (export);
 * :mod:`.checks`: the pinned version and the guards that name what moved (``tests/test_compat_verl.py``).
 """
