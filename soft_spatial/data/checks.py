@@ -16,18 +16,26 @@ from soft_spatial.data.record import LETTERS, QuestionRecord
 
 @dataclass(frozen=True)
 class RecordContext:
-    """Where a record lives: its file, its 0-based position in that file and (once known) its id."""
+    """Where a record lives: its file, its 0-based position in that file, (once known) its id and
+    (when the loader knows it) its benchmark."""
 
     file: Path
     index: int
     record_id: str | None = None
+    benchmark: str | None = None
 
     def error(self, field: str | None, message: str) -> DataFormatError:
         """An error for ``field`` of this record."""
         return DataFormatError(self.file, message, index=self.index, record_id=self.record_id, field=field)
 
     def with_id(self, record_id: str) -> "RecordContext":
-        return RecordContext(self.file, self.index, record_id)
+        return RecordContext(self.file, self.index, record_id, self.benchmark)
+
+    def image_error(self, field: str, what: str, exc: BaseException) -> DataFormatError:
+        """An error for an image of this record that cannot be decoded (``what``: the file, or
+        "embedded bytes"), naming the benchmark when known."""
+        prefix = f"{self.benchmark} image" if self.benchmark else "image"
+        return self.error(field, f"{prefix} {what} is not a readable image: {exc}")
 
 
 def require(raw: Mapping[str, Any], key: str, ctx: RecordContext) -> Any:
@@ -121,14 +129,19 @@ def inside(base: Path, relative: str | Path, field: str, ctx: RecordContext) -> 
 
 
 def verified_image(path: Path, field: str, ctx: RecordContext) -> Path:
-    """``path`` if it is a readable image (PIL's ``verify``: header, chunks, checksums, no
-    truncation); otherwise an error naming the record and the file."""
+    """``path`` if it is a readable image, otherwise an error naming the benchmark, the record and
+    the file: PIL's ``verify`` (header, chunks, PNG checksums), then a full decode, since ``verify``
+    reads no JPEG scan data and a truncated JPEG would pass it to fail mid-evaluation. A JPEG is
+    decoded at 1/8 scale (``draft``), which still reads every byte of its scans."""
     existing_file(path, field, ctx)
     try:
         with Image.open(path) as image:
             image.verify()
+        with Image.open(path) as image:  # verify() leaves the image unusable: open it again
+            image.draft(None, (1, 1))  # JPEG only: the smallest DCT scale; other formats ignore it
+            image.load()
     except Exception as exc:  # PIL raises OSError, SyntaxError, ValueError, ... for bad files
-        raise ctx.error(field, f"image {path} is not a readable image: {exc}") from exc
+        raise ctx.image_error(field, str(path), exc) from exc
     return path
 
 

@@ -77,7 +77,7 @@ def decode_bytes(data: bytes, field: str, ctx: RecordContext) -> Image.Image:
         image.load()
         return image
     except (UnidentifiedImageError, OSError) as exc:
-        raise ctx.error(field, "embedded bytes are not a readable image") from exc
+        raise ctx.image_error(field, "(embedded bytes)", exc) from exc
 
 
 def image_ref(item: Any, bases: Sequence[Path], field: str, ctx: RecordContext, check: bool) -> ImageRef:

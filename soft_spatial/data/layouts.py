@@ -50,7 +50,7 @@ from soft_spatial.data.checks import (RecordContext, answer_from_letter, check_r
 from soft_spatial.data.errors import DataFormatError
 from soft_spatial.data.image_refs import image_refs
 from soft_spatial.data.record import LETTERS, QuestionRecord
-from soft_spatial.data.tables import TABLE_SUFFIXES, read_table
+from soft_spatial.data.tables import SHARD, TABLE_SUFFIXES, check_shards, read_table, shard_set
 
 Row = dict[str, Any]
 
@@ -200,12 +200,10 @@ SPLIT_ALIASES: dict[str, tuple[tuple[str, ...], ...]] = {
     "full": (("full", "combined"), ("full",)),
 }
 
-_SHARD = re.compile(r"-\d{5}-of-\d{5}$")
-
 
 def _tokens(path: Path, root: Path) -> set[str]:
     rel = path.relative_to(root) if path.is_relative_to(root) else Path(path.name)
-    text = "/".join(rel.parts[:-1] + (_SHARD.sub("", rel.stem),)).lower()
+    text = "/".join(rel.parts[:-1] + (SHARD.sub("", rel.stem),)).lower()
     return {t for t in re.split(r"[^a-z0-9]+", text) if t}
 
 
@@ -222,22 +220,23 @@ def _groups(files: Sequence[Path]) -> list[list[Path]]:
     """Files grouped by table: the shards ``x-00000-of-00002.parquet`` ... form one group."""
     groups: dict[tuple[Path, str], list[Path]] = {}
     for f in files:
-        groups.setdefault((f.parent, _SHARD.sub("", f.stem)), []).append(f)
+        groups.setdefault((f.parent, SHARD.sub("", f.stem)), []).append(f)
     return list(groups.values())
 
 
 def find_tables(root: Path, split: str | None) -> list[Path]:
-    """The table (one file, or the shards of one) in directory ``root`` for ``split``."""
+    """The table (one file, or the shards of one) in directory ``root`` for ``split``; a sharded
+    table only whole (`check_shards`: a missing shard is an error naming it)."""
     groups = _groups(_table_files(root))
     if not groups:
         raise FileNotFoundError(f"no data table ({', '.join(TABLE_SUFFIXES)}) under {root}")
     if len(groups) == 1:
-        return groups[0]
+        return check_shards(groups[0])
     if split:
         for tokens in SPLIT_ALIASES.get(split, ()) + ((split.lower(),),):
             hits = [g for g in groups if set(tokens) <= _tokens(g[0], root)]
             if len(hits) == 1:
-                return hits[0]
+                return check_shards(hits[0])
     names = ", ".join(str(g[0].relative_to(root)) for g in groups)
     raise FileNotFoundError(
         f"cannot choose the table for split {split!r} under {root}; found: {names}. Pass the file as the root "
@@ -284,7 +283,7 @@ def detect(root: str | Path, benchmark: str | None = None, split: str | None = N
         files = [spatialab.find_table(root, split)]
         layout = BY_NAME["spatialab"]
     else:
-        files = [root] if root.is_file() else find_tables(root, split)
+        files = shard_set(root) if root.is_file() else find_tables(root, split)  # a shard: its whole set
         layout = None
     rows = [row for f in files for row in read_table(f)]
     if layout is None:
@@ -370,4 +369,5 @@ def load(
         raise TypeError(f"unexpected arguments for layout {layout.name}: {sorted(kwargs)}")
     src = Source(file, image_bases(found.files, root, layout, image_root), check_images)
     rows = _resolve_index_images(found.rows)
-    return check_records([layout.parse(row, RecordContext(file, i), src) for i, row in enumerate(rows)], file)
+    return check_records([layout.parse(row, RecordContext(file, i, benchmark=layout.benchmark), src)
+                          for i, row in enumerate(rows)], file)

@@ -94,7 +94,8 @@ def load_mindcube(
     path, base = find_jsonl(root, split)
     base = Path(image_root) if image_root is not None else base
     rows = read_table(path)
-    return check_records([_parse(row, RecordContext(path, i), base, check_images) for i, row in enumerate(rows)], path)
+    return check_records([_parse(row, RecordContext(path, i, benchmark=NAME), base, check_images)
+                          for i, row in enumerate(rows)], path)
 
 
 def _parse(raw: dict[str, Any], ctx: RecordContext, base: Path, check_images: bool) -> QuestionRecord:

@@ -46,7 +46,8 @@ def load_omnispatial(root: str | Path, split: str = "test", *, check_images: boo
     release = find_release(root, split)
     path = release / "data.json"
     raw_records = read_table(path)
-    records = [_parse(raw, RecordContext(path, i), release, check_images) for i, raw in enumerate(raw_records)]
+    records = [_parse(raw, RecordContext(path, i, benchmark=NAME), release, check_images)
+               for i, raw in enumerate(raw_records)]
     return check_records(records, path)
 
 

@@ -248,6 +248,19 @@ def load_processor(path: str | Path) -> Any:
     return AutoProcessor.from_pretrained(str(path), local_files_only=True)
 
 
+def _at_least_one(text: str) -> int:
+    """An argparse type: an integer >= 1 (``--limit 0`` would write nothing and blame the prompt
+    length; a negative one would drop records from the end)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer of at least 1 (leave it out for every record), "
+                                         f"got {text!r}")
+    return value
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m soft_spatial.data.prepare", description=__doc__.splitlines()[0])
     parser.add_argument("--benchmark", required=True, choices=BENCHMARKS)
@@ -263,7 +276,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--max-pixels", type=int, default=TRAIN_MAX_PIXELS, help="per-image pixel budget; 0 keeps native resolution"
     )
-    parser.add_argument("--limit", type=int, default=None, help="only the first N records")
+    parser.add_argument("--limit", type=_at_least_one, default=None, metavar="N",
+                        help="only the first N records (N >= 1)")
     parser.add_argument(
         "--task-types", nargs="+", default=None, metavar="NAME",
         help="keep only these task types or sub-types (e.g. Perspective_Taking)")

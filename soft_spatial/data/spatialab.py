@@ -20,10 +20,11 @@ from typing import Any
 
 from soft_spatial.data.checks import (RecordContext, answer_from_index, answer_from_letter, check_records,
                                       missing_cell, option_list, text_field)
+from soft_spatial.data.errors import DataFormatError
 from soft_spatial.data.gold import parse_letter
 from soft_spatial.data.image_refs import image_refs
 from soft_spatial.data.record import LETTERS, ImageRef, QuestionRecord
-from soft_spatial.data.tables import TABLE_SUFFIXES, read_table
+from soft_spatial.data.tables import TABLE_SUFFIXES, read_table, shard_set
 
 NAME = "spatialab"
 
@@ -87,24 +88,37 @@ _CATEGORY_KEYS = {_category_key(c): c for c in CATEGORIES}
 
 def find_table(root: str | Path, split: str | None = None) -> Path:
     """The table to read: ``root`` itself if it is a file, else the one table in ``root`` (or
-    ``root/data``), disambiguated by ``split`` appearing in the file name."""
+    ``root/data``), disambiguated by ``split`` appearing in the file name. A shard
+    (``x-00000-of-00002.jsonl``) is read only as a whole one-shard table (`_whole`)."""
     root = Path(root)
     if root.is_file():
-        return root
+        return _whole(root)
     if not root.is_dir():
         raise FileNotFoundError(f"SpatiaLab root not found: {root}")
     tables = sorted(
         p for d in (root, root / "data") if d.is_dir() for p in d.iterdir() if p.suffix.lower() in TABLE_SUFFIXES
     )
     if len(tables) == 1:
-        return tables[0]
+        return _whole(tables[0])
     named = [p for p in tables if split and split in p.name]
     if len(named) == 1:
-        return named[0]
+        return _whole(named[0])
     names = ", ".join(p.name for p in tables) or "none"
     raise FileNotFoundError(
         f"cannot choose the SpatiaLab table in {root} (split {split!r}); found: {names}. Pass the file path as root."
     )
+
+
+def _whole(table: Path) -> Path:
+    """``table``, unless it is a shard of a set with a shard missing (an error naming them,
+    `shard_set`) or one shard of several: this loader reads one file, and a part of the benchmark
+    must not be scored as if it were all of it."""
+    shards = shard_set(table)
+    if len(shards) > 1:
+        raise DataFormatError(table.parent, f"{table.name} is one of {len(shards)} shards "
+                              f"({', '.join(p.name for p in shards)}); the SpatiaLab loader reads one "
+                              f"table: join the shards into one file and pass that")
+    return table
 
 
 def load_spatialab(
@@ -126,7 +140,8 @@ def load_spatialab(
     path = find_table(root, split)
     rows = read_table(path)
     records = [
-        _parse(row, RecordContext(path, i), columns, strict_categories, check_images) for i, row in enumerate(rows)
+        _parse(row, RecordContext(path, i, benchmark=NAME), columns, strict_categories, check_images)
+        for i, row in enumerate(rows)
     ]
     return check_records(records, path)
 
