@@ -630,10 +630,88 @@ def test_the_table_says_over_how_many_questions_a_cell_averages(fixtures, tiny_q
     assert cell(table, "Avg.") == f"{acc:.2f} (n=3 of 4; 1 skipped: prompt too long)"
     sub = records[1].subcategory.replace("_", " ")
     asked = sum(r.subcategory == records[1].subcategory for r in records)
-    assert cell(table, sub).endswith(f" (n={asked - 1} of {asked})")
+    assert cell(table, sub).endswith(f" (n={asked - 1} of {asked}; 1 skipped: prompt too long)")
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["benchmarks"][
         "omnispatial"]["requested"]["skipped_overlong"] == 1
     # every question answered: plain numbers
     full = small(fixtures, tiny_qwen3_vl_small, tmp_path / "full", limit=4, samples=2)
     evaluate(full, engine=engine, progress=False)
     assert "n=" not in (tmp_path / "full" / "omnispatial.md").read_text()
+
+
+# --- issue 34: batch_rows keyed, skipped categories shown, a failed start leaves a usable dir ---
+def test_batch_rows_is_part_of_the_run_key(fixtures, tiny_qwen3_vl_small, tmp_path):
+    out = tmp_path / "out"
+    evaluate(small(fixtures, tiny_qwen3_vl_small, out, batch_rows=4), progress=False)
+    assert json.loads((out / "run_key.json").read_text())["batch_rows"] == 4
+    before = tree(out)
+    with pytest.raises(RunKeyMismatch, match=re.escape("batch_rows: 4 -> 2")):
+        evaluate(small(fixtures, tiny_qwen3_vl_small, out, batch_rows=2), engine=NoEngine(),
+                 progress=False)
+    assert tree(out) == before  # refused: nothing changed
+    evaluate(small(fixtures, tiny_qwen3_vl_small, out, batch_rows=4), engine=NoEngine(),
+             progress=False)  # the same value resumes
+    # a run key written before batch_rows was recorded: refused, naming the field and why
+    key = json.loads((out / "run_key.json").read_text())
+    key.pop("batch_rows", None)
+    (out / "run_key.json").write_text(json.dumps(key, indent=2) + "\n")
+    before = tree(out)
+    with pytest.raises(RunKeyMismatch, match=r"batch_rows: \(absent\) -> 4(.|\n)*not recorded"):
+        evaluate(small(fixtures, tiny_qwen3_vl_small, out, batch_rows=4), engine=NoEngine(),
+                 progress=False)
+    assert tree(out) == before
+
+
+def test_a_category_whose_questions_were_all_skipped_keeps_its_column(fixtures, tiny_qwen3_vl_small,
+                                                                      tmp_path):
+    from soft_spatial.data import load_benchmark
+    records = load_benchmark("mindcube", fixtures.mindcube)
+    rotation = [r for r in records if r.category == "rotation"]
+    among = [r for r in records if r.category == "among"]
+    assert len(rotation) == 1 and len(among) == 2
+    engine = TooLong(LocalEngine.from_pretrained(tiny_qwen3_vl_small),
+                     [rotation[0].question, among[0].question])
+    out = tmp_path / "out"
+    s = evaluate(small(fixtures, tiny_qwen3_vl_small, out, benchmarks="[mindcube]", limit="null"),
+                 engine=engine, progress=False)["mindcube"]
+    table = (out / "mindcube.md").read_text()
+    head = table.split("\n\n", 1)[1].splitlines()[0]
+    assert head == "| Model | among | around | rotation | translation | Overall |"
+    assert cell(table, "rotation") == "– (n=0 of 1; 1 skipped: prompt too long)"
+    rows = [r for r in read_results(out / "samples.jsonl") if r["category"] == "among"]
+    assert len(rows) == 1
+    assert cell(table, "among") == f"{100 * rows[0]['correct']:.2f} (n=1 of 2; 1 skipped: prompt too long)"
+    assert "(n=" not in cell(table, "around")
+    # accuracy over the answered samples only (skipped questions are not counted as wrong)
+    assert s["categories"]["among"] == {"accuracy": 100.0 * rows[0]["correct"], "samples": 1,
+                                        "questions": 1}
+    summary = json.loads((out / "summary.json").read_text())["benchmarks"]["mindcube"]
+    assert summary["requested"]["skipped_categories"] == {"among": 1, "rotation": 1}
+    assert summary["requested"]["categories"]["rotation"] == 1
+    assert table.rstrip().endswith("; skipped (prompt too long): among 1, rotation 1")
+
+
+def test_an_eval_that_fails_at_engine_start_leaves_a_directory_the_corrected_one_uses(
+        fixtures, tiny_qwen3_vl_small, tmp_path):
+    from controller_helpers import trained_controller
+    wrong, right = tmp_path / "wrong.pt", tmp_path / "right.pt"
+    trained_controller(32).save(wrong)  # another hidden size than the model's 64
+    trained_controller(64).save(right)
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="hidden size 32"):
+        evaluate(small(fixtures, tiny_qwen3_vl_small, out, mode="adaptsoft", controller=wrong),
+                 progress=False)
+    with pytest.raises(ValueError, match="top_k must be in"):  # K larger than the vocabulary
+        evaluate(small(fixtures, tiny_qwen3_vl_small, out, mode="adaptsoft", controller=right,
+                       **{"soft_thinking.top_k": 1000}), progress=False)
+    s = evaluate(small(fixtures, tiny_qwen3_vl_small, out, mode="adaptsoft", controller=right),
+                 progress=False)["omnispatial"]
+    assert (s["questions"], s["samples"]) == (2, 2) and len(read_results(out / "samples.jsonl")) == 2
+    key = json.loads((out / "run_key.json").read_text())
+    assert key["controller"]["path"] == str(right.resolve()) and key["soft_thinking"]["top_k"] == 5
+    # a directory that does hold results is still refused, and nothing changes
+    before = tree(out)
+    with pytest.raises(RunKeyMismatch, match="holds results of a different evaluation"):
+        evaluate(small(fixtures, tiny_qwen3_vl_small, out, mode="adaptsoft", controller=wrong),
+                 engine=NoEngine(), progress=False)
+    assert tree(out) == before

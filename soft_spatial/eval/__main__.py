@@ -154,8 +154,9 @@ def main(cfg: DictConfig) -> None:
               f"({s['questions']} questions); table {out / (name + '.md')}")
         if s["skipped_overlong"]:
             shown = ", ".join(s["skipped_overlong"][:20])
-            print(f"{name}: {len(s['skipped_overlong'])} question(s) skipped, prompt too long: "
-                  f"{shown}{' ...' if len(s['skipped_overlong']) > 20 else ''}")
+            per = ", ".join(f"{c} {k}" for c, k in s["requested"]["skipped_categories"].items())
+            print(f"{name}: {len(s['skipped_overlong'])} question(s) skipped, prompt too long "
+                  f"({per}): {shown}{' ...' if len(s['skipped_overlong']) > 20 else ''}")
     print(f"per-sample results: {out / 'samples.jsonl'}\nsummary: {out / 'summary.json'}")
 
 

@@ -8,9 +8,12 @@ categories equals the overall micro accuracy.
 The OmniSpatial table has the layout of the paper's Table 1: the 10 sub-task types in the order
 of OmniSpatial's taxonomy (Dynamic Reasoning, Spatial Interaction, Complex Logic, Perspective
 Taking), then ``Avg.``, the sample-weighted average (= the micro overall). Other benchmarks list
-their categories and ``Overall``. A cell that averages over fewer questions than were asked for
-(prompts skipped as too long) says so beside its number: ``62.50 (n=120 of 128; 8 skipped: prompt
-too long)``.
+their categories and ``Overall``: every category of the questions asked for, in their order, also
+one whose questions were all skipped. A cell that averages over fewer questions than were asked
+for (prompts skipped as too long) says so beside its number: ``62.50 (n=120 of 128; 8 skipped:
+prompt too long)``, a category with none answered ``– (n=0 of 3; 3 skipped: prompt too long)``.
+A skipped question has no rows: it is left out of every accuracy (not counted as wrong), and
+the cell says how many were left out.
 """
 from __future__ import annotations
 
@@ -90,8 +93,8 @@ def _fmt(v: float | None) -> str:
 
 
 def _coverage(answered: int, requested: int | None, skipped: int | None = None) -> str:
-    """`` (n=answered of requested)`` when questions are missing; with ``skipped`` (the overall
-    cell) also why: ``; k skipped: prompt too long`` (and any others ``without results``)."""
+    """`` (n=answered of requested)`` when questions are missing; with ``skipped`` also why:
+    ``; k skipped: prompt too long`` (and any others ``without results``)."""
     if requested is None or answered >= requested:
         return ""
     notes = [f"n={answered} of {requested}"]
@@ -107,19 +110,23 @@ def markdown_table(summary: Mapping, label: str, published: Iterable[Mapping] = 
     """One benchmark's table: categories (OmniSpatial: the 10 sub-task types, see the module
     docstring) as columns, ours and the published rows beside it. With ``summary["requested"]``
     (`soft_spatial.eval.runner.requested_counts`) a cell short of questions says over how many of
-    how many it averages."""
+    how many it averages, and how many of those were skipped (``skipped_<level>``); its categories
+    are then those asked for, answered or not."""
     layout = TABLE_LAYOUT.get(summary["benchmark"])
-    level, cats, overall = (layout() if layout else
-                            ("categories", list(summary["categories"]), "Overall"))
-    groups = summary[level]
     requested = summary.get("requested") or {}
+    level, cats, overall = (layout() if layout else (
+        "categories", list(dict.fromkeys([*requested.get("categories", {}),
+                                          *summary["categories"]])), "Overall"))
+    groups = summary[level]
     wanted = requested.get(level, {})
+    skipped = requested.get(f"skipped_{level}")  # None: a summary that does not count them
     head = ["Model", *[c.replace("_", " ") for c in cats], overall]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     ours = [f"{label} (mean@{samples_per_question})"]
     for c in cats:
         g = groups.get(c, {})
-        ours.append(_fmt(g.get("accuracy")) + _coverage(g.get("questions", 0), wanted.get(c)))
+        ours.append(_fmt(g.get("accuracy")) + _coverage(
+            g.get("questions", 0), wanted.get(c), None if skipped is None else skipped.get(c, 0)))
     ours.append(_fmt(summary["overall"]) + _coverage(summary["questions"], requested.get("questions"),
                                                      requested.get("skipped_overlong")))
     lines.append("| " + " | ".join(ours) + " |")
@@ -134,6 +141,9 @@ def markdown_table(summary: Mapping, label: str, published: Iterable[Mapping] = 
              f"think closed {_fmt(summary['think_closed_rate'])}%")
     if summary["excluded_from_overall"]:
         extra += f"; overall excludes {', '.join(summary['excluded_from_overall'])}"
+    if requested.get("skipped_categories"):
+        extra += "; skipped (prompt too long): " + ", ".join(
+            f"{c.replace('_', ' ')} {k}" for c, k in requested["skipped_categories"].items())
     return "\n".join(lines) + extra + "\n"
 
 

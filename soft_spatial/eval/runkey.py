@@ -3,14 +3,21 @@
 `run_key` builds it as a JSON object: the model (resolved path and a weights fingerprint), the
 controller (path and content hash), each benchmark's data (table file, its content hash, split),
 the engine, mode and soft-thinking settings, protocol, sampling (temperature, max_new_tokens,
-seed). It is stored as ``run_key.json`` in the output directory when a run starts; a later run
-into the same directory resumes only if its key is equal, otherwise `check_run_key` refuses and
-lists what differs.
+seed) and ``batch_rows``: the rows decoded together change a sample's floating-point path, hence
+its text (6 of 32 samples of the tiny test model differed between batch_rows 32 and 4), so a
+run is not resumed with another value.
+It is stored as ``run_key.json`` in the output directory when a run starts; a later run into the
+same directory resumes only if its key is equal, otherwise `check_run_key` refuses and lists what
+differs. A field the recorded key lacks (a key written by a version that did not record it, e.g.
+``batch_rows`` before issue 34) counts as different: the run is refused, the message says the
+field was not recorded, since the rows may have been made with another value. A directory that
+holds no results (a run that failed before its first row, e.g. at engine start) is not protected:
+a run with another key is accepted there and records its own key.
 
 Not in the key, because no row depends on them: ``samples``, ``limit`` and ``task_types`` (row (question, j)
 depends only on the question's seed and j, so a larger value extends a run and a smaller one
-reports only the rows it asked for), ``batch_rows``, the published reference rows, and the SGLang
-server layout. Images are not hashed (the table file and the model are).
+reports only the rows it asked for), the published reference rows, and the SGLang server
+layout. Images are not hashed (the table file and the model are).
 
 Every hashed file (model files, controller, tables) is hashed whole, every byte, with sha256.
 The digests are cached in ``$SOFT_SPATIAL_CACHE/file-sha256.json`` (default
@@ -27,6 +34,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -41,6 +49,9 @@ __all__ = ["RUN_KEY", "RunKeyMismatch", "run_key", "check_run_key", "weights_fin
 RUN_KEY = "run_key.json"
 SHA256_CACHE = "file-sha256.json"
 FINGERPRINT_SCHEME = "sha256 of every byte of every file"
+#: top-level fields added to the key after run keys were first written: a recorded key without
+#: one is refused (it differs), its message saying the field was not recorded
+ADDED_FIELDS = ("batch_rows",)
 
 
 class RunKeyMismatch(ValueError):
@@ -149,6 +160,7 @@ def run_key(cfg) -> dict[str, Any]:
         "protocol": cfg.protocol,
         "sampling": {"temperature": cfg.temperature, "top_k": cfg.top_k,
                      "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed},
+        "batch_rows": cfg.batch_rows,
     }
 
 
@@ -169,31 +181,58 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             if k not in a or k not in b or a[k] != b[k]]
 
 
-def check_run_key(out_dir: str | Path, key: dict[str, Any], results: str, write: bool = True) -> None:
-    """Record ``key`` in a new output directory (unless ``write`` is false: a check only), accept
-    an equal one, refuse anything else.
+def _holds_results(out: Path, results: Sequence[str]) -> bool:
+    """Whether any of the ``results`` files in ``out`` holds a byte (a torn line counts)."""
+    return any((out / name).is_file() and (out / name).stat().st_size for name in results)
 
-    Refused: a directory whose ``run_key.json`` differs (the message lists each difference), and
-    one that holds results (``results``) but no run key (written by an earlier version).
+
+def check_run_key(out_dir: str | Path, key: dict[str, Any], results: str | Sequence[str],
+                  write: bool = True) -> None:
+    """Record ``key`` in a new output directory (unless ``write`` is false: a check only), accept
+    an equal one, refuse anything else that holds results.
+
+    ``results``: the name (or names) of the files a run appends its rows to. Refused: a
+    directory whose ``run_key.json`` differs and that holds results (the message lists each
+    difference; a field the recorded key lacks shows as ``(absent)`` and is said to be one the
+    writing version did not record), and one that holds results but no run key (written by an
+    earlier version). A ``run_key.json`` beside no results (a run that failed before its first
+    row: at engine start, say) protects nothing: it is replaced by ``key``.
     """
     out = Path(out_dir)
     path = out / RUN_KEY
+    results = [results] if isinstance(results, str) else list(results)
+    held = _holds_results(out, results)
     fresh = (f"To start fresh, choose another output_dir=... or delete {out}; to resume, run "
              f"with the settings recorded in {path}.")
     key = json.loads(json.dumps(key))  # the JSON view (tuples become lists)
-    if path.exists():
+    if path.exists() and held:
         try:
             old = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise RunKeyMismatch(f"{path} is not valid JSON ({exc}). {fresh}") from exc
         diff = differences(old, key)
         if diff:
+            absent = [f for f in ADDED_FIELDS if f in key and f not in old]
+            note = (f"\n{', '.join(absent)}: not recorded in {path} (written by an earlier "
+                    f"version), so its rows may have been made with another value."
+                    if absent else "")
             raise RunKeyMismatch(
                 f"{out} holds results of a different evaluation; what differs (recorded -> "
-                f"requested):\n  " + "\n  ".join(diff) + f"\n{fresh}")
+                f"requested):\n  " + "\n  ".join(diff) + note + f"\n{fresh}")
         return
-    if (out / results).exists() and (out / results).stat().st_size:
-        raise RunKeyMismatch(f"{out / results} was written without a run key ({RUN_KEY}), so "
+    if held and not path.exists():
+        first = next(n for n in results if (out / n).is_file() and (out / n).stat().st_size)
+        raise RunKeyMismatch(f"{out / first} was written without a run key ({RUN_KEY}), so "
                              f"the configuration that produced it is unknown. {fresh}")
     if write:
-        write_text(path, json.dumps(key, indent=2) + "\n")
+        _write_if_changed(path, json.dumps(key, indent=2) + "\n")
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    """Write ``text`` atomically unless ``path`` holds it already (a resume changes no file)."""
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return
+    except (OSError, UnicodeDecodeError):
+        pass
+    write_text(path, text)

@@ -1,8 +1,10 @@
 """Evaluation loop: benchmarks → prompts → engine → extracted letters → JSONL, JSON, tables.
 
 A run holds the output directory's lock (`soft_spatial.infra.dirlock`: one writer per directory) and
-is keyed to its configuration (`runkey`: model, controller, data, mode, protocol, sampling);
-resuming into a directory written with a different configuration is refused. Rows are keyed by
+is keyed to its configuration (`runkey`: model, controller, data, mode, protocol, sampling,
+batch_rows); resuming into a directory written with a different configuration is refused, unless
+it holds no rows yet (a run that failed before its first result, e.g. at engine start, leaves a
+directory the corrected command uses). Rows are keyed by
 (benchmark, question key, sample), never by position, and appended to ``samples.jsonl`` after
 every batch of questions (flushed and fsynced), so an interrupted run resumes where it stopped:
 finished (question, sample) pairs are never redone. ``summary.json`` and one ``<benchmark>.md``
@@ -176,9 +178,12 @@ def evaluate(cfg: EvalConfig, engine=None, progress: bool = True,
     out = Path(cfg.output_dir)
     selected = select_records(cfg)
     key = run_key(cfg)
-    check_run_key(out, key, RESULTS, write=False)  # refuse before the lock creates anything
+    # the rows' files: a directory without a byte in them (a run that failed before its first
+    # row, at engine start say) holds nothing to protect, and takes this run's key
+    results = (RESULTS, STEPS)
+    check_run_key(out, key, results, write=False)  # refuse before the lock creates anything
     with DirLock(out, "evaluation output directory"):
-        check_run_key(out, key, RESULTS)  # again: another run may have written in between
+        check_run_key(out, key, results)  # again: another run may have written in between
         write_record(out, record)
         results_path = out / RESULTS
         _drop_torn_tail(results_path)
@@ -289,14 +294,18 @@ def requested_counts(records: Sequence[QuestionRecord], bench: str,
                      skipped: Sequence[str]) -> dict:
     """Questions this run asked for, per category and subcategory and in the overall (``questions``;
     ``skipped_overlong``: how many of those were skipped as too long): what each table cell would
-    average over had every question been answered."""
+    average over had every question been answered. ``skipped_categories`` and
+    ``skipped_subcategories``: how many of each were skipped as too long (only those with one)."""
     excluded = EXCLUDED_FROM_OVERALL.get(bench, set())
     counted = [r for r in records if r.category not in excluded]
     skipped = set(skipped)
+    gone = [r for r in records if r.key in skipped]
     return {"questions": len(counted),
             "skipped_overlong": sum(r.key in skipped for r in counted),
             "categories": dict(Counter(r.category for r in records)),
-            "subcategories": dict(Counter(r.subcategory for r in records if r.subcategory))}
+            "subcategories": dict(Counter(r.subcategory for r in records if r.subcategory)),
+            "skipped_categories": dict(Counter(r.category for r in gone)),
+            "skipped_subcategories": dict(Counter(r.subcategory for r in gone if r.subcategory))}
 
 
 def write_reports(cfg: EvalConfig, rows: Sequence[dict],
