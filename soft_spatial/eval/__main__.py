@@ -18,6 +18,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from soft_spatial.infra.signals import command
 from soft_spatial.models.loading import resolve_model_dir
 from soft_spatial.softthink import AdaptSoft
 from soft_spatial.softthink.settings import CONTROLLER_FILE, SoftSettings
@@ -161,4 +162,8 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # SIGTERM (Slurm, timeout, kill) as Ctrl-C: the engine and its processes ended, the lock
+    # released, every finished sample kept for the resume; exit 143 (130)
+    with command("python -m soft_spatial.eval",
+                 "every finished sample is kept; the same command resumes from them"):
+        main()
