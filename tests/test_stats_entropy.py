@@ -101,7 +101,9 @@ def test_cli_writes_a_config_that_training_composes_and_resumes(tiny_qwen3_vl_sm
     s = conf["entropy_estimate"]["settings"]
     assert (s["top_k"], s["temperature"], s["tau"], s["noise_scale"]) == (5, 1.0, 0.5, 1.0)
     assert (tmp_path / "work" / "histogram.png").stat().st_size > 1000
-    assert "compose with entropy=tinyx" in capsys.readouterr().out
+    # the file is outside configs/entropy/: the printed way names its config dir
+    # (the instruction composed as printed: test_stats_entropy_usage.py)
+    assert f"--config-dir {tmp_path / 'conf'} entropy=tinyx" in capsys.readouterr().out
     # training composes it (entropy=<name> from a config dir on the search path)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         cfg = compose(config_name="train", overrides=[

@@ -26,6 +26,7 @@ depends on every rank's hidden states and τ leaf), which FSDP requires.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -39,6 +40,8 @@ from soft_spatial.softthink import (AdaptSoft, AlignmentConfig, AlignmentScaler,
                                     world_size)
 
 __all__ = ["AdaptSoftTrainer"]
+
+logger = logging.getLogger(__name__)
 
 
 def _rank(group=None) -> int:
@@ -66,6 +69,9 @@ class AdaptSoftTrainer:
         self.scaler = AlignmentScaler(c.beta, c.target, c.max_scale, c.eps)
         self.seed = seed
         self.generator = torch.Generator().manual_seed(seed * 1_000_003 + _rank())
+        # every DP rank's generator state at the last optimizer step (world > 1), so rank 0's
+        # checkpoint carries each rank's stream
+        self._rank_generators: list[Tensor] | None = None
         self.steps = 0
         self.last: dict[str, Tensor] = {}  # detached diagnostics of the last micro-batch
 
@@ -159,6 +165,11 @@ class AdaptSoftTrainer:
         norm = torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip)
         self.optimizer.step()
         self.steps += 1
+        if world_size() > 1:  # rank 0 alone writes the checkpoint: it keeps every rank's stream
+            mine = self.generator.get_state().to(flat.device)  # (all ranks, not only this DP group)
+            states = [torch.empty_like(mine) for _ in range(world_size())]
+            dist.all_gather(states, mine)
+            self._rank_generators = [s.cpu() for s in states]
         return {"adaptsoft/grad_norm": float(norm), "adaptsoft/grad_finite": float(finite),
                 "adaptsoft/kappa": float(self.scaler.scale),
                 "adaptsoft/ema_rms": float(self.scaler.m or 0.0),
@@ -169,7 +180,22 @@ class AdaptSoftTrainer:
         return {"controller_config": self.controller.config_dict(),
                 "controller": self.controller.state_dict(),  # projection P included (a buffer)
                 "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
-                "alignment": dict(vars(self.config)), "steps": self.steps, "seed": self.seed}
+                "alignment": dict(vars(self.config)), "steps": self.steps, "seed": self.seed,
+                **self._generator_state()}
+
+    def _generator_state(self) -> dict[str, Any]:
+        """The reference-set generators' states by rank (uint8 tensors), those this rank knows:
+        its own always; every rank's when the states gathered at the last optimizer step are
+        current (no reference set drawn since: all ranks draw in lockstep, so this rank's own
+        state tells)."""
+        rank, world = _rank(), world_size()
+        mine = self.generator.get_state()
+        states = {rank: mine}
+        gathered = self._rank_generators
+        if (world > 1 and gathered is not None and len(gathered) == world
+                and torch.equal(gathered[rank], mine)):
+            states = dict(enumerate(gathered))
+        return {"generator_states": states, "generator_world": world}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         # the seed only sets the initial weights and P, which the state dict restores
@@ -182,8 +208,19 @@ class AdaptSoftTrainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
         self.steps = int(state["steps"])
-        # each rank draws its own reference sets; continue from a fresh, step-dependent stream
-        self.generator.manual_seed(self.seed * 1_000_003 + _rank() + 7919 * self.steps)
+        # each rank draws its own reference sets: continue its stream where the checkpoint left it
+        rank, world = _rank(), world_size()
+        states = state.get("generator_states") or {}
+        if state.get("generator_world") == world and rank in states:
+            self.generator.set_state(states[rank].to("cpu", torch.uint8))
+        else:  # a checkpoint from before the state was saved, or from another number of ranks
+            logger.warning("AdaptSoft checkpoint (step %d) has no reference-set generator state for "
+                           "rank %d of %d (written %s): reseeding it from (seed, rank, steps), so "
+                           "the reference sets from here on differ from an uninterrupted run's",
+                           self.steps, rank, world,
+                           "without one" if "generator_states" not in state
+                           else f"by {state.get('generator_world')} ranks")
+            self.generator.manual_seed(self.seed * 1_000_003 + rank + 7919 * self.steps)
 
     def save(self, path) -> None:
         """Write the state (atomically: a crash never leaves a truncated ``adaptsoft.pt``)."""

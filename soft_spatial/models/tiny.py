@@ -24,7 +24,9 @@ CLI: `python -m soft_spatial.models.tiny --out DIR [--family qwen3_vl|qwen2_5_vl
 from __future__ import annotations
 
 import argparse
+import filecmp
 import os
+import tempfile
 from pathlib import Path
 from collections.abc import Sequence
 
@@ -259,8 +261,11 @@ def build_tiny_model(
     `overrides`: text-config fields, `vision_config={...}`, `init_std` and `head_init_std`
     (DEFAULT_INIT_STD, DEFAULT_HEAD_INIT_STD), and for `vocab="small"` the BPE's extra training
     `corpus` (texts), `bpe_size` and `phrases` (texts that become single added tokens).
-    Weights depend only on (`family`, `vocab`, `seed`, `overrides`). `out_dir` must not exist or
-    be empty; the directory appears complete or not at all. Returns `out_dir` as a Path.
+    Weights depend only on (`family`, `vocab`, `seed`, `overrides`), and so does every byte written.
+    `out_dir` must not exist or be empty, or hold this very build: a concurrent build of the same
+    path that finished first (two ``model.build_tiny=true`` commands) is used as it is, another
+    model there is refused (FileExistsError). The directory appears complete or not at all.
+    Returns `out_dir` as a Path.
     `device`: where the weights are built and drawn (a GPU builds a 2B shape in seconds; its
     generator gives other weights than the CPU's); `save_dtype`: the saved weights' dtype.
     """
@@ -290,13 +295,33 @@ def build_tiny_model(
         pad_token_id=ids["pad_token_id"],
         eos_token_id=[ids["eos_token_id"], ids["pad_token_id"]],
     )
-    with atomic_dir(out) as tmp:  # an interrupted build leaves no half-written model directory
-        model.save_pretrained(tmp)
+
+    def write(directory: Path) -> None:
+        model.save_pretrained(directory)
         if family == "qwen3":
-            tokenizer.save_pretrained(tmp)
+            tokenizer.save_pretrained(directory)
         else:
-            build_processor(family, tokenizer).save_pretrained(tmp)
+            build_processor(family, tokenizer).save_pretrained(directory)
+
+    try:
+        with atomic_dir(out) as tmp:  # an interrupted build leaves no half-written model directory
+            write(tmp)
+    except OSError:  # out exists: refused up front, or published by another build meanwhile
+        if not _holds_the_same_build(out, write):
+            raise
     return out
+
+
+def _holds_the_same_build(out: Path, write) -> bool:
+    """Whether the complete model directory ``out`` holds byte for byte what ``write`` writes
+    (the build is deterministic: a concurrent build of the same model wrote the same files)."""
+    if not (out / "config.json").is_file():
+        return False
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.", suffix=".check", dir=out.parent) as tmp:
+        write(Path(tmp))
+        ours = sorted(str(p.relative_to(tmp)) for p in Path(tmp).rglob("*") if p.is_file())
+        theirs = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+        return ours == theirs and all(filecmp.cmp(Path(tmp) / f, out / f, shallow=False) for f in ours)
 
 
 def main(argv: list[str] | None = None) -> None:

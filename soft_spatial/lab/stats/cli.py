@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from soft_spatial.lab.stats.entropy import (
     parquet_prompts,
     read_partial,
     soft_step_entropies,
+    usage_args,
 )
 from soft_spatial.models.loading import resolve_model_dir
 from soft_spatial.softthink import AdaptSoftConfig, SamplingConfig, SoftThinkingConfig, from_mapping
@@ -127,14 +129,18 @@ def entropy_main(args) -> Path:
     est = estimate(ent, bins=args.bins, settings=settings)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(config_text(est, name), encoding="utf-8")
+    usage = usage_args(out, CONFIG_DIR, est)  # what composes the file where it is
+    tmp.write_text(config_text(est, name, usage), encoding="utf-8")
     os.replace(tmp, out)
     png = _histogram_png(est, work / "histogram.png")
+    where = "" if usage[0].startswith(("entropy=", "--config-dir")) else (
+        " (not composable as entropy=<name>: Hydra finds that only as entropy/<name>.yaml in a "
+        "config directory; its values instead)")
     print(f"mu_H = {est.entropy_mean:.4f}, sigma_H = {est.entropy_std:.4f} over "
           f"{est.soft_steps} soft steps of {est.prompts} prompts (paper, Qwen3-VL-8B-Thinking: "
-          f"0.173, 0.224)\nconfig: {out}  (compose with entropy={name}, or set "
-          f"adaptsoft.entropy_mean={est.entropy_mean:.4f} "
-          f"adaptsoft.entropy_std={est.entropy_std:.4f})\nhistogram: {png}")
+          f"0.173, 0.224)\nconfig: {out}{where}\n"
+          f"use it (the first arguments of python -m soft_spatial.train or python -m "
+          f"soft_spatial.eval, before other overrides): {shlex.join(usage)}\nhistogram: {png}")
     return out
 
 

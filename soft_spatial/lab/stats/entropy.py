@@ -18,6 +18,8 @@ import base64
 import io
 import json
 import os
+import re
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,7 +30,7 @@ from soft_spatial.data.subsets import matches
 from soft_spatial.eval.runner import read_results
 
 __all__ = ["EntropyEstimate", "parquet_prompts", "soft_step_entropies", "estimate",
-           "config_text", "IMAGE_PLACEHOLDER"]
+           "config_text", "usage_args", "IMAGE_PLACEHOLDER"]
 
 IMAGE_PLACEHOLDER = "<image>"
 
@@ -150,17 +152,38 @@ def estimate(entropies: dict[int, np.ndarray], bins: int = 20,
                            [int(c) for c in counts], dict(settings or {}))
 
 
-def config_text(est: EntropyEstimate, name: str) -> str:
-    """The Hydra config file for ``configs/entropy/<name>.yaml``."""
+def usage_args(out: str | os.PathLike, config_dir: str | os.PathLike,
+               est: EntropyEstimate | None = None) -> list[str] | None:
+    """The arguments of ``python -m soft_spatial.train`` (or ``soft_spatial.eval``) that use the
+    config file ``out``: ``entropy=<stem>`` in ``config_dir/entropy/`` (the package's configs);
+    ``--config-dir <dir> entropy=<stem>`` in any other ``<dir>/entropy/`` (Hydra finds an
+    ``entropy=`` option only as ``entropy/<option>.yaml`` on its search path); elsewhere, given
+    ``est``, its values as ``adaptsoft.entropy_mean=... adaptsoft.entropy_std=...`` (None without)."""
+    path = Path(out).resolve()
+    if path.suffix == ".yaml" and path.parent.name == "entropy" and re.fullmatch(r"[\w-]+", path.stem):
+        option = [f"entropy={path.stem}"]
+        if path.parent == (Path(config_dir) / "entropy").resolve():
+            return option
+        return ["--config-dir", str(path.parent.parent)] + option
+    if est is None:
+        return None
+    return [f"adaptsoft.entropy_mean={round(est.entropy_mean, 6)}",
+            f"adaptsoft.entropy_std={round(est.entropy_std, 6)}"]
+
+
+def config_text(est: EntropyEstimate, name: str, usage: Sequence[str] | None = None) -> str:
+    """The Hydra config file for ``configs/entropy/<name>.yaml``; ``usage``: the command-line
+    arguments that compose it (`usage_args`; default ``entropy=<name>``)."""
     import yaml
 
     s = est.settings
+    args = shlex.join(usage if usage is not None else [f"entropy={name}"])
     head = (f"# @package _global_\n"
             f"# mu_H and sigma_H for {s.get('model', name)}: the normalised top-K entropy at every "
             f"soft step of the\n# initial policy (python -m soft_spatial.stats entropy), "
             f"{est.prompts} training prompts, {est.soft_steps} soft steps.\n"
-            f"# Compose: python -m soft_spatial.train entropy={name} | python -m soft_spatial.eval "
-            f"entropy={name}\n")
+            f"# Compose: python -m soft_spatial.train {args} | python -m soft_spatial.eval "
+            f"{args}\n")
     body = {"adaptsoft": {"entropy_mean": round(est.entropy_mean, 6),
                           "entropy_std": round(est.entropy_std, 6)},
             "entropy_estimate": {  # provenance only; the method reads adaptsoft.* above
