@@ -26,15 +26,23 @@ def _cmd(fx, model, out):
             "max_new_tokens=8", "limit=4", "batch_rows=1", f"output_dir={out}"]
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, tiny_qwen3_vl_small):
+    """The fixtures and the samples of the same command run without a signal."""
+    root = tmp_path_factory.mktemp("eval_signals")
+    fx = write_fixtures(root / "fixtures")
+    res = subprocess.run(_cmd(fx, tiny_qwen3_vl_small, root / "whole"), capture_output=True,
+                         text=True, cwd=ROOT, env=dict(os.environ, HF_HUB_OFFLINE="1"), timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return fx, root / "whole"
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_ends_evaluation_cleanly_and_the_same_command_resumes(
-        tmp_path, tiny_qwen3_vl_small, sig):
-    fx = write_fixtures(tmp_path / "fixtures")
-    out, whole = tmp_path / "out", tmp_path / "whole"
+        tmp_path, tiny_qwen3_vl_small, uninterrupted, sig):
+    fx, whole = uninterrupted
+    out = tmp_path / "out"
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    res = subprocess.run(_cmd(fx, tiny_qwen3_vl_small, whole), capture_output=True, text=True,
-                         cwd=ROOT, env=env, timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
     gate = tmp_path / "gate"
     proc = subprocess.Popen(_cmd(fx, tiny_qwen3_vl_small, out), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=ROOT,

@@ -55,7 +55,9 @@ def _gone(procs, within=120.0) -> list:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+# SIGTERM only (a whole training start-up per signal; CI's 30 minutes): SIGINT takes the same way out
+# (Terminated is a KeyboardInterrupt), as the prepare, export and evaluation signal tests show
+@pytest.mark.parametrize("sig", [signal.SIGTERM], ids=["SIGTERM"])
 def test_a_signal_ends_training_cleanly_and_leaves_no_ray_process(tiny_qwen3_vl_small, train_data,
                                                                    tmp_path, sig):
     out = tmp_path / "ckpt"
