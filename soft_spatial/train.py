@@ -32,7 +32,7 @@ from soft_spatial.infra import ray_session
 from soft_spatial.infra.atomic import write_text
 from soft_spatial.infra.dirlock import DirLock
 from soft_spatial.infra.ray_env import plugin_env
-from soft_spatial.infra.signals import command
+from soft_spatial.infra.signals import command, reinstall
 from soft_spatial.infra.run_dir import finished, keep_metrics_until, resume_step
 from soft_spatial.models.loading import resolve_model_dir
 from soft_spatial.softthink.settings import SETTINGS_FILE, SoftSettings
@@ -200,7 +200,7 @@ def run_verl(cfg) -> None:
     from soft_spatial.compat.ray import keep_sigterm_handler
 
     OmegaConf.resolve(cfg)  # ${cpu_workers:...} here: Ray's processes do not know the resolver
-    with keep_sigterm_handler():  # ray.init takes SIGTERM over; main()'s handler comes back
+    with keep_sigterm_handler(reinstall):  # ray.init takes SIGTERM over; main()'s comes back
         run_ppo(cfg, task_runner_class=ray.remote(num_cpus=1)(SoftTaskRunner))
 
 

@@ -143,7 +143,7 @@ def test_sigterm_raises_like_sigint_in_the_block_and_ray_init_keeps_it(monkeypat
     monkeypatch.setattr(ray, "init", fake_init)
     before, ray_set = signal.getsignal(signal.SIGTERM), ray_utils.set_sigterm_handler
     with signals.sigterm_raises():
-        with keep_sigterm_handler():
+        with keep_sigterm_handler(signals.reinstall):
             ray.init()
         assert ray_utils.set_sigterm_handler is ray_set and signal.getsignal(signal.SIGTERM) is not rays
         with pytest.raises(signals.Terminated) as caught:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 __all__ = ["RAY_VERSION", "node_ip_address", "check_internals", "keep_sigterm_handler",
            "check_sigterm_seam"]
@@ -41,9 +41,10 @@ def check_internals() -> list:
 
 
 @contextlib.contextmanager
-def keep_sigterm_handler() -> Iterator[None]:
-    """Within the block, ``ray.init`` leaves this process's SIGTERM handler in place
-    (:mod:`soft_spatial.infra.signals`).
+def keep_sigterm_handler(reinstall: Callable[[], None]) -> Iterator[None]:
+    """Within the block, ``ray.init`` leaves this process's SIGTERM handler in place: Ray's own
+    are not installed and ``reinstall`` (``soft_spatial.infra.signals.reinstall``) runs each time
+    ``ray.init`` returns.
 
     Ray 2.60's ``ray.init`` takes SIGTERM over in the driver: ``ray._private.worker.init`` (L1679)
     installs a handler that calls ``sys.exit``, a head node it starts
@@ -59,8 +60,6 @@ def keep_sigterm_handler() -> Iterator[None]:
     """
     import ray
     import ray._private.utils as ray_utils
-
-    from soft_spatial.infra.signals import reinstall
 
     original_init, original_set = ray.init, ray_utils.set_sigterm_handler
 
