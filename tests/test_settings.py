@@ -157,13 +157,11 @@ def test_the_sglang_scheduler_environment_carries_it(monkeypatch):
     assert back == setup and back.soft == NON_DEFAULT
 
 
-def _fake_merger(cmd, **kwargs):
-    """verl's merger CLI, writing only a config (the real one: tests/test_train_cpu.py)."""
-    import subprocess
-    target = Path(cmd[cmd.index("--target_dir") + 1])
-    target.mkdir(parents=True)
-    (target / "config.json").write_text("{}")
-    return subprocess.CompletedProcess(cmd, 0, "", "")
+def _fake_merger(actor, target):
+    """verl's merger, writing only a config (the real one: tests/test_export_safety.py,
+    tests/test_train_cpu.py)."""
+    Path(target).mkdir(parents=True, exist_ok=True)
+    (Path(target) / "config.json").write_text("{}")
 
 
 def _compose_eval(overrides):
@@ -191,7 +189,7 @@ def test_the_exported_settings_file_carries_it_to_evaluation(tmp_path, monkeypat
     (actor / "model_world_size_1_rank_0.pt").write_bytes(b"")
     (ckpt / "latest_checkpointed_iteration.txt").write_text("1")
     NON_DEFAULT.save(ckpt / SETTINGS_FILE)  # train.run
-    monkeypatch.setattr(export_mod.subprocess, "run", _fake_merger)
+    monkeypatch.setattr(export_mod, "run_merger", _fake_merger)
     out = export_mod.export(ckpt, tmp_path / "model")
     assert (out / SETTINGS_FILE).read_bytes() == (ckpt / SETTINGS_FILE).read_bytes()  # copied
     assert SoftSettings.exported(out) == NON_DEFAULT
