@@ -31,6 +31,7 @@ from soft_spatial.data.subsets import filter_parquet, normalise_task_types
 from soft_spatial.infra import ray_session
 from soft_spatial.infra.atomic import write_text
 from soft_spatial.infra.dirlock import DirLock
+from soft_spatial.infra.hydra_record import hydra_record
 from soft_spatial.infra.ray_env import plugin_env
 from soft_spatial.infra.signals import command, reinstall
 from soft_spatial.infra.run_dir import finished, keep_metrics_until, resume_step
@@ -113,7 +114,7 @@ def task_subset_files(files, task_types, out_dir: Path, split: str, min_rows: in
 def run(cfg, record: dict[str, str] | None = None) -> None:
     """Train from a composed config (also used by tests): preflight → run directory → Ray's
     runtime environment → verl's ``run_ppo``. ``record`` (path under the run directory -> text:
-    `hydra_record`) is written only once the run is accepted: a refused or finished command
+    ``infra.hydra_record``) is written only once the run is accepted: a refused or finished command
     changes nothing."""
     env = plugin_env(str(cfg.trainer.get("device", "cuda")))
     os.environ.update(env)  # before verl's first import: it reads the plugin and the platform
@@ -204,26 +205,13 @@ def run_verl(cfg) -> None:
         run_ppo(cfg, task_runner_class=ray.remote(num_cpus=1)(SoftTaskRunner))
 
 
-def hydra_record(cfg) -> dict[str, str]:
-    """What Hydra's ``output_subdir`` would hold (the composed config, Hydra's own config, the
-    command-line overrides) as ``hydra/<start time>/*.yaml``, for `run` to write into the run
-    directory once the run is accepted (configs/train.yaml turns Hydra's own writing off: it
-    wrote before any check). Call inside the Hydra app."""
-    from hydra.core.hydra_config import HydraConfig
-
-    hydra_cfg = HydraConfig.get()
-    where = f"hydra/{time.strftime('%Y-%m-%d_%H-%M-%S')}"
-    return {f"{where}/config.yaml": OmegaConf.to_yaml(cfg),
-            f"{where}/hydra.yaml": OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})),
-            f"{where}/overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task)}
-
-
 def main() -> None:
     import hydra
 
     @hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base=None)
     def _main(cfg) -> None:
-        run(cfg, record=hydra_record(cfg))
+        # Hydra's record (configs/train.yaml turns Hydra's own off), one directory per start
+        run(cfg, record=hydra_record(cfg, f"hydra/{time.strftime('%Y-%m-%d_%H-%M-%S')}"))
 
     # SIGTERM (Slurm's time limit or preemption, timeout, kill) ends the run as Ctrl-C does
     with command("python -m soft_spatial.train",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -98,3 +99,14 @@ def release(directory: Path) -> None:
     """Let the child at the barrier go on (it must be waiting there)."""
     with open(directory / "release", "wb"):
         pass
+
+
+def interrupt(child: subprocess.Popen, sig: int, within: float = 120.0) -> str:
+    """Send ``sig`` to ``child`` and check it ended as a command interrupted by it ends
+    (``soft_spatial.infra.signals.command``): exit 128 + the signal, one line naming it, no
+    traceback. Returns its stderr."""
+    child.send_signal(sig)
+    _, err = child.communicate(timeout=within)
+    assert child.returncode == 128 + sig, err[-3000:]
+    assert f"interrupted by {signal.Signals(sig).name}" in err and "Traceback" not in err, err[-3000:]
+    return err

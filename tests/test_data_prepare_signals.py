@@ -37,12 +37,9 @@ def test_a_signal_during_prepare_removes_its_temporary_and_keeps_the_previous_ou
         assert barrier.wait_reached(gate, proc) == proc.pid
         temporaries = [p.name for p in data.iterdir() if p.name.startswith(".train.parquet.")]
         assert len(temporaries) == 1 and temporaries[0].endswith(".tmp")  # inside the write
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=120)
+        barrier.interrupt(proc, sig)
         assert sorted(p.name for p in data.iterdir()) == ["train.parquet"]  # no temporary left
         assert out.read_bytes() == b"the previous output"
-        assert proc.returncode == 128 + sig, err[-3000:]
-        assert f"interrupted by {sig.name}" in err and "Traceback" not in err, err[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()

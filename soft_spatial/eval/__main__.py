@@ -18,6 +18,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from soft_spatial.infra.hydra_record import hydra_record
 from soft_spatial.infra.signals import command
 from soft_spatial.models.loading import resolve_model_dir
 from soft_spatial.softthink import AdaptSoft
@@ -126,18 +127,6 @@ def build_config(cfg: DictConfig) -> EvalConfig:
                     else cfg.task_types))
 
 
-def hydra_record(cfg: DictConfig) -> dict[str, str]:
-    """What Hydra's ``output_subdir`` would hold (the composed config as run, after an exported
-    model's settings, Hydra's own config and the command-line overrides), for `evaluate` to write
-    into the output directory once the run is accepted (configs/eval.yaml turns Hydra's off)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    hydra_cfg = HydraConfig.get()
-    return {"hydra/config.yaml": OmegaConf.to_yaml(cfg),
-            "hydra/hydra.yaml": OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})),
-            "hydra/overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task)}
-
-
 @hydra.main(config_path=str(CONFIG_DIR), config_name="eval", version_base=None)
 def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
@@ -147,6 +136,7 @@ def main(cfg: DictConfig) -> None:
     if taken:
         print(f"from {cfg.model.path}: {', '.join(taken)}")
     ecfg = build_config(cfg)
+    # Hydra's record (configs/eval.yaml turns Hydra's own off), written once the run is accepted
     summaries = evaluate(ecfg, record=hydra_record(cfg))
     out = Path(ecfg.output_dir).resolve()
     for name, s in summaries.items():
