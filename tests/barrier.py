@@ -19,6 +19,7 @@ import importlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -41,10 +42,13 @@ def _install() -> None:
     directory, target = os.environ.get(DIR_ENV), os.environ.get(AFTER_ENV)
     if not directory or not target:
         return
-    if "soft_spatial.plugin" in os.environ.get("VERL_USE_EXTERNAL_MODULES", ""):
-        from soft_spatial.plugin import register
-
-        register()  # a training run's process: the CPU platform before verl's trainer imports
+    if ("soft_spatial.plugin" in os.environ.get("VERL_USE_EXTERNAL_MODULES", "")
+            and "soft_spatial.plugin" not in sys.modules):
+        # a training run's Ray process, where verl imports this module before the plugin: the
+        # plugin's import registers the CPU platform before verl's trainer imports. Where the
+        # plugin is already imported (or is being imported: the driver's ``run_verl`` imports it,
+        # and its registration imports verl, which imports this module), it is not called again
+        importlib.import_module("soft_spatial.plugin")
     module_name, _, qualname = target.partition(":")
     owner = importlib.import_module(module_name)
     *path, name = qualname.split(".")
@@ -80,14 +84,18 @@ def arm(directory: Path, after: str, env: dict | None = None, site: bool = False
     return env
 
 
-def wait_reached(directory: Path, child: subprocess.Popen, within: float = 300.0) -> int:
-    """The pid that reached the barrier, once it has (a child that exits first fails the test;
-    ``within`` only bounds a hang)."""
+def wait_reached(directory: Path, child: subprocess.Popen, within: float = 300.0,
+                 log: Path | None = None) -> int:
+    """The pid that reached the barrier, once it has (a child that exits first fails the test with
+    the end of its output: its stdout pipe, or ``log`` where it writes to a file; ``within`` only
+    bounds a hang)."""
     deadline = time.monotonic() + within
     marker = directory / "reached"
     while not marker.exists():
         if child.poll() is not None:
             out = child.stdout.read() if child.stdout else ""
+            if log is not None and Path(log).exists():
+                out += Path(log).read_text(errors="replace")
             raise AssertionError(f"the child exited ({child.returncode}) before the barrier:\n{out[-4000:]}")
         if time.monotonic() > deadline:
             raise AssertionError(f"the child did not reach the barrier within {within} s")

@@ -64,6 +64,7 @@ def test_a_signal_ends_training_cleanly_and_leaves_no_ray_process(tiny_qwen3_vl_
     gate = tmp_path / "gate"
     env = barrier.arm(gate, SAVED, dict(
         os.environ, HF_HUB_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0",
+        VERL_PLATFORM="cpu",  # as after any test that selected the CPU platform in this process
         VERL_FILE_LOGGER_PATH=str(tmp_path / "metrics.jsonl"), VERL_USE_EXTERNAL_MODULES="barrier",
         SOFT_SPATIAL_FORWARD_ENV=f"{barrier.DIR_ENV} {barrier.AFTER_ENV}"))
     cmd = [sys.executable, "-m", "soft_spatial.train", "model=tiny", "cluster=cpu", "experiment=hard",
@@ -76,7 +77,7 @@ def test_a_signal_ends_training_cleanly_and_leaves_no_ray_process(tiny_qwen3_vl_
         driver = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
     started = []
     try:
-        runner = barrier.wait_reached(gate, driver, within=600)
+        runner = barrier.wait_reached(gate, driver, within=600, log=log)
         ray_dir = ray_session.runs_root() / f"{driver.pid}-{start_time(driver.pid)}"
         started = _descendants(driver.pid)  # Ray's processes, the watchdog, the TaskRunner
         assert runner in [p for p, _ in started] or runner in ray_session.session_pids(ray_dir)
