@@ -15,6 +15,7 @@ import torch
 import yaml
 from hydra import compose, initialize_config_dir
 
+from soft_spatial.softthink import AdaptSoftConfig
 from soft_spatial.train import CONFIG_DIR
 
 PRESETS = ["adaptsoft", "hard", "soft_fixed", "no_hidden", "no_entropy", "no_alignment",
@@ -183,7 +184,7 @@ def test_train_resume_export_and_evaluate(tiny_qwen3_vl_small, train_data, tmp_p
     text = events.Tensors(tag)[-1].tensor_proto.string_val[0].decode()
     notes = re.findall(r"\[(\d+) soft steps; tau per soft step:([ 0-9.]*)\]", text)
     assert len(notes) == 2
-    tau0, delta = 0.5, 0.4  # configs/soft_thinking/paper.yaml: τ in (τ0 - Δ, τ0 + Δ)
+    tau0, delta = AdaptSoftConfig.tau0, AdaptSoftConfig.delta  # τ in (τ0 - Δ, τ0 + Δ)
     for count, values in notes:
         taus = [float(v) for v in values.split()]
         assert len(taus) == int(count) > 0 and all(tau0 - delta < t < tau0 + delta for t in taus)

@@ -142,15 +142,13 @@ class SoftRayPPOTrainer(RayPPOTrainer):
     def _soft_settings(self) -> SoftSettings:
         """The run's soft settings (``rollout.custom``, checked by the entry point), parsed once."""
         if getattr(self, "_parsed_soft_settings", None) is None:
-            self._parsed_soft_settings = SoftSettings.from_dict(
-                self.config.actor_rollout_ref.rollout.get("custom"),
-                where="actor_rollout_ref.rollout.custom")
+            self._parsed_soft_settings = SoftSettings.from_rollout(
+                self.config.actor_rollout_ref.rollout)
         return self._parsed_soft_settings
 
     def _compute_ref_log_prob(self, batch):
         attach_traces(batch)  # no-op when already attached
-        kl = (self.config.actor_rollout_ref.rollout.get("custom") or {}).get("kl") or {}
-        if kl.get("over", "likelihood") == "candidates":
+        if self._soft_settings().kl.over == "candidates":
             return ref_log_prob_outputs(self, batch, {"cand_logp": "ref_cand_logp"})
         return super()._compute_ref_log_prob(batch)
 
