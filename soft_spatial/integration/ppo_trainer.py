@@ -132,11 +132,8 @@ class SoftRayPPOTrainer(RayPPOTrainer):
             self._soft_metrics.update(replay)
             self._soft_metrics[EXCEEDED] = check_replay(
                 replay, self._soft_settings().replay_check, self.global_steps)
-        resp = batch.batch["responses"]
-        spine = batch.batch["trace_topk_ids"][..., 0]
-        valid = batch.batch["trace_mask"]
-        self._soft_metrics["soft/spine_match_rate"] = float(
-            (spine[valid] == resp[valid]).float().mean()) if valid.any() else 1.0
+        # no spine metric: attach_traces' spine check (rollout/collate.py::check_spine) already
+        # raised on the first record whose spine is not its response token (docs/design.md §3)
         return old, mfu
 
     def _soft_settings(self) -> SoftSettings:
