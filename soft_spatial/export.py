@@ -2,8 +2,9 @@
 
 OUT_DIR gets the Hugging Face weights (verl's model merger, ``merge --backend fsdp``, run on the
 actor's FSDP shards by :mod:`soft_spatial.compat.verl.merger`), the AdaptSoft controller (``adaptsoft.pt``,
-when the run trained one) and the soft settings of the run (``soft_thinking.yaml``: the
-``SoftSettings.to_dict()`` training wrote beside its checkpoints, copied as it is). Then
+when the run trained one) and the soft settings of the run (``soft_settings.yaml``: the
+``SoftSettings.to_dict()`` training wrote beside its checkpoints, copied as it is; an older run's
+``soft_thinking.yaml`` is read too and exported under the new name). Then
 
     python -m soft_spatial.eval model.path=OUT_DIR
 
@@ -45,6 +46,7 @@ from soft_spatial.infra.dirlock import OutputLock
 from soft_spatial.infra.procs import end_group
 from soft_spatial.infra.signals import command
 from soft_spatial.softthink.settings import CONTROLLER_FILE, SETTINGS_FILE, SoftSettings
+from soft_spatial.softthink.settings import settings_file as run_settings_file
 
 LATEST = "latest_checkpointed_iteration.txt"  # verl's pointer to the last saved step
 
@@ -64,10 +66,12 @@ def actor_dir(checkpoint: str | Path) -> Path:
 
 
 def settings_file(actor: Path) -> Path | None:
-    """The run's ``soft_thinking.yaml``: in the trainer's directory above ``global_step_N``."""
+    """The run's settings file (``soft_settings.yaml``, or an older run's ``soft_thinking.yaml``):
+    in the trainer's directory above ``global_step_N``."""
     for directory in (actor, actor.parent, actor.parent.parent):
-        if (directory / SETTINGS_FILE).is_file():
-            return directory / SETTINGS_FILE
+        found = run_settings_file(directory)
+        if found is not None:
+            return found
     return None
 
 

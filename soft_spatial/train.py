@@ -31,6 +31,7 @@ from soft_spatial.data.subsets import filter_parquet, normalise_task_types
 from soft_spatial.infra import ray_session
 from soft_spatial.infra.atomic import write_text
 from soft_spatial.infra.dirlock import DirLock
+from soft_spatial.infra.hydra_args import rename_argv
 from soft_spatial.infra.hydra_record import hydra_record
 from soft_spatial.infra.ray_env import plugin_env
 from soft_spatial.infra.signals import command, reinstall
@@ -66,7 +67,7 @@ def preflight(cfg) -> Path:
 
     rollout = cfg.actor_rollout_ref.rollout
     # parsed once, here (each invalid setting named); workers and servers read this dict
-    settings = SoftSettings.from_dict(rollout.get("custom"), where="actor_rollout_ref.rollout.custom")
+    settings = SoftSettings.from_rollout(rollout)
     with open_dict(cfg):
         rollout.custom = settings.to_dict()
     # warned here, where the user sees it (the worker checks verl's built actor config again)
@@ -160,7 +161,7 @@ def open_run_dir(cfg, run_dir: Path, env: dict) -> str | None:
                                       ("val_files", "val", 1)):
                 cfg.data[key] = task_subset_files(cfg.data[key], task_types,
                                                   run_dir / "data", split, least)
-    settings = SoftSettings.from_dict(cfg.actor_rollout_ref.rollout.custom)  # preflight's dict
+    settings = SoftSettings.from_rollout(cfg.actor_rollout_ref.rollout)  # preflight's dict
     print("soft thinking settings (actor_rollout_ref.rollout.custom):\n"
           + OmegaConf.to_yaml(settings.to_dict()))
     # kept beside the checkpoints: python -m soft_spatial.export copies them to the model
@@ -213,6 +214,7 @@ def main() -> None:
         # Hydra's record (configs/train.yaml turns Hydra's own off), one directory per start
         run(cfg, record=hydra_record(cfg, f"hydra/{time.strftime('%Y-%m-%d_%H-%M-%S')}"))
 
+    rename_argv()  # soft_thinking=... (the settings group's old name) reads as soft=...
     # SIGTERM (Slurm's time limit or preemption, timeout, kill) ends the run as Ctrl-C does
     with command("python -m soft_spatial.train",
                  "the run directory keeps its last checkpoint; the same command resumes from it"):

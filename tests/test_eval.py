@@ -366,14 +366,15 @@ def test_steps_jsonl_holds_every_step_of_every_sample(fixtures, tiny_qwen3_vl_sm
 @pytest.mark.parametrize("top_k", [5, 0])
 def test_hard_mode_decodes_with_top_k(fixtures, tiny_qwen3_vl_small, tmp_path, monkeypatch,
                                       top_k):
-    """Table 5: hard-mode evaluation samples every token from the top-5 (top_k=5, the default);
-    top_k=0 samples from the full vocabulary (the random tiny model then leaves the top-5)."""
+    """Table 5: hard-mode evaluation samples every token from the top-5 (sample_top_k=5, the
+    default); sample_top_k=0 samples from the full vocabulary (the random tiny model then leaves
+    the top-5)."""
     import torch
     from engine_spy import capture_local
 
     steps, _ = capture_local(monkeypatch)
     cfg = make_cfg(fixtures, tiny_qwen3_vl_small, tmp_path / "h", mode="hard", limit=2,
-                   max_new_tokens=16, top_k=top_k)
+                   max_new_tokens=16, sample_top_k=top_k)
     evaluate(cfg, progress=False)
     ranks = []
     for logits, _, rec in steps:

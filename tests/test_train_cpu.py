@@ -15,6 +15,7 @@ import torch
 import yaml
 from hydra import compose, initialize_config_dir
 
+from soft_spatial.softthink import AdaptSoftConfig
 from soft_spatial.train import CONFIG_DIR
 
 PRESETS = ["adaptsoft", "hard", "soft_fixed", "no_hidden", "no_entropy", "no_alignment",
@@ -133,9 +134,10 @@ def run_train(model, data, out, *overrides, timeout=1800, env=None, ok=True):
 
 
 def assert_one_step(m: dict, preset: str) -> None:
-    """What one training step of ``preset`` must show in its metrics: records and responses agree,
-    the policy got a GRPO gradient, soft steps replay exactly, and the controller (if any) moved."""
-    assert m["soft/spine_match_rate"] == 1.0
+    """What one training step of ``preset`` must show in its metrics (records and responses
+    agree, or the step would have raised: the spine check), the policy got a GRPO gradient,
+    soft steps replay exactly, and the controller (if any) moved."""
+    assert "soft/spine_match_rate" not in m  # the spine check raises instead (rollout/collate.py)
     assert m["actor/grad_norm"] > 0  # the policy got a GRPO gradient
     soft = preset != "hard"
     assert (m["soft/soft_step_fraction"] > 0) == soft
@@ -175,7 +177,7 @@ def test_train_resume_export_and_evaluate(tiny_qwen3_vl_small, train_data, tmp_p
     events.Reload()
     tags = set(events.Tags()["scalars"])
     assert {t for t in tags if t.startswith("soft/")} and {t for t in tags if t.startswith("actor/adaptsoft/")}
-    for tag in ("soft/spine_match_rate", "actor/adaptsoft/grad_norm"):
+    for tag in ("soft/soft_step_fraction", "actor/adaptsoft/grad_norm"):
         got = {e.step: e.value for e in events.Scalars(tag)}
         assert got == pytest.approx({m["step"]: m[tag] for m in train_steps}, rel=1e-6)
     # validation generations, as a text table, each with its τ per soft step
@@ -183,7 +185,7 @@ def test_train_resume_export_and_evaluate(tiny_qwen3_vl_small, train_data, tmp_p
     text = events.Tensors(tag)[-1].tensor_proto.string_val[0].decode()
     notes = re.findall(r"\[(\d+) soft steps; tau per soft step:([ 0-9.]*)\]", text)
     assert len(notes) == 2
-    tau0, delta = 0.5, 0.4  # configs/soft_thinking/paper.yaml: τ in (τ0 - Δ, τ0 + Δ)
+    tau0, delta = AdaptSoftConfig.tau0, AdaptSoftConfig.delta  # τ in (τ0 - Δ, τ0 + Δ)
     for count, values in notes:
         taus = [float(v) for v in values.split()]
         assert len(taus) == int(count) > 0 and all(tau0 - delta < t < tau0 + delta for t in taus)

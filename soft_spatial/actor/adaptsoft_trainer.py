@@ -65,8 +65,7 @@ class AdaptSoftTrainer:
         params = [p for p in self.controller.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=self.config.lr,
                                            weight_decay=self.config.weight_decay)
-        c = self.config
-        self.scaler = AlignmentScaler(c.beta, c.target, c.max_scale, c.eps)
+        self.scaler = AlignmentScaler(self.config)
         self.seed = seed
         self.generator = torch.Generator().manual_seed(seed * 1_000_003 + _rank())
         # every DP rank's generator state at the last optimizer step (world > 1), so rank 0's

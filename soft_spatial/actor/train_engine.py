@@ -48,7 +48,7 @@ from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
 from soft_spatial.compat.verl.engine import as_language_model, no_cpu_offload_on_cpu, register_engine
 from soft_spatial.models.tokens import unusable_token_ids
-from soft_spatial.softthink import DensityConfig, KLConfig, step_likelihood
+from soft_spatial.softthink import DensityConfig, KLConfig, SoftThinkingConfig, step_likelihood
 from soft_spatial.softthink.replay import soft_inputs
 from soft_spatial.softthink.settings import CONTROLLER_FILE
 
@@ -209,8 +209,8 @@ def _device_clock(device: torch.device) -> float:
 class SoftFSDPEngine(FSDPEngineWithLMHead):
     """``FSDPEngineWithLMHead`` with soft replay and per-step likelihoods (module docstring)."""
 
-    # Soft settings; defaults are the paper's (docs/design.md §2.6). Set with configure_soft().
-    noise_scale: float = 1.0
+    # Soft settings, the dataclasses' defaults until configure_soft() sets the run's (§2.6).
+    noise_scale: float = SoftThinkingConfig.noise_scale
     density: DensityConfig = DensityConfig()
     kl: KLConfig = KLConfig()
     adaptsoft = None  # an AdaptSoftTrainer while the controller is trained by this engine

@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from soft_spatial.models.rope import prefill_position_ids
-from soft_spatial.softthink import (DensityConfig, candidate_logp, mixture_weights,
-                                    step_log_likelihood)
+from soft_spatial.softthink import (DensityConfig, SoftThinkingConfig, candidate_logp,
+                                    mixture_weights, step_log_likelihood)
 from soft_spatial.softthink.replay import soft_inputs
 
 from soft_spatial.engines.base import Completion, Prompt
@@ -23,8 +23,8 @@ __all__ = ["replay_completion"]
 
 @torch.no_grad()
 def replay_completion(engine, prompt: Prompt, completion: Completion, temperature: float = 1.0,
-                      noise_scale: float = 1.0, density: DensityConfig = DensityConfig()
-                      ) -> dict[str, torch.Tensor]:
+                      noise_scale: float = SoftThinkingConfig.noise_scale,
+                      density: DensityConfig | None = None) -> dict[str, torch.Tensor]:
     """Recompute every step of ``completion`` with one forward of ``engine``'s model.
 
     Returns ``logits`` [L, V], ``hidden`` [L, D], ``cand_logp`` [L, K] (of the recorded ids),
@@ -57,6 +57,7 @@ def replay_completion(engine, prompt: Prompt, completion: Completion, temperatur
     logits = engine.lm_head(hidden)
     if engine.banned_ids.numel():  # the rollout never samples these ids (LocalEngine.banned_ids)
         logits = logits.index_fill(-1, engine.banned_ids, float("-inf"))
+    density = density or DensityConfig()
     soft_mask = rec["soft"]
     tau = torch.where(soft_mask, rec["tau"], torch.ones_like(rec["tau"]))
     weights = torch.where(soft_mask[:, None], mixture_weights(rec["scores"], tau), 0.0)

@@ -1,6 +1,6 @@
 """Hydra entry point: ``python -m soft_spatial.eval benchmarks=[omnispatial,mindcube] mode=fixed``.
 
-Config: configs/eval.yaml (composes the shared soft_thinking group; its ``soft`` block has the
+Config: configs/eval.yaml (composes the shared ``soft`` settings group; its ``soft`` block has the
 shape of training's ``rollout.custom`` and is read as one
 :class:`~soft_spatial.softthink.settings.SoftSettings`). ``model.path`` may be a directory written
 by ``python -m soft_spatial.export``: its settings file and controller then apply unless given on
@@ -9,19 +9,22 @@ the Markdown tables are.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from soft_spatial.infra.hydra_args import rename_argv
 from soft_spatial.infra.hydra_record import hydra_record
 from soft_spatial.infra.signals import command
 from soft_spatial.models.loading import resolve_model_dir
-from soft_spatial.softthink import AdaptSoft
+from soft_spatial.softthink import AdaptSoft, AdaptSoftConfig
 from soft_spatial.softthink.settings import CONTROLLER_FILE, SoftSettings
 
 from soft_spatial.eval.runner import EvalConfig, evaluate
@@ -42,8 +45,9 @@ OmegaConf.register_new_resolver("model_slug", model_slug, replace=True)
 
 def check_controller(cfg: DictConfig) -> None:
     """A controller checkpoint carries its own settings (tau0, delta, ...). An ``adaptsoft.*``
-    value set away from the paper default that disagrees with the checkpoint, or a controller
-    given outside ``mode=adaptsoft``, would be ignored silently: both are errors."""
+    value set away from the paper default (:class:`AdaptSoftConfig`'s) that disagrees with the
+    checkpoint, or a controller given outside ``mode=adaptsoft``, would be ignored silently: both
+    are errors."""
     if not cfg.controller:
         return
     if cfg.mode != "adaptsoft":
@@ -52,7 +56,7 @@ def check_controller(cfg: DictConfig) -> None:
     if not Path(cfg.controller).is_file():
         raise FileNotFoundError(f"controller={cfg.controller}: no such file (the AdaptSoft "
                                 f"checkpoint adaptsoft.pt of a training run or an exported model)")
-    paper = OmegaConf.load(CONFIG_DIR / "soft_thinking" / "paper.yaml").adaptsoft
+    paper = dataclasses.asdict(AdaptSoftConfig())
     trained = AdaptSoft.read_checkpoint(cfg.controller)["config"]
     conflicts = [f"adaptsoft.{k}={v} (checkpoint: {trained[k]})"
                  for k, v in cfg.get("adaptsoft", {}).items()
@@ -69,7 +73,7 @@ def _overridden(overrides: Sequence[str]) -> set[str]:
 
 
 def apply_exported(cfg: DictConfig, overrides: Sequence[str] = ()) -> list[str]:
-    """Fill the settings groups from an export at ``model.path`` (its ``soft_thinking.yaml``, read
+    """Fill the settings groups from an export at ``model.path`` (its ``soft_settings.yaml``, read
     with :meth:`SoftSettings.exported`), and its controller in adaptsoft mode, where the command
     line (``overrides``) did not set them: ``<group>.<key>=``, ``mode=`` (the mode), ``entropy=``
     (μ_H, σ_H), ``controller=`` (the controller and the ``adaptsoft`` settings it comes with).
@@ -105,6 +109,29 @@ def soft_settings(cfg: DictConfig) -> SoftSettings:
     return SoftSettings.from_dict(OmegaConf.to_container(cfg.soft, resolve=True), where="soft")
 
 
+def sample_top_k(cfg: DictConfig) -> int:
+    """The discrete steps' top-k, ``sample_top_k``; the key's earlier name ``top_k`` (now K, the
+    mixture's candidates, everywhere else: ``soft_thinking.top_k``) is still read, with a
+    warning, and refused when it disagrees with ``sample_top_k`` given beside it."""
+    old = cfg.get("top_k")
+    if old is None:
+        return cfg.sample_top_k
+    given = {o.lstrip("+~").split("=", 1)[0] for o in _task_overrides()}
+    if "sample_top_k" in given and old != cfg.sample_top_k:
+        raise ValueError(f"top_k={old} and sample_top_k={cfg.sample_top_k}: top_k is the old name "
+                         f"of sample_top_k (the discrete steps' top-k); give sample_top_k only")
+    print(f"warning: top_k={old} is the old name of sample_top_k (the discrete steps' top-k; "
+          f"K, the mixture's candidates, is soft_thinking.top_k): write sample_top_k={old}",
+          file=sys.stderr)
+    return old
+
+
+def _task_overrides() -> list[str]:
+    """The command line's overrides when Hydra runs (none when composed in code)."""
+    from hydra.core.hydra_config import HydraConfig
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
 def build_config(cfg: DictConfig) -> EvalConfig:
     """Typed EvalConfig from the composed Hydra tree (checks the model path and the controller)."""
     settings = soft_settings(cfg)
@@ -122,7 +149,7 @@ def build_config(cfg: DictConfig) -> EvalConfig:
         protocol=cfg.protocol, limit=cfg.limit, split=cfg.split, seed=cfg.seed,
         device=cfg.device, dtype=cfg.model.dtype, batch_rows=cfg.batch_rows,
         sglang=dict(OmegaConf.to_container(cfg.sglang, resolve=True) or {}), published=published,
-        top_k=cfg.top_k, analysis_steps=cfg.analysis_steps,
+        sample_top_k=sample_top_k(cfg), analysis_steps=cfg.analysis_steps,
         task_types=(OmegaConf.to_container(cfg.task_types) if OmegaConf.is_list(cfg.task_types)
                     else cfg.task_types))
 
@@ -152,6 +179,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    rename_argv()  # soft_thinking=... (the settings group's old name) reads as soft=...
     # SIGTERM (Slurm, timeout, kill) as Ctrl-C: the engine and its processes ended, the lock
     # released, every finished sample kept for the resume; exit 143 (130)
     with command("python -m soft_spatial.eval",

@@ -158,7 +158,9 @@ def run_key(cfg) -> dict[str, Any]:
         "mode": cfg.soft_thinking.mode,
         "soft_thinking": asdict(cfg.soft_thinking),
         "protocol": cfg.protocol,
-        "sampling": {"temperature": cfg.temperature, "top_k": cfg.top_k,
+        # "top_k" here is the discrete steps' filter (sample_top_k), under its earlier name so
+        # that the run keys of existing output directories still match
+        "sampling": {"temperature": cfg.temperature, "top_k": cfg.sample_top_k,
                      "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed},
         "batch_rows": cfg.batch_rows,
     }

@@ -13,7 +13,7 @@ for: a smaller ``samples`` or ``limit`` reports only those. A prompt longer than
 accepts is skipped and reported with its question id. With ``analysis_steps`` every sample's
 per-step τ, normalised entropy, spine token and soft flag go to ``steps.jsonl`` (:mod:`.steps`,
 read by ``python -m soft_spatial.analysis``). ``task_types`` evaluates a task-type subset
-(question indices stay those of the full benchmark); ``top_k`` filters every discrete step's
+(question indices stay those of the full benchmark); ``sample_top_k`` filters every discrete step's
 sampling (hard mode: the whole response, Table 5's decoding top-k 5; soft modes: the answer
 after ``</think>``).
 """
@@ -70,15 +70,17 @@ class EvalConfig:
     batch_rows: int = 64
     sglang: dict[str, Any] = field(default_factory=dict)  # ServerArgs keywords (engine=sglang)
     published: dict[str, list] = field(default_factory=dict)
-    top_k: int = 5  # discrete steps sample from the top-k (0 = full vocabulary)
+    sample_top_k: int = 5
+    """Discrete steps sample from the top-k (Table 5; 0 = full vocabulary). Not K, the mixture's
+    candidates: that is ``soft_thinking.top_k``."""
     task_types: list[str] | None = None  # a task-type subset (None = every question)
     analysis_steps: bool = True  # write steps.jsonl
 
     def __post_init__(self):
         self.task_types = normalise_task_types(self.task_types)
         check_field_types(self)  # temperature=abc: an error naming the field, not a TypeError
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if self.sample_top_k < 0:
+            raise ValueError(f"sample_top_k must be >= 0 (0 = off), got {self.sample_top_k}")
         if self.protocol not in ("ours", "official"):
             raise ValueError(f"protocol must be 'ours' or 'official', got {self.protocol!r}")
         if self.engine not in ("local", "sglang"):
@@ -228,7 +230,7 @@ def _run_benchmark(cfg: EvalConfig, bench: str, records, todo: list[int], engine
     """Generate the missing samples of ``todo`` questions, appending rows after every batch;
     returns the keys of questions skipped as too long."""
     sampling = SamplingConfig(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
-                              top_k=cfg.top_k)
+                              top_k=cfg.sample_top_k)
     per_batch = max(1, cfg.batch_rows // cfg.samples)
     skipped: list[str] = []
     bar = None
@@ -328,7 +330,7 @@ def write_reports(cfg: EvalConfig, rows: Sequence[dict],
     meta = {"mode": cfg.soft_thinking.mode, "protocol": cfg.protocol, "samples": cfg.samples,
             "limit": cfg.limit, "temperature": cfg.temperature, "top_k": cfg.soft_thinking.top_k,
             "max_new_tokens": cfg.max_new_tokens, "model": cfg.model_path,
-            "controller": cfg.controller, "decode_top_k": cfg.top_k,
+            "controller": cfg.controller, "decode_top_k": cfg.sample_top_k,
             "task_types": cfg.task_types}
     _write_if_changed(out / "summary.json", json.dumps({"config": meta, "benchmarks": summaries},
                                                        indent=2))

@@ -132,25 +132,20 @@ class SoftRayPPOTrainer(RayPPOTrainer):
             self._soft_metrics.update(replay)
             self._soft_metrics[EXCEEDED] = check_replay(
                 replay, self._soft_settings().replay_check, self.global_steps)
-        resp = batch.batch["responses"]
-        spine = batch.batch["trace_topk_ids"][..., 0]
-        valid = batch.batch["trace_mask"]
-        self._soft_metrics["soft/spine_match_rate"] = float(
-            (spine[valid] == resp[valid]).float().mean()) if valid.any() else 1.0
+        # no spine metric: attach_traces' spine check (rollout/collate.py::check_spine) already
+        # raised on the first record whose spine is not its response token (docs/design.md §3)
         return old, mfu
 
     def _soft_settings(self) -> SoftSettings:
         """The run's soft settings (``rollout.custom``, checked by the entry point), parsed once."""
         if getattr(self, "_parsed_soft_settings", None) is None:
-            self._parsed_soft_settings = SoftSettings.from_dict(
-                self.config.actor_rollout_ref.rollout.get("custom"),
-                where="actor_rollout_ref.rollout.custom")
+            self._parsed_soft_settings = SoftSettings.from_rollout(
+                self.config.actor_rollout_ref.rollout)
         return self._parsed_soft_settings
 
     def _compute_ref_log_prob(self, batch):
         attach_traces(batch)  # no-op when already attached
-        kl = (self.config.actor_rollout_ref.rollout.get("custom") or {}).get("kl") or {}
-        if kl.get("over", "likelihood") == "candidates":
+        if self._soft_settings().kl.over == "candidates":
             return ref_log_prob_outputs(self, batch, {"cand_logp": "ref_cand_logp"})
         return super()._compute_ref_log_prob(batch)
 

@@ -68,7 +68,7 @@ class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
                                world_size=int(os.environ.get("WORLD_SIZE", 1)),
                                init_method=os.environ.get("DIST_INIT_METHOD", "env://"))
         super().__init__(config, role, **kwargs)
-        self.soft_settings = SoftSettings.from_dict(self.config.rollout.get("custom"))
+        self.soft_settings = SoftSettings.from_rollout(self.config.rollout)
         record_placement(role)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

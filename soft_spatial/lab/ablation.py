@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Sequence
 
+from soft_spatial.infra.hydra_args import renamed_overrides
 from soft_spatial.train import CONFIG_DIR
 
 __all__ = ["Sweep", "Row", "load_sweep", "row_result", "table_markdown", "main"]
@@ -93,7 +94,7 @@ def _compose_train(overrides: Sequence[str]):
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        return compose(config_name="train", overrides=list(overrides))
+        return compose(config_name="train", overrides=renamed_overrides(overrides))
 
 
 def _list(xs: Sequence[str]) -> str:

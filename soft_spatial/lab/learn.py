@@ -39,7 +39,7 @@ from soft_spatial.lab.analysis.cli import main as analysis
 from soft_spatial.lab.report import read_metrics, write_report
 from soft_spatial.models import build_tiny_model
 from soft_spatial.softthink import from_mapping
-from soft_spatial.softthink.settings import CONTROLLER_FILE
+from soft_spatial.softthink.settings import CONTROLLER_FILE, SoftSettings, settings_file
 
 __all__ = ["LearnConfig", "Experiment", "EVAL_MODE", "main"]
 
@@ -155,6 +155,13 @@ def _stop_group(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
                 return
             time.sleep(0.5)
     proc.wait()
+
+
+def run_tau0(runs) -> float:
+    """τ₀ of the adaptsoft run (its settings file beside the checkpoints; the default without
+    one): the report's reference line for τ."""
+    found = settings_file(runs["adaptsoft"]["metrics"].parent) if "adaptsoft" in runs else None
+    return (SoftSettings.load(found) if found else SoftSettings()).adaptsoft.tau0
 
 
 def _raise_on_sigterm(signum, frame):
@@ -390,7 +397,7 @@ class Experiment:
             runs[mode] = {"before": before[mode], "after": after,
                           "metrics": ckpt / "metrics.jsonl"}
         self.say("7 report")
-        results = write_report(self.out, runs, self.data, tau0=0.5,
+        results = write_report(self.out, runs, self.data, tau0=run_tau0(runs),
                                seed=c.seed, budget=c.budget_name)
         print((self.out / "report.md").read_text())
         if "adaptsoft" in runs:

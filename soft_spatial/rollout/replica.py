@@ -64,7 +64,7 @@ class LocalSoftReplica(RolloutReplica):
         server = server_cls.options(name=name, num_cpus=0, max_concurrency=self.max_concurrency,
                                     runtime_env={"env_vars": forwarded_env()}).remote(
             model_path=_model_path(self.model_config), response_length=cfg.response_length,
-            prompt_length=cfg.prompt_length, settings=SoftSettings.from_dict(cfg.custom), dtype=dtype)
+            prompt_length=cfg.prompt_length, settings=SoftSettings.from_rollout(cfg), dtype=dtype)
         await server.wake_up.remote()  # surfaces construction errors here
         self.servers = [server]
         set_replica_server(self, server, f"{BACKEND}://{name}")

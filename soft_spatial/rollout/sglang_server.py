@@ -70,7 +70,7 @@ class SGLangSoftHttpServer(SGLangHttpServer):
     def __init__(self, config, model_config, *args, **kwargs):
         super().__init__(config, model_config, *args, **kwargs)
         # rollout.custom holds SoftSettings.to_dict(), written by the entry point (train.preflight)
-        self.setup = scheduler_setup(SoftSettings.from_dict(self.config.custom),
+        self.setup = scheduler_setup(SoftSettings.from_rollout(self.config),
                                      self.model_config.hf_config, self.model_config.tokenizer)
         self._traces = TraceAccumulator()
         sgl_args = (self.config.engine_kwargs or {}).get("sglang") or {}

@@ -16,11 +16,14 @@ gathering, RMS scaling with an EMA (§2.10), per-rollout centring and the surrog
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
+
+from soft_spatial.softthink.config import AlignmentConfig
 
 __all__ = [
     "SparseGrad",
@@ -87,7 +90,7 @@ def _hits(block_ids: Tensor, ids: Tensor) -> tuple[Tensor, Tensor]:
     return hit.nonzero(as_tuple=True)[0], pos
 
 
-def alignment_scores(d_opt, v_opt, d_ref, v_ref, *, vocab_block: int = 8192,
+def alignment_scores(d_opt, v_opt, d_ref, v_ref, *, vocab_block: int = AlignmentConfig.vocab_block,
                      entry_chunk: int = 8192) -> Tensor:
     """Exact α_t = Σ_{s∈R} (d_t·d_s)(v_s·v_t) for every optimisation step t (§2.9).
 
@@ -163,7 +166,7 @@ def alignment_loss(alpha: Tensor, scale: float | Tensor) -> Tensor:
     return -(scale / alpha.numel()) * alpha.sum()
 
 
-def select_reference(num_sequences: int, fraction: float = 0.25,
+def select_reference(num_sequences: int, fraction: float = AlignmentConfig.ref_fraction,
                      generator: torch.Generator | None = None) -> Tensor:
     """Random reference set R: ``max(1, round(fraction·N))`` of N sequences (bool mask ``[N]``)."""
     if num_sequences <= 0:
@@ -207,15 +210,16 @@ class AlignmentScaler:
 
     q = RMS(sg(α)) over O, averaged over the ranks that have optimisation steps;
     m ← β·m + (1−β)·q (m starts at the first q); κ = min(κ_max, c_sc/(m + ε)).
+
+    Built from an :class:`AlignmentConfig` (β = ``beta``, c_sc = ``target``, κ_max =
+    ``max_scale``, ε = ``eps``; the dataclass holds the defaults and validates them);
+    ``**settings`` replace its fields, e.g. ``AlignmentScaler(beta=0.5)``.
     """
 
-    def __init__(self, beta: float = 0.99, target: float = 1e-3, max_scale: float = 1e6,
-                 eps: float = 1e-30):
-        if not 0.0 <= beta < 1.0:
-            raise ValueError(f"beta must be in [0, 1), got {beta}")
-        if target <= 0 or max_scale <= 0 or eps <= 0:
-            raise ValueError("target, max_scale and eps must be positive")
-        self.beta, self.target, self.max_scale, self.eps = beta, target, max_scale, eps
+    def __init__(self, config: AlignmentConfig | None = None, **settings):
+        cfg = dataclasses.replace(config or AlignmentConfig(), **settings)
+        self.beta, self.target, self.max_scale, self.eps = (cfg.beta, cfg.target, cfg.max_scale,
+                                                            cfg.eps)
         self.m: float | None = None
         self.updates = 0
 

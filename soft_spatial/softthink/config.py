@@ -1,10 +1,14 @@
 """Typed settings of the method (docs/design.md §2, §6).
 
-The defaults are the paper's values; ``configs/`` (Hydra) sets every one of them explicitly, and
-code receives these dataclasses, never loose dicts. Each ``__post_init__`` first checks every
-field's type against its annotation (`check_field_types`: ``temperature=abc`` is an error naming
-``temperature``, not a ``TypeError`` from a comparison), then validates, and raises a
-``ValueError`` naming the field.
+Every default of a method hyperparameter is written once, here, with its explanation beside it
+(the docstring under each field); it is the paper's value. ``configs/soft/paper.yaml`` spells the
+same values out for Hydra (``tests/test_settings_defaults.py`` fails when the two differ, and when
+a literal default of one of these settings appears anywhere else in ``soft_spatial/``). Code
+receives these dataclasses, never loose dicts: ``AdaptSoft``, ``AlignmentScaler`` and the soft
+training engine take their config object rather than re-declaring its defaults, and the
+dataclasses alone validate. Each ``__post_init__`` first checks every field's type against its
+annotation (`check_field_types`: ``temperature=abc`` is an error naming ``temperature``, not a
+``TypeError`` from a comparison), then validates, and raises a ``ValueError`` naming the field.
 """
 from __future__ import annotations
 
@@ -16,8 +20,6 @@ import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
-
-from soft_spatial.softthink.kl import KL_OVER
 
 __all__ = [
     "SoftThinkingConfig",
@@ -32,6 +34,8 @@ __all__ = [
 ]
 
 MODES = ("hard", "fixed", "adaptsoft")
+#: the readings of the KL at soft steps (:mod:`soft_spatial.softthink.kl`, §2.8)
+KL_OVER = ("likelihood", "candidates")
 T = TypeVar("T")
 
 
@@ -110,20 +114,23 @@ def _pair(value) -> tuple[float, float] | None:
 
 @dataclass
 class SoftThinkingConfig:
-    """How the chain of thought is decoded (§2.1–2.3, §2.5 modes).
-
-    mode: ``hard`` (ordinary discrete sampling), ``fixed`` (τ = fixed_tau) or ``adaptsoft``
-    (τ from the controller). top_k: K. noise_scale: c (0 → deterministic soft decoding).
-    noise_clamp: optional clip of γ (reference-implementation compatibility only).
-    think_end: the token that ends the soft phase when the spine emits it.
-    """
+    """How the chain of thought is decoded (§2.1–2.3, §2.5 modes): ``hard`` (ordinary discrete
+    sampling), ``fixed`` (τ = fixed_tau) or ``adaptsoft`` (τ from the controller)."""
 
     mode: str = "adaptsoft"
+    """``hard`` | ``fixed`` | ``adaptsoft`` (§2.5)."""
     top_k: int = 5
+    """K, the candidates of the mixture at each soft step (§2.1; Table 5). ``top_k`` means K
+    everywhere; discrete sampling's top-k filter is ``sample_top_k`` (evaluation) /
+    :attr:`SamplingConfig.top_k` (verl's sampling parameter)."""
     noise_scale: float = 1.0
+    """c, the Gumbel noise scale (§2.2); 0 gives deterministic soft decoding."""
     fixed_tau: float = 0.5
+    """τ in ``fixed`` mode: the paper's fixed-soft baseline at τ₀."""
     noise_clamp: tuple[float, float] | None = None
+    """Optional clip of γ; ``[-1.5, 3.0]`` reproduces the authors' sampler (compatibility only)."""
     think_end: str = "</think>"
+    """The token that ends the soft phase when the spine emits it."""
 
     def __post_init__(self):
         check_field_types(self)
@@ -148,10 +155,16 @@ class SamplingConfig:
     ``max_new_tokens``, and optional top-k/top-p filters for discrete steps (off by default)."""
 
     temperature: float = 1.0
+    """T of the candidate distribution and of discrete steps (training 1.0, evaluation 0.6)."""
     max_new_tokens: int = 2048
+    """Response length bound (training's ``max_response_length``)."""
     top_k: int = 0
+    """Discrete steps' top-k filter, verl's sampling parameter (0 = off; evaluation's
+    ``sample_top_k``). Not K: that is :attr:`SoftThinkingConfig.top_k`."""
     top_p: float = 1.0
+    """Discrete steps' nucleus filter (1 = off)."""
     greedy: bool = False
+    """Argmax at discrete steps (verl's temperature 0)."""
 
     def __post_init__(self):
         check_field_types(self)
@@ -165,17 +178,28 @@ class SamplingConfig:
 
 @dataclass
 class AdaptSoftConfig:
-    """The controller (§2.4–2.5). 0 < delta < tau0 is required."""
+    """The controller (§2.4–2.5). 0 < delta < tau0 is required; validated here only (AdaptSoft
+    builds from this object)."""
 
     proj_dim: int = 8
+    """d_p, rows of the fixed random projection P of LN(h)."""
     width: int = 256
+    """Hidden width of the MLP."""
     tau0: float = 0.5
+    """τ₀, the centre of τ = τ₀ + Δ·tanh(u) and τ at initialisation."""
     delta: float = 0.4
+    """Δ, the half-width of τ's range; 0 < Δ < τ₀ keeps τ positive."""
     entropy_mean: float = 0.173
+    """μ_H of Ĥ_s = (Ĥ − μ_H)/(σ_H + ε_H): the authors' value for Qwen3-VL-8B-Thinking
+    (another backbone: ``python -m soft_spatial.stats entropy``, then ``entropy=<name>``)."""
     entropy_std: float = 0.224
+    """σ_H of the same standardisation (the authors' value)."""
     use_hidden: bool = True
+    """The MLP reads P·LN(h) (``false``: the no_hidden ablation)."""
     use_entropy: bool = True
+    """The MLP reads Ĥ_s (``false``: the no_entropy ablation)."""
     seed: int = 0
+    """Seed of P and of the MLP's first layer."""
 
     def __post_init__(self):
         check_field_types(self)
@@ -196,8 +220,11 @@ class DensityConfig:
     implementation compatibility switches: reduce='mean', clamp=(-1.5, 3), min_logp=-3."""
 
     reduce: str = "sum"
+    """``sum`` over the K slots: eq. 5, a normalised density (``mean``: compatibility)."""
     clamp: tuple[float, float] | None = None
+    """Clip of γ̃ (compatibility: ``[-1.5, 3.0]``); None: no clip."""
     min_logp: float | None = None
+    """Keep only slots with log p̃ > min_logp (compatibility: −3); None: every slot."""
 
     @classmethod
     def reference(cls) -> "DensityConfig":
@@ -231,6 +258,7 @@ class KLConfig:
     """
 
     over: str = "likelihood"
+    """``likelihood`` (the estimator on the per-step likelihoods) or ``candidates`` (§2.8)."""
 
     def __post_init__(self):
         check_field_types(self)
@@ -261,7 +289,9 @@ class ReplayCheckConfig:
     """
 
     bound: float = 1.0
+    """Nats; see above."""
     on_exceed: str = "warn"
+    """``warn`` | ``stop``; see above."""
 
     def __post_init__(self):
         check_field_types(self)
@@ -280,16 +310,27 @@ class AlignmentConfig:
     """
 
     enabled: bool = True
+    """Train φ by gradient alignment (``false``: the GRPO loss's own τ-gradient)."""
     ref_fraction: float = 0.25
+    """Share of each micro-batch's sequences in the reference set R (at least one)."""
     beta: float = 0.99
+    """β of the EMA m ← β·m + (1−β)·q of RMS(α)."""
     target: float = 1e-3
+    """c_sc in κ = min(κ_max, c_sc/(m + ε)): the scaled scores' RMS."""
     max_scale: float = 1e6
+    """κ_max, the cap of κ (and κ before the first update)."""
     eps: float = 1e-30
+    """ε in κ's denominator."""
     center: bool = True
+    """Centre g_τ per rollout (``false``: the no_centering ablation)."""
     lr: float = 1e-3
+    """The controller's AdamW learning rate."""
     weight_decay: float = 0.01
+    """The controller's AdamW weight decay."""
     grad_clip: float = 1.0
+    """The controller's gradient-norm clip."""
     vocab_block: int = 8192
+    """Vocabulary ids per block when forming W_t = d_tᵀ G_ref (memory, not results)."""
 
     def __post_init__(self):
         check_field_types(self)

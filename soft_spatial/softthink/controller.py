@@ -11,6 +11,7 @@ initialisation. The features are always recorded in full (``[d_p + 1]``); the ab
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from soft_spatial.infra.atomic import atomic_open
+from soft_spatial.softthink.config import AdaptSoftConfig
 from soft_spatial.softthink.mixture import normalized_entropy
 
 __all__ = ["AdaptSoft", "ENTROPY_EPS", "FINGERPRINT_LOG_ENV", "log_fingerprint",
@@ -37,32 +39,24 @@ class AdaptSoft(nn.Module):
 
     Args:
         hidden_size: D, the policy's final hidden size.
-        proj_dim: d_p, rows of the random projection (8).
-        width: hidden width of the MLP (256).
-        tau0, delta: τ = τ₀ + Δ·tanh(u); 0 < Δ < τ₀ is required.
-        entropy_mean, entropy_std: fixed standardisation of Ĥ (μ_H, σ_H).
-        use_hidden, use_entropy: ablation switches (at least one must be on).
-        seed: seed of the projection P and of the MLP's first layer.
+        config: the controller's settings, :class:`AdaptSoftConfig` (its defaults are the
+            paper's; it validates them: 0 < Δ < τ₀, at least one input, ...).
+        **settings: fields of :class:`AdaptSoftConfig` replacing those of ``config`` (e.g.
+            ``AdaptSoft(16, width=8, seed=3)``, or a checkpoint's :meth:`config_dict`).
     """
 
-    def __init__(self, hidden_size: int, proj_dim: int = 8, width: int = 256, tau0: float = 0.5,
-                 delta: float = 0.4, entropy_mean: float = 0.173, entropy_std: float = 0.224,
-                 use_hidden: bool = True, use_entropy: bool = True, seed: int = 0):
+    def __init__(self, hidden_size: int, config: AdaptSoftConfig | None = None, **settings):
         super().__init__()
-        if not 0.0 < delta < tau0:
-            raise ValueError(f"AdaptSoft needs 0 < delta < tau0 so that tau stays positive; "
-                             f"got tau0={tau0}, delta={delta}")
-        if not (use_hidden or use_entropy):
-            raise ValueError("AdaptSoft needs at least one input: use_hidden or use_entropy")
-        if entropy_std < 0:
-            raise ValueError(f"entropy_std must be >= 0, got {entropy_std}")
-        if hidden_size <= 0 or proj_dim <= 0 or width <= 0:
-            raise ValueError(f"hidden_size, proj_dim and width must be positive; got "
-                             f"{hidden_size}, {proj_dim}, {width}")
-        self.hidden_size, self.proj_dim, self.width = hidden_size, proj_dim, width
-        self.tau0, self.delta = float(tau0), float(delta)
-        self.entropy_mean, self.entropy_std = float(entropy_mean), float(entropy_std)
-        self.use_hidden, self.use_entropy, self.seed = use_hidden, use_entropy, seed
+        cfg = dataclasses.replace(config or AdaptSoftConfig(), **settings)
+        if hidden_size <= 0:
+            raise ValueError(f"hidden_size must be positive, got {hidden_size}")
+        self.config = cfg
+        self.hidden_size, self.proj_dim, self.width = hidden_size, cfg.proj_dim, cfg.width
+        self.tau0, self.delta = cfg.tau0, cfg.delta
+        self.entropy_mean, self.entropy_std = cfg.entropy_mean, cfg.entropy_std
+        self.use_hidden, self.use_entropy, self.seed = cfg.use_hidden, cfg.use_entropy, cfg.seed
+        proj_dim, width, seed = cfg.proj_dim, cfg.width, cfg.seed
+        use_hidden, use_entropy = cfg.use_hidden, cfg.use_entropy
 
         gen = torch.Generator().manual_seed(seed)
         self.register_buffer(
@@ -141,16 +135,12 @@ class AdaptSoft(nn.Module):
     @classmethod
     def from_config(cls, cfg, hidden_size: int) -> "AdaptSoft":
         """Build from an :class:`~soft_spatial.softthink.config.AdaptSoftConfig`."""
-        return cls(hidden_size=hidden_size, proj_dim=cfg.proj_dim, width=cfg.width, tau0=cfg.tau0,
-                   delta=cfg.delta, entropy_mean=cfg.entropy_mean, entropy_std=cfg.entropy_std,
-                   use_hidden=cfg.use_hidden, use_entropy=cfg.use_entropy, seed=cfg.seed)
+        return cls(hidden_size, cfg)
 
     def config_dict(self) -> dict:
-        """Constructor arguments, saved beside the state dict so a checkpoint rebuilds itself."""
-        return dict(hidden_size=self.hidden_size, proj_dim=self.proj_dim, width=self.width,
-                    tau0=self.tau0, delta=self.delta, entropy_mean=self.entropy_mean,
-                    entropy_std=self.entropy_std, use_hidden=self.use_hidden,
-                    use_entropy=self.use_entropy, seed=self.seed)
+        """Constructor arguments (``hidden_size`` and every :class:`AdaptSoftConfig` field), saved
+        beside the state dict so a checkpoint rebuilds itself with ``AdaptSoft(**config)``."""
+        return dict(hidden_size=self.hidden_size, **dataclasses.asdict(self.config))
 
     def to_state(self) -> dict:
         """``{"config", "state_dict"}`` (detached CPU copies): what checkpoints store and weight

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from soft_spatial.softthink.config import DensityConfig, SoftThinkingConfig
 from soft_spatial.softthink.mixture import renormalise, upcast
 
 __all__ = ["gumbel_log_density", "candidate_logp", "soft_step_log_density", "step_log_likelihood",
@@ -109,7 +110,8 @@ def token_log_prob(logits: Tensor, tokens: Tensor, temperature: float | Tensor =
     return _TokenLogProb.apply(logits, tokens.long(), t, banned, max(1, chunk_elements // v))
 
 
-def gumbel_log_density(z: Tensor, logp: Tensor, noise_scale: float = 1.0, reduce: str = "sum",
+def gumbel_log_density(z: Tensor, logp: Tensor, noise_scale: float = SoftThinkingConfig.noise_scale,
+                       reduce: str = DensityConfig.reduce,
                        clamp: tuple[float, float] | None = None,
                        min_logp: float | None = None) -> Tensor:
     """Log-density of recorded scores z under candidate log-probs log p̃^θ (eq. 5).
@@ -174,8 +176,9 @@ class StepLikelihood:
 
 
 def step_likelihood(logits: Tensor, topk_ids: Tensor, scores: Tensor, soft_mask: Tensor,
-                    temperature: float | Tensor = 1.0, noise_scale: float = 1.0,
-                    reduce: str = "sum", clamp: tuple[float, float] | None = None,
+                    temperature: float | Tensor = 1.0,
+                    noise_scale: float = SoftThinkingConfig.noise_scale,
+                    reduce: str = DensityConfig.reduce, clamp: tuple[float, float] | None = None,
                     min_logp: float | None = None, rows: Tensor | None = None,
                     banned: Tensor | None = None) -> StepLikelihood:
     """Per-step likelihood used by GRPO (§2.8): log P_θ(z) at soft steps, log p_θ(token) at T at
@@ -216,7 +219,9 @@ def step_likelihood(logits: Tensor, topk_ids: Tensor, scores: Tensor, soft_mask:
 
 
 def step_log_likelihood(logits: Tensor, topk_ids: Tensor, scores: Tensor, soft_mask: Tensor,
-                        temperature: float = 1.0, noise_scale: float = 1.0, reduce: str = "sum",
+                        temperature: float = 1.0,
+                        noise_scale: float = SoftThinkingConfig.noise_scale,
+                        reduce: str = DensityConfig.reduce,
                         clamp: tuple[float, float] | None = None,
                         min_logp: float | None = None) -> Tensor:
     """:func:`step_likelihood`'s values for logits ``[..., V]`` and records ``[..., K]`` /

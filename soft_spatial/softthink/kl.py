@@ -24,12 +24,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from soft_spatial.softthink.config import KL_OVER, SoftThinkingConfig
 from soft_spatial.softthink.mixture import upcast
 
 __all__ = ["candidate_kl", "gumbel_density_kl", "KL_OVER"]
-
-KL_OVER = ("likelihood", "candidates")
-
 
 def candidate_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
     """KL(p̃^θ ‖ p̃^ref) over the K recorded candidates.
@@ -47,7 +45,8 @@ def candidate_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
     return (logp.exp() * (logp - ref)).sum(-1)
 
 
-def gumbel_density_kl(logp: Tensor, ref_logp: Tensor, noise_scale: float = 1.0) -> Tensor:
+def gumbel_density_kl(logp: Tensor, ref_logp: Tensor,
+                      noise_scale: float = SoftThinkingConfig.noise_scale) -> Tensor:
     """E_z[log P_θ(z) − log P_ref(z)] for z drawn by the θ rollout with noise scale c: the quantity
     the ``likelihood`` reading's per-step estimators target at a soft step,
     Σ_k (e^{−δ_k/c} + δ_k/c − 1). ``[..., K]`` → ``[...]``."""

@@ -6,7 +6,9 @@
   argument to the local server, in the SGLang schedulers' environment
   (:class:`~soft_spatial.engines.sglang.server_args.SchedulerSetup` wraps it), and in the run's
   :data:`SETTINGS_FILE`, which export copies into the model directory and evaluation reads back
-  (:meth:`SoftSettings.load`). No verl import, so the entry point can check it in a second;
+  (:meth:`SoftSettings.load`). One reader of verl's block, :meth:`SoftSettings.from_rollout`,
+  serves every place that starts from verl's config. No verl import, so the entry point can
+  check it in a second;
 * the seeds: :func:`row_seed` (one generated row) and :func:`request_seed` (one verl request,
   from its noise key: :func:`noise_key`, never from verl's random request id);
 * :func:`sampling_config`: verl's sampling params → :class:`~soft_spatial.softthink.SamplingConfig`
@@ -28,12 +30,17 @@ from soft_spatial.softthink import (AdaptSoftConfig, AlignmentConfig, DensityCon
                                     ReplayCheckConfig, SamplingConfig, SoftThinkingConfig,
                                     check_field_types, from_mapping)
 
-__all__ = ["SoftSettings", "SETTINGS_FILE", "CONTROLLER_FILE", "row_seed", "request_seed", "request_row_seed",
+__all__ = ["SoftSettings", "SETTINGS_FILE", "OLD_SETTINGS_FILES", "settings_file", "ROLLOUT_KEY",
+           "CONTROLLER_FILE", "row_seed", "request_seed", "request_row_seed",
            "sampling_config", "noise_key", "NOISE_PARAM"]
 
 #: the run's settings (``SoftSettings.to_dict()`` as YAML): written by training beside its
 #: checkpoints, copied by export into the model directory, read by evaluation
-SETTINGS_FILE = "soft_thinking.yaml"
+SETTINGS_FILE = "soft_settings.yaml"
+#: the same file's earlier names, still read (older run directories and exports)
+OLD_SETTINGS_FILES = ("soft_thinking.yaml",)
+#: where verl's config carries the settings block (the key is verl's)
+ROLLOUT_KEY = "actor_rollout_ref.rollout.custom"
 #: the trained AdaptSoft controller beside it (each checkpoint's, and the exported model's)
 CONTROLLER_FILE = "adaptsoft.pt"
 
@@ -89,6 +96,15 @@ class SoftSettings:
         return _plain(dataclasses.asdict(self))
 
     @classmethod
+    def from_rollout(cls, rollout: Any) -> "SoftSettings":
+        """The settings in verl's rollout config (``actor_rollout_ref.rollout``: a DictConfig or
+        verl's ``RolloutConfig``), read from its ``custom`` block: the one reader of verl's
+        config, used by the entry point, the trainer, the worker and both rollout servers."""
+        custom = rollout.get("custom") if hasattr(rollout, "get") else getattr(rollout, "custom",
+                                                                                None)
+        return cls.from_dict(custom, where=ROLLOUT_KEY)
+
+    @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None, where: str = "rollout.custom") -> "SoftSettings":
         """Read a settings block (a dict, an OmegaConf node, a loaded YAML file); unknown keys and
         invalid values raise a ValueError naming the setting's path under ``where``."""
@@ -125,9 +141,18 @@ class SoftSettings:
     @classmethod
     def exported(cls, model_dir: str | Path) -> "SoftSettings | None":
         """The settings a model directory written by ``python -m soft_spatial.export`` carries
-        (None when it has no :data:`SETTINGS_FILE`: not an export)."""
-        path = Path(model_dir) / SETTINGS_FILE
-        return cls.load(path) if path.is_file() else None
+        (None when it has no settings file: not an export)."""
+        path = settings_file(model_dir)
+        return cls.load(path) if path is not None else None
+
+
+def settings_file(directory: str | Path) -> Path | None:
+    """The settings file in ``directory``: :data:`SETTINGS_FILE`, or an older export's or run's
+    file under a name of :data:`OLD_SETTINGS_FILES`; None when there is none."""
+    for name in (SETTINGS_FILE, *OLD_SETTINGS_FILES):
+        if (Path(directory) / name).is_file():
+            return Path(directory) / name
+    return None
 
 
 def row_seed(prompt_seed: int, sample_index: int) -> int:

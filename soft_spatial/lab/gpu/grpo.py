@@ -333,8 +333,6 @@ def run(*, out: Path, work: Path, dry: bool, quick: bool, deadline_at: float,
     if sorted(metrics) != want:
         problems.append(f"metrics.jsonl holds steps {sorted(metrics)}, expected {want}")
     for s, m in sorted(metrics.items()):
-        if m.get("soft/spine_match_rate") != 1.0:
-            problems.append(f"step {s}: soft/spine_match_rate {m.get('soft/spine_match_rate')}")
         if not m.get("soft/soft_step_fraction", 0) > 0:
             problems.append(f"step {s}: no soft steps (soft/soft_step_fraction)")
         if m.get("actor/adaptsoft/optimizer_steps") != s:  # the resume restored its optimizer

@@ -32,6 +32,7 @@ from soft_spatial.lab.stats.entropy import (
     soft_step_entropies,
     usage_args,
 )
+from soft_spatial.infra.hydra_args import renamed_overrides
 from soft_spatial.models.loading import resolve_model_dir
 from soft_spatial.softthink import AdaptSoftConfig, SamplingConfig, SoftThinkingConfig, from_mapping
 from soft_spatial.train import CONFIG_DIR
@@ -67,7 +68,7 @@ def compose_train(overrides: Sequence[str]):
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        return compose(config_name="train", overrides=list(overrides))
+        return compose(config_name="train", overrides=renamed_overrides(overrides))
 
 
 def entropy_main(args) -> Path:
