@@ -141,3 +141,55 @@ def test_register_rollout_adapter_and_loss_config():
     assert loss_config(partial(print, config=config)) is config
     with pytest.raises(RuntimeError, match="compat/verl/engine.py"):
         loss_config(print)
+
+
+def test_before_each_generation_prepares_every_batch_on_the_instance_only():
+    """The rollout manager's bound ``generate_sequences`` is wrapped on the instance: every batch
+    goes through ``prepare`` first, then to verl's method, and the class is left alone."""
+    from types import SimpleNamespace
+
+    from verl.experimental.agent_loop.agent_loop import AgentLoopManager
+
+    from soft_spatial.compat.verl.trainer import before_each_generation
+
+    upstream = AgentLoopManager.generate_sequences
+    seen = []
+
+    class Manager(AgentLoopManager):
+        def __init__(self):  # no workers: only the method lookup matters here
+            pass
+
+        def generate_sequences(self, prompts):
+            seen.append(("generate", dict(prompts)))
+            return "out"
+
+    manager, other = Manager(), Manager()
+    trainer = SimpleNamespace(async_rollout_manager=manager)
+    before_each_generation(trainer, lambda batch: (seen.append(("prepare", dict(batch))),
+                                                   batch.update(tag=len(seen))))
+    assert manager.generate_sequences({"a": 1}) == "out"
+    assert seen == [("prepare", {"a": 1}), ("generate", {"a": 1, "tag": 1})]
+    assert "generate_sequences" in vars(manager) and "generate_sequences" not in vars(other)
+    assert AgentLoopManager.generate_sequences is upstream
+
+
+def test_check_internals_names_a_moved_generation_seam(monkeypatch):
+    """The rollout manager's method, the replica count and fit's call through the instance are
+    each reported by name when they move."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopManager
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    from verl.workers.rollout.llm_server import LLMServerManager
+
+    from soft_spatial.compat.verl.checks import check_internals
+    from soft_spatial.integration.platform import use_cpu_platform
+
+    use_cpu_platform()
+    monkeypatch.setattr(AgentLoopManager, "generate_sequences", lambda self, batch, extra: None)
+    monkeypatch.delattr(LLMServerManager, "get_replicas")
+    monkeypatch.setattr(RayPPOTrainer, "init_workers", lambda self: None)
+    assert check_internals() == [
+        "AgentLoopManager.generate_sequences signature changed: ['self', 'batch', 'extra'] != "
+        "['self', 'prompts']",
+        "LLMServerManager.get_replicas is gone (tag_noise_keys)",
+        "RayPPOTrainer.init_workers no longer sets self.async_rollout_manager = "
+        "AgentLoopManager.create(...) (before_each_generation)"]

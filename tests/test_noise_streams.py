@@ -22,7 +22,9 @@ from hypothesis import given, settings, strategies as st
 from soft_spatial.engines.sglang.client import PARAM_KEY, request_params
 from soft_spatial.engines.sglang.runtime import SoftRuntime
 from soft_spatial.engines.sglang.server_args import SchedulerSetup
-from soft_spatial.softthink.settings import NOISE_PARAM, SoftSettings, noise_key, request_row_seed, row_seed
+from soft_spatial.softthink.noise import (NOISE_KEY, NOISE_PARAM, NOISE_ROWS, NoiseKey, noise_param,
+                                          request_row_seed, row_seed)
+from soft_spatial.softthink.settings import SoftSettings
 from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig, SoftThinkingConfig,
                                     noise_uniforms, seed_tensor)
 
@@ -251,7 +253,7 @@ def test_runtime_reprefill_resumes_at_the_requests_step(monkeypatch):
 
 # -- noise keys: agent loop, trainer, local_soft server -----------------------------------------
 def test_agent_loop_sends_the_rows_noise_key():
-    from soft_spatial.rollout.agent_loop import NOISE_KEY, NOISE_ROWS, with_noise_key
+    from soft_spatial.rollout.agent_loop import with_noise_key
 
     params = {"temperature": 1.0}
     row = {NOISE_KEY: "train3.0/17", NOISE_ROWS: np.int64(256), "raw_prompt": []}
@@ -297,15 +299,13 @@ def run_schedule(trainer):
 
 
 def test_trainer_tags_every_row_with_a_schedule_key():
-    from soft_spatial.rollout.agent_loop import NOISE_KEY, NOISE_ROWS
-
     first, second = run_schedule(fake_trainer()), run_schedule(fake_trainer())
     keys = [list(b[NOISE_KEY]) for b in first]
     assert keys == [list(b[NOISE_KEY]) for b in second]  # the uids differ, the keys do not
     flat = [k for b in keys for k in b]
     assert len(set(flat)) == len(flat)  # distinct rows, batches, steps, phases
-    assert keys[2] == [noise_key(False, 1, 0, i) for i in range(4)]
-    assert keys[1] == [noise_key(True, 0, 1, i) for i in range(2)]
+    assert keys[2] == [str(NoiseKey(False, 1, 0, i)) for i in range(4)]
+    assert keys[1] == [str(NoiseKey(True, 0, 1, i)) for i in range(2)]
     assert [list(b[NOISE_ROWS]) for b in first][2] == [4] * 4
     many = run_schedule(fake_trainer(replicas=2))  # no server sees a whole batch
     assert all((b[NOISE_ROWS] == 0).all() for b in many)
@@ -330,8 +330,7 @@ def test_local_server_rollouts_do_not_depend_on_request_ids_or_arrival(tiny_qwen
     async def send(order, gaps):
         async def one(i, delay):
             await asyncio.sleep(delay)
-            params = {"temperature": 1.0, NOISE_PARAM: {"key": noise_key(False, 1, 0, i),
-                                                        "rows": n}}
+            params = {"temperature": 1.0, **noise_param(NoiseKey(False, 1, 0, i), n)}
             return i, await server.generate(uuid.uuid4().hex, prompts[i], params)
         done = await asyncio.gather(*[one(i, g) for i, g in zip(order, gaps)])
         return {i: o for i, o in done}

@@ -1,9 +1,10 @@
-"""soft_spatial.softthink.settings: rollout.custom parsed once, the seeds, verl's sampling mapping."""
+"""soft_spatial.softthink.settings: rollout.custom parsed once, verl's sampling mapping (the seeds:
+tests/test_softthink_noise.py)."""
 from pathlib import Path
 
 import pytest
 
-from soft_spatial.softthink.settings import (SoftSettings, request_row_seed, request_seed, row_seed, sampling_config)
+from soft_spatial.softthink.settings import SoftSettings, sampling_config
 from soft_spatial.softthink import (AdaptSoftConfig, AlignmentConfig, DensityConfig, KLConfig, ReplayCheckConfig,
                                     SoftThinkingConfig)
 
@@ -23,13 +24,6 @@ def test_from_dict_names_what_is_wrong():
         SoftSettings.from_dict({"sed": 1})
     with pytest.raises(Exception, match="rollout.custom.soft_thinking"):
         SoftSettings.from_dict({"soft_thinking": {"nope": 1}})
-
-
-def test_seeds_are_pure_functions_of_their_inputs():
-    assert row_seed(3, 2) == 3 * 10_007 + 2
-    assert request_seed(0, "a") == request_seed(0, "a") != request_seed(1, "a")
-    assert request_row_seed(5, "rid-1") == row_seed(request_seed(5, "rid-1"), 0)
-    assert 0 <= request_seed(2 ** 40, "x") < 2 ** 62
 
 
 def test_sampling_config_maps_verl_params():

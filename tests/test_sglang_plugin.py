@@ -31,7 +31,8 @@ from soft_spatial.engines.sglang.client import (INFO_KEYS, PARAM_KEY,
 from soft_spatial.engines.sglang.runtime import (STATE_ATTR, BatchContext, SoftRuntime,
                                                  SoftStateError, last_hidden)
 from soft_spatial.models import think_end_id
-from soft_spatial.softthink.settings import SoftSettings, row_seed, sampling_config
+from soft_spatial.softthink.noise import row_seed
+from soft_spatial.softthink.settings import SoftSettings, sampling_config
 from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig,
                                     SoftThinkingConfig, SoftTrace)
 

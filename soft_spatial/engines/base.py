@@ -46,7 +46,7 @@ def check_prompt_ids(i: int, ids: Sequence[int], limit: int | None,
 
 def prompt_seeds(n_prompts: int, seed: int, seeds: Sequence[int] | None) -> list[int]:
     """Each prompt's seed: ``seeds``, else ``seed + i`` (row (i, j) then uses
-    ``settings.row_seed(seeds[i], j)``)."""
+    ``noise.row_seed(seeds[i], j)``)."""
     seeds = list(seeds) if seeds is not None else [seed + i for i in range(n_prompts)]
     if len(seeds) != n_prompts:
         raise ValueError(f"got {len(seeds)} seeds for {n_prompts} prompts")

@@ -14,7 +14,7 @@ Decoding of one batch (docs/design.md §1, §2.1–2.5, §3):
 Positions are explicit (M-RoPE aware, :mod:`soft_spatial.models.rope`), so cached decoding equals an
 uncached forward. Each row's noise is a function of its seed — from its prompt's seed
 (``seeds[i]``, default ``seed + i``) and its sample index — and the step alone
-(:func:`~soft_spatial.softthink.noise_uniforms`, §2.2), so it does not depend on the rest of
+(:func:`~soft_spatial.softthink.noise.noise_uniforms`, §2.2), so it does not depend on the rest of
 the batch.
 """
 from __future__ import annotations
@@ -43,11 +43,9 @@ from soft_spatial.softthink import (
     SamplingConfig,
     SoftThinkingConfig,
     TraceRecorder,
-    noise_uniforms,
     record_input_embeddings,
-    seed_tensor,
 )
-from soft_spatial.softthink.settings import row_seed
+from soft_spatial.softthink.noise import noise_uniforms, row_seed, seed_tensor
 from soft_spatial.softthink.trace import TRACE_KEYS
 
 __all__ = ["LocalEngine"]

@@ -2,7 +2,7 @@
 
 The embedded engine and the SGLang sampler call :func:`sample_step` with the same inputs (last
 logits, last hidden states, one block of K+1 uniforms per row, a function of the row's seed
-and step (:func:`~soft_spatial.softthink.noise_uniforms`), which rows are still thinking) and
+and step (:func:`~soft_spatial.softthink.noise.noise_uniforms`), which rows are still thinking) and
 therefore produce identical records (docs/design.md §2.1–2.5, §3). Records are fp32 and the
 next-step mixture is built from the rounded record itself, so a replay from the trace reproduces
 the numbers exactly whatever the model's dtype.

@@ -26,14 +26,15 @@ import numpy as np
 
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-from soft_spatial.rollout.agent_loop import NOISE_KEY, NOISE_ROWS
 from soft_spatial.rollout.collate import attach_traces
+from soft_spatial.softthink.noise import NOISE_KEY, NOISE_ROWS, NoiseKey
 from soft_spatial.softthink.trace import TRACE_FIELD
-from soft_spatial.softthink.settings import SoftSettings, noise_key
+from soft_spatial.softthink.settings import SoftSettings
 from soft_spatial.softthink import SoftTrace
 
 from soft_spatial.integration.consistency import EXCEEDED, check_replay, replay_metrics
-from soft_spatial.compat.verl.trainer import after_step_logged, ref_log_prob_outputs, validation_outputs
+from soft_spatial.compat.verl.trainer import (after_step_logged, before_each_generation,
+                                              ref_log_prob_outputs, validation_outputs)
 from soft_spatial.infra.run_dir import finished, resume_step
 
 __all__ = ["SoftRayPPOTrainer", "tau_note", "annotate_in_order", "tag_noise_keys"]
@@ -65,30 +66,28 @@ def annotate_in_order(outputs: Sequence[str], generated: Sequence[tuple[str, str
 
 
 def tag_noise_keys(trainer) -> None:
-    """Make ``trainer.async_rollout_manager.generate_sequences`` add two columns to every
-    generation batch it sends: each row's noise key (``settings.noise_key``: training or
-    validation, ``trainer.global_steps``, the how-many-th batch of that step, the row's position)
-    and the batch's size when one rollout server receives all of it (else 0; the local_soft
-    server then decodes it in batches that do not depend on arrival times). Keys repeat only
-    across runs: a resumed run numbers its step's batches as the uninterrupted run did."""
-    manager = trainer.async_rollout_manager
-    generate = manager.generate_sequences
+    """Add two columns to every generation batch the trainer's rollout manager sends
+    (:func:`~soft_spatial.compat.verl.trainer.before_each_generation`): each row's noise key
+    (:class:`~soft_spatial.softthink.noise.NoiseKey`, as text: training or validation,
+    ``trainer.global_steps``, the how-many-th batch of that step, the row's position) and the
+    batch's size when one rollout server receives all of it (else 0; the local_soft server then
+    decodes it in batches that do not depend on arrival times). Keys repeat only across runs: a
+    resumed run numbers its step's batches as the uninterrupted run did."""
     replicas = len(trainer.llm_server_manager.get_replicas())
     calls: dict[tuple, int] = defaultdict(int)
 
-    def tagged(prompts, *args, **kwargs):
+    def tag(prompts) -> None:
         validate = bool(prompts.meta_info.get("validate", False))
         step = int(trainer.global_steps)
         call = calls[(validate, step)]
         calls[(validate, step)] += 1
         n = len(prompts)
         prompts.non_tensor_batch[NOISE_KEY] = np.array(
-            [noise_key(validate, step, call, i) for i in range(n)], dtype=object)
+            [str(NoiseKey(validate, step, call, i)) for i in range(n)], dtype=object)
         prompts.non_tensor_batch[NOISE_ROWS] = np.full(n, n if replicas == 1 else 0,
                                                        dtype=np.int64)
-        return generate(prompts, *args, **kwargs)
 
-    manager.generate_sequences = tagged
+    before_each_generation(trainer, tag)
 
 
 class SoftRayPPOTrainer(RayPPOTrainer):

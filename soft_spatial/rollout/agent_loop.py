@@ -8,20 +8,17 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.experimental.agent_loop.agent_loop import register as register_agent_loop
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-from soft_spatial.softthink.settings import NOISE_PARAM
-
+from soft_spatial.softthink.noise import NOISE_KEY, NOISE_ROWS, noise_param
 from soft_spatial.softthink.trace import TRACE_FIELD
 
-__all__ = ["SoftThinkingAgentLoop", "AGENT_NAME", "register", "NOISE_KEY", "NOISE_ROWS", "with_noise_key"]
+__all__ = ["SoftThinkingAgentLoop", "AGENT_NAME", "register", "with_noise_key"]
 
 AGENT_NAME = "soft_thinking_agent"
-#: the generation batch's columns the trainer fills (``trainer.ppo_trainer.tag_noise_keys``):
-#: each row's noise key, and the batch's size when one server receives all of it (else 0)
-NOISE_KEY, NOISE_ROWS = "soft_noise_key", "soft_noise_rows"
 
 
 def with_noise_key(sampling_params: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
-    """``sampling_params`` plus ``{NOISE_PARAM: {"key", "rows"}}`` from the row's columns.
+    """``sampling_params`` plus the noise entry (``softthink.noise.noise_param``) from the row's
+    columns ``NOISE_KEY`` and ``NOISE_ROWS`` (filled by ``integration.ppo_trainer.tag_noise_keys``).
 
     verl gives every request a fresh random id; a seed derived from it made every run draw
     different noise. The key is a function of the training schedule, so the server seeds from
@@ -29,8 +26,7 @@ def with_noise_key(sampling_params: dict[str, Any], row: dict[str, Any]) -> dict
     key = row.get(NOISE_KEY)
     if key is None:
         return sampling_params
-    return dict(sampling_params, **{NOISE_PARAM: {"key": str(key),
-                                                  "rows": int(row.get(NOISE_ROWS, 0))}})
+    return dict(sampling_params, **noise_param(key, row.get(NOISE_ROWS, 0)))
 
 
 class SoftThinkingAgentLoop(SingleTurnAgentLoop):

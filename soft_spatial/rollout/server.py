@@ -8,13 +8,13 @@ once). Weights and the AdaptSoft controller arrive through :meth:`update_weights
 :meth:`set_controller` from the colocated training workers.
 
 Reproducibility (docs/design.md §2.2): a request's noise seed derives from its noise key (the
-``soft_noise`` sampling-params entry the soft agent loop adds), not from verl's random request id.
-Which rows share a batch changes the floating-point rounding of every row (a CPU matmul's result
-for one row depends on the batch's size and the row's place in it), and soft decoding amplifies
-rounding; so when the key says how many rows its generation batch has, the server waits for all
-of them and decodes them in key order, in chunks of ``max_batch_rows``: the batches, hence the
-numbers, no longer depend on when requests arrive. Requests without a key are batched as they
-arrive within ``batch_window_s``.
+noise entry the soft agent loop adds to the sampling params, :mod:`soft_spatial.softthink.noise`),
+not from verl's random request id. Which rows share a batch changes the floating-point rounding
+of every row (a CPU matmul's result for one row depends on the batch's size and the row's place
+in it), and soft decoding amplifies rounding; so when the key says how many rows its generation
+batch has, the server waits for all of them and decodes them in key order, in chunks of
+``max_batch_rows``: the batches, hence the numbers, no longer depend on when requests arrive.
+Requests without a key are batched as they arrive within ``batch_window_s``.
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ import torch
 
 from soft_spatial.engines.local import LocalEngine
 from soft_spatial.softthink import AdaptSoft, SamplingConfig
-from soft_spatial.softthink.settings import NOISE_PARAM, SoftSettings, request_seed, sampling_config
+from soft_spatial.softthink.noise import NoiseKey, pop_noise_param, request_seed
+from soft_spatial.softthink.settings import SoftSettings, sampling_config
 from soft_spatial.softthink.trace import TRACE_FIELD
 
 __all__ = ["LocalSoftServer"]
@@ -39,12 +40,16 @@ class PendingRequest(NamedTuple):
     sampling_params: dict[str, Any]
     images: list[Any]
     result: asyncio.Future  # resolved with the request's TokenOutput (or its batch's exception)
-    noise_key: str | None = None  # seeds the noise (else the request id)
-    position: int = 0  # the row's place in its generation batch (from the noise key)
+    noise_key: NoiseKey | None = None  # seeds the noise (else the request id)
 
     @property
-    def seed_key(self) -> str:
+    def seed_key(self) -> NoiseKey | str:
         return self.noise_key if self.noise_key is not None else self.request_id
+
+    @property
+    def position(self) -> int:
+        """The row's place in its generation batch (from the noise key)."""
+        return self.noise_key.position if self.noise_key is not None else 0
 
 
 class _Stream:
@@ -82,15 +87,12 @@ class LocalSoftServer:
         if video_data:
             raise ValueError("the local soft rollout server does not support video inputs")
         params = dict(sampling_params)
-        noise = params.pop(NOISE_PARAM, None) or {}
-        key = noise.get("key")
-        stream, _, pos = key.rpartition("/") if key is not None else ("", "", "0")
+        key, rows = pop_noise_param(params)
         fut = asyncio.get_running_loop().create_future()
         req = PendingRequest(request_id, list(prompt_ids), params, list(image_data or []), fut,
-                             key, int(pos) if pos.isdigit() else 0)
-        rows = int(noise.get("rows", 0))
+                             key)
         if key is not None and rows > 0:
-            self._add_to_stream(stream, rows, req)
+            self._add_to_stream(key.batch, rows, req)
         else:
             self._pending.append(req)
             if self._flush_task is None or self._flush_task.done():

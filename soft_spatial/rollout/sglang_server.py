@@ -44,7 +44,8 @@ from soft_spatial.engines.sglang.client import (
 )
 from soft_spatial.engines.sglang.server_args import CONTROLLER_LOADER
 from soft_spatial.models.tokens import single_token_id, unusable_token_ids
-from soft_spatial.softthink.settings import NOISE_PARAM, SoftSettings, request_row_seed, sampling_config
+from soft_spatial.softthink.noise import pop_noise_param, request_row_seed
+from soft_spatial.softthink.settings import SoftSettings, sampling_config
 from soft_spatial.softthink.trace import TRACE_FIELD
 
 __all__ = ["SGLangSoftHttpServer", "SGLangSoftReplica", "SGLangSoftServerAdapter", "BACKEND",
@@ -91,9 +92,9 @@ class SGLangSoftHttpServer(SGLangHttpServer):
     async def generate(self, prompt_ids, sampling_params, request_id, image_data=None,
                        video_data=None, **kwargs):
         params = dict(sampling_params)
-        noise = params.pop(NOISE_PARAM, None) or {}  # the noise key (soft agent loop, §2.2)
+        key, _ = pop_noise_param(params)  # the noise key (soft agent loop, §2.2)
         sampling = sampling_config(params, self.config.response_length)
-        seed = request_row_seed(self.setup.soft.seed, noise.get("key", request_id))
+        seed = request_row_seed(self.setup.soft.seed, request_id if key is None else key)
         custom = dict(params.get("custom_params") or {})
         custom[PARAM_KEY] = request_params(seed, sampling)
         params["custom_params"] = custom

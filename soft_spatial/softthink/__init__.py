@@ -7,6 +7,8 @@ Each equation lives in exactly one place:
   kl.py         §2.8      KL to the reference at a soft step (candidate KL, density reading)
   controller.py §2.5,2.7  AdaptSoft and its straight-through replay temperature
   alignment.py  §2.9–2.10 exact gradient-alignment scores, scaling, centring, surrogate
+  noise.py      §2.2      the rollout noise: the noise key, the seeds, the counter-based
+                          uniforms, the key's names on the wire
   trace.py      §3        the per-step rollout record and its collation
   config.py               typed settings with the paper's defaults
 """
@@ -22,9 +24,10 @@ from soft_spatial.softthink.density import (StepLikelihood, candidate_logp, gumb
                       token_log_prob)
 from soft_spatial.softthink.kl import candidate_kl, gumbel_density_kl
 from soft_spatial.softthink.mixture import (candidates, gumbel_from_uniform, mixture_weights,
-                      noise_uniforms, normalized_entropy, perturb, record_input_embeddings,
-                      record_weights, seed_tensor, soft_embedding, soft_step, sort_by_score,
+                      normalized_entropy, perturb, record_input_embeddings,
+                      record_weights, soft_embedding, soft_step, sort_by_score,
                       spine)
+from soft_spatial.softthink.noise import NoiseKey, noise_uniforms, seed_tensor
 from soft_spatial.softthink.trace import SoftTrace, TraceRecorder, collate_traces, uncollate_traces
 
 __all__ = [
@@ -36,7 +39,7 @@ __all__ = [
     "gumbel_log_density", "mixture_weights", "normalized_entropy", "perturb",
     "select_reference", "soft_embedding", "soft_step", "soft_step_log_density", "sort_by_score",
     "spine", "uncollate_traces", "gumbel_from_uniform", "record_input_embeddings",
-    "record_weights", "noise_uniforms", "seed_tensor",
+    "record_weights", "noise_uniforms", "seed_tensor", "NoiseKey",
     "step_log_likelihood", "step_likelihood", "StepLikelihood", "token_log_prob",
     "KLConfig", "ReplayCheckConfig", "candidate_kl", "gumbel_density_kl", "world_size",
 ]

@@ -23,8 +23,6 @@ __all__ = [
     "sort_by_score",
     "soft_step",
     "gumbel_from_uniform",
-    "noise_uniforms",
-    "seed_tensor",
     "record_input_embeddings",
     "record_weights",
 ]
@@ -66,52 +64,13 @@ def renormalise(scaled: Tensor) -> Tensor:
 def gumbel_from_uniform(u: Tensor, clamp: tuple[float, float] | None = None) -> Tensor:
     """Standard Gumbel samples γ = −log(−log U) from uniforms U ∈ [0, 1) (kept inside (0, 1)).
 
-    Engines draw the uniforms with :func:`noise_uniforms` (§2.2), one block per row and step, so
-    a row's noise does not depend on what else is in the batch.
+    Engines draw the uniforms with :func:`~soft_spatial.softthink.noise.noise_uniforms` (§2.2),
+    one block per row and step, so a row's noise does not depend on what else is in the batch.
     """
     tiny = torch.finfo(u.dtype).tiny
     u = u.clamp(min=tiny, max=1.0 - torch.finfo(u.dtype).eps)
     g = -torch.log(-torch.log(u))
     return g.clamp(clamp[0], clamp[1]) if clamp is not None else g
-
-
-# splitmix64 (Steele, Lea, Flood 2014) in int64 arithmetic: products wrap modulo 2^64 on every
-# device, right shifts are made logical by masking; constants as signed 64-bit integers.
-_GOLDEN, _M1, _M2 = -0x61C8864680B583EB, -0x40A7B892E31B1A47, -0x6B2FB644ECCEEE15
-
-
-def _shr(x: Tensor, s: int) -> Tensor:
-    return (x >> s) & ((1 << (64 - s)) - 1)
-
-
-def _mix64(z: Tensor) -> Tensor:
-    z = z + _GOLDEN
-    z = (z ^ _shr(z, 30)) * _M1
-    z = (z ^ _shr(z, 27)) * _M2
-    return z ^ _shr(z, 31)
-
-
-def seed_tensor(seeds, device=None) -> Tensor:
-    """Python integer seeds (any size) → int64 ``[b]``, each taken modulo 2^64."""
-    vals = [int(s) & (2 ** 64 - 1) for s in seeds]
-    return torch.tensor([v - 2 ** 64 if v >= 2 ** 63 else v for v in vals], dtype=torch.int64,
-                        device=device)
-
-
-def noise_uniforms(seed: Tensor, step: Tensor | int, n: int) -> Tensor:
-    """The uniforms of one decoding step: ``[b, n]`` fp32 in [0, 1) for rows with seeds
-    ``seed [b]`` (int64, :func:`seed_tensor`) at their step ``step`` (``[b]`` or an int) (§2.2).
-
-    Counter-based: U[r, j] = (h(seed_r, step_r, j) >> 40) · 2^-24 with h the splitmix64
-    finaliser chained over the three integers, so a row's noise is a function of (seed, step)
-    alone — not of the batch, the device (exact integer arithmetic, an exact 24-bit float) or
-    the history (no generator state; a re-prefilled request just recomputes it).
-    """
-    seed = seed.to(torch.int64)
-    step = torch.as_tensor(step, dtype=torch.int64, device=seed.device).expand(seed.shape)
-    j = torch.arange(n, dtype=torch.int64, device=seed.device)
-    h = _mix64(_mix64(_mix64(seed) ^ step)[:, None] ^ j)
-    return _shr(h, 40).to(torch.float32) * 2.0 ** -24
 
 
 def perturb(logp: Tensor, noise_scale: float, noise: Tensor) -> Tensor:

@@ -9,15 +9,12 @@
   (:meth:`SoftSettings.load`). One reader of verl's block, :meth:`SoftSettings.from_rollout`,
   serves every place that starts from verl's config. No verl import, so the entry point can
   check it in a second;
-* the seeds: :func:`row_seed` (one generated row) and :func:`request_seed` (one verl request,
-  from its noise key: :func:`noise_key`, never from verl's random request id);
 * :func:`sampling_config`: verl's sampling params → :class:`~soft_spatial.softthink.SamplingConfig`
   (both soft rollout servers).
 """
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +28,7 @@ from soft_spatial.softthink import (AdaptSoftConfig, AlignmentConfig, DensityCon
                                     check_field_types, from_mapping)
 
 __all__ = ["SoftSettings", "SETTINGS_FILE", "OLD_SETTINGS_FILES", "settings_file", "ROLLOUT_KEY",
-           "CONTROLLER_FILE", "row_seed", "request_seed", "request_row_seed",
-           "sampling_config", "noise_key", "NOISE_PARAM"]
+           "CONTROLLER_FILE", "sampling_config"]
 
 #: the run's settings (``SoftSettings.to_dict()`` as YAML): written by training beside its
 #: checkpoints, copied by export into the model directory, read by evaluation
@@ -153,39 +149,6 @@ def settings_file(directory: str | Path) -> Path | None:
         if (Path(directory) / name).is_file():
             return Path(directory) / name
     return None
-
-
-def row_seed(prompt_seed: int, sample_index: int) -> int:
-    """Seed of one row's generator: a function of its prompt's seed and its sample index only,
-    so a row decodes the same alone or in any batch."""
-    return prompt_seed * 10_007 + sample_index
-
-
-def request_seed(base: int, key: str) -> int:
-    """A stable per-request seed (64 bits of BLAKE2b of the key), so a request's noise does not
-    depend on which other requests share its batch. ``key`` is the request's :func:`noise_key`
-    (verl's request ids are random: seeding from them made every run draw different noise)."""
-    digest = hashlib.blake2b(str(key).encode(), digest_size=8).digest()
-    return (base * 1_000_003 + int.from_bytes(digest, "little")) % (2 ** 62)
-
-
-#: the sampling-params entry that carries a verl rollout's noise key (and the size of its
-#: generation batch) from the agent loop to the soft rollout servers, which remove it
-NOISE_PARAM = "soft_noise"
-
-
-def noise_key(validate: bool, step: int, call: int, position: int) -> str:
-    """The noise key of one verl rollout: row ``position`` of the ``call``-th generation batch
-    of training step ``step`` (validation batches apart), e.g. ``"train3.0/17"``. A function of
-    the run's schedule only, so two runs of one configuration draw the same noise (§2.2)."""
-    return f"{'val' if validate else 'train'}{int(step)}.{int(call)}/{int(position)}"
-
-
-def request_row_seed(base: int, key: str) -> int:
-    """The noise seed of the verl request with noise key ``key`` (one sample): the same in the
-    local_soft server (a batch of one-sample prompts) and in the sglang_soft server and
-    scheduler."""
-    return row_seed(request_seed(base, key), 0)
 
 
 def sampling_config(params: dict[str, Any], response_length: int) -> SamplingConfig:

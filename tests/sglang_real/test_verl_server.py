@@ -28,6 +28,7 @@ from soft_spatial.engines.sglang.client import CONTROLLER_NAME, encode_controlle
 from soft_spatial.engines.sglang.runtime import SoftRuntime
 from soft_spatial.engines.sglang.server_args import CONTROLLER_LOADER, ENV_VAR, SchedulerSetup
 from soft_spatial.models import think_end_id
+from soft_spatial.softthink.noise import NoiseKey, noise_param
 from soft_spatial.softthink.settings import SoftSettings
 
 pytestmark = pytest.mark.sglang
@@ -92,9 +93,11 @@ def _fake_launch(monkeypatch, tm):
     return seen
 
 
-@pytest.mark.parametrize("mode", ["adaptsoft", "fixed"])
-def test_verl_server_matches_local_soft_server(server_factory, tiny_qwen3_vl_small, mode,
+@pytest.mark.parametrize("mode,keyed", [("adaptsoft", False), ("fixed", False), ("fixed", True)])
+def test_verl_server_matches_local_soft_server(server_factory, tiny_qwen3_vl_small, mode, keyed,
                                                monkeypatch):
+    """Both servers seed a request from its noise key when the agent loop sends one (``keyed``),
+    else from its request id."""
     import sglang.srt.entrypoints.engine as sgl_engine
 
     from soft_spatial.rollout.server import LocalSoftServer
@@ -112,11 +115,12 @@ def test_verl_server_matches_local_soft_server(server_factory, tiny_qwen3_vl_sma
     rids = ["req-a", "req-b", "req-c"]
     prompts = [[5, 17, 42, 99, 7], [3, 8], [11, 12, 13, 14]]
     params = {"temperature": 0.8, "top_p": 1.0, "top_k": -1}
+    keys = [noise_param(NoiseKey(False, 1, 0, i), 0) if keyed else {} for i in range(len(rids))]
 
     async def run_local():
         return await asyncio.gather(*(local.generate(request_id=r, prompt_ids=p,
-                                                     sampling_params=dict(params))
-                                      for r, p in zip(rids, prompts)))
+                                                     sampling_params=dict(params, **k))
+                                      for r, p, k in zip(rids, prompts, keys)))
 
     with monkeypatch.context() as mp:
         steps, mixes = capture_local(mp)
@@ -149,8 +153,8 @@ def test_verl_server_matches_local_soft_server(server_factory, tiny_qwen3_vl_sma
             hooks.set_runtime(None)
 
     async def run_sglang():
-        return await asyncio.gather(*(server.generate(p, dict(params), r)
-                                      for r, p in zip(rids, prompts)))
+        return await asyncio.gather(*(server.generate(p, dict(params, **k), r)
+                                      for r, p, k in zip(rids, prompts, keys)))
 
     got = asyncio.run(run_sglang())
     assert tm.sent_batches > len(rids)  # records really arrived in several slices

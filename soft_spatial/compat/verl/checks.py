@@ -138,7 +138,7 @@ def _engine_problems() -> list:
 
 def _trainer_problems() -> list:
     """:mod:`.trainer`'s touches: the resource pool check, the file logger, ``Tracking`` in
-    ``fit``, the reference log-probs and the validation batches."""
+    ``fit``, the reference log-probs, the generation and the validation batches."""
     problems = []
     from verl.single_controller.ray.base import ResourcePoolManager
     if not callable(getattr(ResourcePoolManager, "_check_resource_available", None)):
@@ -172,6 +172,7 @@ def _trainer_problems() -> list:
                         "and saves each step before logging it (after_step_logged)")
     if list(inspect.signature(tracking.Tracking.log).parameters) != ["self", "data", "step", "backend"]:
         problems.append("Tracking.log's parameters changed (after_step_logged)")
+    problems += _generation_problems(RayPPOTrainer)
     src = inspect.getsource(RayPPOTrainer._validate)
     for needle in ("self.async_rollout_manager.generate_sequences(",
                    "self.tokenizer.decode(ids, skip_special_tokens=True) for ids in output_ids",
@@ -179,6 +180,34 @@ def _trainer_problems() -> list:
         if needle not in src:
             problems.append(f"RayPPOTrainer._validate no longer contains {needle!r} "
                             f"(validation_outputs, SoftRayPPOTrainer._maybe_log_val_generations)")
+    return problems
+
+
+def _generation_problems(trainer_cls) -> list:
+    """:func:`~soft_spatial.compat.verl.trainer.before_each_generation`'s touches: the rollout
+    manager ``init_workers`` builds, its ``generate_sequences(prompts)``, the calls of ``fit`` and
+    ``_validate`` through the instance, and what ``tag_noise_keys`` reads (``global_steps``, the
+    batch's ``validate`` flag, the replica count)."""
+    problems = []
+    from verl.experimental.agent_loop.agent_loop import AgentLoopManager
+    from verl.workers.rollout.llm_server import LLMServerManager
+
+    problems += _signature_problems(AgentLoopManager, "AgentLoopManager", "generate_sequences",
+                                    ["self", "prompts"], " (before_each_generation)")
+    problems += _signature_problems(LLMServerManager, "LLMServerManager", "get_replicas",
+                                    ["self"], " (tag_noise_keys)")
+    if "self.async_rollout_manager = AgentLoopManager.create(" not in inspect.getsource(
+            trainer_cls.init_workers):
+        problems.append("RayPPOTrainer.init_workers no longer sets self.async_rollout_manager = "
+                        "AgentLoopManager.create(...) (before_each_generation)")
+    for caller, needle in (("fit", "self.async_rollout_manager.generate_sequences(combined_gen_batch)"),
+                           ("_validate", "self.async_rollout_manager.generate_sequences("),
+                           ("_validate", '"validate": True'),
+                           ("fit", "self.global_steps += 1")):
+        fn = getattr(trainer_cls, caller, None)
+        if fn is None or needle not in inspect.getsource(fn):
+            problems.append(f"RayPPOTrainer.{caller} no longer contains {needle!r} "
+                            f"(before_each_generation, tag_noise_keys)")
     return problems
 
 

@@ -22,6 +22,11 @@ what soft_spatial touches beyond the documented seams.
   ``self.async_rollout_manager.generate_sequences`` and hands ``_maybe_log_val_generations`` only
   the decoded texts: :func:`validation_outputs` sees the generated batches (their soft traces) for
   the duration of one ``_validate`` call, so the logged generations can carry their τ per step.
+* ``RayPPOTrainer.fit`` (``ray_trainer.py`` L1513) and ``_validate`` (L640) send every generation
+  batch through ``self.async_rollout_manager.generate_sequences(batch)``
+  (``AgentLoopManager.generate_sequences(self, prompts)``, ``agent_loop.py`` L1232), whose agent
+  loop workers hand each row's non-tensor columns to the agent loop: :func:`before_each_generation`
+  lets the trainer add columns to every batch first (the rows' noise keys).
 
 :mod:`.checks` fails loudly when any of these moves.
 """
@@ -134,6 +139,26 @@ def ref_log_prob_outputs(trainer, batch, extra: dict):
     out = {dst: no_padding_2_padding(tu.get(output, src), batch_td).float()
            for src, dst in keys.items()}
     return DataProto.from_tensordict(tu.get_tensordict(out))
+
+
+def before_each_generation(trainer, prepare: Callable[[Any], None]) -> None:
+    """Make ``trainer.async_rollout_manager.generate_sequences`` call ``prepare(batch)`` on every
+    generation batch (a ``DataProto``, which ``prepare`` may change in place) before generating
+    it, for the trainer's lifetime.
+
+    Touches (verl 0.9.1): the ``AgentLoopManager`` instance ``RayPPOTrainer.init_workers`` stores
+    as ``self.async_rollout_manager`` (``ray_trainer.py`` L960), whose bound
+    ``generate_sequences(prompts)`` (``agent_loop.py`` L1232) is replaced, on this instance only,
+    by a wrapper; ``fit`` and ``_validate`` look the method up on the instance at every call
+    (L1513, L640). Call it once, after ``init_workers``."""
+    manager = trainer.async_rollout_manager
+    generate = manager.generate_sequences
+
+    def prepared(prompts, *args, **kwargs):
+        prepare(prompts)
+        return generate(prompts, *args, **kwargs)
+
+    manager.generate_sequences = prepared
 
 
 @contextlib.contextmanager

@@ -1,8 +1,9 @@
 """verl-server side of the SGLang soft backend (no sglang import).
 
 * :func:`request_params` — what each request carries in ``sampling_params.custom_params``: its
-  noise seed (``settings.request_row_seed(base, request_id)``, exactly the local_soft server's
-  seed for that request) and the sampling settings of discrete steps;
+  noise seed (``softthink.noise.request_row_seed(base, key)`` of its noise key, else of its
+  request id: exactly the local_soft server's seed for that request) and the sampling settings
+  of discrete steps;
 * :class:`TraceAccumulator` — SGLang streams ``customized_info`` in slices (non-streaming requests
   are flushed every ``SGLANG_FORCE_STREAM_INTERVAL`` tokens and the tokenizer manager keeps only
   the last slice in ``meta_info``), so the server accumulates every slice per request id from the

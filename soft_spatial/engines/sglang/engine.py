@@ -38,7 +38,8 @@ from soft_spatial.engines.sglang.server_args import CONTROLLER_LOADER, Scheduler
 from soft_spatial.models.loading import load_processing
 from soft_spatial.models.tokens import single_token_id, stop_token_ids, unusable_token_ids
 from soft_spatial.softthink import AdaptSoftConfig, SamplingConfig, SoftThinkingConfig, SoftTrace
-from soft_spatial.softthink.settings import SoftSettings, row_seed
+from soft_spatial.softthink.noise import row_seed
+from soft_spatial.softthink.settings import SoftSettings
 
 __all__ = ["SGLangEngine"]
 

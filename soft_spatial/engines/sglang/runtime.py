@@ -9,7 +9,7 @@ step through the hooks of :mod:`.hooks`:
   :data:`STATE_ATTR`), so it follows the request through batch filtering/merging and disappears
   with it. The state holds the request's noise seed (the local engine's row seed) and its own
   count of steps sampled (not ``len(req.output_ids)``, which lags one step under overlap
-  scheduling); each step's K+1 uniforms are :func:`~soft_spatial.softthink.noise_uniforms` of
+  scheduling); each step's K+1 uniforms are :func:`~soft_spatial.softthink.noise.noise_uniforms` of
   (seed, step), as in the local engine. A request that SGLang prefills again after it sampled
   (retraction) is recognised by its extend batch and resumes at ``len(req.output_ids)``, or
   raises :class:`SoftStateError` after soft steps. Rows are grouped by their
@@ -42,9 +42,8 @@ import torch
 from torch import Tensor
 
 from soft_spatial.engines.step import sample_step
-from soft_spatial.softthink.settings import request_row_seed
-from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, SamplingConfig,
-                                    noise_uniforms, record_weights, seed_tensor, soft_embedding)
+from soft_spatial.softthink import AdaptSoft, AdaptSoftConfig, SamplingConfig, record_weights, soft_embedding
+from soft_spatial.softthink.noise import noise_uniforms, request_row_seed, seed_tensor
 
 from soft_spatial.engines.sglang.client import INFO_KEYS, PARAM_KEY, info_key
 from soft_spatial.engines.sglang.server_args import SchedulerSetup
