@@ -91,7 +91,7 @@ def test_one_row_end_to_end_on_the_tiny_model(tiny_qwen3_vl_small, tmp_path):
     """Train the no_alignment row on a task-type subset (1 step, verl on the CPU), merge, evaluate on that subset,
     write the table; a second invocation skips training and merging. (The train fixture has one
     Perspective_Taking question, so the subset adds Dynamic_Reasoning to fill a batch of two.)"""
-    from test_train_cpu import assert_one_step, prepare_train_data
+    from train_helpers import assert_one_step, prepare_train_data
 
     data = prepare_train_data(tmp_path / "data", tiny_qwen3_vl_small)
     cfg = tmp_path / "sweep.yaml"
@@ -107,7 +107,7 @@ def test_one_row_end_to_end_on_the_tiny_model(tiny_qwen3_vl_small, tmp_path):
             "--train-override", f"data.val_files={data / 'test.parquet'}",
             "--train-override", "trainer.total_training_steps=1",
             "--train-override", "trainer.save_freq=1", "--train-override", "trainer.n_gpus_per_node=1",
-            "--train-override", f"reward.custom_reward_function.path={ROOT / 'tests' / 'smoke_reward.py'}",
+            "--train-override", f"reward.custom_reward_function.path={ROOT / 'tests' / 'support' / 'smoke_reward.py'}",
             "--eval-override", f"data.omnispatial={data / 'fixtures' / 'omnispatial'}",
             "--eval-override", "samples=2", "--eval-override", "max_new_tokens=12"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0")

@@ -1,6 +1,6 @@
 """python -m soft_spatial.export: one directory per trained model, picked up by evaluation. A real
 export of a trained run, evaluated from the export alone, is part of
-tests/test_train_cpu.py::test_train_resume_export_and_evaluate."""
+tests/e2e/test_train_cpu.py::test_train_resume_export_and_evaluate."""
 from pathlib import Path
 
 import pytest

@@ -1,6 +1,7 @@
 """Imports point down: every soft_spatial module imports only its own component or the tiers
 below, and no modules import each other in a cycle (imports read with ``ast``, nothing runs;
-imports inside functions count too).
+imports inside functions count too). The scripts sit above the package: they import it, nothing in
+it imports them, and they import each other in no cycle.
 
     .venv/bin/python -m pytest tests/test_layers.py -q
     .venv/bin/python tests/test_layers.py        # prints the component graph and any problem
@@ -170,3 +171,45 @@ if __name__ == "__main__":
     problems = upward_imports(g) + [f"cycle: {c}" for c in cycles(g)]
     print("\n".join(problems) or "OK: no upward import, no cycle")
     sys.exit(1 if problems else 0)
+
+
+# -- the scripts: the tier above the package ------------------------------------------------------
+SCRIPTS = PACKAGE.parent / "scripts"
+
+
+def script_imports() -> dict:
+    """``{script: {imported script or package module}}`` for every Python file under scripts/
+    (a script imports another by its file name, with its folder on the path)."""
+    names = {p.stem: p for p in SCRIPTS.rglob("*.py")}
+    mods = modules()
+    graph = collections.defaultdict(set)
+    for stem, path in names.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                       [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level
+                       else [])
+            for target in targets:
+                top = target.split(".")[0]
+                if top in names and top != stem:
+                    graph[f"scripts.{stem}"].add(f"scripts.{top}")
+                elif top == "soft_spatial":
+                    while target not in mods:
+                        target = target.rpartition(".")[0]
+                    graph[f"scripts.{stem}"].add(target)
+    return graph
+
+
+def test_scripts_import_the_package_and_nothing_imports_a_script():
+    graph = script_imports()
+    assert any(t.startswith("soft_spatial.") for ts in graph.values() for t in ts)  # it reads imports
+    assert cycles({k: dict.fromkeys(v) for k, v in graph.items()}) == []
+    stems = {p.stem for p in SCRIPTS.rglob("*.py")}
+    upward = []
+    for name, path in modules().items():  # a package module importing a script (by its name)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                tops = ([a.name.split(".")[0] for a in node.names] if isinstance(node, ast.Import)
+                        else [(node.module or "").split(".")[0]] if not node.level else [])
+                upward += [f"{name} (line {node.lineno}) imports {t}" for t in tops
+                           if t in stems | {"scripts"}]
+    assert upward == []

@@ -104,7 +104,7 @@ class Completion:
 class Engine(Protocol):
     """The contract every rollout engine keeps (:class:`~soft_spatial.engines.local.LocalEngine`,
     :class:`~soft_spatial.engines.sglang.engine.SGLangEngine`); evaluation and the rollout server
-    use nothing else. An engine may add keyword parameters with defaults (tests/test_engines.py
+    use nothing else. An engine may add keyword parameters with defaults (tests/engines/test_base.py
     checks the signatures)."""
 
     def generate(self, prompts: Sequence[Prompt], soft_thinking: SoftThinkingConfig | None = None,

@@ -4,7 +4,7 @@ Given a prompt and a :class:`~soft_spatial.engines.base.Completion`, one uncache
 prompt + response, with the response inputs rebuilt from the trace by the
 :func:`~soft_spatial.softthink.replay.soft_inputs` hook, yields at every step the candidate
 log-probs, the mixture weights and the per-step likelihood. With the same weights they must equal
-what the engine recorded while decoding (tests/test_engine_local.py).
+what the engine recorded while decoding (tests/engines/test_local.py).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Every default of a method hyperparameter is written once, here, with its explanation beside it
 (the docstring under each field); it is the paper's value. ``configs/soft/paper.yaml`` spells the
-same values out for Hydra (``tests/test_settings_defaults.py`` fails when the two differ, and when
+same values out for Hydra (``tests/softthink/test_config.py`` fails when the two differ, and when
 a literal default of one of these settings appears anywhere else in ``soft_spatial/``). Code
 receives these dataclasses, never loose dicts: ``AdaptSoft``, ``AlignmentScaler`` and the soft
 training engine take their config object rather than re-declaring its defaults, and the

@@ -17,7 +17,7 @@ from sglang_replay import ReplayEngine, ReplayTokenizerManager
 from soft_spatial.data.fixtures import write_fixtures
 from soft_spatial.engines.sglang.engine import SGLangEngine
 from soft_spatial.eval import evaluate, read_results
-from test_eval import make_cfg
+from eval_helpers import make_cfg
 
 pytestmark = pytest.mark.sglang
 
@@ -72,7 +72,7 @@ def test_sglang_engine_checks_its_inputs(tiny_qwen3_vl, tmp_path):
     with pytest.raises(ValueError, match="image placeholder"):
         engine.generate([[1, 2, engine.image_token_id]])
     # an overlong prompt is refused before anything reaches SGLang, naming its index (evaluation
-    # skips and counts it, tests/test_eval.py); the default limit is the context less the budget
+    # skips and counts it, tests/eval/test_main.py); the default limit is the context less the budget
     from soft_spatial.engines import PromptTooLongError
     from soft_spatial.softthink import SamplingConfig
     context = engine.context_length

@@ -101,7 +101,7 @@ def test_verl_server_matches_local_soft_server(server_factory, tiny_qwen3_vl_sma
     import sglang.srt.entrypoints.engine as sgl_engine
 
     from soft_spatial.rollout.server import LocalSoftServer
-    from test_sglang_plugin import BiasedHead
+    from biased_head import BiasedHead
     server, rollout = server_factory(mode)
     local = LocalSoftServer(str(tiny_qwen3_vl_small), response_length=12, prompt_length=32,
                             settings=SoftSettings.from_dict(rollout.custom))

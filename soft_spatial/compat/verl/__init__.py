@@ -10,5 +10,5 @@ touches, where, and for which version:
   validation batches, ``Tracking`` / ``FileLogger``);
 * :mod:`.rollout`: the rollout adapter registry, the replica's server fields, verl's SGLang adapter;
 * :mod:`.merger`: verl's model merger run with weights-only loads (export);
-* :mod:`.checks`: the pinned version and the guards that name what moved (``tests/test_compat_verl.py``).
+* :mod:`.checks`: the pinned version and the guards that name what moved (``tests/compat/test_verl.py``).
 """

@@ -1,6 +1,6 @@
 """The guards: verl's version, and every verl internal soft_spatial touches (:mod:`.engine`,
 :mod:`.trainer`, :mod:`.rollout`) or overrides, checked against the installed verl so that
-``tests/test_compat_verl.py`` fails loudly, naming what moved, when upstream changes.
+``tests/compat/test_verl.py`` fails loudly, naming what moved, when upstream changes.
 
 Private ``RayPPOTrainer`` / ``FSDPEngine`` methods overridden by soft_spatial's subclasses
 (:data:`OVERRIDDEN_PRIVATE_METHODS`: name, 0.9.1 signature, 0.9.1 line, who overrides it):
@@ -31,7 +31,7 @@ def check_verl_version(strict: bool = False) -> str:
     if version != VERL_VERSION:
         msg = (f"soft_spatial is written against verl {VERL_VERSION}, found verl {version}: the "
                f"internals listed in soft_spatial/compat/verl/ may have moved; run "
-               f"tests/test_compat_verl.py")
+               f"tests/compat/test_verl.py")
         if strict:
             raise RuntimeError(msg)
         warnings.warn(msg, RuntimeWarning, stacklevel=2)

@@ -15,7 +15,7 @@ before any of it runs. The rest of what the merger reads is data: ``fsdp_config.
 ``huggingface/`` config, tokenizer and processor files (JSON and text, read by transformers
 without remote code).
 
-:func:`check_merger` lists what moved when verl changes (``tests/test_export_safety.py``).
+:func:`check_merger` lists what moved when verl changes (``tests/e2e/test_export_safety.py``).
 """
 from __future__ import annotations
 

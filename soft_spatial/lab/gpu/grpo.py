@@ -71,7 +71,7 @@ def train_command(model: Path, data: Path, ckpt: Path, steps: int, save: bool, d
             "experiment=adaptsoft", *cluster, f"model.path={model}",
             f"data.train_files={data / 'train.parquet'}", f"data.val_files={data / 'test.parquet'}",
             f"trainer.default_local_dir={ckpt}",
-            f"reward.custom_reward_function.path={ROOT / 'tests' / 'smoke_reward.py'}",
+            f"reward.custom_reward_function.path={ROOT / 'tests' / 'support' / 'smoke_reward.py'}",
             f"trainer.total_training_steps={steps}", f"trainer.save_freq={1 if save else -1}"]
 
 

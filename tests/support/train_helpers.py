@@ -1,0 +1,69 @@
+"""Helpers of the training tests: compose the training config, prepare verl parquet from the
+OmniSpatial fixture, run ``python -m soft_spatial.train`` and check one step's metrics."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+from soft_spatial.train import CONFIG_DIR
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def compose_train(*overrides):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        return compose(config_name="train", overrides=list(overrides))
+
+
+def prepare_train_data(root, model):
+    """verl parquet (train/test) from the OmniSpatial fixture, tokenised for ``model``."""
+    from soft_spatial.data.fixtures import write_fixtures
+    from soft_spatial.data.prepare import main as prepare
+    fx = write_fixtures(root / "fixtures")
+    for split in ("train", "test"):
+        prepare(["--benchmark", "omnispatial", "--root", str(fx.omnispatial), "--split", split,
+                 "--out", str(root / f"{split}.parquet"), "--processor", str(model)])
+    return root
+
+
+# the subprocess timeout only bounds a hang: a training run took > 600 s with both cores busy
+def run_train(model, data, out, *overrides, timeout=1800, env=None, ok=True):
+    """Train into ``out/ckpt`` (metrics in ``out/metrics.jsonl``); the metrics logged. ``ok``:
+    assert exit status 0 (else assert a failure)."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0",
+               VERL_FILE_LOGGER_PATH=str(out / "metrics.jsonl"), **(env or {}))
+    cmd = [sys.executable, "-m", "soft_spatial.train", "model=tiny", "cluster=cpu",
+           f"model.path={model}", f"data.train_files={data / 'train.parquet'}",
+           f"data.val_files={data / 'test.parquet'}", f"trainer.default_local_dir={out / 'ckpt'}",
+           f"reward.custom_reward_function.path={ROOT / 'tests' / 'support' / 'smoke_reward.py'}",
+           *overrides]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    log = res.stdout + res.stderr
+    with open(out / "train.log", "a") as f:
+        f.write(log)
+    assert (res.returncode == 0) == ok, log[-4000:]
+    return [json.loads(line)["data"] | {"step": json.loads(line)["step"]}
+            for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def assert_one_step(m: dict, preset: str) -> None:
+    """What one training step of ``preset`` must show in its metrics (records and responses
+    agree, or the step would have raised: the spine check), the policy got a GRPO gradient,
+    soft steps replay exactly, and the controller (if any) moved."""
+    assert "soft/spine_match_rate" not in m  # the spine check raises instead (rollout/collate.py)
+    assert m["actor/grad_norm"] > 0  # the policy got a GRPO gradient
+    soft = preset != "hard"
+    assert (m["soft/soft_step_fraction"] > 0) == soft
+    if soft:
+        assert m["soft/replay_max_abs_diff_soft"] < 1e-3  # rollout vs training likelihoods
+    assert m["soft/replay_max_abs_diff"] < 1e-3 and m["soft/replay_check_exceeded"] == 0.0
+    if preset in ("hard", "soft_fixed"):
+        assert "actor/adaptsoft/grad_norm" not in m
+    else:
+        assert m["actor/adaptsoft/grad_finite"] == 1.0
+        assert m["actor/adaptsoft/grad_norm"] > 0  # the controller was trained
+        if preset != "no_alignment":
+            assert m["actor/adaptsoft/alpha_rms"] > 0

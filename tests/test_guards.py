@@ -1,0 +1,180 @@
+"""Every module of the package has a guard: a test module named for it, where the tests mirror the
+package (``soft_spatial/<layer>/<module>.py`` → ``tests/<layer>/test_<module>.py``;
+``soft_spatial/<module>.py`` → ``tests/test_<module>.py``; ``__main__.py`` → ``test_main.py``), or
+an entry in :data:`UNGUARDED` saying why it has none and which test files exercise it instead.
+
+    .venv/bin/python tests/test_guards.py     # lists the modules with no guard file
+
+The rule is written in docs/development.md ("Where a test goes").
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "soft_spatial"
+TESTS = ROOT / "tests"
+
+_SGLANG = "SGLang's real modules: tests that need the overlay live in tests/sglang_real/"
+_GPU = ("a GPU kit stage (CUDA only): run by scripts/gpu/kit.py on a lent GPU; its CPU-side parts "
+        "and the dry run are tested")
+_ANALYSIS = "a part of python -m soft_spatial.analysis, tested through the command's figures"
+_LOADER = "a benchmark loader: the loaders share their tests (schema, order, errors, paths)"
+_RUN = "runs inside verl's real trainer: exercised by every training run of the tests"
+
+#: module (relative to soft_spatial/) -> (why it has no test module named for it, the test files
+#: that exercise it instead). Kept exact by the tests below: an entry whose module gained its own
+#: guard file, or that names a test file that is gone, fails.
+UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
+    "compat/sglang.py": (_SGLANG, ("tests/sglang_real/test_compat_sglang.py",
+                                   "tests/sglang_real/test_graph_capture.py")),
+    "compat/verl/checks.py": ("verl's internals are guarded in one file",
+                              ("tests/compat/test_verl.py",)),
+    "compat/verl/engine.py": ("verl's internals are guarded in one file", ("tests/compat/test_verl.py",)),
+    "compat/verl/merger.py": ("verl's merger loads a real checkpoint: an end-to-end guarantee",
+                              ("tests/e2e/test_export_safety.py", "tests/e2e/test_hostile_pickles.py")),
+    "compat/verl/rollout.py": ("verl's internals are guarded in one file", ("tests/compat/test_verl.py",)),
+    "compat/verl/trainer.py": ("verl's internals are guarded in one file",
+                               ("tests/compat/test_verl.py", "tests/e2e/test_noise_streams.py")),
+    "data/checks.py": ("record checks, tested through every loader and extractor",
+                       ("tests/data/test_benchmarks.py", "tests/data/test_image_refs.py")),
+    "data/errors.py": ("the error type only", ("tests/data/test_benchmarks.py",)),
+    "data/fixtures.py": ("the synthetic fixtures every data test reads", ("tests/data/test_benchmarks.py",
+                                                                          "tests/data/test_layouts.py")),
+    "data/gold.py": ("the grading rule, tested as properties", ("tests/data/test_grading_properties.py",
+                                                                 "tests/data/test_reward.py")),
+    "data/inspect.py": ("layout detection", ("tests/data/test_layouts.py",)),
+    "data/mindcube.py": (_LOADER, ("tests/data/test_benchmarks.py", "tests/data/test_image_refs.py")),
+    "data/official_prompts.py": ("the benchmarks' own prompts", ("tests/data/test_prompt.py",)),
+    "data/omnispatial.py": (_LOADER, ("tests/data/test_benchmarks.py", "tests/data/test_image_refs.py")),
+    "data/record.py": ("the record type only", ("tests/data/test_benchmarks.py",)),
+    "data/spatialab.py": (_LOADER, ("tests/data/test_benchmarks.py", "tests/data/test_image_refs.py")),
+    "data/subsets.py": ("task-type subsets of the training parquet", ("tests/data/test_prepare.py",)),
+    "engines/prompts.py": ("one rendering of prompts shared by every engine: tested through them",
+                           ("tests/engines/test_local.py", "tests/engines/sglang/test_engine.py")),
+    "engines/replay.py": ("replay is checked against the engines' own decoding",
+                          ("tests/engines/test_local.py", "tests/actor/test_train_engine.py")),
+    "engines/sglang/client.py": ("the SGLang backend's CPU-side parts share one file",
+                                 ("tests/engines/sglang/test_engine.py",)),
+    "engines/sglang/hooks.py": (_SGLANG, ("tests/sglang_real/test_plugin_real.py",
+                                          "tests/sglang_real/test_graph_capture.py")),
+    "engines/sglang/runtime.py": ("the SGLang backend's CPU-side parts share one file",
+                                  ("tests/engines/sglang/test_engine.py",)),
+    "engines/sglang/server_args.py": ("the SGLang backend's CPU-side parts share one file",
+                                      ("tests/engines/sglang/test_engine.py",)),
+    "eval/report.py": ("the summary table, tested through the command", ("tests/eval/test_main.py",)),
+    "eval/runkey.py": ("resume and refusal, tested through the command", ("tests/eval/test_main.py",)),
+    "eval/runner.py": ("evaluation's loop, tested through the command", ("tests/eval/test_main.py",)),
+    "eval/steps.py": ("the per-step file, tested through the command and the analysis",
+                      ("tests/eval/test_main.py", "tests/test_analysis.py")),
+    "infra/atomic.py": ("atomic writes: a refused or interrupted command leaves nothing half-written",
+                        ("tests/e2e/test_data_prepare_signals.py", "tests/data/test_prepare.py")),
+    "infra/cache.py": ("the tokenizer cache", ("tests/models/test_qwen_tokenizer.py",)),
+    "infra/hydra_args.py": ("renamed Hydra groups on real command lines", ("tests/e2e/test_settings_names.py",)),
+    "infra/hydra_record.py": ("Hydra's record, written only once a command is accepted",
+                              ("tests/e2e/test_train_refused.py",)),
+    "infra/ray_env.py": ("the forwarded environment, tested with the launcher", ("tests/launch/test_cluster.py",)),
+    "infra/ray_session.py": ("a local Ray session never outlives its driver: real processes",
+                             ("tests/test_train.py", "tests/e2e/test_train_signals.py")),
+    "infra/run_dir.py": ("resume step and metrics of a run directory", ("tests/test_train.py",)),
+    "infra/signals.py": ("real signals to real commands", ("tests/e2e/test_train_signals.py",
+                                                           "tests/e2e/test_eval_signals.py")),
+    "integration/platform.py": ("the CPU platform every verl test runs on", ("tests/compat/test_verl.py",
+                                                                             "tests/test_plugin.py")),
+    "integration/task_runner.py": (_RUN, ("tests/e2e/test_train_cpu.py", "tests/test_ablation.py")),
+    "integration/worker.py": (_RUN, ("tests/e2e/test_train_cpu.py", "tests/e2e/test_multinode_train.py")),
+    "lab/ablation.py": ("python -m soft_spatial.ablation's sweep", ("tests/test_ablation.py",)),
+    "lab/analysis/cli.py": (_ANALYSIS, ("tests/test_analysis.py",)),
+    "lab/analysis/data.py": (_ANALYSIS, ("tests/test_analysis.py",)),
+    "lab/analysis/plotting.py": (_ANALYSIS, ("tests/test_analysis.py",)),
+    "lab/analysis/spread.py": (_ANALYSIS, ("tests/test_analysis.py",)),
+    "lab/analysis/tau_entropy.py": (_ANALYSIS, ("tests/test_analysis.py",)),
+    "lab/analysis/trace_html.py": (_ANALYSIS, ("tests/test_analysis.py",)),
+    "lab/analysis/training.py": (_ANALYSIS, ("tests/test_analysis.py",)),
+    "lab/gpu/actor_update.py": (_GPU, ("tests/lab/gpu/test_headline.py",)),
+    "lab/gpu/context.py": (_GPU, ("tests/lab/gpu/test_headline.py",)),
+    "lab/gpu/embedded.py": (_GPU, ("tests/lab/gpu/test_headline.py",)),
+    "lab/gpu/graphs.py": (_GPU, ("tests/lab/gpu/test_headline.py", "tests/sglang_real/test_gpu_kit_stage_f.py")),
+    "lab/gpu/measure.py": (_GPU, ("tests/lab/gpu/test_headline.py",)),
+    "lab/gpu/prompts.py": (_GPU, ("tests/lab/gpu/test_headline.py",)),
+    "lab/gpu/report.py": (_GPU, ("tests/lab/gpu/test_headline.py",)),
+    "lab/gpu/sampler_sync.py": (_GPU, ("tests/engines/sglang/test_engine.py",)),
+    "lab/gpu/sglang_args.py": (_GPU, ("tests/lab/gpu/test_headline.py",)),
+    "lab/gpu/soft_parity.py": (_GPU, ("tests/lab/gpu/test_headline.py",)),
+    "lab/gpu/softthink_sizes.py": (_GPU, ("tests/lab/gpu/test_headline.py",)),
+    "lab/gpu/stages.py": (_GPU, ("tests/lab/gpu/test_grpo.py", "tests/sglang_real/test_gpu_kit_stage_f.py")),
+    "lab/report.py": ("the learning experiment's report", ("tests/lab/test_learn.py",)),
+    "lab/stats/cli.py": ("python -m soft_spatial.stats", ("tests/lab/stats/test_entropy.py",)),
+    "lab/warmstart.py": ("the learning experiment's warm start", ("tests/lab/test_learn.py",)),
+    "launch/__main__.py": ("the launcher's commands share one file with the cluster",
+                           ("tests/launch/test_cluster.py",)),
+    "launch/plan.py": ("the launch plan, tested with the launcher", ("tests/launch/test_cluster.py",)),
+    "models/loading.py": ("model loading, used by every model test", ("tests/models/test_tiny.py",)),
+    "models/tokens.py": ("token-id helpers", ("tests/models/test_tiny.py",)),
+    "rollout/agent_loop.py": ("verl's agent loop with the noise key: two real runs draw the same noise",
+                              ("tests/e2e/test_noise_streams.py",)),
+    "rollout/collate.py": ("trace collation on the trainer's side", ("tests/e2e/test_train_cpu.py",)),
+    "rollout/replica.py": ("verl's replica registry", ("tests/test_plugin.py",)),
+    "rollout/server.py": ("the local rollout server: parity with SGLang's",
+                          ("tests/e2e/test_noise_streams.py", "tests/sglang_real/test_verl_server.py")),
+    "rollout/sglang_server.py": (_SGLANG, ("tests/sglang_real/test_verl_server.py",)),
+    "softthink/kl.py": ("the KL term, tested inside the policy loss against independent formulas",
+                        ("tests/actor/test_loss.py",)),
+    "softthink/replay.py": ("straight-through replay, tested with the controller's training",
+                            ("tests/actor/test_adaptsoft_trainer.py", "tests/softthink/test_controller.py")),
+    "stats.py": ("python -m soft_spatial.stats: its one subcommand's tests",
+                 ("tests/lab/stats/test_entropy.py", "tests/e2e/test_stats_entropy_usage.py")),
+}
+
+
+def modules() -> list[str]:
+    """Every module of the package (relative to soft_spatial/), package ``__init__`` files aside."""
+    return sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py")
+
+
+def guard_file(module: str) -> Path:
+    """The test module named for ``module`` (relative to soft_spatial/)."""
+    path = Path(module)
+    name = "main" if path.stem == "__main__" else path.stem
+    return TESTS / path.parent / f"test_{name}.py"
+
+
+def unguarded() -> list[str]:
+    return [m for m in modules() if not guard_file(m).is_file()]
+
+
+def test_every_module_has_a_guard_file_or_a_reason():
+    missing = [m for m in unguarded() if m not in UNGUARDED]
+    assert not missing, ("modules with no tests/<layer>/test_<module>.py and no reason in "
+                         f"tests/test_guards.py UNGUARDED: {missing}")
+
+
+def test_the_list_of_reasons_is_exact():
+    mods = set(modules())
+    assert not [m for m in UNGUARDED if m not in mods], "UNGUARDED names modules that are gone"
+    guarded = [m for m in UNGUARDED if guard_file(m).is_file()]
+    assert not guarded, f"these modules have their own guard file now: remove them from UNGUARDED: {guarded}"
+    for module, (reason, files) in UNGUARDED.items():
+        assert reason and files, module
+        gone = [f for f in files if not (ROOT / f).is_file()]
+        assert not gone, f"{module}: the test files named are gone: {gone}"
+
+
+def test_tests_mirror_the_layers():
+    """A test file lives in the folder of the layer it guards (the package's folders), in
+    ``tests/e2e/`` (guarantees across layers), at the top (the package's own modules and the
+    house's checks) or in ``tests/sglang_real/``; helpers (no tests) in ``tests/support/``."""
+    folders = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*") if p.is_dir()
+               and p.name != "__pycache__"}
+    allowed = folders | {".", "e2e", "sglang_real"}
+    misplaced = [str(p.relative_to(TESTS)) for p in TESTS.rglob("test_*.py")
+                 if "sglang_stubs" not in p.parts and "support" not in p.parts
+                 and str(p.parent.relative_to(TESTS)) not in allowed]
+    assert not misplaced, misplaced
+    helpers_named_as_tests = [str(p.relative_to(TESTS)) for p in (TESTS / "support").rglob("test_*.py")]
+    assert not helpers_named_as_tests, helpers_named_as_tests
+
+
+if __name__ == "__main__":
+    for m in unguarded():
+        print(m, "-", UNGUARDED.get(m, ("NO REASON",))[0])
