@@ -20,7 +20,7 @@ from soft_spatial.lab.analysis.data import load_metrics
 from soft_spatial.lab.analysis.training import plot_tau_over_training
 
 __all__ = ["read_metrics", "per_question", "paired_difference", "write_report", "trend",
-           "CATEGORY_ORDER"]
+           "step_times", "CATEGORY_ORDER", "STEP_TIMES"]
 
 Z95 = 1.959963984540054
 CATEGORY_ORDER = ("relative_position", "depth_order", "egocentric", "mental_rotation", "counting")
@@ -88,6 +88,38 @@ def trend(values: Sequence[float]) -> dict:
             "slope_lo": slope - Z95 * se, "slope_hi": slope + Z95 * se}
 
 
+#: verl's per-step timings (seconds) the report shows, with their column names
+STEP_TIMES = (("timing_s/step", "step"), ("timing_s/gen", "rollout"),
+              ("timing_s/old_log_prob", "old log-prob"), ("timing_s/ref", "ref log-prob"),
+              ("timing_s/update_actor", "update"))
+
+
+def step_times(metrics: list[dict]) -> dict:
+    """The median of each of :data:`STEP_TIMES` over a run's steps, the first step aside when
+    there are others (it pays for start-up: the first rollout and the first update's warm-up);
+    ``steps_timed``: how many steps the medians cover. Keys absent from the metrics are left out."""
+    timed = metrics[1:] if len(metrics) > 1 else metrics
+    out: dict = {"steps_timed": len(timed)}
+    for key, _ in STEP_TIMES:
+        values = sorted(m[key] for m in timed if key in m)
+        if values:
+            mid = len(values) // 2
+            out[key] = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+    return out
+
+
+def _step_time_lines(times: Mapping[str, dict]) -> list[str]:
+    if not any(len(t) > 1 for t in times.values()):
+        return []
+    head = ["mode"] + [name for _, name in STEP_TIMES] + ["steps"]
+    lines = ["## Step time (s, median over steps 2..n)", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for mode, t in times.items():
+        lines.append("| " + " | ".join([mode] + [f"{t[k]:.1f}" if k in t else "–"
+                                                for k, _ in STEP_TIMES] + [str(t["steps_timed"])]) + " |")
+    return lines + [""]
+
+
 def _fmt_ci(r: dict) -> str:
     if r["diff"] is None:
         return "–"
@@ -149,6 +181,7 @@ def write_report(out, runs: Mapping[str, Mapping[str, Path]], data_dir, tau0: fl
         results["modes"][mode] = {
             "overall": overall, "categories": per_cat, "reward": reward, "reward_trend":
             trend(reward), "steps": len(metrics), "final_step": last.get("step"),
+            "step_time_s": step_times(metrics),
             **{k.split("/", 1)[1]: v for k, v in ctrl.items() if v}}
         cells = [mode, f"{overall['before']:.1f}", f"{overall['after']:.1f}", _fmt_ci(overall)]
         cells += [f"{per_cat[c]['before']:.0f} → {per_cat[c]['after']:.0f}"
@@ -163,6 +196,7 @@ def write_report(out, runs: Mapping[str, Mapping[str, Path]], data_dir, tau0: fl
           "Held-out accuracy (%, mean@k over the test split) of the warm start (before) and of "
           "the policy trained from it (after); Δ = after − before with a paired 95% CI over "
           "questions; per category: before → after.", "", *lines, ""]
+    md += _step_time_lines({m: r["step_time_s"] for m, r in results["modes"].items()})
     md += _checks(results, tau0)
     if "adaptsoft" in runs:
         a = results["modes"]["adaptsoft"]

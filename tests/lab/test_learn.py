@@ -167,7 +167,8 @@ def test_report_table_checks_and_figures(tmp_path, bench):
     metrics.write_text("".join(json.dumps({"step": i + 1, "data": {
         "critic/score/mean": 0.1 * i, "reward/acc_mean": 0.05 * i, "soft/tau_mean": 0.5,
         "soft/tau_min": 0.4 - 0.01 * i, "soft/tau_max": 0.6, "actor/adaptsoft/alpha_rms": 1e-3,
-        "actor/adaptsoft/grad_norm": 0.1, "actor/grad_norm": 1.0}}) + "\n" for i in range(8)))
+        "actor/adaptsoft/grad_norm": 0.1, "actor/grad_norm": 1.0,
+        "timing_s/step": 60.0 if i == 0 else 10.0 + i, "timing_s/gen": 5.0}}) + "\n" for i in range(8)))
     res = write_report(tmp_path, {"adaptsoft": {"before": tmp_path / "before",
                                                 "after": tmp_path / "after", "metrics": metrics}},
                        bench, tau0=0.5, seed=0, budget="demo")
@@ -176,6 +177,10 @@ def test_report_table_checks_and_figures(tmp_path, bench):
     md = (tmp_path / "report.md").read_text()
     assert "| adaptsoft | 16.7 | 83.3 | +66.7 [+34.0, +99.3] |" in md  # d = (1, .5, .5)
     assert md.count("- [x]") == 4 and "| 8 | 0.500 | 0.330 | 0.600 |" in md
+    # step 1 (start-up) aside: steps 2..8 took 11..17 s, median 14; the rollout 5 s every step
+    assert res["modes"]["adaptsoft"]["step_time_s"] == {"steps_timed": 7, "timing_s/step": 14.0,
+                                                        "timing_s/gen": 5.0}
+    assert "| adaptsoft | 14.0 | 5.0 | – | – | – | 7 |" in md
     for png in ("reward.png", "tau.png"):
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
 
@@ -239,3 +244,20 @@ def test_reduced_learning_run_changes_policy_and_controller(tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert results["modes"]["adaptsoft"]["overall"]["n"] == 6
     assert (out / "analysis" / "fig5_tau_training.png").is_file()
+
+
+def test_step_times_are_medians_without_the_first_step():
+    import random
+    import statistics
+
+    from soft_spatial.lab.report import step_times
+    rng = random.Random(0)
+    for n in range(1, 12):
+        rows = [{"step": i + 1, "timing_s/step": rng.uniform(1, 50), "timing_s/ref": rng.uniform(0, 5)}
+                for i in range(n)]
+        timed = rows[1:] if n > 1 else rows
+        got = step_times(rows)
+        assert got["steps_timed"] == len(timed)
+        for key in ("timing_s/step", "timing_s/ref"):
+            assert got[key] == pytest.approx(statistics.median(r[key] for r in timed))
+        assert "timing_s/gen" not in got
