@@ -65,8 +65,6 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
     "eval/report.py": ("the summary table, tested through the command", ("tests/eval/test_main.py",)),
     "eval/runkey.py": ("resume and refusal, tested through the command", ("tests/eval/test_main.py",)),
     "eval/runner.py": ("evaluation's loop, tested through the command", ("tests/eval/test_main.py",)),
-    "eval/steps.py": ("the per-step file, tested through the command and the analysis",
-                      ("tests/eval/test_main.py", "tests/test_analysis.py")),
     "infra/atomic.py": ("atomic writes: a refused or interrupted command leaves nothing half-written",
                         ("tests/e2e/test_data_prepare_signals.py", "tests/data/test_prepare.py")),
     "infra/cache.py": ("the tokenizer cache", ("tests/models/test_qwen_tokenizer.py",)),

@@ -6,7 +6,12 @@ One JSON line per sample, keyed like its ``samples.jsonl`` row (``benchmark``,
 * ``tau``     float32 [L]  the mixture temperature τ (0 at discrete steps);
 * ``entropy`` float32 [L]  the normalised top-K entropy Ĥ (0 at discrete steps);
 * ``token``   int32   [L]  the spine token (the emitted one);
-* ``soft``    bits    [L]  numpy ``packbits`` of the soft flag.
+* ``soft``    bits    [L]  numpy ``packbits`` of the soft flag;
+* ``topk_ids`` int32  [L, K] the step's K candidates (the spine first; ``k`` = K);
+* ``scores``  float32 [L, K] their scores (log p̃ at soft steps, 0 at discrete steps).
+
+Files written before the candidates were recorded have no ``k``, ``topk_ids`` or ``scores``:
+they still read, without those arrays.
 
 About 16 characters per step (a JSON list of rounded numbers takes more and loses precision).
 The runner writes a sample's steps before its ``samples.jsonl`` row, so a sample that is redone
@@ -27,6 +32,7 @@ __all__ = ["STEPS", "steps_row", "decode_steps", "read_steps", "StepsKey"]
 STEPS = "steps.jsonl"
 StepsKey = tuple[str, int, int]
 _ARRAYS = {"tau": "<f4", "entropy": "<f4", "token": "<i4"}
+_CANDIDATES = {"topk_ids": "<i4", "scores": "<f4"}
 
 
 def _b64(a: np.ndarray) -> str:
@@ -41,16 +47,27 @@ def steps_row(benchmark: str, question_index: int, sample: int, trace) -> dict:
             "tau": _b64(trace.tau.cpu().numpy().astype("<f4")),
             "entropy": _b64(trace.entropy.cpu().numpy().astype("<f4")),
             "token": _b64(trace.tokens.cpu().numpy().astype("<i4")),
-            "soft": _b64(np.packbits(soft))}
+            "soft": _b64(np.packbits(soft)),
+            "k": int(trace.topk_ids.shape[1]),
+            "topk_ids": _b64(trace.topk_ids.cpu().numpy().astype("<i4")),
+            "scores": _b64(trace.scores.cpu().float().numpy().astype("<f4"))}
 
 
 def decode_steps(row: dict, where: str = "steps row") -> dict[str, np.ndarray]:
-    """Arrays ``tau``, ``entropy`` (float32), ``token`` (int32), ``soft`` (bool), each [L]."""
+    """Arrays ``tau``, ``entropy`` (float32), ``token`` (int32), ``soft`` (bool), each [L], and
+    where the row has them ``topk_ids`` (int32) and ``scores`` (float32), each [L, K]."""
     try:
         n = int(row["n"])
         out = {k: np.frombuffer(base64.b64decode(row[k]), dtype=dt) for k, dt in _ARRAYS.items()}
         out["soft"] = np.unpackbits(np.frombuffer(base64.b64decode(row["soft"]),
                                                   dtype=np.uint8))[:n].astype(bool)
+        if "k" in row:
+            k = int(row["k"])
+            for name, dt in _CANDIDATES.items():
+                flat = np.frombuffer(base64.b64decode(row[name]), dtype=dt)
+                if k <= 0 or flat.shape[0] != n * k:
+                    raise ValueError(f"field {name!r} has {flat.shape[0]} values, n × k = {n} × {k}")
+                out[name] = flat.reshape(n, k)
     except KeyError as e:
         raise ValueError(f"{where}: missing field {e.args[0]!r}") from None
     except (ValueError, TypeError) as e:
