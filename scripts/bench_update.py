@@ -42,6 +42,8 @@ def _setup(model: str, rows: int, steps: int, modes):
     from soft_spatial.integration.platform import init_process_group, use_cpu_platform
 
     use_cpu_platform()
+    from soft_spatial.plugin import register
+    register()  # the soft_grpo policy loss and the soft engine, as in every verl process of a run
     init_process_group(0, 1, "file://" + tempfile.mktemp())
     ctrl = B.random_controller(json.load(open(os.path.join(model, "config.json")))["hidden_size"])
     prompt_ids = [[5 + i, 9, 13, 40 + i, 41, 42, 7, 8] for i in range(rows // 2)]
