@@ -111,7 +111,6 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
     "models/tokens.py": ("token-id helpers", ("tests/models/test_tiny.py",)),
     "rollout/agent_loop.py": ("verl's agent loop with the noise key: two real runs draw the same noise",
                               ("tests/e2e/test_noise_streams.py",)),
-    "rollout/collate.py": ("trace collation on the trainer's side", ("tests/e2e/test_train_cpu.py",)),
     "rollout/replica.py": ("verl's replica registry", ("tests/test_plugin.py",)),
     "rollout/server.py": ("the local rollout server: parity with SGLang's",
                           ("tests/e2e/test_noise_streams.py", "tests/sglang_real/test_verl_server.py")),

@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from soft_spatial.actor.replay_layout import ReplayState
 from soft_spatial.infra.atomic import atomic_open
 from soft_spatial.softthink import (AdaptSoft, AlignmentConfig, AlignmentScaler, SparseGrad,
                                     alignment_loss, alignment_scores, all_gather_rows,
@@ -90,12 +91,14 @@ class AdaptSoftTrainer:
         return tau_upd, tau_upd, None
 
     # -- 2. alignment ------------------------------------------------------------------------
-    def alignment_step(self, loss: Tensor, state: dict[str, Any], group=None) -> dict[str, float]:
+    def alignment_step(self, loss: Tensor, state: ReplayState, group=None) -> dict[str, float]:
         """One micro-batch of the controller update; accumulates into φ's ``.grad``."""
         cfg = self.config
-        sb = state["batch"]
-        lik, hidden, leaf, tau_upd = (state["likelihood"], state["hidden_steps"],
-                                      state["tau_leaf"], state["tau_upd"])
+        sb = state.batch
+        lik, hidden, leaf, tau_upd = state.likelihood, state.hidden_steps, state.tau_leaf, state.tau_upd
+        if lik is None or hidden is None:
+            raise ValueError("alignment_step needs the forward's likelihoods and hidden states "
+                             "(ReplayState.likelihood, .hidden_steps): the model has not run")
         # d_t = ∂L/∂ℓ_t: K-sparse at soft steps (their candidate logits), dense at discrete ones
         d_cand, d_disc = torch.autograd.grad(loss, [lik.cand_logits, lik.disc_logits],
                                              retain_graph=True, allow_unused=True)

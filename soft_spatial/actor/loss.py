@@ -39,6 +39,7 @@ from verl.utils.metric import AggregationType, Metric
 from verl.workers.utils.losses import ppo_loss
 from verl.workers.utils.padding import no_padding_2_padding
 
+from soft_spatial.actor.replay_layout import padded
 from soft_spatial.softthink import KLConfig, candidate_kl
 
 __all__ = ["LOSS_NAME", "register", "soft_grpo_policy_loss", "soft_ppo_loss", "step_kl", "check_actor_config",
@@ -80,8 +81,6 @@ def soft_grpo_policy_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor,
     return loss, metrics
 
 
-def _padded(t: torch.Tensor) -> torch.Tensor:
-    return torch.nested.to_padded_tensor(t, 0) if t.is_nested else t
 
 
 def step_kl(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, cand_logp: torch.Tensor,
@@ -115,13 +114,13 @@ def soft_ppo_loss(config, model_output, data, dp_group=None, kl: KLConfig | None
     loss, metrics = ppo_loss(config=base, model_output=model_output, data=data,
                              dp_group=dp_group)
     metrics = dict(metrics)
-    resp = _padded(data["response_mask"]).bool()
-    soft_mask = _padded(data["trace_soft"]).bool() & resp if "trace_soft" in data.keys() else None
+    resp = padded(data["response_mask"]).bool()
+    soft_mask = padded(data["trace_soft"]).bool() & resp if "trace_soft" in data.keys() else None
     if candidates:
         log_prob = no_padding_2_padding(model_output["log_probs"], data)
         cand = no_padding_2_padding(model_output["cand_logp"], data)
-        kld = step_kl(log_prob, _padded(data["ref_log_prob"]), cand,
-                      _padded(data["ref_cand_logp"]), soft_mask, config.kl_loss_type)
+        kld = step_kl(log_prob, padded(data["ref_log_prob"]), cand,
+                      padded(data["ref_cand_logp"]), soft_mask, config.kl_loss_type)
         kl_loss = agg_loss(loss_mat=kld, loss_mask=resp, loss_agg_mode=config.loss_agg_mode,
                            **config.global_batch_info)
         loss = loss + kl_loss * config.kl_loss_coef

@@ -37,157 +37,25 @@ from __future__ import annotations
 import os
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import torch
 from torch import Tensor
 from verl.utils import tensordict_utils as tu
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
+from soft_spatial.actor.replay_layout import ReplayState, SoftBatch, scatter_rows, trace_layout
 from soft_spatial.compat.verl.engine import as_language_model, no_cpu_offload_on_cpu, register_engine
 from soft_spatial.models.tokens import unusable_token_ids
 from soft_spatial.softthink import DensityConfig, KLConfig, SoftThinkingConfig, step_likelihood
 from soft_spatial.softthink.replay import soft_inputs
 from soft_spatial.softthink.settings import CONTROLLER_FILE
+from soft_spatial.softthink.trace import TRACE_PREFIX
 
-__all__ = ["SoftFSDPEngine", "MODEL_TYPE", "TRACE_PREFIX", "SoftBatch", "register", "ALIGNMENT_CLOCK_ENV",
-           "trace_layout", "ADAPTSOFT_CKPT"]
+__all__ = ["SoftFSDPEngine", "MODEL_TYPE", "register", "ALIGNMENT_CLOCK_ENV", "ADAPTSOFT_CKPT"]
 
 MODEL_TYPE = "soft_language_model"
-TRACE_PREFIX = "trace_"
 ADAPTSOFT_CKPT = CONTROLLER_FILE  # beside each checkpoint, and what export copies
-_REC_KEYS = ("topk_ids", "scores", "tau", "u", "ctrl_x", "soft")
-
-
-def _padded(t: Tensor) -> Tensor:
-    return torch.nested.to_padded_tensor(t, 0) if t.is_nested else t
-
-
-def _lengths(micro_batch):
-    """(prompt_lens, response_lens) per sequence, as verl's ``no_padding_2_padding`` computes them."""
-    prompts, responses = micro_batch["prompts"], micro_batch["responses"]
-    if prompts.is_nested:
-        return prompts.offsets().diff(), responses.offsets().diff()
-    mask = micro_batch["attention_mask"]
-    p = prompts.shape[1]
-    return mask[:, :p].sum(1), mask[:, p:].sum(1)
-
-
-@dataclass
-class SoftBatch:
-    """Where a micro-batch's records go, computed once per forward (n = response steps in it).
-
-    Record t of response i replaces the input embedding at the position of response token t;
-    the model's output one position earlier scores step t.
-    """
-
-    seq: Tensor
-    """``[n]`` long: the sequence (index into the micro-batch) of every response step."""
-    embed_rows: Tensor
-    """``[n]`` long: the row of the flattened embedding output (``embed_shape`` flattened) that
-    record t replaces, i.e. the input position of response token t."""
-    logit_rows: Tensor
-    """``[n]`` long: the row of the flattened logits / hidden output that scores step t
-    (``embed_rows - 1``, the position before)."""
-    logprob_index: Tensor
-    """``[n]`` long: the index of step t in verl's packed ``[nnz]`` log-prob layout."""
-    topk_ids: Tensor
-    """``[n, K]`` long: the recorded candidates; discrete steps ``[token, 0, …]``."""
-    scores: Tensor
-    """``[n, K]`` float: the recorded perturbed scores z; 0 at discrete steps."""
-    tau: Tensor
-    """``[n]`` float: the recorded τ; 0 at discrete steps."""
-    u: Tensor
-    """``[n]`` float: the controller's recorded uniform; 0 at discrete steps."""
-    ctrl_x: Tensor
-    """``[n, F]`` float: the controller's recorded input features; 0 at discrete steps."""
-    soft_mask: Tensor
-    """``[n]`` bool: True at soft steps (recorded as soft and inside the trace)."""
-    embed_shape: tuple
-    """The leading shape of the embedding output: ``(1, nnz + pad)`` on the remove-padding
-    path, ``(B, S)`` on the padded path."""
-    temperature: Tensor
-    """``[n]`` float: the rollout temperature of every step."""
-    num_sequences: int
-    """B, the number of sequences in the micro-batch."""
-    nnz: int
-    """The number of real tokens in the micro-batch (verl's packed length without padding)."""
-
-
-def trace_layout(micro_batch, *, remove_padding: bool, input_len: int,
-                 temperature) -> SoftBatch:
-    """Compute the :class:`SoftBatch` of a micro-batch (pure tensor code, no model).
-
-    ``input_len``: the last dimension of the model's ``input_ids``: the packed length incl.
-    static padding (remove-padding path) or the padded sequence length S (padded path).
-    ``temperature``: a float or a per-sequence tensor ``[B]``.
-    """
-    input_ids = micro_batch["input_ids"]
-    cu = input_ids.offsets()
-    seq_lens = cu.diff()
-    dev = cu.device
-    b = seq_lens.numel()
-    prompt_lens, resp_lens = (x.to(dev) for x in _lengths(micro_batch))
-    if not torch.equal(prompt_lens + resp_lens, seq_lens):
-        raise ValueError("soft replay: prompt + response lengths do not add up to the packed "
-                         "sequence lengths")
-    if (prompt_lens == 0).any():
-        raise ValueError("soft replay: every sequence needs a non-empty prompt")
-    rec = {k: _padded(micro_batch[TRACE_PREFIX + k]) for k in _REC_KEYS}
-    tmask = _padded(micro_batch[TRACE_PREFIX + "mask"]).bool()
-    r = rec["topk_ids"].shape[1]
-    if int(resp_lens.max()) > r:
-        raise ValueError(f"soft replay: responses of up to {int(resp_lens.max())} tokens but only "
-                         f"{r} record slots")
-    t = torch.arange(r, device=dev)
-    in_resp = t[None, :] < resp_lens[:, None]  # [B, R]
-    seq, step = in_resp.nonzero(as_tuple=True)
-    pos = prompt_lens[seq] + step  # position of response token t inside its sequence
-    packed = cu[:-1][seq] + pos  # position of response token t in the packed [nnz] layout
-    if remove_padding:
-        embed_rows = packed
-        embed_shape = (1, input_len)
-    else:
-        embed_rows = seq * input_len + pos
-        embed_shape = (b, input_len)
-    tokens = input_ids.values()[packed]
-    valid = tmask[seq, step]
-    ids = rec["topk_ids"][seq, step].long()
-    if not torch.equal(ids[valid, 0], tokens[valid]):
-        bad = int((ids[valid, 0] != tokens[valid]).sum())
-        raise ValueError(f"soft replay: {bad} recorded spine ids differ from the response tokens; "
-                         f"the trace is misaligned with the responses")
-    disc_ids = torch.zeros_like(ids)
-    disc_ids[:, 0] = tokens
-    soft_mask = rec["soft"][seq, step].bool() & valid
-    ids = torch.where(soft_mask[:, None], ids, disc_ids)
-    scores = torch.where(soft_mask[:, None], rec["scores"][seq, step].float(), 0.0)
-    zero = torch.zeros((), device=dev)
-    tau = torch.where(soft_mask, rec["tau"][seq, step].float(), zero)
-    u = torch.where(soft_mask, rec["u"][seq, step].float(), zero)
-    ctrl_x = torch.where(soft_mask[:, None], rec["ctrl_x"][seq, step].float(), 0.0)
-    if isinstance(temperature, Tensor) and temperature.numel() > 1:
-        temp = temperature.to(dev, torch.float32).reshape(-1)[seq]
-    else:
-        temp = torch.full((seq.numel(),), float(temperature), device=dev)
-    return SoftBatch(seq=seq, embed_rows=embed_rows, logit_rows=embed_rows - 1,
-                     logprob_index=packed - 1, topk_ids=ids, scores=scores, tau=tau, u=u,
-                     ctrl_x=ctrl_x, soft_mask=soft_mask, embed_shape=embed_shape,
-                     temperature=temp, num_sequences=b, nnz=int(cu[-1]))
-
-
-def _scatter(shape, rows: Tensor, values: Tensor) -> Tensor:
-    """A zero tensor of leading shape ``shape`` with ``values`` at flattened rows ``rows``
-    (differentiable w.r.t. values)."""
-    n = 1
-    for c in shape:
-        n *= c
-    out = values.new_zeros((n,) + tuple(values.shape[1:]))
-    return out.index_put((rows,), values).reshape(tuple(shape) + tuple(values.shape[1:]))
-
-
 ALIGNMENT_CLOCK_ENV = "SOFT_SPATIAL_ALIGNMENT_CLOCK"  # "1": report actor/adaptsoft/alignment_s
 
 
@@ -244,7 +112,7 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
     # -- forward -----------------------------------------------------------------------------
     def forward_step(self, micro_batch, loss_function, forward_only):
         self._soft_stack = ExitStack()
-        self._soft_state: dict[str, Any] | None = None
+        self._soft_state: ReplayState | None = None
         trainer = self.adaptsoft
         if (loss_function is not None and not forward_only and trainer is not None
                 and trainer.needs_loss_hook):
@@ -289,7 +157,7 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
             tau, tau_upd, tau_leaf = trainer.replay_tau(sb.ctrl_x, sb.u, sb.soft_mask, sb.tau)
         module = self.module
         embed = module.get_input_embeddings()
-        state: dict[str, Any] = {"batch": sb, "tau_upd": tau_upd, "tau_leaf": tau_leaf}
+        state = ReplayState(batch=sb, tau_upd=tau_upd, tau_leaf=tau_leaf)
         stack = getattr(self, "_soft_stack", None)
         if stack is None:  # prepare_model_inputs called outside forward_step (e.g. a unit test)
             stack = self._soft_stack = ExitStack()
@@ -297,7 +165,7 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
             head = module.get_output_embeddings()
 
             def keep_hidden(mod, args):
-                state["hidden"] = args[0]
+                state.hidden = args[0]
 
             # prepend: capture h before FSDP2's pre-forward wraps the head's inputs in its
             # post-backward function (a backward from the wrapped tensor would run the head's
@@ -305,7 +173,7 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
             stack.callback(head.register_forward_pre_hook(keep_hidden, prepend=True).remove)
 
         def at_inputs(values: Tensor) -> Tensor:  # values [n, ...] laid out like the inputs
-            return _scatter(sb.embed_shape, sb.embed_rows, values)
+            return scatter_rows(sb.embed_shape, sb.embed_rows, values)
 
         stack.enter_context(soft_inputs(
             embed, at_inputs(torch.ones_like(sb.soft_mask)), at_inputs(sb.topk_ids),
@@ -321,7 +189,7 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
                                                  logits_processor_func)
         if tu.get_non_tensor_data(data=micro_batch, key="calculate_sum_pi_squared", default=False):
             raise NotImplementedError("soft replay does not compute sum_pi_squared")
-        sb: SoftBatch = state["batch"]
+        sb: SoftBatch = state.batch
         logits = output.logits
         if not isinstance(logits, Tensor) or logits.is_nested:
             raise TypeError("soft replay expects dense logits from the model")
@@ -351,10 +219,10 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
             ent = self._entropy(logits, sb)  # a diagnostic: every id counts, no gradient
             model_output["entropy"] = torch.nested.nested_tensor_from_jagged(
                 ent.new_zeros(sb.nnz).index_put((sb.logprob_index,), ent), cu)
-        state["likelihood"] = lik
-        if "hidden" in state:
-            h = state["hidden"]
-            state["hidden_steps"] = h.reshape(-1, h.shape[-1]).index_select(0, sb.logit_rows)
+        state.likelihood = lik
+        if state.hidden is not None:
+            h = state.hidden
+            state.hidden_steps = h.reshape(-1, h.shape[-1]).index_select(0, sb.logit_rows)
         return model_output
 
     def _entropy(self, logits: Tensor, sb: "SoftBatch", chunk_elements: int = 1 << 25) -> Tensor:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from soft_spatial.softthink import (AdaptSoft, DensityConfig, SamplingConfig,
+from soft_spatial.softthink import (AdaptSoft, DensityConfig, SamplingConfig, SoftTrace,
                                     SoftThinkingConfig, gumbel_from_uniform, gumbel_log_density,
                                     mixture_weights, normalized_entropy, soft_step)
 
@@ -49,16 +49,9 @@ def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor,
     temperature = sampling.temperature
     b, k, dev = logits.shape[0], soft_thinking.top_k, logits.device
     soft = thinking.bool() & soft_thinking.is_soft
-    rec = {
-        "topk_ids": torch.zeros(b, k, dtype=torch.long, device=dev),
-        "scores": torch.zeros(b, k, device=dev),
-        "tau": torch.zeros(b, device=dev),
-        "u": torch.zeros(b, device=dev),
-        "ctrl_x": torch.zeros(b, feature_dim, device=dev),
-        "entropy": torch.zeros(b, device=dev),
-        "soft": soft.clone(),
-        "loglik": torch.zeros(b, device=dev),
-    }
+    rec = SoftTrace.zero_step(b, k, feature_dim, dev)
+    rec["soft"] = soft.clone()
+    rec["loglik"] = torch.zeros(b, device=dev)
     if debug:
         rec["weights"] = torch.zeros(b, k, device=dev)
         rec["logp"] = torch.zeros(b, k, device=dev)

@@ -26,7 +26,7 @@ import numpy as np
 
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-from soft_spatial.rollout.collate import attach_traces
+from soft_spatial.integration.collate import attach_traces
 from soft_spatial.softthink.noise import NOISE_KEY, NOISE_ROWS, NoiseKey
 from soft_spatial.softthink.trace import TRACE_FIELD
 from soft_spatial.softthink.settings import SoftSettings
@@ -131,7 +131,7 @@ class SoftRayPPOTrainer(RayPPOTrainer):
             self._soft_metrics.update(replay)
             self._soft_metrics[EXCEEDED] = check_replay(
                 replay, self._soft_settings().replay_check, self.global_steps)
-        # no spine metric: attach_traces' spine check (rollout/collate.py::check_spine) already
+        # no spine metric: attach_traces' spine check (integration/collate.py::check_spine) already
         # raised on the first record whose spine is not its response token (docs/design.md §3)
         return old, mfu
 

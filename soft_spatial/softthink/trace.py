@@ -19,32 +19,40 @@ rollout backends' ``extra_fields``, then verl's ``non_tensor_batch``) a response
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-__all__ = ["SoftTrace", "TraceRecorder", "collate_traces", "uncollate_traces", "TRACE_KEYS", "TRACE_FIELD"]
+__all__ = ["SoftTrace", "TraceRecorder", "collate_traces", "uncollate_traces", "TRACE_KEYS", "TRACE_FIELD",
+           "TRACE_PREFIX"]
 
 TRACE_FIELD = "soft_trace"  # wire key of a response's records (SoftTrace.to_lists()) in both rollout backends
-TRACE_KEYS = ("topk_ids", "scores", "tau", "u", "ctrl_x", "entropy", "soft")
-_DTYPES = {"topk_ids": torch.long, "scores": torch.float32, "tau": torch.float32,
-           "u": torch.float32, "ctrl_x": torch.float32, "entropy": torch.float32,
-           "soft": torch.bool}
+TRACE_PREFIX = "trace_"  # collated records in a training batch: trace_<field> [B, R, ...] and trace_mask
+
+
+def _record(dtype: torch.dtype, width: str | None = None):
+    """A record field of :class:`SoftTrace`: its dtype and its width per step (None: one value;
+    ``"k"``: the K candidates; ``"f"``: the F controller features)."""
+    return field(metadata={"dtype": dtype, "width": width})
 
 
 @dataclass
 class SoftTrace:
-    """Records of one response (L steps). All tensors live on the CPU unless moved."""
+    """Records of one response (L steps). All tensors live on the CPU unless moved.
 
-    topk_ids: Tensor  # [L, K]
-    scores: Tensor  # [L, K]
-    tau: Tensor  # [L]
-    u: Tensor  # [L]
-    ctrl_x: Tensor  # [L, F]
-    entropy: Tensor  # [L]
-    soft: Tensor  # [L] bool, the soft-step mask (a record field: the name is part of the format)
+    The fields are the record schema, declared once: each field's dtype and width live in its
+    metadata; :data:`TRACE_KEYS`, the collated layout and an engine's zero step derive from it.
+    """
+
+    topk_ids: Tensor = _record(torch.long, "k")  # [L, K]
+    scores: Tensor = _record(torch.float32, "k")  # [L, K]
+    tau: Tensor = _record(torch.float32)  # [L]
+    u: Tensor = _record(torch.float32)  # [L]
+    ctrl_x: Tensor = _record(torch.float32, "f")  # [L, F]
+    entropy: Tensor = _record(torch.float32)  # [L]
+    soft: Tensor = _record(torch.bool)  # [L] the soft-step mask (a record field: the name is part of the format)
 
     def __post_init__(self):
         n = self.topk_ids.shape[0]
@@ -60,6 +68,14 @@ class SoftTrace:
                              f"{tuple(self.topk_ids.shape)}")
 
     # -- construction -------------------------------------------------------------------------
+    @staticmethod
+    def zero_step(rows: int, k: int, feature_dim: int, device=None) -> dict[str, Tensor]:
+        """One batched step's records ``[rows, ...]``, all zero (``soft`` False): what an engine
+        fills in for its live rows."""
+        widths = {None: (), "k": (k,), "f": (feature_dim,)}
+        return {f.name: torch.zeros((rows,) + widths[f.metadata["width"]], dtype=f.metadata["dtype"],
+                                    device=device) for f in fields(SoftTrace)}
+
     @classmethod
     def empty(cls, k: int, feature_dim: int) -> "SoftTrace":
         z = torch.zeros(0)
@@ -129,6 +145,11 @@ class SoftTrace:
         return cls(*(torch.tensor(data[key], dtype=_DTYPES[key]) for key in TRACE_KEYS))
 
 
+#: the record fields in their order (the positional order of :class:`SoftTrace`)
+TRACE_KEYS = tuple(f.name for f in fields(SoftTrace))
+_DTYPES = {f.name: f.metadata["dtype"] for f in fields(SoftTrace)}
+
+
 class TraceRecorder:
     """Accumulates batched per-step records ``[B, ...]`` during decoding, one call per step.
 
@@ -180,14 +201,14 @@ def collate_traces(traces: Sequence[SoftTrace], length: int | None = None,
     if too_long:
         raise ValueError(f"collate_traces: traces {too_long} are longer than length={r}")
     b = len(traces)
-    out = {f"trace_{key}": torch.zeros((b, r) + tuple(getattr(traces[0], key).shape[1:]),
-                                       dtype=_DTYPES[key]) for key in TRACE_KEYS}
-    out["trace_mask"] = torch.zeros(b, r, dtype=torch.bool)
+    out = {TRACE_PREFIX + key: torch.zeros((b, r) + tuple(getattr(traces[0], key).shape[1:]),
+                                           dtype=_DTYPES[key]) for key in TRACE_KEYS}
+    out[TRACE_PREFIX + "mask"] = torch.zeros(b, r, dtype=torch.bool)
     for i, t in enumerate(traces):
         n = len(t)
         for key in TRACE_KEYS:
-            out[f"trace_{key}"][i, :n] = getattr(t, key)
-        out["trace_mask"][i, :n] = True
+            out[TRACE_PREFIX + key][i, :n] = getattr(t, key)
+        out[TRACE_PREFIX + "mask"][i, :n] = True
     if device is not None:
         out = {key: v.to(device) for key, v in out.items()}
     return out
@@ -195,9 +216,9 @@ def collate_traces(traces: Sequence[SoftTrace], length: int | None = None,
 
 def uncollate_traces(batch: dict[str, Tensor]) -> list[SoftTrace]:
     """Inverse of :func:`collate_traces` (uses ``trace_mask``; real steps must be a prefix)."""
-    mask = batch["trace_mask"].bool().cpu()
+    mask = batch[TRACE_PREFIX + "mask"].bool().cpu()
     lengths = mask.sum(-1)
     if not torch.equal(mask, torch.arange(mask.shape[1]) < lengths[:, None]):
         raise ValueError("uncollate_traces: trace_mask is not a right-padded prefix mask")
-    return [SoftTrace(*(batch[f"trace_{key}"][i, : int(n)].cpu() for key in TRACE_KEYS))
+    return [SoftTrace(*(batch[TRACE_PREFIX + key][i, : int(n)].cpu() for key in TRACE_KEYS))
             for i, n in enumerate(lengths)]

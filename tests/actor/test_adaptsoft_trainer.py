@@ -23,7 +23,7 @@ def adaptsoft_rollout(tiny_qwen3_text_small):
 def _forward(model, td, sb, tau):
     from verl.workers.utils.padding import build_attention_mask_from_nested
 
-    from soft_spatial.actor.train_engine import _scatter
+    from soft_spatial.actor.replay_layout import scatter_rows as _scatter
     from soft_spatial.softthink.replay import soft_inputs
 
     b, s = sb.embed_shape
@@ -69,7 +69,7 @@ def _rmsnorm_in_input_dtype(model):
 def test_tau_gradient_of_alignment_loss_matches_finite_differences(adaptsoft_rollout,
                                                                    tiny_qwen3_text_small):
     from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
-    from soft_spatial.actor.train_engine import trace_layout
+    from soft_spatial.actor.replay_layout import ReplayState, trace_layout
     from soft_spatial.models import load_model
     from soft_spatial.softthink import (SparseGrad, alignment_loss, alignment_scores,
                                         step_likelihood)
@@ -87,8 +87,7 @@ def test_tau_gradient_of_alignment_loss_matches_finite_differences(adaptsoft_rol
     adv = torch.tensor([1.0, -0.5, 0.7, -1.2], dtype=torch.float64)
     lik = step_likelihood(logits, sb.topk_ids, sb.scores.double(), sb.soft_mask)
     loss = -(adv[sb.seq] * lik.loglik).mean()
-    state = {"batch": sb, "likelihood": lik, "hidden_steps": hid, "tau_leaf": leaf,
-             "tau_upd": tau_upd}
+    state = ReplayState(batch=sb, likelihood=lik, hidden_steps=hid, tau_leaf=leaf, tau_upd=tau_upd)
     trainer.alignment_step(loss, state)
     last = trainer.last
     g = last["g_tau"]

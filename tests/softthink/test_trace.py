@@ -67,3 +67,25 @@ def test_validation_errors():
                   torch.zeros(3), torch.zeros(3, 9), torch.zeros(3), torch.zeros(3, dtype=bool))
     with pytest.raises(ValueError, match="K="):
         collate_traces([random_trace(2, k=5), random_trace(2, k=4)])
+
+
+def test_the_record_schema_is_declared_once_on_softtrace():
+    """TRACE_KEYS, the dtypes a trace casts to, an engine's zero step and the collated layout all
+    follow SoftTrace's fields and their metadata."""
+    from dataclasses import fields
+
+    from soft_spatial.softthink.trace import TRACE_KEYS, TRACE_PREFIX, SoftTrace, collate_traces
+
+    schema = {f.name: (f.metadata["dtype"], f.metadata["width"]) for f in fields(SoftTrace)}
+    assert TRACE_KEYS == tuple(schema) == ("topk_ids", "scores", "tau", "u", "ctrl_x", "entropy", "soft")
+    zero = SoftTrace.zero_step(3, 5, 9)
+    widths = {None: (), "k": (5,), "f": (9,)}
+    assert {k: (v.dtype, tuple(v.shape)) for k, v in zero.items()} == {
+        k: (dt, (3,) + widths[w]) for k, (dt, w) in schema.items()}
+    assert all(not v.any() for v in zero.values())
+    # a trace built from other dtypes is cast to the schema's
+    tr = SoftTrace(*(v.double() if v.dtype != torch.bool else v for v in zero.values()))
+    assert {k: getattr(tr, k).dtype for k in TRACE_KEYS} == {k: dt for k, (dt, _) in schema.items()}
+    batch = collate_traces([tr, tr[:1]])
+    assert set(batch) == {TRACE_PREFIX + k for k in TRACE_KEYS} | {TRACE_PREFIX + "mask"}
+    assert {k: batch[TRACE_PREFIX + k].dtype for k in TRACE_KEYS} == {k: dt for k, (dt, _) in schema.items()}

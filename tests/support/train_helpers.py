@@ -53,7 +53,7 @@ def assert_one_step(m: dict, preset: str) -> None:
     """What one training step of ``preset`` must show in its metrics (records and responses
     agree, or the step would have raised: the spine check), the policy got a GRPO gradient,
     soft steps replay exactly, and the controller (if any) moved."""
-    assert "soft/spine_match_rate" not in m  # the spine check raises instead (rollout/collate.py)
+    assert "soft/spine_match_rate" not in m  # the spine check raises instead (integration/collate.py)
     assert m["actor/grad_norm"] > 0  # the policy got a GRPO gradient
     soft = preset != "hard"
     assert (m["soft/soft_step_fraction"] > 0) == soft
