@@ -42,6 +42,7 @@ from soft_spatial.softthink import (
     DensityConfig,
     SamplingConfig,
     SoftThinkingConfig,
+    SoftTrace,
     TraceRecorder,
     record_input_embeddings,
 )
@@ -77,6 +78,22 @@ class _Timer:
         yield
         self.sync()
         self.totals[name] += time.perf_counter() - t0
+
+
+@dataclass
+class _RowState:
+    """One generated row of a chunk while it decodes (nanochat's one state object per row)."""
+
+    prompt: int
+    """Index of its prompt in the chunk."""
+    sample: int
+    """Its sample index among the prompt's n."""
+    length: int = 0
+    """Steps generated so far."""
+    finish: str = FINISH_LENGTH
+    """Why it ended: the length limit until it emits an end-of-sequence token."""
+    think_end: int | None = None
+    """The step at which it emitted the think-end token (None: not yet, or never)."""
 
 
 class LocalEngine:
@@ -296,6 +313,7 @@ class LocalEngine:
                         debug, density=None):
         tm = self.timings
         k, fdim, dev = soft_thinking.top_k, self.feature_dim, self.device
+        # 1. Prefill: one forward per prompt, shared by its n samples.
         ids, mask, mm = self._batch(prepared)
         with tm("prefill"):
             pos, deltas = prefill_position_ids(self.model, ids, mask, **mm)
@@ -303,49 +321,50 @@ class LocalEngine:
                             **mm)
             h, logits = self._step_outputs(out)
         cache = out.past_key_values
-        if n > 1:  # the n samples of a prompt share its prefill
+        if n > 1:
             cache.batch_repeat_interleave(n)
             h, logits = h.repeat_interleave(n, 0), logits.repeat_interleave(n, 0)
             mask, deltas = mask.repeat_interleave(n, 0), deltas.repeat_interleave(n, 0)
-        rows = len(prepared) * n
-        row_seeds = seed_tensor([row_seed(seeds[r // n], r % n) for r in range(rows)], dev)
-        thinking = torch.full((rows,), soft_thinking.is_soft, dtype=torch.bool, device=dev)
-        active = torch.arange(rows, device=dev)  # original row of each live batch row
+        # 2. One state object per generated row; the batch holds the live rows (``active``: the
+        # original row of each), the recorder every row's records.
+        rows = [_RowState(prompt=r // n, sample=r % n) for r in range(len(prepared) * n)]
+        row_seeds = seed_tensor([row_seed(seeds[r.prompt], r.sample) for r in rows], dev)
+        thinking = torch.full((len(rows),), soft_thinking.is_soft, dtype=torch.bool, device=dev)
+        active = torch.arange(len(rows), device=dev)
         recorder = TraceRecorder()
-        lengths = [0] * rows
-        finish = [FINISH_LENGTH] * rows
-        think_pos: list[int | None] = [None] * rows
         dbg = defaultdict(list)
         loglik: list[Tensor] = []
         for step in range(sampling.max_new_tokens):
             b = active.numel()
+            # 3. Sample the live rows' step (the uniforms are the row's own: seed and step).
             with tm("sample"):
                 u = noise_uniforms(row_seeds[active], step, k + 1)
                 rec = sample_step(logits, h, u, thinking[active], soft_thinking, sampling,
                                   self.controller, fdim, debug, density)
             token = rec["topk_ids"][:, 0]
-            full = {key: torch.zeros((rows,) + tuple(v.shape[1:]), dtype=v.dtype, device=dev)
-                    for key, v in rec.items() if key in TRACE_KEYS}
+            # 4. Record it for every row (finished rows hold zeros past their length).
+            full = SoftTrace.zero_step(len(rows), k, fdim, dev)
             for key in TRACE_KEYS:
                 full[key][active] = rec[key]
             recorder.record(**full)
-            ll = torch.zeros(rows, device=dev)
+            ll = torch.zeros(len(rows), device=dev)
             ll[active] = rec["loglik"]
             loglik.append(ll)
             if debug:
                 for key in ("weights", "logp"):
-                    d = torch.zeros(rows, k, device=dev, dtype=rec[key].dtype)
+                    d = torch.zeros(len(rows), k, device=dev, dtype=rec[key].dtype)
                     d[active] = rec[key]
                     dbg[key].append(d.cpu())
-            # bookkeeping per live row
+            # 5. Each live row's state: its length, where it closed its think block, whether it
+            # stopped.
             done = torch.zeros(b, dtype=torch.bool, device=dev)
-            tok_list = token.tolist()
-            for j, r in enumerate(active.tolist()):
-                lengths[r] = step + 1
-                if think_end is not None and thinking[r] and tok_list[j] == think_end:
-                    think_pos[r] = step
-                if tok_list[j] in self.eos_ids:
-                    finish[r], done[j] = FINISH_STOP, True
+            for j, (r, tok) in enumerate(zip(active.tolist(), token.tolist())):
+                row = rows[r]
+                row.length = step + 1
+                if think_end is not None and thinking[r] and tok == think_end:
+                    row.think_end = step
+                if tok in self.eos_ids:
+                    row.finish, done[j] = FINISH_STOP, True
             if think_end is not None:
                 thinking[active] &= token != think_end  # the </think> step itself was soft
             if step + 1 == sampling.max_new_tokens:
@@ -353,6 +372,7 @@ class LocalEngine:
             keep = (~done).nonzero().squeeze(-1)
             if keep.numel() == 0:
                 break
+            # 6. The next inputs: each row's recorded mixture (or token); stopped rows leave.
             with tm("mixture"):
                 nxt = record_input_embeddings(self.embed.weight, rec["topk_ids"], rec["scores"],
                                               rec["tau"], rec["soft"])
@@ -361,23 +381,25 @@ class LocalEngine:
                 active, nxt = active[keep], nxt[keep]
                 mask, deltas = mask[keep], deltas[keep]
             mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
+            # 7. One decode forward of the live rows.
             with tm("forward"):
                 pos = decode_position_ids(mask, deltas, self.mrope)
                 out = self.base(inputs_embeds=nxt[:, None].to(self.dtype), attention_mask=mask,
                                 position_ids=pos, past_key_values=cache, use_cache=True)
                 h, logits = self._step_outputs(out)
                 cache = out.past_key_values
-        traces = recorder.build(lengths)
+        # 8. One completion per row, cut to its length.
+        traces = recorder.build([row.length for row in rows])
         loglik_all = torch.stack(loglik, 1).cpu()
         results = []
-        for r in range(rows):
+        for r, row in enumerate(rows):
             toks = traces[r].tokens.tolist()
-            c = Completion(prompt_index=prompt_idx[r // n], sample_index=r % n,
-                           prompt_ids=list(prepared[r // n].ids), token_ids=toks,
+            c = Completion(prompt_index=prompt_idx[row.prompt], sample_index=row.sample,
+                           prompt_ids=list(prepared[row.prompt].ids), token_ids=toks,
                            text=self.tokenizer.decode(toks, skip_special_tokens=True),
-                           trace=traces[r], finish_reason=finish[r], think_end=think_pos[r],
-                           logprobs=loglik_all[r, : lengths[r]].tolist())
+                           trace=traces[r], finish_reason=row.finish, think_end=row.think_end,
+                           logprobs=loglik_all[r, : row.length].tolist())
             if debug:
-                c.debug = {key: torch.stack(v, 1)[r, : lengths[r]] for key, v in dbg.items()}
+                c.debug = {key: torch.stack(v, 1)[r, : row.length] for key, v in dbg.items()}
             results.append(c)
         return results
