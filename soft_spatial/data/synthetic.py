@@ -40,7 +40,9 @@ test item whose image and question also occur in train is redrawn, so the splits
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
+import itertools
 import json
 import math
 import random
@@ -753,6 +755,28 @@ class _PathScene:
     hits: tuple[float, ...]
 
 
+@functools.lru_cache(maxsize=4096)
+def _step_table(blocks: tuple, grid: int) -> dict:
+    """``{(move, cell): the cell after it}`` on a board with these blocks."""
+    return {(mv, c): _walk(c, (mv,), set(blocks), grid)[1] for mv in MOVES
+            for c in itertools.product(range(grid), repeat=2) if c not in blocks}
+
+
+class _Walks(dict):
+    """The path from each start under one sequence of moves, walked when first asked for."""
+
+    def __init__(self, step: dict, moves: Sequence[str]):
+        super().__init__()
+        self.step, self.moves = step, moves
+
+    def __missing__(self, start):
+        walk = [start]
+        for mv in self.moves:
+            walk.append(self.step[mv, walk[-1]])
+        self[start] = walk
+        return walk
+
+
 def _path_candidate(rng: random.Random, m: int, t_star: int, true_branch: int,
                     k: PathKnobs) -> _PathScene | None:
     """A scene that meets the hard constraints, or None (draw again). The constraints:
@@ -769,14 +793,10 @@ def _path_candidate(rng: random.Random, m: int, t_star: int, true_branch: int,
     blocked = set(blocks)
     moves = tuple(rng.choice(MOVES) for _ in range(k.moves))
     free = [c for c in cells if c not in blocked]
-    step = {(mv, c): _walk(c, (mv,), blocked, g)[1] for mv in MOVES for c in free}
-    walks = {}
-    for c in free:
-        walk = [c]
-        for mv in moves:
-            walk.append(step[mv, walk[-1]])
-        walks[c] = walk
+    walks = _Walks(_step_table(blocks, g), moves)
     net = _unclipped((0, 0), moves)
+    if max(abs(net[-1][0]), abs(net[-1][1])) > g // 2 - 1:  # a long net drift names the answer
+        return None
     rng.shuffle(free)
     lo, hi = k.window
     for true_start in free:  # the first start that meets the constraints, for these moves
@@ -885,6 +905,11 @@ def _path_item(task: str, scene: _PathScene, cfg: "SyntheticConfig") -> "Item":
                 scene.answer, reasoning, extra)
 
 
+#: the greedy selection's weight on an uneven answer within a multiset of moves, against the
+#: squared distance of the shortcuts' counts from chance
+_MULTISET_WEIGHT = 6.0
+
+
 def _path_batch(task: str, count: int, seed: int, split: str, cfg: "SyntheticConfig",
                 exclude: set) -> list["Item"]:
     """``count`` questions of a path task: a pool of ``pool_factor`` × ``count`` candidates that
@@ -933,7 +958,7 @@ def _path_batch(task: str, count: int, seed: int, split: str, cfg: "SyntheticCon
                 hits, ms = bucket
                 counts = by_ms[ms]
                 cost = sum((tot + h - n * c) ** 2 for tot, h, c in zip(totals, hits, chance))
-                cost += 2.0 * (counts[key[0]] - min(counts))
+                cost += _MULTISET_WEIGHT * (counts[key[0]] - min(counts))
                 if best_cost is None or cost < best_cost:
                     best, best_cost = (key, bucket), cost
         key, bucket = best
