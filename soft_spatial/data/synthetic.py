@@ -40,7 +40,9 @@ test item whose image and question also occur in train is redrawn, so the splits
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
+import itertools
 import json
 import math
 import random
@@ -53,8 +55,10 @@ from PIL import Image, ImageDraw
 
 from soft_spatial.data.prompt import SYSTEM_PROMPT
 
-__all__ = ["TASKS", "Difficulty", "DIFFICULTIES", "SyntheticConfig", "Item", "generate_split",
-           "write_benchmark", "chance_levels", "chance_levels_of_release", "corpus", "read_reasoning", "main"]
+__all__ = ["TASKS", "PATH_TASKS", "ALL_TASKS", "PathKnobs", "QUARTERS", "cell_name", "Difficulty",
+           "DIFFICULTIES", "SyntheticConfig", "Item", "generate_split",
+           "write_benchmark", "chance_levels", "chance_levels_of_release", "corpus",
+           "path_shortcut_accuracy", "read_reasoning", "main"]
 
 #: task -> (OmniSpatial task_type, sub_task_type)
 TASKS: dict[str, tuple[str, str]] = {
@@ -64,7 +68,15 @@ TASKS: dict[str, tuple[str, str]] = {
     "mental_rotation": ("Dynamic_Reasoning", "Manipulation"),
     "counting": ("Complex_Logic", "Pattern_Recognition"),
 }
-SUB_TASK_TO_TASK = {sub: task for task, (_, sub) in TASKS.items()}
+#: the ambiguous-start path tracking tasks (m = 1, 2, 3 candidate starts), never in the default
+#: task list; each on an OmniSpatial sub-task no scene task uses, so per-sub-task is per-task
+PATH_TASKS: dict[str, tuple[str, str]] = {
+    "path_known": ("Dynamic_Reasoning", "Motion_Analysis"),
+    "path_two": ("Spatial_Interaction", "Traffic_Analysis"),
+    "path_three": ("Perspective_Taking", "Hypothetical"),
+}
+ALL_TASKS: dict[str, tuple[str, str]] = {**TASKS, **PATH_TASKS}
+SUB_TASK_TO_TASK = {sub: task for task, (_, sub) in ALL_TASKS.items()}
 
 COLORS: dict[str, tuple[int, int, int]] = {
     "red": (220, 40, 40), "green": (30, 160, 60), "blue": (40, 80, 230),
@@ -105,6 +117,37 @@ DIFFICULTIES: dict[str, Difficulty] = {
 
 
 @dataclass(frozen=True)
+class PathKnobs:
+    """The path tasks' generator (see docs/learning.md, "Ambiguous-start path tracking").
+
+    grid: board side in cells (even, so the quarters are clean); the image side must be a
+    multiple of it. moves: D, compass moves per question. blocks: grey cells that stop the
+    robot. window: the step t* at which the true path first enters the purple circle is drawn
+    uniformly from this range (≥ 1 carried step before it, ≥ 1 after). pool_factor: candidates
+    generated per kept question; the kept ones are chosen greedily so that letters, the true
+    branch, t*, every audited shortcut and the answer within each multiset of moves are
+    balanced. allow_merge: candidate paths may meet before t* (a harder variant)."""
+
+    grid: int = 6
+    moves: int = 8
+    blocks: int = 2
+    window: tuple[int, int] = (3, 6)
+    pool_factor: int = 4
+    allow_merge: bool = False
+
+    def __post_init__(self):
+        if self.grid not in (4, 6):
+            raise ValueError(f"path grid must be 4 or 6, got {self.grid}")
+        lo, hi = self.window
+        if not 1 <= lo <= hi < self.moves:
+            raise ValueError(f"path window {self.window} must lie inside 1..moves-1 ({self.moves})")
+        if not 0 <= self.blocks <= 3:
+            raise ValueError(f"path blocks must be 0..3, got {self.blocks}")
+        if self.pool_factor < 1:
+            raise ValueError(f"pool_factor must be >= 1, got {self.pool_factor}")
+
+
+@dataclass(frozen=True)
 class SyntheticConfig:
     """What to generate: image side in pixels (a multiple of 32 keeps the tiny models' patch
     grid exact), the tasks, the allowed option counts, the difficulty and the layout: ``grid``
@@ -134,21 +177,27 @@ class SyntheticConfig:
     cell: int = 32
     describe: bool = False
     option_order: str = "shuffled"
+    paths: PathKnobs = field(default_factory=PathKnobs)
 
     def __post_init__(self):
-        unknown = [t for t in self.tasks if t not in TASKS]
+        unknown = [t for t in self.tasks if t not in ALL_TASKS]
         if unknown or not self.tasks:
-            raise ValueError(f"unknown synthetic tasks {unknown}; choose from {list(TASKS)}")
+            raise ValueError(f"unknown synthetic tasks {unknown}; choose from {list(ALL_TASKS)}")
+        if any(t in PATH_TASKS for t in self.tasks) and (
+                self.size % self.paths.grid or self.size // self.paths.grid < 8):
+            raise ValueError(f"the path tasks draw a {self.paths.grid}x{self.paths.grid} board: "
+                             f"image size {self.size} must be a multiple of it, cells >= 8 pixels")
         if not self.options or any(n not in (2, 3, 4) for n in self.options):
             raise ValueError(f"option counts must be among 2, 3, 4; got {self.options}")
         if self.size < 32:
             raise ValueError(f"image size must be at least 32 pixels, got {self.size}")
         if self.layout not in ("grid", "free"):
             raise ValueError(f"layout must be 'grid' or 'free', got {self.layout!r}")
-        if self.layout == "grid" and self.size // self.cell < 3:
+        if self.layout == "grid" and self.size // self.cell < 3 and any(t in TASKS for t in self.tasks):
             raise ValueError(f"a grid layout needs at least 3x3 cells: size {self.size} // cell "
                              f"{self.cell} < 3 (use layout='free' for small images)")
-        if self.describe and (self.layout != "grid" or self.size // self.cell != 3):
+        scenes = any(t in TASKS for t in self.tasks)  # the path tasks draw their own board
+        if scenes and self.describe and (self.layout != "grid" or self.size // self.cell != 3):
             raise ValueError(f"describe=True names grid cells (northwest .. southeast): it needs "
                              f"layout='grid' with 3x3 cells, got layout {self.layout!r}, "
                              f"size {self.size} // cell {self.cell} = {self.size // self.cell}")
@@ -169,6 +218,7 @@ class Item:
     options: list[str]
     answer: int
     reasoning: str
+    extra: dict = field(default_factory=dict)  # more record fields (the path tasks')
 
     def signature(self) -> str:
         """Identity of the (image, question, options) triple, for the disjointness check."""
@@ -564,6 +614,367 @@ def _make_item(task: str, rng: random.Random, cfg: SyntheticConfig, n: int, pos:
                        f"small for the difficulty knobs?)")
 
 
+# -- ambiguous-start path tracking (path_known, path_two, path_three) --------------------------
+#: path task -> m, the number of candidate starts (coloured squares)
+PATH_CANDIDATES = {"path_known": 1, "path_two": 2, "path_three": 3}
+PATH_COLORS = ("red", "green", "blue")  # the start squares, listed in this order
+MOVES = ("north", "east", "south", "west")
+_MOVE_STEP = {"north": (0, -1), "east": (1, 0), "south": (0, 1), "west": (-1, 0)}
+#: the fixed, canonically ordered options of every path question (quarter index = 2·south + east)
+QUARTERS = ("northwest", "northeast", "southwest", "southeast")
+BLOCK = (120, 120, 120)
+GRID_LINE = (60, 60, 60)
+
+
+def cell_name(cell: tuple[int, int]) -> str:
+    """(column, row) -> ``a1`` .. ``f6``: column letter, row number counted from the top."""
+    return f"{'abcdefgh'[cell[0]]}{cell[1] + 1}"
+
+
+def _quarter(cell: tuple[int, int], grid: int) -> int:
+    """Index into `QUARTERS` of a cell's quarter of the board."""
+    return 2 * (cell[1] >= grid // 2) + (cell[0] >= grid // 2)
+
+
+def _walk(start, moves, blocked, grid) -> list[tuple[int, int]]:
+    """The cells after every move (start first): a move into the border or a block is no move."""
+    path = [start]
+    x, y = start
+    for m in moves:
+        dx, dy = _MOVE_STEP[m]
+        nx, ny = x + dx, y + dy
+        if 0 <= nx < grid and 0 <= ny < grid and (nx, ny) not in blocked:
+            x, y = nx, ny
+        path.append((x, y))
+    return path
+
+
+def _unclipped(start, moves) -> list[tuple[int, int]]:
+    """The cells after every move ignoring the border and the blocks (start first)."""
+    path = [start]
+    for m in moves:
+        dx, dy = _MOVE_STEP[m]
+        path.append((path[-1][0] + dx, path[-1][1] + dy))
+    return path
+
+
+def _manhattan(a, b) -> int:
+    return abs(a[0] - b[0]) + abs(a[1] - b[1])
+
+
+def _argmin(values: Sequence[float]) -> list[int]:
+    best = min(values)
+    return [i for i, v in enumerate(values) if v == best]
+
+
+def _clamp(cell, grid):
+    return (min(grid - 1, max(0, cell[0])), min(grid - 1, max(0, cell[1])))
+
+
+#: the audited shortcuts: (name, what it predicts) -- "start" ones name a start (index into the
+#: listed squares; chance 1/m, audited for m >= 2), "quarter" ones an answer (chance 1/4)
+PATH_SHORTCUTS: tuple[tuple[str, str], ...] = (
+    ("nearest_start", "start"),            # start nearest the circle (Manhattan)
+    ("nearest_start_euclid", "start"),     # the same, straight-line distance
+    ("nearest_unclipped_path", "start"),   # start whose path, ignoring walls, passes nearest it
+    ("nearest_net_endpoint", "start"),     # start + summed moves nearest the circle
+    ("nearest_clamped_endpoint", "start"),  # the same, clamped onto the board
+    ("circle_quarter", "quarter"),         # the circle's quarter
+    ("nearest_start_quarter", "quarter"),  # the quarter of the start nearest the circle
+    ("nearest_start_net_quarter", "quarter"),  # its summed moves, clamped onto the board
+    ("continue_after_3", "quarter"),       # from the circle with the moves after step 3 ...
+    ("continue_after_4", "quarter"),
+    ("continue_after_5", "quarter"),
+    ("continue_after_6", "quarter"),
+)
+
+
+def _shortcuts(starts, circle, moves, blocked, grid) -> dict[str, list[int]]:
+    """What each audited shortcut predicts (ties kept: every index that ties for best)."""
+    net = (sum(_MOVE_STEP[m][0] for m in moves), sum(_MOVE_STEP[m][1] for m in moves))
+    ends = [(s[0] + net[0], s[1] + net[1]) for s in starts]
+    nearest = _argmin([_manhattan(s, circle) for s in starts])
+    out = {
+        "nearest_start": nearest,
+        "nearest_start_euclid": _argmin([math.dist(s, circle) for s in starts]),
+        "nearest_unclipped_path": _argmin([min(_manhattan(c, circle) for c in _unclipped(s, moves)[1:])
+                                           for s in starts]),
+        "nearest_net_endpoint": _argmin([_manhattan(e, circle) for e in ends]),
+        "nearest_clamped_endpoint": _argmin([_manhattan(_clamp(e, grid), circle) for e in ends]),
+        "circle_quarter": [_quarter(circle, grid)],
+        "nearest_start_quarter": sorted({_quarter(starts[i], grid) for i in nearest}),
+        "nearest_start_net_quarter": sorted({_quarter(_clamp(ends[i], grid), grid) for i in nearest}),
+    }
+    for t in range(3, 7):
+        end = _walk(circle, moves[t:], blocked, grid)[-1] if t < len(moves) else circle
+        out[f"continue_after_{t}"] = [_quarter(end, grid)]
+    return out
+
+
+def _audited(name: str, kind: str, m: int) -> bool:
+    """Whether a shortcut is balanced for m starts: the start ones only when there is a choice;
+    for m = 1 the start's summed moves is no shortcut but the task done without the bumps (its
+    quarter is the answer in ~84% of raw scenes; see docs/learning.md)."""
+    return m > 1 or (kind == "quarter" and name != "nearest_start_net_quarter")
+
+
+def _shortcut_hits(features: dict[str, list[int]], true_branch: int, answer: int,
+                   m: int) -> tuple[float, ...]:
+    """Per audited shortcut: the chance it is right, ties broken at random (start shortcuts
+    only for m >= 2)."""
+    hits = []
+    for name, kind in PATH_SHORTCUTS:
+        if not _audited(name, kind, m):
+            continue
+        pred = features[name]
+        truth = true_branch if kind == "start" else answer
+        hits.append(1.0 / len(pred) if truth in pred else 0.0)
+    return tuple(hits)
+
+
+def _shortcut_chance(m: int) -> tuple[float, ...]:
+    return tuple(1.0 / m if kind == "start" else 0.25 for name, kind in PATH_SHORTCUTS
+                 if _audited(name, kind, m))
+
+
+@dataclass
+class _PathScene:
+    """One candidate question: everything the record, the renderer and the words need."""
+
+    m: int
+    colors: tuple[str, ...]
+    starts: tuple[tuple[int, int], ...]
+    true_branch: int
+    circle: tuple[int, int]
+    blocks: tuple[tuple[int, int], ...]
+    moves: tuple[str, ...]
+    t_star: int
+    paths: list[list[tuple[int, int]]]
+    answer: int
+    features: dict[str, list[int]]
+    hits: tuple[float, ...]
+
+
+@functools.lru_cache(maxsize=4096)
+def _step_table(blocks: tuple, grid: int) -> dict:
+    """``{(move, cell): the cell after it}`` on a board with these blocks."""
+    return {(mv, c): _walk(c, (mv,), set(blocks), grid)[1] for mv in MOVES
+            for c in itertools.product(range(grid), repeat=2) if c not in blocks}
+
+
+class _Walks(dict):
+    """The path from each start under one sequence of moves, walked when first asked for."""
+
+    def __init__(self, step: dict, moves: Sequence[str]):
+        super().__init__()
+        self.step, self.moves = step, moves
+
+    def __missing__(self, start):
+        walk = [start]
+        for mv in self.moves:
+            walk.append(self.step[mv, walk[-1]])
+        self[start] = walk
+        return walk
+
+
+def _path_candidate(rng: random.Random, m: int, t_star: int, true_branch: int,
+                    k: PathKnobs) -> _PathScene | None:
+    """A scene that meets the hard constraints, or None (draw again). The constraints:
+
+    1. wrong paths never enter the circle; 2. the true path enters it first at t*; 3. the m paths
+    are pairwise distinct at every step <= t* (unless allow_merge); 4. the true path bumps (border
+    or block) before t*, and no unclipped path (walls ignored) ever enters the circle; 5. every
+    wrong path passes next to the circle (Manhattan distance 1); 6. the m endpoints lie in m
+    different quarters; 7. continuing from the circle after any other step t' of the window never
+    ends in the answer quarter."""
+    g = k.grid
+    cells = [(x, y) for y in range(g) for x in range(g)]
+    blocks = tuple(sorted(rng.sample(cells, k.blocks)))
+    blocked = set(blocks)
+    moves = tuple(rng.choice(MOVES) for _ in range(k.moves))
+    free = [c for c in cells if c not in blocked]
+    walks = _Walks(_step_table(blocks, g), moves)
+    net = _unclipped((0, 0), moves)
+    if max(abs(net[-1][0]), abs(net[-1][1])) > g // 2 - 1:  # a long net drift names the answer
+        return None
+    rng.shuffle(free)
+    lo, hi = k.window
+    for true_start in free:  # the first start that meets the constraints, for these moves
+        path = walks[true_start]
+        circle = path[t_star]
+        if circle in path[:t_star]:  # 2: first entry at t* (and the start is not the circle)
+            continue
+        if not any(path[s] == path[s - 1] for s in range(1, t_star)):  # 4: a bump before t*
+            continue
+        if any((true_start[0] + dx, true_start[1] + dy) == circle for dx, dy in net[1:]):  # 4
+            continue
+        answer = _quarter(path[-1], g)
+        if any(t != t_star and _quarter(_walk(circle, moves[t:], blocked, g)[-1], g) == answer
+               for t in range(lo, hi + 1)):  # 7
+            continue
+        wrong = _wrong_paths(rng, m, free, walks, net, path, circle, answer, t_star, k)
+        if wrong is not None:
+            break
+    else:
+        return None
+    drawn = rng.sample(PATH_COLORS, m)
+    colors = tuple(c for c in PATH_COLORS if c in drawn)
+    paths = wrong[:true_branch] + [path] + wrong[true_branch:]
+    starts = tuple(p[0] for p in paths)
+    features = _shortcuts(starts, circle, moves, blocked, g)
+    return _PathScene(m, colors, starts, true_branch, circle, blocks, moves, t_star, paths, answer,
+                      features, _shortcut_hits(features, true_branch, answer, m))
+
+
+def _wrong_paths(rng, m, free, walks, net, path, circle, answer, t_star, k):
+    """m - 1 wrong paths for constraints 1 and 3-6, or None."""
+    wrong: list[list[tuple[int, int]]] = []
+    if m == 1:
+        return wrong
+    options = [c for c in free if c not in (path[0], circle)]
+    rng.shuffle(options)
+    for c in options:
+        p = walks[c]
+        if (circle in p  # 1
+                or min(_manhattan(q, circle) for q in p[1:]) != 1  # 5
+                or any((c[0] + dx, c[1] + dy) == circle for dx, dy in net[1:])  # 4
+                or _quarter(p[-1], k.grid) == answer  # 6
+                or any(_quarter(w[-1], k.grid) == _quarter(p[-1], k.grid) for w in wrong)):
+            continue
+        if not k.allow_merge and any(p[s] == w[s] for w in [path] + wrong
+                                     for s in range(t_star + 1)):  # 3
+            continue
+        wrong.append(p)
+        if len(wrong) == m - 1:
+            return wrong
+    return None
+
+
+def _render_board(scene: _PathScene, size: int, grid: int) -> Image.Image:
+    """The board: grid lines, grey blocks (whole cells), the start squares and the purple circle
+    (centred in their cells)."""
+    image = Image.new("RGB", (size, size), BACKGROUND)
+    draw = ImageDraw.Draw(image)
+    c = size // grid
+    for x, y in scene.blocks:
+        draw.rectangle([x * c + 1, y * c + 1, (x + 1) * c - 1, (y + 1) * c - 1], fill=BLOCK)
+    for i in range(grid + 1):
+        p = min(i * c, size - 1)
+        draw.line([(p, 0), (p, size - 1)], fill=GRID_LINE)
+        draw.line([(0, p), (size - 1, p)], fill=GRID_LINE)
+    r = c * 0.3
+    for color, (x, y) in zip(scene.colors, scene.starts):
+        _draw_shape(draw, "square", (x + 0.5) * c, (y + 0.5) * c, r, COLORS[color])
+    x, y = scene.circle
+    _draw_shape(draw, "circle", (x + 0.5) * c, (y + 0.5) * c, r, COLORS["purple"])
+    return image
+
+
+def _path_words(scene: _PathScene, describe: bool) -> tuple[str, str]:
+    """(question, reasoning). The reasoning is the true path, each move word then the cell it
+    leads to, ``circle`` after the step that first enters it, then ``: <cell> <quarter>``."""
+    moves = ", ".join(scene.moves)
+    where = "on the square" if scene.m == 1 else "on one of the squares"
+    question = (f"A robot starts {where} and moves {moves}. The border and grey blocks stop it. "
+                f"It passed over the purple circle. In which quarter of the board is it now?")
+    if describe:
+        parts = [f"{col} square at {cell_name(s)}" for col, s in zip(scene.colors, scene.starts)]
+        parts.append(f"purple circle at {cell_name(scene.circle)}")
+        parts += [f"grey block at {cell_name(b)}" for b in sorted(scene.blocks, key=cell_name)]
+        question = "Scene: " + "; ".join(parts) + ". " + question
+    path = scene.paths[scene.true_branch]
+    steps = []
+    for s, move in enumerate(scene.moves, 1):
+        steps += [move, cell_name(path[s])] + (["circle"] if s == scene.t_star else [])
+    reasoning = " ".join(steps) + f" : {cell_name(path[-1])} {QUARTERS[scene.answer]}"
+    return question, reasoning
+
+
+def _path_item(task: str, scene: _PathScene, cfg: "SyntheticConfig") -> "Item":
+    k = cfg.paths
+    question, reasoning = _path_words(scene, cfg.describe)
+    extra = {
+        "grid": k.grid, "moves": list(scene.moves),
+        "branches": [{"color": col, "start": cell_name(p[0]), "cells": [cell_name(c) for c in p[1:]]}
+                     for col, p in zip(scene.colors, scene.paths)],
+        "true_branch": scene.true_branch, "t_star": scene.t_star,
+        "circle": cell_name(scene.circle), "blocks": sorted(cell_name(b) for b in scene.blocks),
+        "shortcut_features": scene.features,
+    }
+    return Item(task, _render_board(scene, cfg.size, k.grid), question, list(QUARTERS),
+                scene.answer, reasoning, extra)
+
+
+#: the greedy selection's weight on an uneven answer within a multiset of moves, against the
+#: squared distance of the shortcuts' counts from chance
+_MULTISET_WEIGHT = 6.0
+
+
+def _path_batch(task: str, count: int, seed: int, split: str, cfg: "SyntheticConfig",
+                exclude: set) -> list["Item"]:
+    """``count`` questions of a path task: a pool of ``pool_factor`` × ``count`` candidates that
+    meet the hard constraints, then a greedy selection. Each slot asks for an answer quarter, a
+    true branch and a t* from shuffled decks (all three balanced), and takes, among the pool's
+    candidates with those, the one that keeps every audited shortcut closest to its chance
+    count and the answers within its multiset of moves most even (so no lookup of the moves,
+    order ignored, predicts the answer)."""
+    k, m = cfg.paths, PATH_CANDIDATES[task]
+    digest = hashlib.sha256(f"{seed}/{split}/{task}".encode()).digest()
+    rng = random.Random(int.from_bytes(digest[:8], "big"))
+    lo, hi = k.window
+    combos = [(t, b) for t in range(lo, hi + 1) for b in range(m)]
+    # pool: buckets by (answer, t*, branch) -> {(hits, multiset): [scenes]}
+    pool: dict[tuple, dict[tuple, list[_PathScene]]] = defaultdict(lambda: defaultdict(list))
+    want = k.pool_factor * count
+    made, tries = 0, 0
+    while made < want:
+        t_star, branch = combos[made % len(combos)]
+        scene = _path_candidate(rng, m, t_star, branch, k)
+        tries += 1
+        if tries > 2000 * max(want, 1):  # pragma: no cover - infeasible knobs
+            raise RuntimeError(f"{task}: the path constraints leave no scenes ({k})")
+        if scene is None:
+            continue
+        ms = tuple(sorted(Counter(scene.moves).items()))
+        pool[(scene.answer, scene.t_star, scene.true_branch)][(scene.hits, ms)].append(scene)
+        made += 1
+    chance = _shortcut_chance(m)
+    totals = [0.0] * len(chance)
+    by_ms: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    decks = {"answer": _Decks(random.Random(rng.random())), "t": _Decks(random.Random(rng.random())),
+             "branch": _Decks(random.Random(rng.random()))}
+    items: list[Item] = []
+    while len(items) < count:
+        want_key = (decks["answer"].draw(4), lo + decks["t"].draw(hi - lo + 1), decks["branch"].draw(m))
+        keys = [want_key] if pool.get(want_key) else [
+            key for key in pool if pool[key] and key[0] == want_key[0]] or [
+            key for key in pool if pool[key]]
+        if not keys:  # pragma: no cover - every candidate collided with the excluded set
+            raise RuntimeError(f"{task}: the candidate pool ran out")
+        n = len(items) + 1
+        best, best_cost = None, None
+        for key in keys:
+            for bucket in pool[key]:
+                hits, ms = bucket
+                counts = by_ms[ms]
+                cost = sum((tot + h - n * c) ** 2 for tot, h, c in zip(totals, hits, chance))
+                cost += _MULTISET_WEIGHT * (counts[key[0]] - min(counts))
+                if best_cost is None or cost < best_cost:
+                    best, best_cost = (key, bucket), cost
+        key, bucket = best
+        scene = pool[key][bucket].pop()
+        if not pool[key][bucket]:
+            del pool[key][bucket]
+        item = _path_item(task, scene, cfg)
+        if item.signature() in exclude:
+            continue
+        exclude.add(item.signature())
+        totals = [tot + h for tot, h in zip(totals, scene.hits)]
+        by_ms[bucket[1]][scene.answer] += 1
+        items.append(item)
+    return items
+
+
 def generate_split(count: int, seed: int, split: str, cfg: SyntheticConfig,
                    exclude: set | None = None) -> list[Item]:
     """``count`` items, tasks in round-robin order; deterministic in (count, seed, split, cfg).
@@ -574,9 +985,15 @@ def generate_split(count: int, seed: int, split: str, cfg: SyntheticConfig,
     rng = random.Random(int.from_bytes(digest[:8], "big"))
     decks = _Decks(random.Random(rng.random()))
     exclude = exclude if exclude is not None else set()
+    slots = Counter(cfg.tasks[i % len(cfg.tasks)] for i in range(count))
+    paths = {t: iter(_path_batch(t, slots[t], seed, split, cfg, exclude))
+             for t in dict.fromkeys(cfg.tasks) if t in PATH_TASKS}  # their own random streams
     items: list[Item] = []
     for i in range(count):
         task = cfg.tasks[i % len(cfg.tasks)]
+        if task in paths:
+            items.append(next(paths[task]))
+            continue
         n = cfg.options[rng.randrange(len(cfg.options))]
         pos = decks.draw(n)
         for _ in range(1000):
@@ -615,14 +1032,14 @@ def _write_release(release: Path, items: Sequence[Item], cfg: SyntheticConfig) -
     release.mkdir(parents=True, exist_ok=True)
     data = []
     for image_no, it in enumerate(items):
-        task_type, sub = TASKS[it.task]
+        task_type, sub = ALL_TASKS[it.task]
         path = release / task_type / f"{image_no}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
         it.image.save(path)
         data.append({"id": f"{image_no}_0", "question": it.question, "options": it.options,
                      "answer": it.answer, "task_type": task_type, "sub_task_type": sub,
                      "synthetic_task": it.task, "difficulty": cfg.difficulty_name,
-                     "reasoning": it.reasoning})
+                     "reasoning": it.reasoning, **it.extra})
     tmp = release / "data.json.tmp"
     tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
     tmp.replace(release / "data.json")  # data.json last: its presence marks a finished split
@@ -646,7 +1063,7 @@ def write_benchmark(out: str | Path, train: int, test: int, seed: int = 0,
 
 def _readme(cfg, seed, train_items, test_items, chance) -> str:
     letters = Counter("ABCD"[it.answer] for it in train_items + test_items)
-    rows = "\n".join(f"| {t} | {TASKS[t][0]} / {TASKS[t][1]} | "
+    rows = "\n".join(f"| {t} | {ALL_TASKS[t][0]} / {ALL_TASKS[t][1]} | "
                      f"{sum(it.task == t for it in test_items)} | {chance['test'].get(t, 0):.1f}% |"
                      for t in cfg.tasks)
     return (f"# Synthetic spatial benchmark (seed {seed}, difficulty {cfg.difficulty_name})\n\n"
@@ -658,13 +1075,45 @@ def _readme(cfg, seed, train_items, test_items, chance) -> str:
             f"Knobs: {json.dumps(asdict(cfg.difficulty))}.\n"
             f"Answer letters over both splits: {dict(sorted(letters.items()))}.\n\n"
             f"| task | OmniSpatial type | test questions | chance |\n|---|---|---|---|\n{rows}\n"
-            f"| overall | | {len(test_items)} | {chance['test']['overall']:.1f}% |\n")
+            f"| overall | | {len(test_items)} | {chance['test']['overall']:.1f}% |\n"
+            + _path_readme(cfg, train_items, test_items))
 
 
-def corpus(repeat: int = 20) -> list[str]:
+def path_shortcut_accuracy(items: Sequence[Item]) -> dict[str, dict[str, float]]:
+    """``{task: {shortcut: accuracy %}}`` of the audited shortcuts over a split's path questions
+    (ties broken at random: a tied prediction counts 1/#tied), from their ``shortcut_features``."""
+    out: dict[str, dict[str, float]] = {}
+    for task, m in PATH_CANDIDATES.items():
+        its = [it for it in items if it.task == task]
+        if its:
+            names = [name for name, kind in PATH_SHORTCUTS if _audited(name, kind, m)]
+            hits = [_shortcut_hits(it.extra["shortcut_features"], it.extra["true_branch"],
+                                   it.answer, m) for it in its]
+            out[task] = {n: 100.0 * sum(h[j] for h in hits) / len(its) for j, n in enumerate(names)}
+    return out
+
+
+def _path_readme(cfg, train_items, test_items) -> str:
+    if not any(t in PATH_TASKS for t in cfg.tasks):
+        return ""
+    acc = {"train": path_shortcut_accuracy(train_items), "test": path_shortcut_accuracy(test_items)}
+    lines = [f"\nPath tasks: {json.dumps(asdict(cfg.paths))}. Audited shortcuts, accuracy % "
+             f"(chance: 1/m for a start, 25 for a quarter):\n",
+             "| split | task | " + " | ".join(n for n, _ in PATH_SHORTCUTS) + " |",
+             "|---|---|" + "---|" * len(PATH_SHORTCUTS)]
+    for split, per in acc.items():
+        for task, row in per.items():
+            lines.append(f"| {split} | {task} | " + " | ".join(
+                f"{row[n]:.1f}" if n in row else "-" for n, _ in PATH_SHORTCUTS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def corpus(repeat: int = 20, tasks: Sequence[str] = ()) -> list[str]:
     """Texts a tokenizer for this benchmark should know as whole words: our system prompt, every
     question template, option and reasoning word, in the chat layout (``repeat`` times each, so a
-    BPE trained on them merges these words first)."""
+    BPE trained on them merges these words first). With a path task among ``tasks``, also the
+    path questions' words: the board's cell names, the moves, ``circle``, ``:`` and the quarters
+    (without one, the texts are exactly those of the scene tasks)."""
 
     words = (list(COLORS) + list(SHAPES) + list(DIRECTIONS) + list(_EGO_OPTIONS)
              + list(_EGO_OPTIONS.values()) + ["above", "below", "facing", "turned", "closest"]
@@ -681,6 +1130,16 @@ def corpus(repeat: int = 20) -> list[str]:
              "\n".join(f"{c}. {w}" for c, w in zip("ABCD", words)),
              "Scene: red square at northwest; green arrow at center, pointing north; blue "
              "circle at southeast, size 5."]
+    if any(t in PATH_TASKS for t in tasks):
+        names = [cell_name((x, y)) for y in range(6) for x in range(6)]
+        path_words = names + list(MOVES) + list(QUARTERS) + ["circle", ":", "grey", "block", "purple"]
+        texts += [" ".join(path_words), "\n".join(path_words),
+                  "Scene: red square at d2; green square at b1; purple circle at d1; grey block at "
+                  "d4. A robot starts on one of the squares and moves east, north, south, west. "
+                  "The border and grey blocks stop it. It passed over the purple circle. In which "
+                  "quarter of the board is it now?",
+                  "east c1 north c1 circle west b1 south b2 : b2 northwest",
+                  "\n".join(f"{c}. {q}" for c, q in zip("ABCD", QUARTERS))]
     return texts * repeat
 
 
@@ -708,6 +1167,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
                    help="options in random order, or in one fixed order per task")
     p.add_argument("--describe", action="store_true",
                    help="start each question with the scene in words (needs a 3x3 grid)")
+    p.add_argument("--grid", type=int, default=PathKnobs.grid, help="path tasks: board side")
+    p.add_argument("--moves", type=int, default=PathKnobs.moves, help="path tasks: moves")
+    p.add_argument("--blocks", type=int, default=PathKnobs.blocks, help="path tasks: grey blocks")
+    p.add_argument("--pool-factor", type=int, default=PathKnobs.pool_factor,
+                   help="path tasks: candidates generated per question kept")
+    p.add_argument("--allow-merge", action="store_true",
+                   help="path tasks: candidate paths may meet before the circle")
     for name in ("distractors", "max_count"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None)
     for name in ("margin", "size_ratio"):
@@ -720,7 +1186,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
                           difficulty=replace(DIFFICULTIES[a.difficulty], **knobs),
                           difficulty_name=a.difficulty + ("+" if knobs else ""),
                           layout=a.layout, cell=a.cell, describe=a.describe,
-                          option_order=a.option_order)
+                          option_order=a.option_order,
+                          paths=PathKnobs(grid=a.grid, moves=a.moves, blocks=a.blocks,
+                                          pool_factor=a.pool_factor, allow_merge=a.allow_merge))
     chance = write_benchmark(a.out, a.train, a.test, a.seed, cfg)
     print(f"{a.out}: {a.train} train + {a.test} test questions; chance on test: "
           + ", ".join(f"{k} {v:.1f}%" for k, v in chance["test"].items()))

@@ -233,7 +233,7 @@ class Experiment:
         self.say(f"2 model: tiny Qwen3-VL, hidden {m.hidden_size}, {m.num_hidden_layers} layers")
         tmp = self.init_model.with_name("init.tmp")
         build_tiny_model(
-            tmp, family="qwen3_vl", vocab="small", seed=self.cfg.seed, corpus=corpus(),
+            tmp, family="qwen3_vl", vocab="small", seed=self.cfg.seed, corpus=corpus(tasks=self.cfg.data.tasks),
             bpe_size=m.bpe_size, phrases=[SYSTEM_PROMPT] if m.system_prompt_token else [],
             hidden_size=m.hidden_size,
             intermediate_size=m.intermediate_size, num_hidden_layers=m.num_hidden_layers,
