@@ -13,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from soft_spatial.softthink import SoftTrace, collate_traces
+from soft_spatial.softthink import SoftTrace, collate_traces, mixture_weights
 
 from soft_spatial.softthink.trace import TRACE_FIELD
 
-__all__ = ["attach_traces", "trace_metrics", "SpineMismatchError"]
+__all__ = ["attach_traces", "trace_metrics", "mixture_metrics", "SpineMismatchError", "HIGH_ENTROPY"]
 
 
 class SpineMismatchError(ValueError):
@@ -77,6 +77,30 @@ def trace_metrics(traces: list[SoftTrace], think_closed=None) -> dict[str, float
             m["soft/tau_within_trace_std"] = float(np.mean(within))
         if tau.numel() > 2 and float(tau.std()) > 0 and float(ent.std()) > 0:
             m["soft/tau_entropy_corr"] = float(torch.corrcoef(torch.stack([tau, ent]))[0, 1])
+        m.update(mixture_metrics(torch.cat([t.scores[t.soft] for t in traces]), tau, ent))
+    return m
+
+
+#: normalised top-K entropy above which a soft step counts as uncertain in the ``*_high_entropy``
+#: metrics (a branch of two equal candidates among K = 5 has Ĥ = ln 2 / ln 5 = 0.43)
+HIGH_ENTROPY = 0.3
+
+
+def mixture_metrics(scores: torch.Tensor, tau: torch.Tensor, entropy: torch.Tensor) -> dict[str, float]:
+    """How concentrated the fed-back mixtures were, over soft steps (``scores`` [n, K], ``tau``
+    and ``entropy`` [n]): the mean top weight max_k w_k and the mean effective number of
+    candidates 1 / Σ_k w_k², with w = softmax(z/τ) (the weights the rollout fed back, §2.3), overall
+    and at the steps whose Ĥ exceeds :data:`HIGH_ENTROPY`."""
+    if not scores.numel():
+        return {}
+    w = mixture_weights(scores, tau[:, None])
+    top, eff = w.max(-1).values, 1.0 / (w * w).sum(-1)
+    m = {"soft/top_weight_mean": float(top.mean()), "soft/eff_k_mean": float(eff.mean())}
+    high = entropy > HIGH_ENTROPY
+    if high.any():
+        m.update({"soft/top_weight_mean_high_entropy": float(top[high].mean()),
+                  "soft/eff_k_mean_high_entropy": float(eff[high].mean()),
+                  "soft/high_entropy_fraction": float(high.float().mean())})
     return m
 
 

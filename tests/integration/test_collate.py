@@ -38,3 +38,41 @@ def test_attach_traces_collates_and_a_corrupted_record_raises():
     bad["topk_ids"][1][0] = 42  # the record claims a spine the response does not contain
     with pytest.raises(SpineMismatchError, match=r"sample 1 \(uid b\): record 1 has spine 42"):
         attach_traces(_batch(responses, [_trace([5, 6, 7]), bad]))
+
+
+def test_mixture_metrics_against_the_weights_written_out():
+    """soft/top_weight_mean and soft/eff_k_mean over the soft steps (w = softmax(z/τ), float64
+    by hand), overall and where Ĥ > 0.3; discrete steps do not count."""
+    import math
+
+    from soft_spatial.integration.collate import HIGH_ENTROPY, trace_metrics
+    from soft_spatial.softthink import SoftTrace
+
+    g = torch.Generator().manual_seed(0)
+    traces = []
+    for n in (5, 3):
+        tr = SoftTrace.zero_step(n, 4, 9)
+        tr["scores"] = torch.randn(n, 4, generator=g) * 2
+        tr["tau"] = 0.1 + 0.8 * torch.rand(n, generator=g)
+        tr["entropy"] = torch.rand(n, generator=g) * 0.6
+        tr["soft"] = torch.tensor([True, False, True, True, False][:n])
+        tr["topk_ids"][:, 0] = torch.arange(n)
+        traces.append(SoftTrace(**tr))
+    rows = []
+    for t in traces:
+        for z, tau, ent, soft in zip(t.scores.tolist(), t.tau.tolist(), t.entropy.tolist(), t.soft.tolist()):
+            if soft:
+                e = [math.exp(v / tau) for v in z]
+                w = [v / sum(e) for v in e]
+                rows.append((max(w), 1 / sum(v * v for v in w), ent > HIGH_ENTROPY))
+    m = trace_metrics(traces)
+    assert m["soft/top_weight_mean"] == pytest.approx(np.mean([r[0] for r in rows]), rel=1e-5)
+    assert m["soft/eff_k_mean"] == pytest.approx(np.mean([r[1] for r in rows]), rel=1e-5)
+    high = [r for r in rows if r[2]]
+    assert high and len(high) < len(rows)  # the threshold splits this batch
+    assert m["soft/top_weight_mean_high_entropy"] == pytest.approx(np.mean([r[0] for r in high]), rel=1e-5)
+    assert m["soft/eff_k_mean_high_entropy"] == pytest.approx(np.mean([r[1] for r in high]), rel=1e-5)
+    assert m["soft/high_entropy_fraction"] == pytest.approx(len(high) / len(rows))
+    assert all(1 <= r[1] <= 4 and 0.25 <= r[0] <= 1 for r in rows)
+    hard = [SoftTrace.discrete([1, 2], 4, 9)]
+    assert not any(k.startswith(("soft/top_weight", "soft/eff_k")) for k in trace_metrics(hard))
