@@ -1,12 +1,12 @@
 """``python -m soft_spatial.train`` ended by a real signal to its driver: SIGTERM (Slurm at the time
 limit or on preemption, ``timeout``, ``kill``) as SIGINT (Ctrl-C): the driver exits 128 + the signal
 with one line saying so (no stack dump, no abort), no process of its Ray session is left, the run
-directory is unlocked and resumes from its last checkpoint.
+directory is unlocked and its last checkpoint is there to resume from (that a run resumes from it:
+tests/e2e/test_train_cpu.py's killed run; one training start-up here, for CI's 30 minutes).
 
 The run (verl's real trainer on the CPU, the hard preset) stops in its TaskRunner right after step
 1's checkpoint (``tests/support/barrier.py``, loaded in every Ray process through
 ``VERL_USE_EXTERNAL_MODULES``) and is signalled there; no sleeping."""
-import json
 import os
 import signal
 import subprocess
@@ -92,18 +92,11 @@ def test_a_signal_ends_training_cleanly_and_leaves_no_ray_process(tiny_qwen3_vl_
         left = _gone(started + [(p, start_time(p)) for p in ray_session.session_pids(ray_dir)])
         assert not left, {p: Path(f"/proc/{p}/cmdline").read_bytes()[:80] for p, _ in left}
         assert not ray_dir.exists()
-        # resumable: the last checkpoint is there and nothing holds the run directory
+        # resumable: the last checkpoint is there and nothing holds the run directory (a run
+        # killed after a checkpoint resuming from it, one metrics line per step: test_train_cpu.py)
         assert (out / "latest_checkpointed_iteration.txt").read_text() == "1"
         with DirLock(out, "training run directory"):
             pass
-        if sig == signal.SIGTERM:  # the same command resumes from step 1 and trains step 2
-            env = {k: v for k, v in env.items() if k not in (barrier.DIR_ENV, barrier.AFTER_ENV)}
-            res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
-            assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
-            assert (out / "latest_checkpointed_iteration.txt").read_text() == "2"
-            steps = [json.loads(line)["step"] for line in
-                     (tmp_path / "metrics.jsonl").read_text().splitlines() if line.strip()]
-            assert steps == [1, 2]
     finally:
         if driver.poll() is None:
             driver.kill()
