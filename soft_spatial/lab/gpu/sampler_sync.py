@@ -27,6 +27,7 @@ from types import SimpleNamespace
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from soft_spatial.compat.torch import refuse_tensor_to_device
 from soft_spatial.engines.sglang import runtime as rt_mod
 from soft_spatial.engines.sglang.client import INFO_KEYS, PARAM_KEY, info_key, request_params
 from soft_spatial.engines.sglang.server_args import SchedulerSetup
@@ -75,21 +76,15 @@ class _NoBlockingHostToDevice(TorchDispatchMode):
 
 @contextlib.contextmanager
 def _meta_checks():
-    tensor, host_records = torch.tensor, rt_mod.HostRecords
-
-    def host_tensor(*a, **kw):
-        dev = kw.get("device")
-        if dev is not None and torch.device(dev).type != "cpu":
-            raise RuntimeError("torch.tensor(..., device=...) in the sampler: a blocking "
-                               "host-to-device copy (runtime.to_device copies without blocking)")
-        return tensor(*a, **kw)
-
-    rt_mod.HostRecords, torch.tensor = _HostRecordsOnMeta, host_tensor
+    host_records = rt_mod.HostRecords
+    rt_mod.HostRecords = _HostRecordsOnMeta
     try:
-        with _NoBlockingHostToDevice():
+        with refuse_tensor_to_device("torch.tensor(..., device=...) in the sampler: a blocking "
+                                     "host-to-device copy (runtime.to_device copies without "
+                                     "blocking)"), _NoBlockingHostToDevice():
             yield
     finally:
-        rt_mod.HostRecords, torch.tensor = host_records, tensor
+        rt_mod.HostRecords = host_records
 
 
 @contextlib.contextmanager
