@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["pass_at_k", "t_quantile_975", "Pooled", "pool_random_effects", "Paired", "paired_mean",
+__all__ = ["Z975", "pass_at_k", "t_quantile_975", "Pooled", "pool_random_effects", "Paired", "paired_mean",
            "difference_in_differences"]
 
 Z975 = 1.959963984540054

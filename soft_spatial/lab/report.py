@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,11 +19,11 @@ from soft_spatial.data.synthetic import SUB_TASK_TO_TASK, chance_levels_of_relea
 from soft_spatial.eval.runner import read_results
 from soft_spatial.lab.analysis.data import load_metrics
 from soft_spatial.lab.analysis.training import plot_tau_over_training
+from soft_spatial.lab.effects import Z975, paired_mean
 
 __all__ = ["read_metrics", "per_question", "paired_difference", "write_report", "trend",
            "step_times", "CATEGORY_ORDER", "STEP_TIMES"]
 
-Z95 = 1.959963984540054
 CATEGORY_ORDER = ("relative_position", "depth_order", "egocentric", "mental_rotation", "counting")
 
 
@@ -60,11 +61,12 @@ def paired_difference(before: Mapping[int, dict], after: Mapping[int, dict],
     qs = sorted(set(before) & set(after)) if questions is None else list(questions)
     if not qs:
         return {"n": 0, "before": None, "after": None, "diff": None, "lo": None, "hi": None}
-    d = [after[q]["acc"] - before[q]["acc"] for q in qs]
-    n = len(d)
-    mean = sum(d) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1)) if n > 1 else 0.0
-    half = Z95 * sd / math.sqrt(n)
+    n = len(qs)
+    if n > 1:
+        p = paired_mean({q: after[q]["acc"] for q in qs}, {q: before[q]["acc"] for q in qs}, qs)
+        mean, half = p.mean, Z975 * math.sqrt(p.variance)
+    else:
+        mean, half = after[qs[0]]["acc"] - before[qs[0]]["acc"], 0.0
     b = 100 * sum(before[q]["acc"] for q in qs) / n
     a = 100 * sum(after[q]["acc"] for q in qs) / n
     return {"n": n, "before": b, "after": a, "diff": 100 * mean, "lo": 100 * (mean - half),
@@ -85,7 +87,7 @@ def trend(values: Sequence[float]) -> dict:
     resid = [y - (my + slope * (x - mx)) for x, y in zip(xs, values)]
     se = math.sqrt(sum(r * r for r in resid) / (n - 2) / sxx)
     return {"first": sum(values[:q]) / q, "last": sum(values[-q:]) / q, "slope": slope,
-            "slope_lo": slope - Z95 * se, "slope_hi": slope + Z95 * se}
+            "slope_lo": slope - Z975 * se, "slope_hi": slope + Z975 * se}
 
 
 #: verl's per-step timings (seconds) the report shows, with their column names
@@ -101,10 +103,9 @@ def step_times(metrics: list[dict]) -> dict:
     timed = metrics[1:] if len(metrics) > 1 else metrics
     out: dict = {"steps_timed": len(timed)}
     for key, _ in STEP_TIMES:
-        values = sorted(m[key] for m in timed if key in m)
+        values = [m[key] for m in timed if key in m]
         if values:
-            mid = len(values) // 2
-            out[key] = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+            out[key] = statistics.median(values)
     return out
 
 
