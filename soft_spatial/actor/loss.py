@@ -41,6 +41,7 @@ from verl.workers.utils.padding import no_padding_2_padding
 
 from soft_spatial.actor.replay_layout import padded
 from soft_spatial.softthink import KLConfig, candidate_kl
+from soft_spatial.softthink.trace import TRACE_PREFIX
 
 __all__ = ["LOSS_NAME", "register", "soft_grpo_policy_loss", "soft_ppo_loss", "step_kl", "check_actor_config",
            "AGG_MODES"]
@@ -103,7 +104,7 @@ def soft_ppo_loss(config, model_output, data, dp_group=None, kl: KLConfig | None
     candidates = kl is not None and kl.over == "candidates" and config.use_kl_loss
     if candidates:
         missing = [k for k, src in (("cand_logp", model_output), ("ref_cand_logp", data.keys()),
-                                    ("trace_soft", data.keys())) if k not in src]
+                                    (TRACE_PREFIX + "soft", data.keys())) if k not in src]
         if missing:
             raise KeyError(f"kl.over=candidates needs {missing} (the soft engine's candidate "
                            f"log-probs; set rollout.custom.kl on the actor and ref workers)")
@@ -115,7 +116,7 @@ def soft_ppo_loss(config, model_output, data, dp_group=None, kl: KLConfig | None
                              dp_group=dp_group)
     metrics = dict(metrics)
     resp = padded(data["response_mask"]).bool()
-    soft_mask = padded(data["trace_soft"]).bool() & resp if "trace_soft" in data.keys() else None
+    soft_mask = padded(data[TRACE_PREFIX + "soft"]).bool() & resp if TRACE_PREFIX + "soft" in data.keys() else None
     if candidates:
         log_prob = no_padding_2_padding(model_output["log_probs"], data)
         cand = no_padding_2_padding(model_output["cand_logp"], data)

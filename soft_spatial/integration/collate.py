@@ -9,13 +9,11 @@ rollout metrics of docs/design.md §5.3 (τ statistics, entropy, soft-step fract
 """
 from __future__ import annotations
 
-
 import numpy as np
 import torch
 
 from soft_spatial.softthink import SoftTrace, collate_traces, mixture_weights
-
-from soft_spatial.softthink.trace import TRACE_FIELD
+from soft_spatial.softthink.trace import TRACE_FIELD, TRACE_PREFIX
 
 __all__ = ["attach_traces", "trace_metrics", "mixture_metrics", "SpineMismatchError", "HIGH_ENTROPY"]
 
@@ -106,7 +104,7 @@ def mixture_metrics(scores: torch.Tensor, tau: torch.Tensor, entropy: torch.Tens
 
 def attach_traces(batch) -> dict[str, float]:
     """Collate the batch's traces into ``trace_*`` tensors (in place); returns metrics."""
-    if "trace_topk_ids" in batch.batch.keys():
+    if TRACE_PREFIX + "topk_ids" in batch.batch.keys():
         return {}
     traces = _traces(batch)
     responses = batch.batch["responses"]
