@@ -19,6 +19,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+from splitmix_ref import GOLDEN, MASK, mix64, uniforms
 from soft_spatial.engines.sglang.client import PARAM_KEY, request_params
 from soft_spatial.engines.sglang.runtime import SoftRuntime
 from soft_spatial.engines.sglang.server_args import SchedulerSetup
@@ -29,29 +30,15 @@ from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig, SoftThinkin
                                     noise_uniforms, seed_tensor)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-MASK = 2 ** 64 - 1
 
 
 # -- the counter-based stream ------------------------------------------------------------------
-def _mix_ref(z: int) -> int:
-    """splitmix64's output function on Python integers (Steele, Lea, Flood 2014)."""
-    z = (z + 0x9E3779B97F4A7C15) & MASK
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
-    return z ^ (z >> 31)
-
-
-def uniforms_ref(seed: int, step: int, n: int) -> list[float]:
-    h = _mix_ref(_mix_ref(seed & MASK) ^ (step & MASK))
-    return [(_mix_ref(h ^ j) >> 40) / 2 ** 24 for j in range(n)]
-
-
 def test_splitmix_reference_matches_published_values():
     # splitmix64 seeded with 0: the first outputs of the reference C code (Vigna's splitmix64.c)
     state, out = 0, []
     for _ in range(2):
-        out.append(_mix_ref(state))
-        state = (state + 0x9E3779B97F4A7C15) & MASK
+        out.append(mix64(state))
+        state = (state + GOLDEN) & MASK
     assert out == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4]
 
 
@@ -62,7 +49,7 @@ def test_splitmix_reference_matches_published_values():
 def test_noise_uniforms_equal_pure_python_splitmix64(device, seeds, step, n):
     """Exact integer arithmetic: the same bits on every device as on Python integers."""
     u = noise_uniforms(seed_tensor(seeds, device), step, n).cpu()
-    ref = torch.tensor([uniforms_ref(s, step, n) for s in seeds], dtype=torch.float64)
+    ref = torch.tensor([uniforms(s, step, n) for s in seeds], dtype=torch.float64)
     assert u.dtype == torch.float32
     assert torch.equal(u.double(), ref)  # 24-bit values: exact in fp32
 

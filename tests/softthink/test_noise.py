@@ -14,11 +14,11 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+from splitmix_ref import uniform_bits
 from soft_spatial.softthink.noise import (NOISE_KEY, NOISE_PARAM, NOISE_ROWS, NoiseKey, noise_param,
                                           noise_uniforms, pop_noise_param, request_row_seed,
                                           request_seed, row_seed, seed_tensor)
 
-MASK = 2 ** 64 - 1
 COUNTS = st.integers(0, 2 ** 70)
 
 
@@ -32,17 +32,6 @@ def old_request_row_seed(base: int, key: str) -> int:
     return ((base * 1_000_003 + digest) % 2 ** 62) * 10_007 + 0
 
 
-def _mix(z: int) -> int:
-    z = (z + 0x9E3779B97F4A7C15) & MASK
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
-    return z ^ (z >> 31)
-
-
-def old_uniforms(seed: int, step: int, n: int) -> list[int]:
-    """U · 2^24 of the former ``mixture.noise_uniforms`` (U[j] = (h(seed, step, j) >> 40) · 2^-24)."""
-    h = _mix(_mix(seed & MASK) ^ (step & MASK))
-    return [_mix(h ^ j) >> 40 for j in range(n)]
 
 
 # -- the key --------------------------------------------------------------------------------------
@@ -141,7 +130,7 @@ RECORDED = [
 @pytest.mark.parametrize("base,key,seed,block", RECORDED, ids=[str(r[1]) for r in RECORDED])
 def test_fixed_keys_draw_the_former_noise(base, key, seed, block):
     assert request_row_seed(base, key) == seed
-    assert old_uniforms(seed, 7, 6) == block  # the reference reproduces the record
+    assert uniform_bits(seed, 7, 6) == block  # the reference reproduces the record
     u = noise_uniforms(seed_tensor([seed]), 7, 6)[0]
     assert u.dtype == torch.float32
     assert [int(x) for x in (u.double() * 2 ** 24).tolist()] == block
@@ -155,7 +144,7 @@ def test_a_batch_of_keys_draws_each_keys_block():
     steps = torch.arange(len(keys)) * 3
     u = noise_uniforms(seed_tensor(seeds), steps, 6)
     for r, (seed, t) in enumerate(zip(seeds, steps.tolist())):
-        assert [int(x) for x in (u[r].double() * 2 ** 24).tolist()] == old_uniforms(seed, t, 6)
+        assert [int(x) for x in (u[r].double() * 2 ** 24).tolist()] == uniform_bits(seed, t, 6)
 
 
 # -- the wire -------------------------------------------------------------------------------------
