@@ -58,7 +58,7 @@ from soft_spatial.data.prompt import SYSTEM_PROMPT
 __all__ = ["TASKS", "PATH_TASKS", "ALL_TASKS", "PathKnobs", "QUARTERS", "cell_name", "Difficulty",
            "DIFFICULTIES", "SyntheticConfig", "Item", "generate_split",
            "write_benchmark", "chance_levels", "chance_levels_of_release", "corpus",
-           "path_shortcut_accuracy", "read_reasoning", "main"]
+           "path_shortcut_accuracy", "read_reasoning", "read_rows", "path_phrases", "main"]
 
 #: task -> (OmniSpatial task_type, sub_task_type)
 TASKS: dict[str, tuple[str, str]] = {
@@ -1143,10 +1143,27 @@ def corpus(repeat: int = 20, tasks: Sequence[str] = ()) -> list[str]:
     return texts * repeat
 
 
+def path_phrases(tasks: Sequence[str] = (), grid: int = PathKnobs.grid) -> list[str]:
+    """With a path task among ``tasks``, the board's cell names, each after a space (`` a1`` ..),
+    to be added to a small BPE as whole tokens (``build_tiny_model(phrases=...)``): Qwen's
+    pre-tokenizer splits every digit off, so no merge can make a cell one token, and the warm
+    start's soft view needs each cell to be one candidate. Empty without a path task."""
+    if not any(t in PATH_TASKS for t in tasks):
+        return []
+    return [" " + cell_name((x, y)) for y in range(grid) for x in range(grid)]
+
+
+def read_rows(release: str | Path) -> dict[str, dict]:
+    """``{id: row}``: every field of a written split's records (its ``data.json``), the path
+    questions' ground truth (moves, branches, true branch, t*) included."""
+    rows = json.loads((Path(release) / "data.json").read_text(encoding="utf-8"))
+    return {r["id"]: r for r in rows}
+
+
 def read_reasoning(release: str | Path) -> dict[str, dict]:
     """``{id: {"task", "reasoning"}}`` of a written split (its ``data.json``)."""
-    rows = json.loads((Path(release) / "data.json").read_text(encoding="utf-8"))
-    return {r["id"]: {"task": r["synthetic_task"], "reasoning": r["reasoning"]} for r in rows}
+    return {k: {"task": r["synthetic_task"], "reasoning": r["reasoning"]}
+            for k, r in read_rows(release).items()}
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:

@@ -15,6 +15,14 @@ real entry points (config: ``configs/learn.yaml``; ``budget=demo`` trains adapts
                  out/reward.png, out/tau.png, out/results.json
     8 analysis   python -m soft_spatial.analysis all on the adaptsoft run -> out/analysis
 
+``budget=paths`` is the softness experiment (docs/learning.md): the path-tracking questions, three
+warm starts (two-view ``mix``, hard-only, no-chain; lab/path_views.py), and before any GRPO
+Phase 0's gates (5g below, lab/gates.py: the warm starts decoded hard and at fixed τ 0.1/0.5/0.9)
+-> out/gates.md. A failed gate stops the run before GRPO (the registered rule). Its arms
+(``modes=[hard,soft_fixed,soft_fixed_hi,adaptsoft]``) start from the two-view warm start; the
+adaptsoft arm's μ_H/σ_H are re-estimated on that warm start first (``python -m soft_spatial.stats
+entropy`` -> out/stats/entropy.yaml).
+
 Every stage leaves its output under ``out`` and is skipped when the command runs again; training
 resumes from its last verl checkpoint and evaluation from its JSONL, so an interrupted run picks
 up where it stopped. Logs of every subprocess are in ``out/logs``; training progress (reward,
@@ -34,8 +42,10 @@ from pathlib import Path
 
 from soft_spatial.data import synthetic
 from soft_spatial.data.prompt import SYSTEM_PROMPT
-from soft_spatial.data.synthetic import corpus
+from soft_spatial.data.synthetic import corpus, path_phrases
+from soft_spatial.data.synthetic import read_rows
 from soft_spatial.lab.analysis.cli import main as analysis
+from soft_spatial.lab.gates import GATE_EVALS, measure_gates, write_gates
 from soft_spatial.lab.report import read_metrics, write_report
 from soft_spatial.models import build_tiny_model
 from soft_spatial.softthink import from_mapping
@@ -44,8 +54,11 @@ from soft_spatial.softthink.settings import CONTROLLER_FILE, SoftSettings, setti
 __all__ = ["LearnConfig", "Experiment", "EVAL_MODE", "main"]
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
-#: training preset -> the decoding mode its policy is evaluated in
-EVAL_MODE = {"hard": "hard", "soft_fixed": "fixed", "adaptsoft": "adaptsoft"}
+#: arm -> the decoding mode its policy is evaluated in
+EVAL_MODE = {"hard": "hard", "soft_fixed": "fixed", "soft_fixed_hi": "fixed",
+             "adaptsoft": "adaptsoft"}
+#: arm -> its training preset (configs/experiment/), where the two differ
+PRESET = {"soft_fixed_hi": "soft_fixed"}
 #: the warm start evaluated in each decoding mode; adaptsoft's untrained controller gives τ = τ₀
 #: exactly (zero output layer, a = b = 0), so its "before" is the fixed-τ₀ evaluation
 BEFORE_MODE = {"hard": "hard", "fixed": "fixed", "adaptsoft": "fixed"}
@@ -85,6 +98,9 @@ class WarmStartSpec:
     lr: float = 2e-3
     answer_weight: float = 10.0
     noise: float = 0.3
+    views: list[str] = field(default_factory=lambda: ["hard"])
+    """The warm starts to train, one per view (lab/path_views.py: hard, mix, nochain); the
+    first is the arms' start."""
     overrides: list[str] = field(default_factory=list)
 
 
@@ -115,11 +131,23 @@ class LearnConfig:
     warmstart: WarmStartSpec = field(default_factory=WarmStartSpec)
     train: TrainSpec = field(default_factory=TrainSpec)
     eval: EvalSpec = field(default_factory=EvalSpec)
+    gates: bool = False
+    """Phase 0 of the softness experiment before any GRPO: evaluate the warm starts of views
+    mix, hard and nochain and apply the registered gates (lab/gates.py); a failed gate stops
+    the run before the arms."""
+    high_tau: float = 0.9
+    """τ of the ``soft_fixed_hi`` arm (the control for a higher mean τ) and of gate G2."""
+    entropy_prompts: int = 128
+    """Prompts the adaptsoft arm's μ_H/σ_H are re-estimated on (budget=paths; 0: keep the
+    configured values)."""
 
     def __post_init__(self):
         unknown = [m for m in self.modes if m not in EVAL_MODE]
-        if unknown or not self.modes:
+        if unknown or not (self.modes or self.gates):
             raise ValueError(f"learn: modes must be among {list(EVAL_MODE)}, got {self.modes}")
+        if self.gates and not {"mix", "hard", "nochain"} <= set(self.warmstart.views):
+            raise ValueError(f"learn: gates need the warm starts of views mix, hard and nochain, "
+                             f"got warmstart.views={self.warmstart.views}")
 
     @classmethod
     def from_omegaconf(cls, cfg) -> "LearnConfig":
@@ -178,7 +206,7 @@ class Experiment:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.data = self.out / "data"
         self.init_model = self.out / "models" / "init"
-        self.warm = self.out / "models" / "warmstart"
+        self.warm = self.out / "models" / "warmstart"  # the first view's: the arms' start
         self.parquet = self.out / "parquet"
         self.env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                         TOKENIZERS_PARALLELISM="false", RAY_USAGE_STATS_ENABLED="0",
@@ -234,7 +262,8 @@ class Experiment:
         tmp = self.init_model.with_name("init.tmp")
         build_tiny_model(
             tmp, family="qwen3_vl", vocab="small", seed=self.cfg.seed, corpus=corpus(tasks=self.cfg.data.tasks),
-            bpe_size=m.bpe_size, phrases=[SYSTEM_PROMPT] if m.system_prompt_token else [],
+            bpe_size=m.bpe_size, phrases=([SYSTEM_PROMPT] if m.system_prompt_token else [])
+            + path_phrases(self.cfg.data.tasks),
             hidden_size=m.hidden_size,
             intermediate_size=m.intermediate_size, num_hidden_layers=m.num_hidden_layers,
             num_attention_heads=m.num_attention_heads, num_key_value_heads=m.num_key_value_heads,
@@ -243,20 +272,29 @@ class Experiment:
                 "depth": m.vision_depth, "out_hidden_size": m.hidden_size})
         os.replace(tmp, self.init_model)
 
+    def warm_dir(self, view: str) -> Path:
+        """The warm start of ``view``: ``models/warmstart`` for the first view, else
+        ``models/warmstart_<view>``."""
+        return self.warm if view == self.cfg.warmstart.views[0] else self.warm.with_name(
+            f"warmstart_{view}")
+
     def make_warmstart(self) -> None:
-        if (self.warm / "model.safetensors").is_file():
-            return self.say("3 warm start: done")
         w = self.cfg.warmstart
-        self.say(f"3 warm start: {w.steps} supervised steps of {w.batch_size}, lr {w.lr} "
-                 f"(log {self.logs / 'warmstart.log'})")
-        self._run("warmstart", _python() + [
-            "-m", "soft_spatial.lab.warmstart", f"model_path={self.init_model}",
-            f"data_root={self.data}", f"output_dir={self.warm}", f"steps={w.steps}",
-            f"batch_size={w.batch_size}", f"lr={w.lr}", f"answer_weight={w.answer_weight}",
-            f"noise={w.noise}",
-            f"seed={self.cfg.seed}", *w.overrides],
-            follow=lambda proc: self._follow_log(proc, self.logs / "warmstart.log",
-                                                 "warm start step"))
+        for view in w.views:
+            out, name = self.warm_dir(view), (
+                "warmstart" if view == w.views[0] else f"warmstart_{view}")
+            if (out / "model.safetensors").is_file():
+                self.say(f"3 warm start {view}: done")
+                continue
+            self.say(f"3 warm start {view}: {w.steps} supervised steps of {w.batch_size}, lr "
+                     f"{w.lr} (log {self.logs / (name + '.log')})")
+            self._run(name, _python() + [
+                "-m", "soft_spatial.lab.warmstart", f"model_path={self.init_model}",
+                f"data_root={self.data}", f"output_dir={out}", f"steps={w.steps}",
+                f"batch_size={w.batch_size}", f"lr={w.lr}", f"answer_weight={w.answer_weight}",
+                f"noise={w.noise}", f"view={view}", f"seed={self.cfg.seed}", *w.overrides],
+                follow=lambda proc, name=name: self._follow_log(
+                    proc, self.logs / f"{name}.log", "warm start step"))
 
     def make_parquet(self) -> None:
         for split in ("train", "test"):
@@ -271,9 +309,10 @@ class Experiment:
                 "--max-pixels", "0"])
             os.replace(tmp, out)
 
-    def evaluate(self, name: str, model: Path, mode: str, controller: Path | None = None
-                 ) -> Path:
-        """``python -m soft_spatial.eval`` on the test split (resumable); returns its directory."""
+    def evaluate(self, name: str, model: Path, mode: str, controller: Path | None = None,
+                 extra: Sequence[str] = ()) -> Path:
+        """``python -m soft_spatial.eval`` on the test split (resumable; ``extra``: more
+        overrides); returns its directory."""
         e = self.cfg.eval
         out = self.out / "eval" / name
         summary = out / "summary.json"
@@ -287,10 +326,48 @@ class Experiment:
             f"model.path={model}", f"model.name={name}", f"mode={mode}",
             f"controller={controller if controller else 'null'}", f"samples={e.samples}",
             f"temperature={e.temperature}", f"max_new_tokens={e.max_new_tokens}",
-            f"seed={self.cfg.seed}", f"output_dir={out}"])
+            f"seed={self.cfg.seed}", f"output_dir={out}", *extra])
         return out
 
-    def train(self, mode: str) -> Path:
+    def gates(self) -> dict:
+        """Phase 0: the warm starts evaluated as :data:`~soft_spatial.lab.gates.GATE_EVALS` asks,
+        and the registered gates applied -> ``gates.md``, ``gates.json``."""
+        self.say("5g gates: the warm starts before any GRPO")
+        evals = {}
+        for name, (view, mode, tau) in GATE_EVALS.items():
+            extra = [f"soft_thinking.fixed_tau={tau}"] if tau is not None else []
+            evals[name] = self.evaluate(f"gate_{name}", self.warm_dir(view), mode, extra=extra)
+        result = measure_gates(evals, read_rows(self.data / "OmniSpatial-test"))
+        write_gates(self.out, result)
+        print((self.out / "gates.md").read_text(), flush=True)
+        return result
+
+    def entropy_overrides(self) -> list[str]:
+        """μ_H/σ_H of the arms' warm start (``python -m soft_spatial.stats entropy`` on the
+        training prompts, the untrained controller's τ₀), as training overrides."""
+        n = self.cfg.entropy_prompts
+        if n <= 0:
+            return []
+        out = self.out / "stats" / "entropy.yaml"
+        if not out.is_file():
+            self.say(f"5e entropy: mu_H, sigma_H of the warm start over {n} prompts")
+            self._run("entropy", _python() + [
+                "-m", "soft_spatial.stats", "entropy", "--prompts", n, "--name", "warmstart",
+                "--out", out, "--work-dir", self.out / "stats" / "work", "--no-progress",
+                "model=tiny", "cluster=cpu", "recipe=synthetic_cpu", f"model.path={self.warm}",
+                f"data.train_files={self.parquet / 'train.parquet'}",
+                f"data.val_files={self.parquet / 'test.parquet'}", *self.cfg.train.overrides])
+        from omegaconf import OmegaConf
+
+        ada = OmegaConf.load(out)["adaptsoft"]
+        return [f"adaptsoft.entropy_mean={float(ada.entropy_mean)}",
+                f"adaptsoft.entropy_std={float(ada.entropy_std)}"]
+
+    def arm_overrides(self, mode: str) -> list[str]:
+        """What an arm sets beyond its preset: ``soft_fixed_hi``'s τ."""
+        return [f"soft_thinking.fixed_tau={self.cfg.high_tau}"] if mode == "soft_fixed_hi" else []
+
+    def train(self, mode: str, extra: Sequence[str] = ()) -> Path:
         """GRPO through ``python -m soft_spatial.train``; returns the checkpoint directory."""
         t = self.cfg.train
         run = self.out / "runs" / mode
@@ -303,13 +380,14 @@ class Experiment:
                  f"(log {self.logs / ('train_' + mode + '.log')})")
         cmd = _python() + [
             "-m", "soft_spatial.train", "model=tiny", "cluster=cpu", "recipe=synthetic_cpu",
-            f"experiment={mode}", f"model.path={self.warm}",
+            f"experiment={PRESET.get(mode, mode)}", f"model.path={self.warm}",
             f"data.train_files={self.parquet / 'train.parquet'}",
             f"data.val_files={self.parquet / 'test.parquet'}",
             f"trainer.total_training_steps={t.steps}", f"trainer.save_freq={t.save_freq}",
             f"trainer.default_local_dir={ckpt}", f"trainer.experiment_name={mode}",
             f"data.seed={self.cfg.seed}", f"adaptsoft.seed={self.cfg.seed}",
-            f"+actor_rollout_ref.rollout.custom.seed={self.cfg.seed}", *t.overrides]
+            f"+actor_rollout_ref.rollout.custom.seed={self.cfg.seed}",
+            *self.arm_overrides(mode), *extra, *t.overrides]
         env = dict(self.env, VERL_FILE_LOGGER_PATH=str(ckpt / "metrics.jsonl"))
         ckpt.mkdir(parents=True, exist_ok=True)
         self._run(f"train_{mode}", cmd, env,
@@ -376,6 +454,10 @@ class Experiment:
         analysis(["all", "--metrics", str(run["metrics"]), "--eval", str(run["after"]),
                   "--out", str(self.out / "analysis"), "--min-steps", "3"])
 
+    def _before_name(self, mode: str) -> str:
+        name = f"warmstart_{BEFORE_MODE[EVAL_MODE[mode]]}"
+        return name + f"_{self.cfg.high_tau:g}" if mode == "soft_fixed_hi" else name
+
     def run(self) -> dict:
 
         c = self.cfg
@@ -385,15 +467,23 @@ class Experiment:
         self.make_model()
         self.make_warmstart()
         self.make_parquet()
+        if c.gates and not self.gates()["passed"]:
+            self.say(f"a gate failed (table {self.out / 'gates.md'}): the registered rule stops "
+                     f"the protocol before GRPO")
+            return {"gates": json.loads((self.out / "gates.json").read_text())}
+        if not c.modes:
+            return self.say("done: no arms asked for")
         self.say("5 eval: the warm start")
-        before = {m: self.evaluate(f"warmstart_{BEFORE_MODE[EVAL_MODE[m]]}", self.warm,
-                                   BEFORE_MODE[EVAL_MODE[m]]) for m in c.modes}
+        before = {m: self.evaluate(self._before_name(m), self.warm, BEFORE_MODE[EVAL_MODE[m]],
+                                   extra=self.arm_overrides(m)) for m in c.modes}
+        entropy = self.entropy_overrides() if c.gates and "adaptsoft" in c.modes else []
         runs = {}
         for mode in c.modes:
-            ckpt = self.train(mode)
+            ckpt = self.train(mode, entropy if mode == "adaptsoft" else ())
             final = self.merge(mode, ckpt)
             after = self.evaluate(f"{mode}_trained", final, EVAL_MODE[mode],
-                                  final / CONTROLLER_FILE if EVAL_MODE[mode] == "adaptsoft" else None)
+                                  final / CONTROLLER_FILE if EVAL_MODE[mode] == "adaptsoft" else None,
+                                  extra=self.arm_overrides(mode))
             runs[mode] = {"before": before[mode], "after": after,
                           "metrics": ckpt / "metrics.jsonl"}
         self.say("7 report")

@@ -16,6 +16,11 @@ fused cross-entropy is GPU-only), a Python loop over every token of the packed b
 model of ~1M parameters that loop, not the model, is the step, and the warm start needs over a
 hundred steps inside the demo's 15-minute budget.
 
+Path questions (``path_*`` tasks) are trained in the views of :mod:`soft_spatial.lab.path_views`
+(``view``: ``hard``, the hard view alone; ``mix``, the hard and the soft view of every scene in the
+same step; ``nochain``, the answer alone); other records are trained as above in ``hard`` and
+``mix`` and answer-only in ``nochain``.
+
 Progress is printed every ``log_every`` steps (loss, tokens/s); a checkpoint (model, optimizer,
 schedule, data order) is written every ``save_every`` steps and an interrupted run resumes from it.
 """
@@ -28,7 +33,7 @@ import random
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -37,12 +42,16 @@ from torch import Tensor
 from soft_spatial.data import load_omnispatial
 from soft_spatial.data.prompt import build_messages
 from soft_spatial.data.record import QuestionRecord, index_to_letter, letter_to_index
-from soft_spatial.data.synthetic import read_reasoning
+from soft_spatial.data.synthetic import PATH_TASKS, read_rows
 from soft_spatial.engines.prompts import chat_images
+from soft_spatial.lab.path_views import (VIEWS, PathTruth, Target, draw_mixture_scores, hard_trace,
+                                         soft_view_targets, trace_words, word_positions)
 from soft_spatial.models.loading import load_model
 from soft_spatial.softthink import from_mapping
+from soft_spatial.softthink.replay import soft_inputs
 
-__all__ = ["WarmStartConfig", "assistant_turn", "demonstration", "encode", "collate",
+__all__ = ["WarmStartConfig", "assistant_turn", "demonstration", "encode", "encode_views",
+           "collate", "add_mixture_noise",
            "response_loss", "train", "run"]
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -71,6 +80,13 @@ class WarmStartConfig:
     log_every: int = 25
     save_every: int = 100
     threads: int | None = None
+    view: str = "hard"
+    """Which views path questions are trained in: ``hard`` (the hard view alone, W-hard),
+    ``mix`` (hard and soft view of every scene in each step, W-mix) or ``nochain`` (the answer
+    alone): :mod:`soft_spatial.lab.path_views`."""
+    distractor_mass: float = 0.05
+    """ε, the top-K mass of the soft view's distractor cells (the live cells share 1 − ε): a
+    rollout's candidates beyond the live set carry little probability."""
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "log_every", "save_every"):
@@ -82,6 +98,11 @@ class WarmStartConfig:
             raise ValueError(f"warmstart.answer_weight must be > 0, got {self.answer_weight}")
         if not 0 <= self.noise < 1:
             raise ValueError(f"warmstart.noise must be in [0, 1), got {self.noise}")
+        if self.view not in VIEWS:
+            raise ValueError(f"warmstart.view must be one of {VIEWS}, got {self.view!r}")
+        if not 0 < self.distractor_mass < 1:
+            raise ValueError(f"warmstart.distractor_mass must be in (0, 1), got "
+                             f"{self.distractor_mass}")
 
 
 def assistant_turn(reasoning: str, letter: str) -> str:
@@ -98,6 +119,9 @@ class Example:
     inputs: dict[str, Tensor]
     response_start: int
     answer_at: int  # position of the answer letter (the token before <|im_end|>)
+    answer_weight: float | None = None  # the letter's loss weight (None: the run's answer_weight)
+    soft_labels: tuple[Target, ...] = ()  # positions whose target is a distribution
+    mixtures: tuple[Target, ...] = ()  # positions fed a mixture of candidates (log p̃)
 
 
 def demonstration(record: QuestionRecord, noise: float, seed: int) -> str:
@@ -143,6 +167,39 @@ def encode(processor, record: QuestionRecord, reasoning: str, letter: str | None
     return Example(inputs, start + len(newline), at)
 
 
+def encode_views(processor, record: QuestionRecord, row: dict, cfg: WarmStartConfig
+                 ) -> list[Example]:
+    """The examples ``record`` is trained on in ``cfg.view`` (module docstring;
+    :mod:`soft_spatial.lab.path_views` for path questions). ``row`` is its ``data.json`` row."""
+    letter = demonstration(record, cfg.noise, cfg.seed)
+    if cfg.view == "nochain":
+        return [encode(processor, record, "", letter)]
+    if row.get("synthetic_task") not in PATH_TASKS:
+        return [encode(processor, record, row["reasoning"], letter)]
+    where = f"{cfg.data_root} ({cfg.split})"
+    truth = PathTruth.from_row(row, where)
+    if index_to_letter(truth.quarter(truth.true_branch)) != record.answer:
+        raise ValueError(f"{where}: record {record.id!r}: the true branch ends in "
+                         f"{truth.branches[truth.true_branch][-1]}, not in answer {record.answer}")
+    tok = processor.tokenizer
+    branch, reasoning, own = hard_trace(truth, cfg.seed, record.id)
+    hard = encode(processor, record, reasoning, letter if branch == truth.true_branch else own)
+    ids = hard.inputs["input_ids"][0].tolist()
+    positions = word_positions(tok, ids, hard.response_start, reasoning.split(), where)
+    first = soft_view_targets(tok, truth, positions, cfg.seed, record.id, cfg.distractor_mass)[0][0]
+    hard = replace(hard, answer_weight=None if branch == truth.true_branch else 0.0,
+                   soft_labels=(first,) if truth.m > 1 else ())
+    if cfg.view == "hard":
+        return [hard]
+    words = trace_words(truth, truth.true_branch)
+    soft = encode(processor, record, " ".join(words), letter)
+    positions = word_positions(tok, soft.inputs["input_ids"][0].tolist(), soft.response_start,
+                               words, where)
+    targets, mixtures = soft_view_targets(tok, truth, positions, cfg.seed, record.id,
+                                          cfg.distractor_mass)
+    return [hard, replace(soft, soft_labels=tuple(targets), mixtures=tuple(mixtures))]
+
+
 def collate(examples: Sequence[Example], pad_id: int, answer_weight: float = 1.0
             ) -> dict[str, Tensor]:
     """Right-pad a batch; ``labels`` hold the response tokens and -100 elsewhere; ``weights``
@@ -162,29 +219,92 @@ def collate(examples: Sequence[Example], pad_id: int, answer_weight: float = 1.0
     for i, e in enumerate(examples):
         length = e.inputs["input_ids"].shape[1]
         labels[i, e.response_start:length] = batch["input_ids"][i, e.response_start:length]
+    for i, e in enumerate(examples):
+        for t in e.soft_labels:
+            labels[i, t.position] = -100  # a distribution, not a token: soft_* below
     batch["labels"] = labels
     weights = (labels != -100).float()
     for i, e in enumerate(examples):
-        weights[i, e.answer_at] = answer_weight
+        weights[i, e.answer_at] = answer_weight if e.answer_weight is None else e.answer_weight
+        for t in e.soft_labels:
+            weights[i, t.position] = 1.0
     batch["weights"] = weights
+    soft = [(i, t) for i, e in enumerate(examples) for t in e.soft_labels]
+    if soft:
+        width = max(len(t.ids) for _, t in soft)
+        batch["soft_rows"] = torch.tensor([i for i, _ in soft])
+        batch["soft_pos"] = torch.tensor([t.position for _, t in soft])
+        batch["soft_ids"] = torch.tensor([t.ids + (0,) * (width - len(t.ids)) for _, t in soft])
+        batch["soft_probs"] = torch.tensor([t.values + (0.0,) * (width - len(t.values))
+                                            for _, t in soft])
+    mixed = [(i, t) for i, e in enumerate(examples) for t in e.mixtures]
+    if mixed:
+        batch["mix_rows"] = torch.tensor([i for i, _ in mixed])
+        batch["mix_pos"] = torch.tensor([t.position for _, t in mixed])
+        batch["mix_ids"] = torch.tensor([t.ids for _, t in mixed])
+        batch["mix_logp"] = torch.tensor([t.values for _, t in mixed], dtype=torch.float32)
     for key in ("pixel_values", "image_grid_thw"):
         if key in examples[0].inputs:
             batch[key] = torch.cat([e.inputs[key] for e in examples])
     return batch
 
 
+#: batch keys that are the loss's, not the model's
+LOSS_KEYS = ("labels", "weights", "soft_rows", "soft_pos", "soft_ids", "soft_probs", "mix_rows",
+             "mix_pos", "mix_ids", "mix_logp", "mix_scores", "mix_tau")
+
+
+def add_mixture_noise(batch: dict[str, Tensor], generator: torch.Generator) -> dict[str, Tensor]:
+    """Draw the soft view's Gumbel noise and per-sequence τ (:func:`~soft_spatial.lab.path_views.
+    draw_mixture_scores`) into ``batch["mix_scores"]``, ``batch["mix_tau"]`` (no-op without
+    mixtures)."""
+    if "mix_logp" in batch:
+        batch["mix_scores"], batch["mix_tau"] = draw_mixture_scores(
+            batch["mix_logp"], batch["mix_rows"], batch["input_ids"].shape[0], generator)
+    return batch
+
+
+def _mixture_hook(model, batch: dict[str, Tensor]):
+    """The soft view's inputs: :func:`soft_spatial.softthink.replay.soft_inputs` over the
+    batch's mixture positions (softmax(z/τ)-weighted candidate embeddings)."""
+    shape = batch["input_ids"].shape
+    mask = torch.zeros(shape, dtype=torch.bool)
+    rows, pos = batch["mix_rows"], batch["mix_pos"]
+    mask[rows, pos] = True
+    k = batch["mix_ids"].shape[-1]
+    ids = torch.zeros(*shape, k, dtype=torch.long)
+    scores = torch.zeros(*shape, k)
+    tau = torch.ones(shape)
+    ids[rows, pos], scores[rows, pos], tau[rows, pos] = (
+        batch["mix_ids"], batch["mix_scores"].float(), batch["mix_tau"].float())
+    return soft_inputs(model.get_input_embeddings(), mask, ids, scores, tau, mask)
+
+
 def response_loss(model, batch: dict[str, Tensor]) -> Tensor:
     """Weighted mean next-token cross-entropy over the response tokens (position t predicts
-    t+1; ``batch["weights"]``, when given, weighs each label; without it, the plain mean)."""
+    t+1; ``batch["weights"]``, when given, weighs each label; without it, the plain mean). Soft
+    labels (``soft_*``) add −Σ_j q_j log p_j at their positions; mixture positions (``mix_*``,
+    with their noise drawn by :func:`add_mixture_noise`) are fed their mixtures."""
+    from contextlib import nullcontext
+
     labels = batch["labels"]
-    out = model(**{k: v for k, v in batch.items() if k not in ("labels", "weights")})
+    if "mix_ids" in batch and "mix_scores" not in batch:
+        raise ValueError("the batch has mixture inputs without their noise: add_mixture_noise()")
+    with _mixture_hook(model, batch) if "mix_ids" in batch else nullcontext():
+        out = model(**{k: v for k, v in batch.items() if k not in LOSS_KEYS})
     logits = out.logits[:, :-1].float()
     target = labels[:, 1:]
     ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                            target.reshape(-1), ignore_index=-100,
                                            reduction="none")
-    w = batch.get("weights", (labels != -100).float())[:, 1:].reshape(-1)
-    return (ce * w).sum() / w.sum()
+    w = batch.get("weights", (labels != -100).float())[:, 1:]
+    total = (ce * w.reshape(-1)).sum()
+    if "soft_ids" in batch:
+        rows, pos = batch["soft_rows"], batch["soft_pos"]
+        logp = torch.log_softmax(logits[rows, pos - 1], dim=-1).gather(-1, batch["soft_ids"])
+        soft_ce = -(batch["soft_probs"] * logp).sum(-1)
+        total = total + (soft_ce * w[rows, pos - 1]).sum()
+    return total / w.sum()
 
 
 def _lr_factor(step: int, cfg: WarmStartConfig) -> float:
@@ -196,10 +316,13 @@ def _lr_factor(step: int, cfg: WarmStartConfig) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def train(model, examples: list[Example], cfg: WarmStartConfig, pad_id: int,
+def train(model, examples: list[Example | list[Example]], cfg: WarmStartConfig, pad_id: int,
           state_path: Path | None = None, log=print) -> list[float]:
     """The loop: AdamW, warmup + cosine, gradient clipping, shuffled epochs; resumes from
-    ``state_path`` when it exists. Returns the loss of every step run here."""
+    ``state_path`` when it exists. Returns the loss of every step run here. An entry of
+    ``examples`` may be a list (a record's views): a step takes ``batch_size`` records with all
+    their views. The soft view's noise is drawn from ``seed`` and the step (the same on resume)."""
+    groups = [e if isinstance(e, list) else [e] for e in examples]
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, cfg))
     rng = random.Random(cfg.seed)
@@ -218,12 +341,13 @@ def train(model, examples: list[Example], cfg: WarmStartConfig, pad_id: int,
     t0, tokens = time.time(), 0
     while step < cfg.steps:
         if len(order) < cfg.batch_size:
-            fresh = list(range(len(examples)))
+            fresh = list(range(len(groups)))
             rng.shuffle(fresh)
             order += fresh
         idx, order = order[:cfg.batch_size], order[cfg.batch_size:]
-        batch = collate([examples[i] for i in idx], pad_id, cfg.answer_weight)
-        loss = response_loss(model, batch)
+        batch = collate([e for i in idx for e in groups[i]], pad_id, cfg.answer_weight)
+        noise = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+        loss = response_loss(model, add_mixture_noise(batch, noise))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad)
@@ -257,17 +381,16 @@ def run(cfg: WarmStartConfig) -> Path:
     model, processor, tokenizer = load_model(cfg.model_path, dtype=torch.float32)
     records = load_omnispatial(cfg.data_root, cfg.split)
     release = Path(cfg.data_root) / f"OmniSpatial-{cfg.split}"
-    reasoning = {k: v["reasoning"] for k, v in read_reasoning(release).items()}
-    missing = [r.id for r in records if r.id not in reasoning]
+    rows = read_rows(release)
+    missing = [r.id for r in records if "reasoning" not in rows.get(r.id, {})]
     if missing:
         raise KeyError(f"{release / 'data.json'}: records {missing[:5]} have no 'reasoning'")
     t0 = time.time()
-    letters = [demonstration(r, cfg.noise, cfg.seed) for r in records]
-    examples = [encode(processor, r, reasoning[r.id], x) for r, x in zip(records, letters)]
-    wrong = sum(x != r.answer for r, x in zip(records, letters))
-    print(f"warm start: {len(examples)} examples encoded in {time.time() - t0:.0f} s "
-          f"({wrong} with a wrong letter, noise {cfg.noise}); "
-          f"{cfg.steps} steps of {cfg.batch_size}", flush=True)
+    examples = [encode_views(processor, r, rows[r.id], cfg) for r in records]
+    wrong = sum(demonstration(r, cfg.noise, cfg.seed) != r.answer for r in records)
+    print(f"warm start: {len(examples)} records ({sum(map(len, examples))} sequences, view "
+          f"{cfg.view}) encoded in {time.time() - t0:.0f} s ({wrong} with a wrong letter, noise "
+          f"{cfg.noise}); {cfg.steps} steps of {cfg.batch_size}", flush=True)
     losses = train(model, examples, cfg, tokenizer.pad_token_id, work / CHECKPOINT,
                    log=lambda m: print(m, flush=True))
     tmp = out.with_name(out.name + ".tmp")
