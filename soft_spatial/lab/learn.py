@@ -45,6 +45,7 @@ from soft_spatial.data.prompt import SYSTEM_PROMPT
 from soft_spatial.data.synthetic import corpus, path_phrases
 from soft_spatial.data.synthetic import read_rows
 from soft_spatial.lab.analysis.cli import main as analysis
+from soft_spatial.lab.branches import accuracy_by, branch_readouts, readout_table
 from soft_spatial.lab.gates import GATE_EVALS, measure_gates, write_gates
 from soft_spatial.lab.report import read_metrics, write_report
 from soft_spatial.models import build_tiny_model
@@ -137,9 +138,9 @@ class LearnConfig:
     the run before the arms."""
     high_tau: float = 0.9
     """τ of the ``soft_fixed_hi`` arm (the control for a higher mean τ) and of gate G2."""
-    entropy_prompts: int = 128
-    """Prompts the adaptsoft arm's μ_H/σ_H are re-estimated on (budget=paths; 0: keep the
-    configured values)."""
+    entropy_prompts: int = 0
+    """Prompts the adaptsoft arm's μ_H/σ_H are re-estimated on, on the arms' warm start
+    (budget=paths: 128); 0 keeps the configured values (the 8B model's)."""
 
     def __post_init__(self):
         unknown = [m for m in self.modes if m not in EVAL_MODE]
@@ -337,8 +338,25 @@ class Experiment:
         for name, (view, mode, tau) in GATE_EVALS.items():
             extra = [f"soft_thinking.fixed_tau={tau}"] if tau is not None else []
             evals[name] = self.evaluate(f"gate_{name}", self.warm_dir(view), mode, extra=extra)
-        result = measure_gates(evals, read_rows(self.data / "OmniSpatial-test"))
+        rows = read_rows(self.data / "OmniSpatial-test")
+        result = measure_gates(evals, rows)
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(self.warm)
+        result["branches"] = {n: branch_readouts(d, rows, tok) for n, d in evals.items()
+                              if GATE_EVALS[n][1] == "fixed"}
+        result["by_t_star"] = {n: accuracy_by(Path(d) / "samples.jsonl", rows)["t_star"]
+                               for n, d in evals.items()}
         write_gates(self.out, result)
+        with (self.out / "gates.md").open("a") as f:
+            f.write("\nThe two-view warm start's soft decodes at the branch steps (position words "
+                    "of steps s <= t*; lab/branches.py):\n\n" + readout_table(result["branches"]))
+            f.write("\nAccuracy by (m, t*):\n\n| evaluation | " + " | ".join(
+                next(iter(result["by_t_star"].values()))) + " |\n|---|" + "---|" * len(
+                next(iter(result["by_t_star"].values()))) + "\n" + "".join(
+                f"| {n} | " + " | ".join(f"{v:.1f}" for v in acc.values()) + " |\n"
+                for n, acc in result["by_t_star"].items()))
+        (self.out / "gates.json").write_text(json.dumps(result, indent=2))
         print((self.out / "gates.md").read_text(), flush=True)
         return result
 
@@ -476,7 +494,7 @@ class Experiment:
         self.say("5 eval: the warm start")
         before = {m: self.evaluate(self._before_name(m), self.warm, BEFORE_MODE[EVAL_MODE[m]],
                                    extra=self.arm_overrides(m)) for m in c.modes}
-        entropy = self.entropy_overrides() if c.gates and "adaptsoft" in c.modes else []
+        entropy = self.entropy_overrides() if "adaptsoft" in c.modes else []
         runs = {}
         for mode in c.modes:
             ckpt = self.train(mode, entropy if mode == "adaptsoft" else ())

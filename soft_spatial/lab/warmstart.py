@@ -122,6 +122,7 @@ class Example:
     answer_weight: float | None = None  # the letter's loss weight (None: the run's answer_weight)
     soft_labels: tuple[Target, ...] = ()  # positions whose target is a distribution
     mixtures: tuple[Target, ...] = ()  # positions fed a mixture of candidates (log p̃)
+    images: tuple = ()  # with lazy pixels: the images whose pixel values collate computes
 
 
 def demonstration(record: QuestionRecord, noise: float, seed: int) -> str:
@@ -137,15 +138,17 @@ def demonstration(record: QuestionRecord, noise: float, seed: int) -> str:
     return index_to_letter(rng.choice([i for i in range(len(record.options)) if i != right]))
 
 
-def encode(processor, record: QuestionRecord, reasoning: str, letter: str | None = None
-           ) -> Example:
+def encode(processor, record: QuestionRecord, reasoning: str, letter: str | None = None,
+           lazy_pixels: bool = False, images: list | None = None) -> Example:
     """Render ``record`` with the chat template (generation prompt included), append the target
     response (``letter`` defaults to the record's answer) and ``<|im_end|>``, and run the
-    processor once. The response starts after the generation prompt's closing ``<think>\n``."""
+    processor once. The response starts after the generation prompt's closing ``<think>\n``.
+    ``lazy_pixels``: keep the images, not their pixel values (:func:`collate` computes them with
+    the processor's image processor); ``images``: the chat's images, when already loaded."""
     letter = record.answer if letter is None else letter
 
     messages = build_messages(record)
-    images = chat_images(messages, 0)
+    images = chat_images(messages, 0) if images is None else images
     prompt = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     if not prompt.endswith(THINK_OPEN):
         raise ValueError(f"the chat template's generation prompt must end with {THINK_OPEN!r}")
@@ -164,18 +167,27 @@ def encode(processor, record: QuestionRecord, reasoning: str, letter: str | None
     if tok.decode(ids[at:at + 1]).strip() != letter:
         raise ValueError(f"record {record.id!r}: the answer {letter!r} is not one token "
                          f"before <|im_end|>")
+    if lazy_pixels and "pixel_values" in inputs:  # ~0.9 MB per 192-pixel image: made per batch
+        del inputs["pixel_values"]
+        return Example(inputs, start + len(newline), at, images=tuple(images))
     return Example(inputs, start + len(newline), at)
 
 
-def encode_views(processor, record: QuestionRecord, row: dict, cfg: WarmStartConfig
-                 ) -> list[Example]:
+def encode_views(processor, record: QuestionRecord, row: dict, cfg: WarmStartConfig,
+                 lazy_pixels: bool = False) -> list[Example]:
     """The examples ``record`` is trained on in ``cfg.view`` (module docstring;
-    :mod:`soft_spatial.lab.path_views` for path questions). ``row`` is its ``data.json`` row."""
+    :mod:`soft_spatial.lab.path_views` for path questions). ``row`` is its ``data.json`` row;
+    ``lazy_pixels`` as for :func:`encode` (the views share one loaded image)."""
     letter = demonstration(record, cfg.noise, cfg.seed)
+    images = chat_images(build_messages(record), 0)
+
+    def one(reasoning: str, letter: str) -> Example:
+        return encode(processor, record, reasoning, letter, lazy_pixels, images)
+
     if cfg.view == "nochain":
-        return [encode(processor, record, "", letter)]
+        return [one("", letter)]
     if row.get("synthetic_task") not in PATH_TASKS:
-        return [encode(processor, record, row["reasoning"], letter)]
+        return [one(row["reasoning"], letter)]
     where = f"{cfg.data_root} ({cfg.split})"
     truth = PathTruth.from_row(row, where)
     if index_to_letter(truth.quarter(truth.true_branch)) != record.answer:
@@ -183,7 +195,7 @@ def encode_views(processor, record: QuestionRecord, row: dict, cfg: WarmStartCon
                          f"{truth.branches[truth.true_branch][-1]}, not in answer {record.answer}")
     tok = processor.tokenizer
     branch, reasoning, own = hard_trace(truth, cfg.seed, record.id)
-    hard = encode(processor, record, reasoning, letter if branch == truth.true_branch else own)
+    hard = one(reasoning, letter if branch == truth.true_branch else own)
     ids = hard.inputs["input_ids"][0].tolist()
     positions = word_positions(tok, ids, hard.response_start, reasoning.split(), where)
     first = soft_view_targets(tok, truth, positions, cfg.seed, record.id, cfg.distractor_mass)[0][0]
@@ -192,7 +204,7 @@ def encode_views(processor, record: QuestionRecord, row: dict, cfg: WarmStartCon
     if cfg.view == "hard":
         return [hard]
     words = trace_words(truth, truth.true_branch)
-    soft = encode(processor, record, " ".join(words), letter)
+    soft = one(" ".join(words), letter)
     positions = word_positions(tok, soft.inputs["input_ids"][0].tolist(), soft.response_start,
                                words, where)
     targets, mixtures = soft_view_targets(tok, truth, positions, cfg.seed, record.id,
@@ -200,8 +212,8 @@ def encode_views(processor, record: QuestionRecord, row: dict, cfg: WarmStartCon
     return [hard, replace(soft, soft_labels=tuple(targets), mixtures=tuple(mixtures))]
 
 
-def collate(examples: Sequence[Example], pad_id: int, answer_weight: float = 1.0
-            ) -> dict[str, Tensor]:
+def collate(examples: Sequence[Example], pad_id: int, answer_weight: float = 1.0,
+            image_processor=None) -> dict[str, Tensor]:
     """Right-pad a batch; ``labels`` hold the response tokens and -100 elsewhere; ``weights``
     each label's weight in the loss (1, and ``answer_weight`` at the answer letter)."""
     n = max(e.inputs["input_ids"].shape[1] for e in examples)
@@ -246,6 +258,11 @@ def collate(examples: Sequence[Example], pad_id: int, answer_weight: float = 1.0
     for key in ("pixel_values", "image_grid_thw"):
         if key in examples[0].inputs:
             batch[key] = torch.cat([e.inputs[key] for e in examples])
+    if examples[0].images and "pixel_values" not in examples[0].inputs:
+        if image_processor is None:
+            raise ValueError("examples encoded with lazy_pixels need collate's image_processor")
+        batch["pixel_values"] = image_processor(
+            images=[im for e in examples for im in e.images], return_tensors="pt")["pixel_values"]
     return batch
 
 
@@ -317,7 +334,7 @@ def _lr_factor(step: int, cfg: WarmStartConfig) -> float:
 
 
 def train(model, examples: list[Example | list[Example]], cfg: WarmStartConfig, pad_id: int,
-          state_path: Path | None = None, log=print) -> list[float]:
+          state_path: Path | None = None, log=print, image_processor=None) -> list[float]:
     """The loop: AdamW, warmup + cosine, gradient clipping, shuffled epochs; resumes from
     ``state_path`` when it exists. Returns the loss of every step run here. An entry of
     ``examples`` may be a list (a record's views): a step takes ``batch_size`` records with all
@@ -345,7 +362,8 @@ def train(model, examples: list[Example | list[Example]], cfg: WarmStartConfig, 
             rng.shuffle(fresh)
             order += fresh
         idx, order = order[:cfg.batch_size], order[cfg.batch_size:]
-        batch = collate([e for i in idx for e in groups[i]], pad_id, cfg.answer_weight)
+        batch = collate([e for i in idx for e in groups[i]], pad_id, cfg.answer_weight,
+                        image_processor)
         noise = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
         loss = response_loss(model, add_mixture_noise(batch, noise))
         opt.zero_grad(set_to_none=True)
@@ -386,12 +404,13 @@ def run(cfg: WarmStartConfig) -> Path:
     if missing:
         raise KeyError(f"{release / 'data.json'}: records {missing[:5]} have no 'reasoning'")
     t0 = time.time()
-    examples = [encode_views(processor, r, rows[r.id], cfg) for r in records]
+    examples = [encode_views(processor, r, rows[r.id], cfg, lazy_pixels=True) for r in records]
     wrong = sum(demonstration(r, cfg.noise, cfg.seed) != r.answer for r in records)
     print(f"warm start: {len(examples)} records ({sum(map(len, examples))} sequences, view "
           f"{cfg.view}) encoded in {time.time() - t0:.0f} s ({wrong} with a wrong letter, noise "
           f"{cfg.noise}); {cfg.steps} steps of {cfg.batch_size}", flush=True)
     losses = train(model, examples, cfg, tokenizer.pad_token_id, work / CHECKPOINT,
+                   image_processor=processor.image_processor,
                    log=lambda m: print(m, flush=True))
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

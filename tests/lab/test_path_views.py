@@ -239,3 +239,18 @@ def test_view_is_checked_by_name():
         WarmStartConfig(model_path="-", data_root="-", output_dir="-", view="soft")
     with pytest.raises(ValueError, match="distractor_mass"):
         WarmStartConfig(model_path="-", data_root="-", output_dir="-", distractor_mass=0.0)
+
+
+def test_lazy_pixels_collate_to_the_processors_own_pixel_values(paths):
+    """A run keeps images, not pixel values (0.9 MB each at 192 pixels: 16,000 records in two
+    views do not fit); the batch's pixel values are the ones the processor gives at encoding."""
+    data, _, proc, records, rows = paths
+    cfg = _cfg(data, "mix")
+    eager = [e for r in records[:4] for e in encode_views(proc, r, rows[r.id], cfg)]
+    lazy = [e for r in records[:4] for e in encode_views(proc, r, rows[r.id], cfg, lazy_pixels=True)]
+    assert all("pixel_values" not in e.inputs and e.images for e in lazy)
+    a = collate(eager, proc.tokenizer.pad_token_id)
+    b = collate(lazy, proc.tokenizer.pad_token_id, image_processor=proc.image_processor)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(ValueError, match="image_processor"):
+        collate(lazy, proc.tokenizer.pad_token_id)
