@@ -502,6 +502,8 @@ class Experiment:
             after = self.evaluate(f"{mode}_trained", final, EVAL_MODE[mode],
                                   final / CONTROLLER_FILE if EVAL_MODE[mode] == "adaptsoft" else None,
                                   extra=self.arm_overrides(mode))
+            if c.gates and EVAL_MODE[mode] != "hard":  # the causal test: the soft policy decoded hard
+                self.evaluate(f"{mode}_trained_hard", final, "hard")
             runs[mode] = {"before": before[mode], "after": after,
                           "metrics": ckpt / "metrics.jsonl"}
         self.say("7 report")
