@@ -43,7 +43,7 @@ from pathlib import Path
 from soft_spatial.data import synthetic
 from soft_spatial.data.prompt import SYSTEM_PROMPT
 from soft_spatial.data.synthetic import corpus, path_phrases
-from soft_spatial.data.synthetic import read_rows
+from soft_spatial.data.synthetic import PATH_TASKS, read_rows
 from soft_spatial.lab.analysis.cli import main as analysis
 from soft_spatial.lab.branches import accuracy_by, branch_readouts, readout_table
 from soft_spatial.lab.gates import GATE_EVALS, measure_gates, write_gates
@@ -495,6 +495,7 @@ class Experiment:
         before = {m: self.evaluate(self._before_name(m), self.warm, BEFORE_MODE[EVAL_MODE[m]],
                                    extra=self.arm_overrides(m)) for m in c.modes}
         entropy = self.entropy_overrides() if "adaptsoft" in c.modes else []
+        paths = any(t in PATH_TASKS for t in c.data.tasks)
         runs = {}
         for mode in c.modes:
             ckpt = self.train(mode, entropy if mode == "adaptsoft" else ())
@@ -502,7 +503,7 @@ class Experiment:
             after = self.evaluate(f"{mode}_trained", final, EVAL_MODE[mode],
                                   final / CONTROLLER_FILE if EVAL_MODE[mode] == "adaptsoft" else None,
                                   extra=self.arm_overrides(mode))
-            if c.gates and EVAL_MODE[mode] != "hard":  # the causal test: the soft policy decoded hard
+            if paths and EVAL_MODE[mode] != "hard":  # the causal test: the soft policy decoded hard
                 self.evaluate(f"{mode}_trained_hard", final, "hard")
             runs[mode] = {"before": before[mode], "after": after,
                           "metrics": ckpt / "metrics.jsonl"}
