@@ -25,6 +25,7 @@ from pathlib import Path
 
 from soft_spatial.data.synthetic import PATH_CANDIDATES, read_rows
 from soft_spatial.eval.runner import read_results
+from soft_spatial.lab.branches import accuracy_by, branch_readouts, readout_table
 from soft_spatial.lab.effects import (Pooled, difference_in_differences, paired_mean,
                                       pass_at_k, pool_random_effects)
 from soft_spatial.lab.report import read_metrics, trend
@@ -97,6 +98,16 @@ def seed_effects(seed_dir: Path) -> dict:
                                                if q in ambiguous and len(v) >= k)
                             / max(1, sum(1 for q, v in acc.items() if q in ambiguous and len(v) >= k))
                             for k in (1, 4, 8)} for a, acc in arms.items()}
+    out["by_t_star"] = {a: accuracy_by(seed_dir / "eval" / f"{a}_trained" / "samples.jsonl",
+                                       rows)["t_star"] for a in arms}
+    out["branches"] = {}
+    for a in arms:  # the mechanism readouts of the soft arms (their exports' tokenizer)
+        final, steps = seed_dir / "runs" / a / "final", seed_dir / "eval" / f"{a}_trained"
+        if a != "hard" and (final / "tokenizer_config.json").is_file() and (
+                steps / "steps.jsonl").is_file():
+            from transformers import AutoTokenizer
+
+            out["branches"][a] = branch_readouts(steps, rows, AutoTokenizer.from_pretrained(final))
     health = {}
     for a in arms:
         metrics = read_metrics(seed_dir / "runs" / a / "checkpoints" / "metrics.jsonl")
@@ -208,6 +219,10 @@ def write(seeds: Sequence[dict], out: Path, rules: Rules = Rules()) -> dict:
         lines.append(f"| {k} | " + " | ".join(
             f"{v['mean']:+.1f}" if v else "-" for v in vals) + f" | {_fmt(pooled[k])} |")
     lines += ["", f"**Decision: {decision['outcome']}** — " + "; ".join(decision["reasons"]), ""]
+    for s in seeds:
+        if s.get("branches"):
+            lines += [f"Branch steps, {Path(s['seed_dir']).name} (lab/branches.py):", "",
+                      readout_table(s["branches"])]
     result = {"seeds": seeds, "pooled": {k: asdict(v) if v else None for k, v in pooled.items()},
               "decision": decision, "rules": asdict(rules), "ceiling": CEILING}
     (out / "softness.json").write_text(json.dumps(result, indent=2, default=str))

@@ -19,7 +19,9 @@ ARMS = ("hard", "soft_fixed", "soft_fixed_hi", "adaptsoft")
 def _seed(root: Path, name: str, correct, hard_decoded=None, gates=True, reward_up=True):
     """``correct(arm, m, q) -> right samples of 8``; 20 questions per m."""
     d = root / name
-    rows = [{"id": f"{m}{q:02d}_0", "synthetic_task": TASK[m]} for m in (1, 2, 3) for q in range(20)]
+    rows = [{"id": f"{m}{q:02d}_0", "synthetic_task": TASK[m], "t_star": 3 + q % 4,
+             "true_branch": 0, "branches": [{"cells": ["a1"]}] * m}
+            for m in (1, 2, 3) for q in range(20)]
     (d / "data" / "OmniSpatial-test").mkdir(parents=True)
     (d / "data" / "OmniSpatial-test" / "data.json").write_text(json.dumps(rows))
     evals = {f"{a}_trained": (lambda m, q, a=a: correct(a, m, q)) for a in ARMS}
@@ -62,6 +64,8 @@ def test_paired_effects_and_pass_at_k_match_independent_computations(tmp_path):
     ref = 100 * np.mean([enum(correct("hard", m, q), 4) for m, q in amb])
     assert s["pass_at_k"]["hard"]["4"] == pytest.approx(ref)
     assert s["accuracy"]["hard"]["1"] == pytest.approx(100 * np.mean([_base(1, q) / 8 for q in range(20)]))
+    assert s["by_t_star"]["hard"]["2,3"] == pytest.approx(
+        100 * np.mean([_base(2, q) / 8 for q in range(20) if q % 4 == 0]))
 
 
 def _three(tmp_path, gain_amb, gain_ctrl=0, per_seed=(0, 0, 0), **kw):
