@@ -30,7 +30,8 @@ from soft_spatial.eval.runner import read_results
 from soft_spatial.eval.steps import read_steps
 from soft_spatial.softthink.mixture import record_weights
 
-__all__ = ["SURVIVAL_WEIGHT", "step_types", "branch_readouts", "accuracy_by", "readout_table"]
+__all__ = ["SURVIVAL_WEIGHT", "path_rows", "step_types", "branch_readouts", "accuracy_by",
+           "readout_table", "t_star_table"]
 
 #: a hypothesis counts as carried while its mixture weight is at least this (the design's θ)
 SURVIVAL_WEIGHT = 0.05
@@ -61,7 +62,8 @@ def _is_cell(w: str) -> bool:
     return len(w) == 2 and w[0] in "abcdefgh" and w[1].isdigit()
 
 
-def _path_rows(rows: Mapping[str, dict]) -> dict[str, dict]:
+def path_rows(rows: Mapping[str, dict]) -> dict[str, dict]:
+    """The path questions among a split's rows (``{id: row}``)."""
     return {k: r for k, r in rows.items() if r.get("synthetic_task") in PATH_CANDIDATES}
 
 
@@ -71,7 +73,7 @@ def branch_readouts(eval_dir: str | Path, rows: Mapping[str, dict], tokenizer) -
     "true_weight", "survival": {s: fraction}, "tau": {type: mean}, "entropy": {type: mean}}}``.
     Means are over soft steps of that type; absent when there were none."""
     eval_dir = Path(eval_dir)
-    paths = _path_rows(rows)
+    paths = path_rows(rows)
     results = {(r["question_index"], r["sample"]): r for r in read_results(eval_dir / "samples.jsonl")}
     cell_id = {}
     acc: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
@@ -129,7 +131,7 @@ def branch_readouts(eval_dir: str | Path, rows: Mapping[str, dict], tokenizer) -
 def accuracy_by(samples_jsonl: str | Path, rows: Mapping[str, dict]) -> dict[str, dict]:
     """Accuracy % by m and by (m, t*): ``{"m": {m: %}, "t_star": {"m,t": %}}``."""
     by_m, by_t = defaultdict(list), defaultdict(list)
-    paths = _path_rows(rows)
+    paths = path_rows(rows)
     for r in read_results(Path(samples_jsonl)):
         row = paths.get(r["question_id"])
         if row is None:
@@ -156,3 +158,11 @@ def readout_table(readouts: Mapping[str, dict]) -> str:
                          f"{r['eff_k']:.2f} | {r['live_mass']:.3f} | {r['true_weight']:.3f} | "
                          f"{surv} | {tau} |")
     return "\n".join(lines) + "\n"
+
+
+def t_star_table(by_t_star: Mapping[str, Mapping[str, float]]) -> str:
+    """Markdown: one row per evaluation of :func:`accuracy_by`'s ``t_star`` accuracies."""
+    cols = list(next(iter(by_t_star.values())))
+    return ("| evaluation | " + " | ".join(cols) + " |\n|---|" + "---|" * len(cols) + "\n"
+            + "".join(f"| {n} | " + " | ".join(f"{v:.1f}" for v in acc.values()) + " |\n"
+                      for n, acc in by_t_star.items()))

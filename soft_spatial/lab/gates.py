@@ -22,6 +22,7 @@ from pathlib import Path
 
 from soft_spatial.data.synthetic import PATH_CANDIDATES
 from soft_spatial.eval.runner import read_results
+from soft_spatial.lab.branches import path_rows, readout_table, t_star_table
 
 __all__ = ["GateRules", "Gate", "path_accuracy", "first_guess", "measure_gates", "gate_table",
            "GATE_EVALS"]
@@ -63,15 +64,11 @@ class Gate:
     passed: bool
 
 
-def _rows_by_id(rows: Mapping[str, dict]) -> dict[str, dict]:
-    return {k: r for k, r in rows.items() if r.get("synthetic_task") in PATH_CANDIDATES}
-
-
 def path_accuracy(samples_jsonl: str | Path, rows: Mapping[str, dict]) -> dict[int, float]:
     """``{m: accuracy %}`` over every (question, sample) of the path questions, plus key 0 for
     the ambiguous items (m ≥ 2) together."""
     hits: dict[int, list[float]] = defaultdict(list)
-    paths = _rows_by_id(rows)
+    paths = path_rows(rows)
     for r in read_results(Path(samples_jsonl)):
         row = paths.get(r["question_id"])
         if row is None:
@@ -87,7 +84,7 @@ def first_guess(samples_jsonl: str | Path, rows: Mapping[str, dict]) -> dict[int
     """The hard chain's first position word against the candidates' first cells, per m:
     ``{"true": % of samples naming the true start's cell, "valid": % naming any candidate's}``."""
     out: dict[int, list[tuple[bool, bool]]] = defaultdict(list)
-    paths = _rows_by_id(rows)
+    paths = path_rows(rows)
     for r in read_results(Path(samples_jsonl)):
         row = paths.get(r["question_id"])
         if row is None:
@@ -134,7 +131,8 @@ def measure_gates(evals: Mapping[str, str | Path], rows: Mapping[str, dict],
 
 
 def gate_table(result: dict) -> str:
-    """The gates and the per-m accuracies as markdown."""
+    """The gates and the per-m accuracies as markdown; with ``branches`` and ``by_t_star`` in
+    ``result`` (what :meth:`soft_spatial.lab.learn.Experiment.gates` adds), their tables too."""
     lines = ["| gate | measured | passes when | result |", "|---|---|---|---|"]
     lines += [f"| {g['name']} | {g['measured']} | {g['rule']} | "
               f"{'pass' if g['passed'] else 'FAIL'} |" for g in result["gates"]]
@@ -145,7 +143,13 @@ def gate_table(result: dict) -> str:
     lines += ["", "Hard first guess (two-view warm start decoded hard): " + "; ".join(
         f"m={m}: true start {v['true']:.1f}%, a candidate's cell {v['valid']:.1f}% (n={v['n']})"
         for m, v in result["first_guess"].items()) + "."]
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    if result.get("branches"):
+        text += ("\nThe two-view warm start's soft decodes at the branch steps (position words "
+                 "of steps s <= t*; lab/branches.py):\n\n" + readout_table(result["branches"]))
+    if result.get("by_t_star"):
+        text += "\nAccuracy by (m, t*):\n\n" + t_star_table(result["by_t_star"])
+    return text
 
 
 def write_gates(out: Path, result: dict) -> None:

@@ -42,10 +42,9 @@ from pathlib import Path
 
 from soft_spatial.data import synthetic
 from soft_spatial.data.prompt import SYSTEM_PROMPT
-from soft_spatial.data.synthetic import corpus, path_phrases
-from soft_spatial.data.synthetic import PATH_TASKS, read_rows
+from soft_spatial.data.synthetic import PATH_TASKS, corpus, path_phrases, read_rows
 from soft_spatial.lab.analysis.cli import main as analysis
-from soft_spatial.lab.branches import accuracy_by, branch_readouts, readout_table
+from soft_spatial.lab.branches import accuracy_by, branch_readouts
 from soft_spatial.lab.gates import GATE_EVALS, measure_gates, write_gates
 from soft_spatial.lab.report import read_metrics, write_report
 from soft_spatial.models import build_tiny_model
@@ -282,8 +281,8 @@ class Experiment:
     def make_warmstart(self) -> None:
         w = self.cfg.warmstart
         for view in w.views:
-            out, name = self.warm_dir(view), (
-                "warmstart" if view == w.views[0] else f"warmstart_{view}")
+            out = self.warm_dir(view)
+            name = out.name
             if (out / "model.safetensors").is_file():
                 self.say(f"3 warm start {view}: done")
                 continue
@@ -348,15 +347,6 @@ class Experiment:
         result["by_t_star"] = {n: accuracy_by(Path(d) / "samples.jsonl", rows)["t_star"]
                                for n, d in evals.items()}
         write_gates(self.out, result)
-        with (self.out / "gates.md").open("a") as f:
-            f.write("\nThe two-view warm start's soft decodes at the branch steps (position words "
-                    "of steps s <= t*; lab/branches.py):\n\n" + readout_table(result["branches"]))
-            f.write("\nAccuracy by (m, t*):\n\n| evaluation | " + " | ".join(
-                next(iter(result["by_t_star"].values()))) + " |\n|---|" + "---|" * len(
-                next(iter(result["by_t_star"].values()))) + "\n" + "".join(
-                f"| {n} | " + " | ".join(f"{v:.1f}" for v in acc.values()) + " |\n"
-                for n, acc in result["by_t_star"].items()))
-        (self.out / "gates.json").write_text(json.dumps(result, indent=2))
         print((self.out / "gates.md").read_text(), flush=True)
         return result
 
