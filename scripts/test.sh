@@ -29,12 +29,13 @@ for arg in "$@"; do
   fi
 done
 # A whole run moves a few long end-to-end files of the main set behind the SGLang tests, in the
-# same .venv without the overlay, so that both processes take about as long (main ~1,470 s, SGLang
-# ~1,070 s before; these two files ~230 s): the wall time is the longer process's.
+# same .venv without the overlay, so that both processes take about as long (2026-11-26, idle
+# 2-core machine: main 1,635 s, SGLang 1,233 s + the first two files 285 s; the ablation row 76 s
+# with the machine busy): the wall time is the longer process's.
 balance=() main_only=()
 if (( ${#main_paths[@]} + ${#sglang_paths[@]} == 0 )); then
   main_paths=(tests) sglang_paths=(tests/sglang_real)
-  balance=(tests/e2e/test_softness_phase0.py tests/lab/test_learn.py)
+  balance=(tests/e2e/test_softness_phase0.py tests/lab/test_learn.py tests/test_ablation.py)
   for b in "${balance[@]}"; do main_only+=("--ignore=$b"); done
 fi
 
