@@ -16,9 +16,12 @@ one more step), and a step's checkpoint is written after its metrics are logged 
 before: a run killed in between resumed after a step whose metrics were lost). A run killed after
 logging a step but before its checkpoint resumes from the checkpoint before and trains that step
 again; the entry point moves the lost run's lines aside (``trainer.run_dir.keep_metrics_until``).
+A run resumed from the checkpoint of an epoch's last step draws its next epoch in the order the
+uninterrupted run does (verl 0.9.1 restarts the order there: ``restore_epoch_boundary_order``).
 """
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -34,7 +37,8 @@ from soft_spatial.softthink import SoftTrace
 
 from soft_spatial.integration.consistency import EXCEEDED, check_replay, replay_metrics
 from soft_spatial.compat.verl.trainer import (after_step_logged, before_each_generation,
-                                              ref_log_prob_outputs, validation_outputs)
+                                              ref_log_prob_outputs, restore_epoch_boundary_order,
+                                              validation_outputs)
 from soft_spatial.infra.run_dir import finished, resume_step
 
 __all__ = ["SoftRayPPOTrainer", "tau_note", "annotate_in_order", "tag_noise_keys"]
@@ -104,6 +108,18 @@ class SoftRayPPOTrainer(RayPPOTrainer):
             return
         with after_step_logged(self._save_logged_step):
             return super().fit()
+
+    def _load_checkpoint(self):
+        # verl restarts the data order at an epoch's end: restored as the uninterrupted run has it
+        out = super()._load_checkpoint()
+        trainer = self.config.trainer
+        step = resume_step(trainer.default_local_dir, str(trainer.resume_mode),
+                           trainer.get("resume_from_path"))
+        if step:
+            folder = (os.path.abspath(trainer.resume_from_path) if str(trainer.resume_mode) == "resume_path" else
+                      os.path.join(os.path.abspath(trainer.default_local_dir), f"global_step_{step}"))
+            restore_epoch_boundary_order(self, folder)
+        return out
 
     def _save_checkpoint(self):
         # verl calls this before logging the step's metrics: saved once they are logged instead

@@ -5,7 +5,8 @@
 Private ``RayPPOTrainer`` / ``FSDPEngine`` methods overridden by soft_spatial's subclasses
 (:data:`OVERRIDDEN_PRIVATE_METHODS`: name, 0.9.1 signature, 0.9.1 line, who overrides it):
 ``_compute_old_log_prob`` (L1290), ``_compute_ref_log_prob`` (L1266), ``_update_actor`` (L1327),
-``_validate`` (L596), ``_maybe_log_val_generations`` (L548), ``_save_checkpoint`` (L983) of
+``_validate`` (L596), ``_maybe_log_val_generations`` (L548), ``_save_checkpoint`` (L983),
+``_load_checkpoint`` (L1052) of
 ``ray_trainer.py`` (:class:`soft_spatial.integration.ppo_trainer.SoftRayPPOTrainer`), and
 ``_build_module`` (L254), ``_build_fsdp_module`` (L385) of ``transformer_impl.py``
 (:class:`soft_spatial.actor.train_engine.SoftFSDPEngine`); :func:`check_internals` checks each
@@ -19,6 +20,7 @@ import inspect
 import warnings
 
 from soft_spatial.compat.verl.engine import OUTPUT_ARGS_KEYS, engine_registry
+from soft_spatial.compat.verl.trainer import EPOCH_BOUNDARY_SKIP
 
 VERL_VERSION = "0.9.1"
 
@@ -52,6 +54,8 @@ OVERRIDDEN_PRIVATE_METHODS = {
         (["self", "inputs", "outputs", "scores"], "_validate", "self._maybe_log_val_generations("),
     ("verl.trainer.ppo.ray_trainer", "RayPPOTrainer", "_save_checkpoint"):
         (["self"], "fit", "self._save_checkpoint()"),
+    ("verl.trainer.ppo.ray_trainer", "RayPPOTrainer", "_load_checkpoint"):
+        (["self"], "fit", "self._load_checkpoint()"),
     ("verl.workers.engine.fsdp.transformer_impl", "FSDPEngine", "_build_module"):
         (["self"], "_build_model_optimizer", "self._build_module()"),
     ("verl.workers.engine.fsdp.transformer_impl", "FSDPEngine", "_build_fsdp_module"):
@@ -172,6 +176,13 @@ def _trainer_problems() -> list:
                         "and saves each step before logging it (after_step_logged)")
     if list(inspect.signature(tracking.Tracking.log).parameters) != ["self", "data", "step", "backend"]:
         problems.append("Tracking.log's parameters changed (after_step_logged)")
+    src = inspect.getsource(RayPPOTrainer._load_checkpoint)
+    for needle in ("at_epoch_boundary = steps_per_epoch > 0 and self.global_steps % steps_per_epoch == 0",
+                   EPOCH_BOUNDARY_SKIP, 'os.path.join(global_step_folder, "data.pt")',
+                   "self.train_dataloader.load_state_dict(dataloader_state_dict)"):
+        if needle not in src:
+            problems.append(f"RayPPOTrainer._load_checkpoint no longer contains {needle!r} "
+                            f"(restore_epoch_boundary_order)")
     problems += _generation_problems(RayPPOTrainer)
     src = inspect.getsource(RayPPOTrainer._validate)
     for needle in ("self.async_rollout_manager.generate_sequences(",

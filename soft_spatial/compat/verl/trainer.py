@@ -27,12 +27,19 @@ what soft_spatial touches beyond the documented seams.
   (``AgentLoopManager.generate_sequences(self, prompts)``, ``agent_loop.py`` L1232), whose agent
   loop workers hand each row's non-tensor columns to the agent loop: :func:`before_each_generation`
   lets the trainer add columns to every batch first (the rows' noise keys).
+* ``RayPPOTrainer._load_checkpoint`` (``ray_trainer.py`` L1100–1117) skips the dataloader's
+  saved state when the checkpoint's step ends an epoch (the state marks the loader exhausted),
+  so the sampler's generator restarts from its seed and the resumed run's next epoch repeats the
+  first epoch's order, not the uninterrupted run's: :func:`restore_epoch_boundary_order` loads
+  that state after it and drains its exhausted iteration, which leaves the generator where the
+  uninterrupted run's is.
 
 :mod:`.checks` fails loudly when any of these moves.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -183,3 +190,37 @@ def validation_outputs(trainer, on_output: Callable[[Any], None]):
             del manager.generate_sequences
         else:
             manager.generate_sequences = own
+
+
+#: what verl 0.9.1's ``_load_checkpoint`` prints when it skips the state (checked by :mod:`.checks`)
+EPOCH_BOUNDARY_SKIP = "Skipping dataloader state restore"
+
+
+def restore_epoch_boundary_order(trainer, global_step_folder: str | os.PathLike) -> bool:
+    """After verl 0.9.1's ``RayPPOTrainer._load_checkpoint``: when ``trainer.global_steps`` ends
+    an epoch, load the dataloader state it skipped (``<global_step_folder>/data.pt``, tensors and
+    numbers only: ``weights_only``) and drain its exhausted iteration. torchdata's stateful
+    sampler saves its generator as it was when the epoch began and skips the indices it yielded,
+    so the drained iteration loads no sample and leaves the generator after that epoch's
+    permutation: the next epoch is drawn as the uninterrupted run draws it. Returns whether it
+    acted (False mid-epoch, where verl restores the state itself, or without ``data.pt``).
+
+    Raises ``ValueError`` naming the file if its state is not an exhausted epoch (draining would
+    load a whole epoch of samples)."""
+    import torch
+
+    loader, step = trainer.train_dataloader, int(trainer.global_steps)
+    per_epoch = len(loader)
+    path = os.path.join(os.fspath(global_step_folder), "data.pt")
+    if step <= 0 or per_epoch <= 0 or step % per_epoch or not os.path.exists(path):
+        return False
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if state.get("_num_yielded") != per_epoch:
+        raise ValueError(f"{path}: the dataloader state at step {step} yielded "
+                         f"{state.get('_num_yielded')!r} batches of an epoch of {per_epoch}: not an "
+                         f"epoch's end (does this checkpoint belong to this data and batch size?)")
+    loader.load_state_dict(state)
+    left = sum(1 for _ in loader)
+    if left:
+        raise ValueError(f"{path}: the restored dataloader still yielded {left} batches of its epoch")
+    return True
