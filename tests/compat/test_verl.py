@@ -93,12 +93,12 @@ def test_ref_log_prob_outputs_matches_upstream_and_keeps_extra_outputs():
 
 def test_check_internals_names_a_moved_private_override(monkeypatch):
     """An overridden private method that verl renames, or stops calling, is reported by name."""
+    from soft_spatial.integration.platform import use_cpu_platform
+
+    use_cpu_platform()  # before verl's trainer imports (also when this test runs alone)
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
     from soft_spatial.compat.verl.checks import check_internals
-    from soft_spatial.integration.platform import use_cpu_platform
-
-    use_cpu_platform()
     monkeypatch.delattr(RayPPOTrainer, "_update_actor")
     problems = check_internals()
     assert problems == ["RayPPOTrainer._update_actor is gone (overridden by soft_spatial)"]
@@ -193,3 +193,24 @@ def test_check_internals_names_a_moved_generation_seam(monkeypatch):
         "LLMServerManager.get_replicas is gone (tag_noise_keys)",
         "RayPPOTrainer.init_workers no longer sets self.async_rollout_manager = "
         "AgentLoopManager.create(...) (before_each_generation)"]
+
+
+def test_check_internals_says_when_verl_stops_skipping_the_loader_state_at_an_epochs_end(monkeypatch):
+    """verl restoring the loader's state at an epoch's end itself (or restoring it otherwise) is
+    reported, naming restore_epoch_boundary_order, which would then drain a restored epoch."""
+    from soft_spatial.integration.platform import use_cpu_platform
+
+    use_cpu_platform()  # before verl's trainer imports (also when this test runs alone)
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from soft_spatial.compat.verl.checks import check_internals
+
+    def _load_checkpoint(self):  # a verl that restores the state at every step
+        self._load_checkpoint()  # (never called: only its source is read)
+        self.train_dataloader.load_state_dict(dataloader_state_dict)  # noqa: F821
+
+    monkeypatch.setattr(RayPPOTrainer, "_load_checkpoint", _load_checkpoint)
+    problems = check_internals()
+    assert problems and all("RayPPOTrainer._load_checkpoint no longer contains" in p
+                            and "(restore_epoch_boundary_order)" in p for p in problems)
+    assert any("Skipping dataloader state restore" in p for p in problems)
