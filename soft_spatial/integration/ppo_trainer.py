@@ -110,15 +110,13 @@ class SoftRayPPOTrainer(RayPPOTrainer):
             return super().fit()
 
     def _load_checkpoint(self):
-        # verl restarts the data order at an epoch's end: restored as the uninterrupted run has it
+        # verl restarts the data order at an epoch's end: restored as the uninterrupted run has it.
+        # verl has set global_steps from the folder it loaded (0 when it loaded none: nothing done)
         out = super()._load_checkpoint()
         trainer = self.config.trainer
-        step = resume_step(trainer.default_local_dir, str(trainer.resume_mode),
-                           trainer.get("resume_from_path"))
-        if step:
-            folder = (os.path.abspath(trainer.resume_from_path) if str(trainer.resume_mode) == "resume_path" else
-                      os.path.join(os.path.abspath(trainer.default_local_dir), f"global_step_{step}"))
-            restore_epoch_boundary_order(self, folder)
+        folder = (trainer.resume_from_path if str(trainer.resume_mode) == "resume_path"
+                  else os.path.join(trainer.default_local_dir, f"global_step_{self.global_steps}"))
+        restore_epoch_boundary_order(self, os.path.abspath(folder))
         return out
 
     def _save_checkpoint(self):

@@ -80,9 +80,8 @@ def _saved_run(tmp_path, steps):
 
 
 def _resumed(trainer_module, folder, steps, monkeypatch):
-    """A SoftRayPPOTrainer whose ``_load_checkpoint`` runs verl's own (no workers: the actor's
-    load a no-op) on a fresh loader and resumes at ``steps``; then its loader's epochs as verl's
-    ``fit`` iterates them (from epoch ``steps // len(loader)``)."""
+    """A SoftRayPPOTrainer on a fresh loader, resumed at ``steps`` by its ``_load_checkpoint``
+    (verl's own inside it; no workers: the actor's load a no-op)."""
     from types import SimpleNamespace
 
     from omegaconf import OmegaConf
