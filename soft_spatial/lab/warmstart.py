@@ -44,7 +44,7 @@ from soft_spatial.data.prompt import build_messages
 from soft_spatial.data.record import QuestionRecord, index_to_letter, letter_to_index
 from soft_spatial.data.synthetic import PATH_TASKS, read_rows
 from soft_spatial.engines.prompts import chat_images
-from soft_spatial.infra.malloc import fix_mmap_threshold
+from soft_spatial.infra.malloc import large_blocks_mapped
 from soft_spatial.lab.path_views import (VIEWS, PathTruth, Target, draw_mixture_scores, hard_trace,
                                          soft_view_targets, trace_words, word_positions)
 from soft_spatial.models.loading import load_model
@@ -393,7 +393,6 @@ def run(cfg: WarmStartConfig) -> Path:
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    fix_mmap_threshold()  # else the encoding loop keeps every dropped image's pixel values
     torch.manual_seed(cfg.seed)
     out = Path(cfg.output_dir)
     work = out.with_name(out.name + ".work")
@@ -406,7 +405,9 @@ def run(cfg: WarmStartConfig) -> Path:
     if missing:
         raise KeyError(f"{release / 'data.json'}: records {missing[:5]} have no 'reasoning'")
     t0 = time.time()
-    examples = [encode_views(processor, r, rows[r.id], cfg, lazy_pixels=True) for r in records]
+    with large_blocks_mapped():  # else the loop keeps every dropped image's pixel values
+        examples = [encode_views(processor, r, rows[r.id], cfg, lazy_pixels=True)
+                    for r in records]
     wrong = sum(demonstration(r, cfg.noise, cfg.seed) != r.answer for r in records)
     print(f"warm start: {len(examples)} records ({sum(map(len, examples))} sequences, view "
           f"{cfg.view}) encoded in {time.time() - t0:.0f} s ({wrong} with a wrong letter, noise "
