@@ -19,10 +19,18 @@ ends with `<|im_start|>assistant\\n<think>\\n`) and eos ids [`<|im_end|>`, `<|en
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# A suite started as a background job (`bash scripts/test.sh &`, `nohup ... &`) inherits SIGINT
+# ignored, and so would every command a test starts: the tests that end a command with Ctrl-C
+# (SIGINT) would see it ignored. SIGINT gets its default back here, for this process and the
+# commands it starts (exec resets a handled signal to its default).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _build(tmp_path_factory, name: str, **kwargs):
