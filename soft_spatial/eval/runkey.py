@@ -19,36 +19,31 @@ depends only on the question's seed and j, so a larger value extends a run and a
 reports only the rows it asked for), the published reference rows, and the SGLang server
 layout. Images are not hashed (the table file and the model are).
 
-Every hashed file (model files, controller, tables) is hashed whole, every byte, with sha256.
-The digests are cached in ``$SOFT_SPATIAL_CACHE/file-sha256.json`` (default
-``~/.cache/soft_spatial``) under the file's path and (device, inode, size, mtime, ctime): a change
-of content changes the ctime even when size and mtime are put back, so a model is read once
-and re-read only when it changed. Cost of a first run: reading the weights once (sha256 runs at
+Every hashed file (model files, controller, tables) is hashed whole, every byte, with sha256,
+through `infra/provenance.py` (the digests and their cache, shared with every keyed output):
+a model is read once and re-read only when it changed. Cost of a first run: reading the weights once (sha256 runs at
 about 1.4 GB/s on one core of the 2-core CPU the tests run on: ~12 s for the 16 GB of an 8B
 model in bf16, plus the disk's read time when the files are not in the page cache).
 """
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
-import os
-import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from soft_spatial.infra.atomic import write_text
 from soft_spatial.data.benchmarks import source_files
-from soft_spatial.infra.cache import cache_root
+from soft_spatial.infra.atomic import write_text
+from soft_spatial.infra.provenance import (FINGERPRINT_SCHEME, SHA256_CACHE, differences,
+                                           file_sha256, sha256_cache, tree_fingerprint)
 
 __all__ = ["RUN_KEY", "RunKeyMismatch", "run_key", "check_run_key", "weights_fingerprint",
-           "file_sha256", "sha256_cache"]
+           "file_sha256", "sha256_cache", "SHA256_CACHE"]
 
 RUN_KEY = "run_key.json"
-SHA256_CACHE = "file-sha256.json"
-FINGERPRINT_SCHEME = "sha256 of every byte of every file"
+#: a model directory's fingerprint is its tree's (infra/provenance.py)
+weights_fingerprint = tree_fingerprint
 #: top-level fields added to the key after run keys were first written: a recorded key without
 #: one is refused (it differs), its message saying the field was not recorded
 ADDED_FIELDS = ("batch_rows",)
@@ -56,84 +51,6 @@ ADDED_FIELDS = ("batch_rows",)
 
 class RunKeyMismatch(ValueError):
     """The output directory holds results of a different evaluation."""
-
-
-def _stamp(st: os.stat_result) -> list[int]:
-    """What any change of a file's content changes: a write updates the ctime, which (unlike the
-    mtime) cannot be set back; a replaced file has another inode or ctime."""
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-
-
-def _cache_path() -> Path:
-    return cache_root() / SHA256_CACHE
-
-
-def _read_cache(path: Path) -> dict[str, Any]:
-    try:
-        cache = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}  # no cache yet, or unreadable: every file is hashed
-    return cache if isinstance(cache, dict) else {}
-
-
-def _settled(stamp: list[int]) -> bool:
-    """A digest may be cached once a later write would show in the stamp: on a file system with
-    whole-second timestamps, a write within the same second as the hashing would not."""
-    fine = stamp[3] % 1_000_000_000 or stamp[4] % 1_000_000_000
-    return bool(fine) or time.time_ns() - max(stamp[3], stamp[4]) > 2_000_000_000
-
-
-def file_sha256(path: str | Path, cache: dict[str, Any] | None = None) -> str:
-    """sha256 of a file's content, every byte. With ``cache`` (a dict from `_read_cache`), a
-    digest recorded under the file's current stamp is reused, a new one is recorded."""
-    path = Path(path).resolve()
-    before = _stamp(path.stat())
-    hit = (cache or {}).get(str(path))
-    if isinstance(hit, dict) and hit.get("stamp") == before:
-        return hit["sha256"]
-    with open(path, "rb") as f:
-        digest = hashlib.file_digest(f, "sha256").hexdigest()
-    if cache is not None and _stamp(path.stat()) == before and _settled(before):
-        cache[str(path)] = {"stamp": before, "sha256": digest}
-    return digest
-
-
-def _write_cache(path: Path, cache: dict[str, Any], old: dict[str, Any]) -> None:
-    """Save ``cache`` when it changed, without the entries of files that are gone or changed. A
-    cache that cannot be written only costs time (the next run hashes again)."""
-    for name, entry in list(cache.items()):
-        try:
-            current = _stamp(os.stat(name))
-        except OSError:
-            current = None
-        if not isinstance(entry, dict) or entry.get("stamp") != current:
-            del cache[name]
-    if cache != old:
-        with contextlib.suppress(OSError):
-            write_text(path, json.dumps(cache) + "\n")
-
-
-@contextlib.contextmanager
-def sha256_cache():
-    """The digest cache for a block of `file_sha256` calls: read once, written once at the end."""
-    path = _cache_path()
-    old = _read_cache(path)
-    cache = json.loads(json.dumps(old))
-    yield cache
-    _write_cache(path, cache, old)
-
-
-def weights_fingerprint(model_dir: str | Path, cache: dict[str, Any] | None = None) -> str:
-    """A content fingerprint of a model directory: every file by name, size and the sha256 of
-    every byte (hidden files, such as caches and locks, do not define a model)."""
-    root = Path(model_dir)
-    h = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        if any(part.startswith(".") for part in path.relative_to(root).parts):
-            continue
-        rel = path.relative_to(root).as_posix()
-        h.update(f"{rel}\0{path.stat().st_size}\0{file_sha256(path, cache)}\0".encode())
-    return h.hexdigest()
 
 
 def run_key(cfg) -> dict[str, Any]:
@@ -164,23 +81,6 @@ def run_key(cfg) -> dict[str, Any]:
                      "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed},
         "batch_rows": cfg.batch_rows,
     }
-
-
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: value}
-
-
-def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """``"key: old -> new"`` for every leaf that differs (dotted keys)."""
-    a, b = _flatten(old), _flatten(new)
-    show = lambda d, k: d[k] if k in d else "(absent)"  # noqa: E731
-    return [f"{k}: {show(a, k)} -> {show(b, k)}" for k in sorted(set(a) | set(b))
-            if k not in a or k not in b or a[k] != b[k]]
 
 
 def _holds_results(out: Path, results: Sequence[str]) -> bool:

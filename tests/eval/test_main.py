@@ -507,7 +507,7 @@ def test_digest_cache_reads_each_file_once_until_it_changes(tmp_path, private_ca
         (model / name).write_bytes(os.urandom(size))
     reads = []
     digest = hashlib.file_digest
-    monkeypatch.setattr(runkey.hashlib, "file_digest",
+    monkeypatch.setattr(hashlib, "file_digest",
                         lambda f, name: reads.append(os.path.basename(f.name)) or digest(f, name))
 
     def fingerprint():
@@ -527,7 +527,7 @@ def test_digest_cache_reads_each_file_once_until_it_changes(tmp_path, private_ca
     os.replace(tmp_path / "b2", model / "b.safetensors")
     replaced = fingerprint()
     assert reads[4:] == ["b.safetensors"] and replaced != changed
-    monkeypatch.setattr(runkey.hashlib, "file_digest", digest)
+    monkeypatch.setattr(hashlib, "file_digest", digest)
     assert replaced == runkey.weights_fingerprint(model)  # the cache agrees with no cache
     stored = private_cache / runkey.SHA256_CACHE
     stored.write_text("{not json")  # a broken cache is ignored, then rewritten
