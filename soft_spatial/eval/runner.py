@@ -1,8 +1,8 @@
 """Evaluation loop: benchmarks → prompts → engine → extracted letters → JSONL, JSON, tables.
 
 A run holds the output directory's lock (`soft_spatial.infra.dirlock`: one writer per directory) and
-is keyed to its configuration (`runkey`: model, controller, data, mode, protocol, sampling,
-batch_rows); resuming into a directory written with a different configuration is refused, unless
+is keyed to its configuration (`runkey`: model, controller, data tables and images, mode,
+protocol, sampling, batch_rows); resuming into a directory written with a different configuration is refused, unless
 it holds no rows yet (a run that failed before its first result, e.g. at engine start, leaves a
 directory the corrected command uses). Rows are keyed by
 (benchmark, question key, sample), never by position, and appended to ``samples.jsonl`` after
@@ -179,7 +179,7 @@ def evaluate(cfg: EvalConfig, engine=None, progress: bool = True,
     command's configuration) is written only once the run is accepted."""
     out = Path(cfg.output_dir)
     selected = select_records(cfg)
-    key = run_key(cfg)
+    key = run_key(cfg, {bench: records for bench, (records, _) in selected.items()})
     # the rows' files: a directory without a byte in them (a run that failed before its first
     # row, at engine start say) holds nothing to protect, and takes this run's key
     results = (RESULTS, STEPS)
