@@ -540,6 +540,24 @@ def test_a_re_run_after_an_images_pixels_changed_is_refused_naming_the_image(
                  engine=NoEngine(), progress=False)
 
 
+def test_a_record_the_loader_leaves_out_is_counted_in_the_summary_and_the_table(
+        fixtures, tiny_qwen3_vl_small, tmp_path, capsys):
+    data = tmp_path / "spatialab"
+    shutil.copytree(fixtures.spatialab, data)
+    table = data / "spatialab.jsonl"
+    row = json.loads(table.read_text().splitlines()[0])
+    row.update(id="count_3", options=["2", "3", "4", "5"], answer="3")  # option 3 is "4"; "3" is B
+    table.write_text(table.read_text() + json.dumps(row) + "\n")
+    out = tmp_path / "out"
+    s = evaluate(small(fixtures, tiny_qwen3_vl_small, out, benchmarks="[spatialab]",
+                       **{"data.spatialab": table}), progress=False)["spatialab"]
+    assert len(s["left_out"]) == 1 and "id 'count_3', field 'answer'" in s["left_out"][0]
+    summary = json.loads((out / "summary.json").read_text())["benchmarks"]["spatialab"]
+    assert summary["left_out"] == s["left_out"]
+    assert "1 question(s) left out by the loader" in (out / "spatialab.md").read_text()
+    assert f"warning: spatialab: {s['left_out'][0]}" in capsys.readouterr().err
+
+
 def test_a_refusal_lists_a_few_changed_images_and_counts_the_rest():
     old = {"data": {"b": {"images": {f"{i}.png": "0" * 64 for i in range(40)}, "split": "test"}}}
     new = json.loads(json.dumps(old))
