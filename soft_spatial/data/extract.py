@@ -74,15 +74,20 @@ _INVISIBLE = re.compile("[\u00ad\u200b-\u200d\u2060\ufeff]")
 #
 # where one statement ends and the next begins: a line break; a space after . ! ? or ; (one run of
 # spaces, taken from its start); a clause drawing a conclusion or giving a reason
+# ... and a dash, captured: a bare option right after one belongs to what precedes it ("Maybe —
+# B" is one statement; "Not A — the answer is B" two)
 _STATEMENT_END = re.compile(
-    r"\n|(?<=[.!?;])[ \t]+|,[ \t]*(?=(?:so|thus|therefore|hence)\b)|(?<![ \t,])[ \t,]+(?=(?:because|since)\b)",
+    r"\n|(?<=[.!?;])[ \t]+|((?<![ \t])[ \t]*[—–][ \t]*|(?<![ \t])[ \t]+--?[ \t]+)"
+    r"|,[ \t]*(?=(?:so|thus|therefore|hence)\b)|(?<![ \t,])[ \t,]+(?=(?:because|since)\b)",
     re.IGNORECASE)
-# markup that changes no reading of a statement: markdown emphasis and headings, double quotes,
-# backticks, LaTeX's \boxed{...} and \text{...}, math dollars
-_MARKUP = re.compile(r"\\(?:boxed|text|textbf|mathrm|mathbf)\b|[*_`\"“”${}#]")
+# markup that changes no reading of a statement: markdown emphasis, headings, quotes, list bullets
+# (removed at the start), double quotes, backticks, LaTeX's \boxed{...}, \text{...} and math
+# delimiters
+_MARKUP = re.compile(r"\\(?:boxed|text|textbf|mathrm|mathbf)\b|\\[()\[\]]|[*_`\"“”${}#]|^[ \t]*(?:[>+•-][ \t]+)+")
 _SPACES = re.compile(r"\s+")
-_OPENER = (r"(?:(?:so|thus|therefore|hence|then|finally|overall|consequently|accordingly|actually|"
-           r"in conclusion|in summary|in short|to conclude|to summarize|to sum up),? ){0,3}")
+_OPENER = (r"(?:(?:so|thus|therefore|hence|then|finally|overall|consequently|accordingly|actually|clearly|"
+           r"definitely|certainly|obviously|in conclusion|in summary|in short|to conclude|to summarize|"
+           r"to sum up|correction|update|conclusion|result|verdict)[,:]? ){0,3}")
 _CUE = (r"(?:(?:(?:the|my|our) )?(?:(?:final|correct|right|best|only|true) ){0,2}"
         r"(?:answer|choice|option|selection)(?: is)?(?: ?[:=\-–—])? ?"
         r"|(?:i|we)(?: will|['’]ll)? (?:choose|pick|select|go with) ?:? ?"
@@ -98,6 +103,7 @@ _JUDGED_RIGHT = re.compile(r"is (?:(?:correct|right)|(?:the )?(?:(?:correct|righ
 # between a letter and its option's text: "B. right", "B) right", "B - right", "B (right)"
 _TEXT_SEPARATORS = " .:)-–—,("
 _END_MARKS = " .!:"
+_TRAILING_LETTER = re.compile(r" ?[(\[]([a-z])[)\]][ .!]*$", re.IGNORECASE)
 # a statement that is a letter alone, decorated ("B", "(b)", "**B**.", "[B]")
 _BARE_LETTER = re.compile(r"[(\[*_`'\"\s]*([A-Za-z])[)\]*_`'\"\s.!:]*")
 
@@ -176,15 +182,22 @@ def _option_texts(options: tuple[str, ...]) -> dict[str, str]:
     return {normalise_option_text(o): LETTERS[i] for i, o in reversed(list(enumerate(options)))}
 
 
-def _statements(text: str) -> Iterator[tuple[int, str]]:
-    """The non-empty statements of ``text``, last first, each with its line number, markup
-    removed and whitespace collapsed."""
+def _clean(piece: str) -> str:
+    """A statement as the grammar reads it: markup removed, whitespace collapsed."""
+    return _SPACES.sub(" ", _MARKUP.sub("", piece)).strip()
+
+
+def _statements(text: str) -> Iterator[tuple[int, str, str | None]]:
+    """The non-empty statements of ``text``, last first: (line number, statement, the statement
+    joined to the one before it when a dash separates them, else None)."""
     lines = text.split("\n")
     for number in range(len(lines) - 1, -1, -1):
-        for piece in reversed(_STATEMENT_END.split(lines[number])):
-            statement = _SPACES.sub(" ", _MARKUP.sub("", piece)).strip()
+        parts = _STATEMENT_END.split(lines[number])  # piece, dash or None, piece, ...
+        for k in range(len(parts) - 1, -1, -2):
+            statement = _clean(parts[k])
             if statement:
-                yield number, statement
+                dash = parts[k - 1] if k else None
+                yield number, statement, _clean(parts[k - 2] + dash + parts[k]) if dash else None
 
 
 def _final_answer(text: str, texts: dict[str, str], allowed: str) -> str | None:
@@ -192,8 +205,11 @@ def _final_answer(text: str, texts: dict[str, str], allowed: str) -> str | None:
     normalised option text -> its (first) letter."""
     mention = _Letters.get(allowed).mention
     statements = _statements(text)
-    for line, statement in statements:
+    for line, statement, joined in statements:
         found = _answer_statement(statement, texts, allowed)
+        if found is not None and found[1] and joined is not None:  # "Maybe — B": one statement
+            statement, found = joined, _answer_statement(joined, texts, allowed)
+            next(statements, None)  # the part before the dash, read with it
         if found is None:  # no answer statement: an explanation, unless it names a letter
             if mention.search(statement):
                 return None
@@ -233,8 +249,13 @@ def _answer_statement(statement: str, texts: dict[str, str], allowed: str) -> tu
                 if own is not None:  # "B. right": the letter and an option's text
                     named |= {letter.upper(), own}
     prefix = _BEFORE_TEXT.match(statement)
+    own_letter = _TRAILING_LETTER.search(statement)  # "left (A)": an option's text and its letter
     for start in {0, len(prefix["opener"]), prefix.end()}:  # "right", "so right", "the answer is right"
         own = texts.get(normalise_option_text(statement[start:]))
+        if own is None and own_letter is not None and own_letter.start() > start:
+            own = texts.get(normalise_option_text(statement[start:own_letter.start()]))
+            if own is not None:
+                named.add(own_letter[1].upper())
         if own is not None:
             named.add(own)
             plain = plain or start == 0

@@ -98,6 +98,12 @@ NEGATION_CASES = [
     ("The answer is B. Actually, the answer is C.", "C"), ("Answer: B\nAnswer: C", "C"),
     ("B, because the chair is left", "B"), ("Final answer: B\n\nThe chair is not on the left.", "B"),
     ("B. left", None),  # letter B, text of A: two options
+    # dashes set off a statement; a bare option after one belongs to what precedes it
+    ("Not A — the answer is B.", "B"), ("B — the chair is on the left", "B"), ("Maybe — B", None),
+    ("Option C – in front", "C"), ("Answer: B — left", None), ("Not sure: B", None),
+    # an option's text with its letter after it; list bullets, quotes and LaTeX delimiters are markup
+    ("right (B)", "B"), ("right (C)", None), ("- **Answer:** C", "C"), ("> Answer: D", "D"),
+    ("Therefore, the answer is \\(\\boxed{D}\\).", "D"), ("Correction: the answer is C", "C"),
     # tags, boxes, official formats, unicode
     ("<answer>B</answer>", "B"), ("<answer>B. right</answer> A is wrong", "B"),
     ("<answer>I think</answer> B", None), ("\\boxed{B}", "B"), ("Answer: B", "B"),
