@@ -6,22 +6,24 @@ docs/design.md §2.11): credit only an unambiguous final answer statement.
     `ANSWER_WINDOW` (32,768) characters, NFKC-normalised without zero-width characters (full-width
     "Ｂ" is B). With ``<answer>`` tags, only the last tag's content is read. That text is cut into
     statements: lines; sentences (after ``.``, ``!``, ``?`` or ``;`` and a space); a clause that
-    draws a conclusion or gives a reason (", so ...", ", therefore ...", "because ...", "since
-    ..."). Read from the end, the first statement that is an answer statement or names an option
-    letter is the final answer statement; it must be an answer statement naming exactly one option,
-    otherwise there is no answer. So a response may correct itself (the last answer statement
-    counts), and what follows its answer may explain it but names no option letter.
+    draws a conclusion (", so ...", ", therefore ..."); a dash ("Not A — the answer is B"; but a
+    bare option after a dash belongs to what precedes it: "Maybe — B" is one statement). The last
+    statement is the final answer statement: it earns the option it names if it is an answer
+    statement naming exactly one option, else nothing. Statements before it do not count (a
+    response may correct itself: the last answer statement counts); nothing may follow it. A bare
+    option right after an answer statement naming another is a list ("A. left" / "B. right").
 
-    An answer statement is, whole (markdown emphasis, double quotes, backticks, ``\\boxed{}`` and
-    ``$`` ignored, whitespace collapsed): an optional opener ("so", "thus", "therefore", "hence",
-    "then", "finally", "overall", "actually", "in conclusion", ...), an optional cue ("Answer:",
-    "the (final/correct) answer is", "the correct option is", "my choice is", "I choose/pick/
-    select/go with", "it is"), then the option, by its letter ("B", "(b)", "[B]", "Option B", with
-    or without its own text: "B. right", "B (right)") or by its exact text ("right"); or "B is
-    correct", "B is the (correct) answer". Nothing else may be in it: a negation, a doubt, a
-    question mark, a second option, a word of an explanation all make it no answer statement, so
-    a phrasing this grammar does not know earns no credit, never a wrong one. Lower-case "a" is
-    the article unless it stands alone or right after a cue. Parsing is linear in the text.
+    An answer statement is, whole (markdown emphasis, headings, bullets, double quotes, backticks,
+    ``\\boxed{}``, ``\\( \\)`` and ``$`` ignored, whitespace collapsed): an optional opener ("so",
+    "thus", "therefore", "finally", "actually", "clearly", "in conclusion", "correction:", ...), an
+    optional cue ("Answer:", "the (final/correct) answer is", "the correct option is", "my choice
+    is", "I choose/pick/select/go with", "it is"), then the option, by its letter ("B", "(b)",
+    "[B]", "Option B", with or without its own text: "B. right", "B (right)") or by its exact text
+    ("right", "right (B)"); or "B is correct", "B is the (correct) answer". Nothing else may be in
+    it: a negation, a doubt, a question mark, a second option, a word of an explanation all make
+    it no answer statement, so a phrasing this grammar does not know earns no credit, never a wrong
+    one. Lower-case "a" is the article unless it stands alone or right after a cue. Parsing is
+    linear in the text.
 
 ``official``, per benchmark (docs/notes/benchmarks.md):
     OmniSpatial ``re``: case-insensitive ``Answer\\s*:\\s*([A-D])\\b``, last match. With
@@ -73,12 +75,12 @@ _INVISIBLE = re.compile("[\u00ad\u200b-\u200d\u2060\ufeff]")
 # its start (the lookbehinds), and the statement grammar matches a prefix of bounded length.
 #
 # where one statement ends and the next begins: a line break; a space after . ! ? or ; (one run of
-# spaces, taken from its start); a clause drawing a conclusion or giving a reason
-# ... and a dash, captured: a bare option right after one belongs to what precedes it ("Maybe —
-# B" is one statement; "Not A — the answer is B" two)
+# spaces, taken from its start); a clause drawing a conclusion (", so B"); a dash, captured: a bare
+# option right after one belongs to what precedes it ("Maybe — B" is one statement, "Not A — the
+# answer is B" two)
 _STATEMENT_END = re.compile(
     r"\n|(?<=[.!?;])[ \t]+|((?<![ \t])[ \t]*[—–][ \t]*|(?<![ \t])[ \t]+--?[ \t]+)"
-    r"|,[ \t]*(?=(?:so|thus|therefore|hence)\b)|(?<![ \t,])[ \t,]+(?=(?:because|since)\b)",
+    r"|,[ \t]*(?=(?:so|thus|therefore|hence)\b)",
     re.IGNORECASE)
 # markup that changes no reading of a statement: markdown emphasis, headings, quotes, list bullets
 # (removed at the start), double quotes, backticks, LaTeX's \boxed{...}, \text{...} and math
@@ -106,25 +108,6 @@ _END_MARKS = " .!:"
 _TRAILING_LETTER = re.compile(r" ?[(\[]([a-z])[)\]][ .!]*$", re.IGNORECASE)
 # a statement that is a letter alone, decorated ("B", "(b)", "**B**.", "[B]")
 _BARE_LETTER = re.compile(r"[(\[*_`'\"\s]*([A-Za-z])[)\]*_`'\"\s.!:]*")
-
-
-class _Letters:
-    """The letter patterns for one set of allowed letters (cached: a handful of sets occur)."""
-
-    _cache: dict[str, "_Letters"] = {}
-
-    def __init__(self, allowed: str):
-        # a stand-alone option letter names an option: capitals, and lower case but for the article a
-        # (a lower-case letter after an apostrophe is a contraction: "I'd")
-        lower = allowed.lower().replace("a", "")
-        letters = rf"(?<![\w-])[{allowed}]" + (rf"|(?<![\w'’-])[{lower}]" if lower else "")
-        self.mention = re.compile(rf"(?:{letters})(?![\w-]|\.\w)")
-
-    @classmethod
-    def get(cls, allowed: str) -> "_Letters":
-        if allowed not in cls._cache:
-            cls._cache[allowed] = cls(allowed)
-        return cls._cache[allowed]
 
 
 def think_ends(response: str | None) -> tuple[int, str | None]:
@@ -201,21 +184,22 @@ def _statements(text: str) -> Iterator[tuple[int, str, str | None]]:
 
 
 def _final_answer(text: str, texts: dict[str, str], allowed: str) -> str | None:
-    """The one option the final answer statement of ``text`` names, or None. ``texts``: each
-    normalised option text -> its (first) letter."""
-    mention = _Letters.get(allowed).mention
+    """The one option the final answer statement of ``text`` (its last statement) names, or None.
+    ``texts``: each normalised option text -> its (first) letter."""
     statements = _statements(text)
-    for line, statement, joined in statements:
-        found = _answer_statement(statement, texts, allowed)
-        if found is not None and found[1] and joined is not None:  # "Maybe — B": one statement
-            statement, found = joined, _answer_statement(joined, texts, allowed)
-            next(statements, None)  # the part before the dash, read with it
-        if found is None:  # no answer statement: an explanation, unless it names a letter
-            if mention.search(statement):
-                return None
-            continue
-        named, plain, _ = found
-        earlier = next(statements, None)
+    last = next(statements, None)
+    if last is None:
+        return None
+    line, statement, joined = last
+    found = _answer_statement(statement, texts, allowed)
+    if found is not None and found[1] and joined is not None:  # "Maybe — B": one statement
+        found = _answer_statement(joined, texts, allowed)
+        next(statements, None)  # the part before the dash, read with it
+    if found is None:
+        return None
+    named, plain, _ = found
+    if plain:  # the statements before matter only to a bare option (read lazily: the common
+        earlier = next(statements, None)  # "Answer: B" reads no other line)
         if earlier is not None and earlier[0] == line and normalise_option_text(statement) in texts:
             before = _answer_statement(earlier[1], texts, allowed)
             if before is not None and before[2]:  # "B. right": a bare letter and a text, one answer
@@ -225,8 +209,7 @@ def _final_answer(text: str, texts: dict[str, str], allowed: str) -> str | None:
             before = _answer_statement(earlier[1], texts, allowed)
             if before is not None and before[0] != named:
                 return None
-        return next(iter(named)) if len(named) == 1 and named <= set(allowed) else None
-    return None
+    return next(iter(named)) if len(named) == 1 and named <= set(allowed) else None
 
 
 def _answer_statement(statement: str, texts: dict[str, str], allowed: str) -> tuple[set[str], bool, bool] | None:

@@ -42,7 +42,7 @@ OPTIONS = ["left", "right", "in front", "behind"]
         ("r</think> behind", "D"),
         ("r</think> Answer: in front.", "C"),
         ("r</think> I choose C because A is wrong", None),  # the last statement naming a letter refuses A
-        ("r</think> I choose C because the chair is left", "C"),
+        ("r</think> I choose C because the chair is left", None),  # the answer must end the response
         ("<think>A looks right</think> nothing chosen", None),
         ("A. left is my answer", None),  # no </think>: no answer at all
         ("a</think> A</think> D", "D"),  # only the text after the LAST </think> counts
@@ -66,10 +66,10 @@ def test_answer_tail():
 
 
 # The grading rule's case table (docs/design.md §2.11): the letter our protocol reads, or None.
-# Credit only for an unambiguous final answer statement: the last statement that is an answer
-# statement or names an option letter must be an answer statement naming one option, with no
-# negation, doubt, question or hedge in it. Cases the rule of issue 44 flipped (they were read as a
-# letter by the former negator list) are marked "flipped".
+# Credit only for an unambiguous final answer statement: the response's last statement must be an
+# answer statement naming one option, with no negation, doubt, question or hedge in it. Cases the
+# rule of issue 44 flipped (they were read as a letter by the former negator list) are marked
+# "flipped".
 NEGATION_CASES = [
     # a negated letter is no answer
     ("not A", None), ("Not A.", None), ("NOT (A)", None), ("A is wrong", None),
@@ -85,21 +85,22 @@ NEGATION_CASES = [
     # a negation covers its whole list; a list of letters is a hedge anyway
     ("not A or B", None), ("A and B are wrong", None), ("A or B is wrong", None),
     ("neither A nor B", None), ("not only A but also B", None), ("A. left\nB. right", None),
-    # a negation inside the final statement, or a letter named after it: no credit (flipped)
+    # a negation inside the final statement, or anything after it: no credit (flipped)
     ("A, not B", None), ("The answer is A, not B", None), ("B, not A", None), ("Not A but B", None),
     ("I choose C because A is wrong", None), ("Answer: B. A is wrong", None), ("A is not blocked", None),
     ("A is correct; not B", None), ("not only B", None), ("The knot B", None),
+    ("A. The chair is not to the left", None), ("B, because the chair is left", None),
+    ("Final answer: B\n\nThe chair is not on the left.", None), ("A. Hmm, scratch that.", None),
     # negations before the final answer statement do not count
     ("A is wrong, so B", "B"), ("A and C are wrong, so B", "B"), ("neither A nor C, so D", "D"),
     ("B isn't right; A", "A"), ("Not A. B", "B"), ("It is not B.\nAnswer: C", "C"),
-    ("Option A is not blocked, so A", "A"), ("A. The chair is not to the left", "A"),
+    ("Option A is not blocked, so A", "A"),
     ("It is not A cat, so D", "D"), ("cannot tell; B", "B"), ("The chair is not left, so the answer is B", "B"),
-    # the last answer statement counts; an explanation after it names no letter
+    # the last answer statement counts
     ("The answer is B. Actually, the answer is C.", "C"), ("Answer: B\nAnswer: C", "C"),
-    ("B, because the chair is left", "B"), ("Final answer: B\n\nThe chair is not on the left.", "B"),
     ("B. left", None),  # letter B, text of A: two options
     # dashes set off a statement; a bare option after one belongs to what precedes it
-    ("Not A — the answer is B.", "B"), ("B — the chair is on the left", "B"), ("Maybe — B", None),
+    ("Not A — the answer is B.", "B"), ("B — the chair is on the left", None), ("Maybe — B", None),
     ("Option C – in front", "C"), ("Answer: B — left", None), ("Not sure: B", None),
     # an option's text with its letter after it; list bullets, quotes and LaTeX delimiters are markup
     ("right (B)", "B"), ("right (C)", None), ("- **Answer:** C", "C"), ("> Answer: D", "D"),
@@ -116,6 +117,59 @@ NEGATION_CASES = [
 def test_negation_cases(tail, expected):
     assert extract_ours("r</think> " + tail, OPTIONS) == expected
     assert extract_spatialab("r</think> " + tail, OPTIONS) == expected  # the stand-in follows ours
+
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+#: the independent corpus of answer phrasings (tests/data/answer_corpus/README.md): written and
+#: labelled blind to this extractor by the rule of docs/design.md §2.11
+CORPUS = Path(__file__).parent / "answer_corpus"
+_PREAMBLE = ("free words before the answer: the grammar knows no preamble before a cue (a condition, "
+             "a doubt or a negation could stand there)")
+_AFTER = ("text after the answer: the final answer statement must end the response (an explanation "
+          "cannot be told from a withdrawal without a list of words)")
+_EMOJI = "an emoji in the statement: not markup to the grammar (a check mark or a cross could affirm or negate)"
+_VALUE = "an option's text as the value of a free sentence ('The count is 2'): not an answer statement"
+#: credited items the extractor does not credit (misses: no credit, the safe error), by id and why;
+#: dev.jsonl's after the generic fixes it showed, heldout.jsonl's as found after its evaluation
+#: (docs/design.md §2.11). A false credit is never listed: every null item must stay uncredited.
+KNOWN_MISSES = {
+    "dev-article-01": _PREAMBLE, "dev-article-02": _PREAMBLE, "dev-article-05": _AFTER, "dev-article-06": _PREAMBLE,
+    "dev-emoji-01": _EMOJI, "dev-emoji-02": _EMOJI, "dev-explanation-01": _AFTER, "dev-explanation-02": _AFTER,
+    "dev-explanation-03": _AFTER, "dev-explanation-04": _AFTER, "dev-explanation-05": _AFTER,
+    "dev-explanation-06": _AFTER, "dev-inword-01": _PREAMBLE, "dev-inword-06": _PREAMBLE,
+    "dev-neg_then_answer-04": _PREAMBLE, "dev-number-03": _VALUE, "dev-selfcorrect-04": _PREAMBLE,
+    "ho-article-01": _PREAMBLE, "ho-article-06": _PREAMBLE, "ho-emoji-01": _EMOJI, "ho-emoji-02": _EMOJI,
+    "ho-explanation-01": _AFTER, "ho-explanation-02": _AFTER, "ho-explanation-03": _AFTER,
+    "ho-explanation-04": _AFTER, "ho-explanation-05": _AFTER, "ho-inword-02": _PREAMBLE, "ho-inword-05": _PREAMBLE,
+    "ho-neg_then_answer-04": _PREAMBLE, "ho-number-02": _VALUE,
+    "ho-phrase-09": "a cue the grammar lacks ('I'm going with')",
+    "ho-selfcorrect-03": "a correction introduced by 'No wait,' (a comma, no statement boundary): one statement",
+    "ho-selfcorrect-04": _PREAMBLE,
+}
+CORPUS_ITEMS = [json.loads(line) for name in ("dev.jsonl", "heldout.jsonl")
+                for line in (CORPUS / name).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_the_corpus_and_its_known_misses_are_what_the_tests_read():
+    ids = [item["id"] for item in CORPUS_ITEMS]
+    assert len(ids) == len(set(ids)) == 319
+    credited = {item["id"] for item in CORPUS_ITEMS if item["credit"] is not None}
+    assert set(KNOWN_MISSES) <= credited  # a miss is a credited item; a null item is never listed
+
+
+@pytest.mark.parametrize("item", CORPUS_ITEMS, ids=[item["id"] for item in CORPUS_ITEMS])
+def test_answer_corpus(item):
+    options = [item["options"][letter] for letter in "ABCD"]
+    response = "reasoning</think>" + item["text"]
+    found = {extract_ours(response, options), extract_spatialab(response, options)}
+    if item["credit"] is None:
+        assert found == {None}, f"false credit: {item['why']}"  # zero tolerated
+    elif item["id"] in KNOWN_MISSES:
+        assert found == {None}  # a documented miss; once read, take it off the list
+    else:
+        assert found == {item["credit"]}, item["why"]
 
 
 @pytest.mark.parametrize("response, omni, mindcube", [
@@ -255,7 +309,7 @@ def test_hedges_name_no_answer(tail):
 @pytest.mark.parametrize(
     "tail, expected",
     [("Answer: B or rather B", None), ("A cat is on the left, so B", "B"),  # the first: flipped
-     ("I choose C because the cup is in front", "C"), ("Answer: B. A and C are wrong", None)],  # flipped
+     ("So, the cup is in front, so C", "C"), ("Answer: B. A and C are wrong", None)],  # flipped
 )
 def test_one_letter_among_words_is_not_a_hedge(tail, expected):
     assert extract_ours("r</think> " + tail, OPTIONS) == expected
@@ -318,16 +372,16 @@ LETTER_SHAPES = ["{l}", "({l})", "[{l}]", "**{l}**", "'{l}'", "\\boxed{{{l}}}", 
 @PROPERTY
 @given(st.sampled_from(OPENERS), st.sampled_from(CUES), st.sampled_from(LETTER_SHAPES), st.sampled_from("ABCD"),
        st.sampled_from(["", "A is wrong. ", "Not B; ", "We see a chair.\n", "It is not C, so "]),
-       st.sampled_from(["", "\nThe chair is on the left.", ". It fits the view."]), st.booleans())
+       st.sampled_from(["", "\n", "  \n\n"]), st.booleans())
 def test_every_answer_statement_of_the_grammar_is_read(opener, cue, shape, letter, before, after, upper):
     # the grammar of docs/design.md §2.11, combined freely: opener, cue, decorated letter (with
-    # its option's text or not), after statements that do not count and before an explanation
-    # that names no letter
+    # its option's text or not), after statements that do not count
     options = [f"opt {c}" for c in "ABCD"]
     lead = (opener + cue).upper() if upper else opener + cue  # the words in capitals, the letter as it is
     statement = lead + shape.format(l=letter, t=f"opt {letter}")
     assert parse_choice(before + statement + after, options) == letter
-    # one word more in the statement (a doubt, a negation), a question, another option's text: no answer
+    # one word more in the statement (a doubt, a negation), a question, another option's text, or
+    # anything after the statement: no answer
     if ". " not in shape:  # "not B. opt B": the option's text is a statement of its own
         for word in ("maybe ", "not ", "probably "):
             assert parse_choice(before + lead + word + shape.format(l=letter, t=f"opt {letter}") + after,
@@ -336,6 +390,8 @@ def test_every_answer_statement_of_the_grammar_is_read(opener, cue, shape, lette
     other = "A" if letter != "A" else "B"
     if "{t}" in shape:
         assert parse_choice(before + lead + shape.format(l=letter, t=f"opt {other}") + after, options) is None
+    for explanation in ("\nThe chair is on the left.", ". It fits the view.", " because it fits"):
+        assert parse_choice(before + statement + explanation, options) is None
 
 
 def _mindcube_reference(response):

@@ -80,12 +80,13 @@ def test_a_final_answer_after_negated_letters_is_credited(chosen, gold, negated,
 
 
 @PROPERTY
-@given(LETTER, LETTER, NEGATED, st.sampled_from(["{c}, {n}", "{c}; {n}", "The answer is {c}, {n}",
-                                                  "Answer: {c}. {n}", "{c}\n{n}", "{c} because {n}"]))
-def test_a_letter_negated_after_the_final_answer_withdraws_its_credit(chosen, gold, negated, shape):
-    # the final answer statement is the last one naming a letter: a negation there (in it, or after
-    # the answer) is no answer statement, whichever letter it names (the rule of issue 44: "B, not A"
+@given(LETTER, LETTER, st.one_of(NEGATED, FILLER), st.sampled_from(["{c}, {n}", "{c}; {n}", "The answer is {c}, {n}",
+                                                                    "Answer: {c}. {n}", "{c}\n{n}", "{c} because {n}"]))
+def test_anything_after_the_final_answer_withdraws_its_credit(chosen, gold, negated, shape):
+    # the final answer statement is the response's last: a negation, an explanation or a withdrawal
+    # after the answer leaves no answer, whichever letter it names (the rule of issue 44: "B, not A"
     # and "Answer: B. A is wrong" were B before)
+    assume(negated.strip(" .;,\n"))
     tail = shape.format(c=chosen, n=negated)
     assert ours_and_stand_in("r</think>" + tail) == {None}
     assert credit("r</think>" + tail, gold) == 0.0
@@ -101,7 +102,7 @@ def test_two_different_letters_are_a_hedge(first, second, joint, cued):
 
 
 ANSWERS = st.tuples(st.sampled_from(["{}", "{}.", "({})", "**{}**", "<answer>{}</answer>", "Answer: {}",
-                                     "The answer is {}", "I choose {}", "\\boxed{{{}}}", "<answer>{}. x</answer>"]),
+                                     "The answer is {}", "I choose {}", "\\boxed{{{}}}", "<answer>({}).</answer>"]),
                     LETTER).map(lambda t: (t[0].format(t[1]), t[1]))
 
 

@@ -139,11 +139,12 @@ def test_missing_response_scores_zero():
         ("Answer: A is wrong", "A", 0.0), ("<answer>not A</answer>", "A", 0.0),
         ("not A or B", "B", 0.0), ("A and B are wrong", "B", 0.0),
         ("Anything but A", "A", 0.0), ("A? No.", "A", 0.0), ("A would be a mistake", "A", 0.0),
-        # a negation in the final statement, or a letter named after it (flipped by issue 44: were 1)
+        # a negation in the final statement, or anything after it (flipped by issue 44: were 1)
         ("A, not B", "A", 0.0), ("The answer is A, not B", "A", 0.0), ("I choose C because A is wrong", "C", 0.0),
+        ("A. The chair is not to the left", "A", 0.0), ("I choose C because the cup is in front", "C", 0.0),
         # negations before the final answer statement do not count
         ("A is wrong, so B", "B", 1.0), ("Option A is not blocked, so A", "A", 1.0),
-        ("A. The chair is not to the left", "A", 1.0), ("I choose C because the cup is in front", "C", 1.0),
+        ("The cup is not in front. I choose C.", "C", 1.0),
         ("<answer>B</answer> A is wrong", "B", 1.0), ("\\boxed{B}", "B", 1.0), ("Ｂ", "B", 1.0),
         ("neither A nor C, so D", "D", 1.0),
     ],
