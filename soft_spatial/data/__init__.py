@@ -2,7 +2,7 @@
 the verl parquet builder (``python -m soft_spatial.data.prepare``)."""
 
 from soft_spatial.data.benchmarks import BENCHMARKS, load_benchmark
-from soft_spatial.data.errors import DataFormatError
+from soft_spatial.data.errors import DataFormatError, SkippedRecord
 from soft_spatial.data.extract import extract_answer, extract_ours
 from soft_spatial.data.layouts import LAYOUTS, detect
 from soft_spatial.data.mindcube import load_mindcube
@@ -17,6 +17,7 @@ __all__ = [
     "LETTERS",
     "SYSTEM_PROMPT",
     "DataFormatError",
+    "SkippedRecord",
     "QuestionRecord",
     "SpatialabColumns",
     "build_messages",

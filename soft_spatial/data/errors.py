@@ -1,4 +1,5 @@
-"""The one error type the data layer raises for bad benchmark files."""
+"""The error type the data layer raises for bad benchmark files, and the warning it gives for a
+record it leaves out."""
 
 from __future__ import annotations
 
@@ -36,3 +37,14 @@ class DataFormatError(ValueError):
         if field is not None:
             where.append(f"field {field!r}")
         super().__init__(": ".join([", ".join(where), message]))
+
+
+class SkippedRecord(UserWarning):
+    """A loader left one record out, and says which and why (``str(warning)``: file, record,
+    field and the reason, as in `DataFormatError`). Given with `warnings.warn`, so a command that
+    loads a benchmark sees each one on stderr, and the evaluation counts them in its summary."""
+
+    def __init__(self, reason: DataFormatError) -> None:
+        self.file, self.index, self.record_id, self.field = (reason.file, reason.index,
+                                                             reason.record_id, reason.field)
+        super().__init__(f"record left out: {reason}")

@@ -1,19 +1,29 @@
 """Answer extractors: which option letter a model response chose.
 
-``ours`` (the reward's parser, used for every benchmark under our protocol):
-    only the text after the LAST ``</think>`` counts (no ``</think>``: no answer). In that tail,
-    in order: ``<answer>…</answer>`` content; a bare letter with decoration ("C", "(c)", "C.",
-    "**C**"); an explicit cue ("Answer: C", "the answer is (b)", "I choose D"); the tail being an
-    option's text; the one stand-alone capital letter that is not the English article "A"
-    ("A cat is on the left, so B" -> B). Lower-case letters count only as a bare answer or right
-    after a cue, and only when no word follows them ("answer is a cat" is not A). A hedge names
-    no answer: a cued letter followed by a list of others ("Answer: A or B", "answer: B, C, D")
-    or, without a cue, several different stand-alone letters ("A or B"). A negated letter is no
-    answer ("not A", "A is wrong", "rule out A"; "A, not B" is A): docs/design.md §2.11. When
-    the tail has ``<answer>`` tags, only their content is read. Only the last `ANSWER_WINDOW`
-    (32,768) characters of the tail are read, NFKC-normalised without zero-width characters
-    (full-width "Ｂ" is B); finding the tail is one linear split, so any response parses in linear
-    time, without recursion.
+``ours`` (the reward's parser, used for every benchmark under our protocol; the grading rule of
+docs/design.md §2.11): credit only an unambiguous final answer statement.
+    Only the text after the LAST ``</think>`` counts (no ``</think>``: no answer), its last
+    `ANSWER_WINDOW` (32,768) characters, NFKC-normalised without zero-width characters (full-width
+    "Ｂ" is B). With ``<answer>`` tags, only the last tag's content is read. That text is cut into
+    statements: lines; sentences (after ``.``, ``!``, ``?`` or ``;`` and a space); a clause that
+    draws a conclusion (", so ...", ", therefore ..."); a dash ("Not A — the answer is B"; but a
+    bare option after a dash belongs to what precedes it: "Maybe — B" is one statement). The last
+    statement is the final answer statement: it earns the option it names if it is an answer
+    statement naming exactly one option, else nothing. Statements before it do not count (a
+    response may correct itself: the last answer statement counts); nothing may follow it. A bare
+    option right after an answer statement naming another is a list ("A. left" / "B. right").
+
+    An answer statement is, whole (markdown emphasis, headings, bullets, double quotes, backticks,
+    ``\\boxed{}``, ``\\( \\)`` and ``$`` ignored, whitespace collapsed): an optional opener ("so",
+    "thus", "therefore", "finally", "actually", "clearly", "in conclusion", "correction:", ...), an
+    optional cue ("Answer:", "the (final/correct) answer is", "the correct option is", "my choice
+    is", "I choose/pick/select/go with", "it is"), then the option, by its letter ("B", "(b)",
+    "[B]", "Option B", with or without its own text: "B. right", "B (right)") or by its exact text
+    ("right", "right (B)"); or "B is correct", "B is the (correct) answer". Nothing else may be in
+    it: a negation, a doubt, a question mark, a second option, a word of an explanation all make
+    it no answer statement, so a phrasing this grammar does not know earns no credit, never a wrong
+    one. Lower-case "a" is the article unless it stands alone or right after a cue. Parsing is
+    linear in the text.
 
 ``official``, per benchmark (docs/notes/benchmarks.md):
     OmniSpatial ``re``: case-insensitive ``Answer\\s*:\\s*([A-D])\\b``, last match. With
@@ -36,10 +46,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from soft_spatial.data.gold import DEFAULT_LETTERS, normalise_option_text
 from soft_spatial.data.record import LETTERS
@@ -54,100 +65,49 @@ ANSWER_WINDOW = 32_768
 #: cost what 1 MiB costs, about a tenth of a second at worst)
 OFFICIAL_WINDOW = 1 << 20
 _THINK_END_RE = re.compile(re.escape(THINK_END), re.IGNORECASE)
-
-# Words that may follow the option letter "A" ("A is correct"); any other lower-case word after a
-# capital "A" makes it the English article ("A cat is ...").
-_VERBS_AFTER_LETTER = frozenset(
-    "is was would will seems seem should could must might appears appear matches match fits fit "
-    "best correct looks look describes describe remains and or "
-    # and the words of a negation ("A isn't right", "not only A but also B"): never after an article
-    "not but nor rather instead cannot isn't wasn't doesn't won't can't isn’t wasn’t doesn’t won’t can’t".split()
-)
-# Every pattern below runs in time linear in the text: no two adjacent quantifiers can match the
-# same characters (so a long run of spaces or asterisks is scanned once, not once per split).
-#
-# An explicit answer cue: "Answer: X", "the answer is (X)", "final answer - X", "I choose X",
-# "the correct option is X". Matched case-insensitively; the letter's own case is checked apart.
-_CUE = (
-    r"(?i:\b(?:answer|correct\s+(?:option|choice)|i\s+(?:choose|pick|select))"
-    r"(?:\s+(?:is|would\s+be|should\s+be))?[\s*]*(?:[:=\-][\s*]*)?(?:option[\s*]*)?)"
-    r"(?:[(\[\"'][(\[*\"'\s]*)?"
-)
-_CUE_PREFIX = re.compile(r"^(?:the\s+)?(?:final\s+)?answer\s*(?:is)?\s*[:=]?\s*", re.IGNORECASE)
 _ANSWER_TAG = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.IGNORECASE | re.DOTALL)
 _TAG_MARKUP = re.compile(r"</?answer>", re.IGNORECASE)
-# after "A": not a lower-case word other than those verbs (that would make "A" the article)
-_NOT_ARTICLE = r"(?![ \t]+(?!(?:" + "|".join(sorted(_VERBS_AFTER_LETTER)) + r")(?![a-z'’-]))[a-z])"
-# "A or B", "B, C, D", "A/B", "C and D", "A or maybe B": after a chosen letter, another letter in a list
-_LIST_NEXT = (r"[ \t)\]*\"']*(?:,|/|&|\bor\b(?:[ \t]+(?:maybe|perhaps|possibly)\b)?|\band\b)"
-              r"[ \t]*(?:[(\[*\"'][(\[*\"' \t]*)?")
-# Negation (docs/design.md §2.11): a negator right before a letter ("not A", "isn't (B)",
-# "rule out option C", "except D") or a refusing predicate right after it ("A is wrong", "B is not
-# correct", "C can be ruled out") takes the letter, and the list it heads or ends ("not A or B",
-# "A and B are wrong"), out of the candidates. "not only A" is no negation.
-_NEGATORS = ("not never nor neither cannot except excluding exclude excludes excluded eliminate eliminates "
-             "eliminated eliminating").split() + ["rule out", "rules out", "ruled out", "ruling out", "rather than",
-                                                  "instead of", "other than"]
-_NEGATOR_FILLERS = "be the option options choice choices answer letter choose pick select".split()
-
-
-def _backwards(phrase: str) -> str:
-    """A pattern for ``phrase`` read from its end ("rule out" -> "tuo\\s+elur")."""
-    return r"\s+".join(re.escape(word[::-1]) for word in reversed(phrase.split()))
-
-
-# A negator read backwards from the letter, on the reversed text before it: brackets and spaces,
-# filler words ("not the option A"), then the negator ("not", or "n't" ending "isn't"). Anchored at
-# the letter, so a look costs the same on any text. "not only A" is no negation ("only" is no filler).
-_NEGATOR_BACKWARDS = re.compile(
-    r"(?i)[\s*_\"'`(\[]*(?:(?:" + "|".join(map(_backwards, _NEGATOR_FILLERS)) + r")\b\s+)*"
-    r"(?:t['’]n|(?:" + "|".join(map(_backwards, sorted(_NEGATORS, key=len, reverse=True))) + r")\b)"
-)
-_JUDGED = r"(?:correct|right|true|valid|possible|likely|answer|case|it|one|work|fit|match|apply)"
-_REFUSING = (
-    r"(?i:[\s*_\"'`)\]]*(?:"
-    r"(?:is|was|are|were|seems?|looks?|appears?|sounds?|(?:would|must|should|can|could|will|may|might)\s+be)"
-    r"\s+(?:(?:clearly|definitely|certainly|also|therefore|thus|obviously|surely|probably)\s+)?"
-    r"(?:(?:the|an?)\s+)?(?:wrong|incorrect|false|invalid|impossible|unlikely|ruled\s+out|excluded|"
-    r"eliminated|rejected)"
-    r"|(?:(?:is|was|are|were|does|do|did|would|could|should|must|might|ca|wo)n[’']t"
-    r"|(?:is|was|are|were|does|do|did|would|could|can|should|must|will|may|might)\s+not|cannot)"
-    r"\s+(?:be\s+)?(?:(?:the|an?)\s+)?" + _JUDGED + r")\b)"
-)
-_REFUSING_RE = re.compile(_REFUSING)
-#: how far before a letter `_negated` looks for its negator: the longest negator with its words
-#: ("instead of the option") and some spacing
-NEGATION_REACH = 64
 # characters that change no reading of an answer: zero-width spaces and joiners, soft hyphen, BOM
 _INVISIBLE = re.compile("[\u00ad\u200b-\u200d\u2060\ufeff]")
 
-
-class _Patterns:
-    """The compiled patterns for one set of allowed letters (cached: a handful of sets occur)."""
-
-    _cache: dict[str, "_Patterns"] = {}
-
-    def __init__(self, allowed: str):
-        up, low = f"[{allowed}]", f"[{allowed.lower()}]"
-        self.bare = re.compile(rf"[\s*_\"'`(\[]*({up}|{low})[\s*_\"'`)\].:]*")
-        self.cued = re.compile(
-            rf"{_CUE}(?:({up})(?![\w'’-])|({low})(?=[.)\]:,*\"']|[ \t]*$))", re.MULTILINE)
-        self.listed = re.compile(rf"{_LIST_NEXT}(?:({up})|({low}))(?![\w'’-])")
-        # a letter standing alone, "A" not as the article ("A cat")
-        others = allowed.replace("A", "")
-        alone = "|".join(([f"[{others}](?![\\w'’-])"] if others else [])
-                         + (["A(?![\\w'’-])" + _NOT_ARTICLE] if "A" in allowed else []))
-        self.letter = re.compile(rf"(?<![\w'’-])(?:{alone})")
-        self.alone = {letter: re.compile(rf"(?<![\w'’-]){letter}(?![\w'’-])" + (_NOT_ARTICLE if letter == "A" else ""))
-                      for letter in allowed}  # one pattern per letter: is it there at all?
-        # a list of such letters ("A", "A or B", "B, C and D"): a negation takes the whole list
-        self.group = re.compile(rf"{self.letter.pattern}(?:{_LIST_NEXT}{self.letter.pattern})*")
-
-    @classmethod
-    def get(cls, allowed: str) -> "_Patterns":
-        if allowed not in cls._cache:
-            cls._cache[allowed] = cls(allowed)
-        return cls._cache[allowed]
+# -- ours: the final answer statement (docs/design.md §2.11) --------------------------------------
+# Every pattern runs in time linear in its text: a run of spaces or commas is tried once, from
+# its start (the lookbehinds), and the statement grammar matches a prefix of bounded length.
+#
+# where one statement ends and the next begins: a line break; a space after . ! ? or ; (one run of
+# spaces, taken from its start); a clause drawing a conclusion (", so B"); a dash, captured: a bare
+# option right after one belongs to what precedes it ("Maybe — B" is one statement, "Not A — the
+# answer is B" two)
+_STATEMENT_END = re.compile(
+    r"\n|(?<=[.!?;])[ \t]+|((?<![ \t])[ \t]*[—–][ \t]*|(?<![ \t])[ \t]+--?[ \t]+)"
+    r"|,[ \t]*(?=(?:so|thus|therefore|hence)\b)",
+    re.IGNORECASE)
+# markup that changes no reading of a statement: markdown emphasis, headings, quotes, list bullets
+# (removed at the start), double quotes, backticks, LaTeX's \boxed{...}, \text{...} and math
+# delimiters
+_MARKUP = re.compile(r"\\(?:boxed|text|textbf|mathrm|mathbf)\b|\\[()\[\]]|[*_`\"“”${}#]|^[ \t]*(?:[>+•-][ \t]+)+")
+_SPACES = re.compile(r"\s+")
+_OPENER = (r"(?:(?:so|thus|therefore|hence|then|finally|overall|consequently|accordingly|actually|clearly|"
+           r"definitely|certainly|obviously|in conclusion|in summary|in short|to conclude|to summarize|"
+           r"to sum up|correction|update|conclusion|result|verdict)[,:]? ){0,3}")
+_CUE = (r"(?:(?:(?:the|my|our) )?(?:(?:final|correct|right|best|only|true) ){0,2}"
+        r"(?:answer|choice|option|selection)(?: is)?(?: ?[:=\-–—])? ?"
+        r"|(?:i|we)(?: will|['’]ll)? (?:choose|pick|select|go with) ?:? ?"
+        r"|(?:it|that)(?:['’]s| is) )")
+_OPTION_WORD = r"(?:(?:option|choice|letter) ?)?"
+# a statement's grammar up to its letter; what follows the letter (`_rest`) is checked apart
+_BY_LETTER = re.compile(rf"(?P<opener>{_OPENER})(?P<cue>{_CUE})?{_OPTION_WORD}[(\[']*(?P<letter>[a-z])"
+                        r"(?![\w’-])[)\]']*(?P<rest>.*)", re.IGNORECASE | re.DOTALL)
+_BEFORE_TEXT = re.compile(rf"(?P<opener>{_OPENER})(?P<cue>{_CUE}{_OPTION_WORD})?", re.IGNORECASE)
+# after the letter: "is correct", "is the (correct) answer"
+_JUDGED_RIGHT = re.compile(r"is (?:(?:correct|right)|(?:the )?(?:(?:correct|right|best|final) )?"
+                           r"(?:answer|option|choice))", re.IGNORECASE)
+# between a letter and its option's text: "B. right", "B) right", "B - right", "B (right)"
+_TEXT_SEPARATORS = " .:)-–—,("
+_END_MARKS = " .!:"
+_TRAILING_LETTER = re.compile(r" ?[(\[]([a-z])[)\]][ .!]*$", re.IGNORECASE)
+# a statement that is a letter alone, decorated ("B", "(b)", "**B**.", "[B]")
+_BARE_LETTER = re.compile(r"[(\[*_`'\"\s]*([A-Za-z])[)\]*_`'\"\s.!:]*")
 
 
 def think_ends(response: str | None) -> tuple[int, str | None]:
@@ -166,17 +126,18 @@ def answer_tail(response: str | None) -> str | None:
     return think_ends(response)[1]
 
 
+@functools.lru_cache(maxsize=64)
 def _allowed(letters: str) -> str:
     return "".join(sorted(set(letters.upper())))
 
 
 def parse_choice(text: str | None, options: Sequence[str] | None = None, letters: str | None = None) -> str | None:
-    """The option letter that ``text`` (an answer, not a reasoning chain) chooses, or None.
+    """The option letter that ``text`` (an answer, not a reasoning chain) chooses, or None: the
+    option its final answer statement names (the module docstring; docs/design.md §2.11).
 
     ``letters`` restricts the answer letters; by default the first ``len(options)`` letters, or
-    A-D without options. A hedge ("A or B", "B, C, D", "Answer: A/B") chooses nothing. Only the
-    last `ANSWER_WINDOW` characters are read (an answer ends its text), so the parse costs the
-    same on any input, without recursion.
+    A-D without options. Only the last `ANSWER_WINDOW` characters are read (an answer ends its
+    text), so the parse costs the same on any input, without recursion.
     """
     if letters is None:
         letters = LETTERS[: len(options)] if options else DEFAULT_LETTERS
@@ -188,79 +149,100 @@ def parse_choice(text: str | None, options: Sequence[str] | None = None, letters
         text = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text)).strip()[-ANSWER_WINDOW:]
     if not text:
         return None
-    pats = _Patterns.get(allowed)
-    tags = [m.group(1) for m in _ANSWER_TAG.finditer(text)]
-    if tags:  # the tags hold the answer: the last one that names one letter, nothing outside them
-        for inner in reversed(tags):
-            found = _parse_plain(_TAG_MARKUP.sub(" ", inner).strip(), options, allowed, pats)
-            if found:
-                return found
-        return None
-    return _parse_plain(text, options, allowed, pats)
-
-
-def _parse_plain(text: str, options: Sequence[str] | None, allowed: str, pats: _Patterns) -> str | None:
-    """`parse_choice` without ``<answer>`` tags: bare letter, cue, option text, lone letter; a
-    negated letter (`_negated`) is never the one chosen."""
-    if not text:
-        return None
-    bare = pats.bare.fullmatch(text)
+    bare = _BARE_LETTER.fullmatch(text)  # the common case, the format the reward asks for: "B"
     if bare:
-        return bare.group(1).upper()
-    last_cue = None
-    for cue in pats.cued.finditer(text):
-        if _REFUSING_RE.match(text, cue.end()) is None:  # "Answer: A is wrong" chooses nothing
-            last_cue = cue
-    if last_cue is not None:
-        letter = (last_cue.group(1) or last_cue.group(2)).upper()
-        return None if _hedged(text, last_cue.end(), letter, pats) else letter
-    found = _match_option_text(text, options)
-    if found and found in allowed:
-        return found
-    present = {letter for letter, alone in pats.alone.items() if alone.search(text)}
-    chosen: set[str] = set()
-    for m in pats.group.finditer(text) if present else ():  # maximal lists: linear in the text
-        start, end = m.span()
-        letters = text[start] if end - start == 1 else set(pats.letter.findall(text, start, end))
-        if set(letters) <= chosen or _negated(text, start, end):
-            continue
-        chosen.update(letters)
-        if len(chosen) > 1:
-            return None  # several different letters: a hedge
-        if chosen == present:
-            break  # every letter there is chosen: the rest can change nothing
-    return chosen.pop() if chosen else None
+        return bare[1].upper() if bare[1].upper() in allowed else None
+    tags = [m.group(1) for m in _ANSWER_TAG.finditer(text)] if "<" in text else []
+    if tags:  # the tags hold the answer: the last one's content, nothing outside them
+        text = _TAG_MARKUP.sub(" ", tags[-1])
+    return _final_answer(text, _option_texts(tuple(map(str, options or ()))), allowed)
 
 
-def _negated(text: str, start: int, end: int) -> bool:
-    """Whether the list of letters at ``text[start:end]`` follows a negator (within
-    `NEGATION_REACH` characters) or precedes a refusing predicate."""
-    before = text[max(0, start - NEGATION_REACH):start][::-1]
-    return _NEGATOR_BACKWARDS.match(before) is not None or _REFUSING_RE.match(text, end) is not None
+@functools.lru_cache(maxsize=4096)
+def _option_texts(options: tuple[str, ...]) -> dict[str, str]:
+    """Each normalised option text -> the letter of its first option (a question's options are
+    read once per process, not once per response)."""
+    return {normalise_option_text(o): LETTERS[i] for i, o in reversed(list(enumerate(options)))}
 
 
-def _hedged(text: str, end: int, letter: str, pats: _Patterns) -> bool:
-    """Whether the letter ending at ``end`` starts a list naming another letter ("A or B")."""
-    pos = end
-    while True:
-        more = pats.listed.match(text, pos)
-        if more is None:
-            return False
-        if (more.group(1) or more.group(2)).upper() != letter:
-            return True
-        pos = more.end()
+def _clean(piece: str) -> str:
+    """A statement as the grammar reads it: markup removed, whitespace collapsed."""
+    return _SPACES.sub(" ", _MARKUP.sub("", piece)).strip()
 
 
-def _match_option_text(text: str, options: Sequence[str] | None) -> str | None:
-    """Letter of the first option whose text equals ``text`` (after normalisation and cue removal)."""
-    if not options:
+def _statements(text: str) -> Iterator[tuple[int, str, str | None]]:
+    """The non-empty statements of ``text``, last first: (line number, statement, the statement
+    joined to the one before it when a dash separates them, else None)."""
+    lines = text.split("\n")
+    for number in range(len(lines) - 1, -1, -1):
+        parts = _STATEMENT_END.split(lines[number])  # piece, dash or None, piece, ...
+        for k in range(len(parts) - 1, -1, -2):
+            statement = _clean(parts[k])
+            if statement:
+                dash = parts[k - 1] if k else None
+                yield number, statement, _clean(parts[k - 2] + dash + parts[k]) if dash else None
+
+
+def _final_answer(text: str, texts: dict[str, str], allowed: str) -> str | None:
+    """The one option the final answer statement of ``text`` (its last statement) names, or None.
+    ``texts``: each normalised option text -> its (first) letter."""
+    statements = _statements(text)
+    last = next(statements, None)
+    if last is None:
         return None
-    candidates = {normalise_option_text(text)}
-    candidates.add(normalise_option_text(_CUE_PREFIX.sub("", text.strip())))
-    for i, option in enumerate(options):
-        if normalise_option_text(str(option)) in candidates:
-            return LETTERS[i]
-    return None
+    line, statement, joined = last
+    found = _answer_statement(statement, texts, allowed)
+    if found is not None and found[1] and joined is not None:  # "Maybe — B": one statement
+        found = _answer_statement(joined, texts, allowed)
+        next(statements, None)  # the part before the dash, read with it
+    if found is None:
+        return None
+    named, plain, _ = found
+    if plain:  # the statements before matter only to a bare option (read lazily: the common
+        earlier = next(statements, None)  # "Answer: B" reads no other line)
+        if earlier is not None and earlier[0] == line and normalise_option_text(statement) in texts:
+            before = _answer_statement(earlier[1], texts, allowed)
+            if before is not None and before[2]:  # "B. right": a bare letter and a text, one answer
+                named, plain = named | before[0], before[1]
+                earlier = next(statements, None)
+        if plain and earlier is not None:  # "A. left / B. right": a list of options, no answer
+            before = _answer_statement(earlier[1], texts, allowed)
+            if before is not None and before[0] != named:
+                return None
+    return next(iter(named)) if len(named) == 1 and named <= set(allowed) else None
+
+
+def _answer_statement(statement: str, texts: dict[str, str], allowed: str) -> tuple[set[str], bool, bool] | None:
+    """If ``statement`` is an answer statement (the module docstring): the letters of the options
+    it names, whether it is plain (no opener, no cue: "B", "right", "B is correct") and whether
+    it is a bare letter (nothing after the letter: "B", "Answer: (B)."); else None."""
+    named: set[str] = set()
+    plain = bare = False
+    m = _BY_LETTER.fullmatch(statement)
+    if m is not None:
+        letter, rest = m["letter"], m["rest"].strip(_END_MARKS)
+        if letter.islower() and (letter.upper() not in allowed or m["cue"] is None and (rest or m["opener"])):
+            letter = None  # "x", "a cat", "so a": lower case is an option's letter alone or after a cue
+        if letter is not None:
+            plain, bare = not m["opener"] and m["cue"] is None, not rest
+            if bare or _JUDGED_RIGHT.fullmatch(rest):
+                named.add(letter.upper())
+            else:
+                own = texts.get(normalise_option_text(rest.lstrip(_TEXT_SEPARATORS).rstrip(") ")))
+                if own is not None:  # "B. right": the letter and an option's text
+                    named |= {letter.upper(), own}
+    prefix = _BEFORE_TEXT.match(statement)
+    own_letter = _TRAILING_LETTER.search(statement)  # "left (A)": an option's text and its letter
+    for start in {0, len(prefix["opener"]), prefix.end()}:  # "right", "so right", "the answer is right"
+        own = texts.get(normalise_option_text(statement[start:]))
+        if own is None and own_letter is not None and own_letter.start() > start:
+            own = texts.get(normalise_option_text(statement[start:own_letter.start()]))
+            if own is not None:
+                named.add(own_letter[1].upper())
+        if own is not None:
+            named.add(own)
+            plain = plain or start == 0
+    return (named, plain, bare) if named else None
 
 
 def extract_ours(response: str | None, options: Sequence[str] | None = None, letters: str | None = None) -> str | None:

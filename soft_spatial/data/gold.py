@@ -33,9 +33,12 @@ def parse_letter(value: Any) -> str | None:
     return next(g for g in m.groups() if g).upper() if m else None
 
 
+_SPACES = re.compile(r"\s+")
+
+
 def normalise_option_text(text: str) -> str:
     """Lower case, single spaces, no surrounding quotes/asterisks, no trailing period."""
-    text = re.sub(r"\s+", " ", text.strip().lower())
+    text = _SPACES.sub(" ", text.strip().lower())
     text = text.strip("*\"'`“”‘’ ")
     return text.rstrip(". ").strip()
 

@@ -4,9 +4,10 @@ score = answer + format, in {0, 0.2, 1.0, 1.2} with the default weights:
 
 * answer (1.0): the letter our extractor reads after the LAST ``</think>`` (see
   `soft_spatial.data.extract.parse_choice`) equals the gold letter, or names an option whose text
-  equals the gold option's text (duplicate options). No ``</think>`` means no answer credit, and
-  so does a hedge that names several different letters ("A or B", "B, C, D") or a letter that is
-  negated ("not A", "A is wrong": the grading rule, docs/design.md §2.11).
+  equals the gold option's text (duplicate options). Only an unambiguous final answer statement
+  earns it (the grading rule, docs/design.md §2.11): no ``</think>``, a hedge ("A or B", "B, C,
+  D"), a negation, doubt or question in the final answer statement ("not A", "Anything but A",
+  "A? No.", "probably A") or a letter named after it earn nothing.
 * the gold answer must name one option unambiguously (`soft_spatial.data.gold.gold_letter`);
   otherwise the reward raises a ValueError naming it and the record.
 * format (0.2): exactly one ``</think>``, followed only by one capital letter A-D (surrounding

@@ -8,25 +8,42 @@ code. What the paper documents (App. J) is built in: multiple-choice answers are
 numbers (``answer_index_base=1``), and a missing option is an empty cell printed as ``nan``:
 such options are dropped and the remaining ones relabelled A, B, ... in order, the answer
 following its option.
+
+An answer cell can be read two ways: by position (a letter, or an option number under
+``answer_index_base``) and as an option's text. Where only one reading names an option, it is
+the answer. Where both do and they differ ("3" among the options "2", "3", "4", "5": option
+number 3 is "4", the text "3" is option B), the gold letter would be a guess, and a mislabelled
+gold answer corrupts every number computed on it: by default (``ambiguous_answer="skip"``) the
+record is left out with a `SkippedRecord` warning naming file, record, field and both readings
+(the evaluation counts and lists it in its summary and table); ``"index"`` or ``"text"`` says
+which reading the release uses, once its schema is known.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from soft_spatial.data.checks import (RecordContext, answer_from_index, answer_from_letter, check_records,
                                       missing_cell, option_list, text_field)
-from soft_spatial.data.errors import DataFormatError
+from soft_spatial.data.errors import DataFormatError, SkippedRecord
 from soft_spatial.data.gold import parse_letter
 from soft_spatial.data.image_refs import image_refs
 from soft_spatial.data.record import LETTERS, ImageRef, QuestionRecord
 from soft_spatial.data.tables import TABLE_SUFFIXES, read_table, shard_set
 
 NAME = "spatialab"
+#: the values of `SpatialabColumns.ambiguous_answer`
+AMBIGUOUS_ANSWER = ("skip", "index", "text")
+
+
+class AmbiguousAnswer(DataFormatError):
+    """An answer cell whose reading by position and whose reading as an option's text name
+    different options."""
 
 #: The six categories, spelled as in the SpatiaLab README.
 CATEGORIES = (
@@ -52,7 +69,12 @@ class SpatialabColumns:
         answer: the correct option, as a letter, as the option's text, or as an integer option
             number (an index into the options as published, missing ones included).
         answer_index_base: base of integer answers: 1 (the paper's numbering, the default), 0, or
-            None to reject them.
+            None to reject them (a number is then read as an option's text only).
+        ambiguous_answer: what to do with an answer cell whose two readings name different
+            options (by position: a letter or an option number; and as an option's text, "3"
+            among "2", "3", "4", "5"): ``"skip"`` (the default) leaves the record out with a
+            `SkippedRecord` warning naming it and both readings; ``"index"`` takes the reading by
+            position, ``"text"`` the option's text (for a release whose schema says which).
         category / subcategory: group columns (subcategory may be absent).
         image: an image path relative to the table's directory (or absolute), raw bytes, a
             ``{"bytes": ..., "path": ...}`` struct (Hugging Face ``Image`` feature), or a list of these.
@@ -64,6 +86,7 @@ class SpatialabColumns:
     option_columns: tuple[str, ...] = ("A", "B", "C", "D")
     answer: str = "answer"
     answer_index_base: int | None = 1
+    ambiguous_answer: str = "skip"
     category: str = "category"
     subcategory: str | None = "subcategory"
     image: str = "image"
@@ -137,12 +160,18 @@ def load_spatialab(
     columns = columns or SpatialabColumns()
     if columns.answer_index_base not in (None, 0, 1):
         raise ValueError(f"answer_index_base must be None, 0 or 1, got {columns.answer_index_base!r}")
+    if columns.ambiguous_answer not in AMBIGUOUS_ANSWER:
+        raise ValueError(f"ambiguous_answer must be one of {', '.join(AMBIGUOUS_ANSWER)}, got "
+                         f"{columns.ambiguous_answer!r}")
     path = find_table(root, split)
     rows = read_table(path)
-    records = [
-        _parse(row, RecordContext(path, i, benchmark=NAME), columns, strict_categories, check_images)
-        for i, row in enumerate(rows)
-    ]
+    records = []
+    for i, row in enumerate(rows):
+        try:
+            records.append(_parse(row, RecordContext(path, i, benchmark=NAME), columns, strict_categories,
+                                  check_images))
+        except AmbiguousAnswer as exc:  # ambiguous_answer="skip"
+            warnings.warn(SkippedRecord(exc), stacklevel=2)
     return check_records(records, path)
 
 
@@ -196,8 +225,10 @@ def _options(row: dict[str, Any], cols: SpatialabColumns, ctx: RecordContext) ->
 
 def _answer(value: Any, options: list[str], slots: list[int | None], cols: SpatialabColumns,
             ctx: RecordContext) -> str:
-    """Letter of the answer among the kept options: a published letter or number is mapped
-    through ``slots``; an option's text is matched; integers need ``answer_index_base``."""
+    """Letter of the answer among the kept options. Two readings: by position (a published letter
+    or, with ``answer_index_base``, an option number, mapped through ``slots``) and as an
+    option's text; one that names an option is the answer; two that name different ones are
+    settled by ``ambiguous_answer`` (`AmbiguousAnswer` for "skip")."""
     field = cols.answer
     if value is None:
         raise ctx.error(field, "missing")
@@ -207,15 +238,41 @@ def _answer(value: Any, options: list[str], slots: list[int | None], cols: Spati
         or (isinstance(value, float) and value.is_integer())
         or (text is not None and text.isdigit())
     )
+    # a number cell is also a text: 3, 3.0 and "3" all read as the option "3"
+    as_text = text if text is not None else str(int(value)) if is_index else None
+    by_text = LETTERS[options.index(as_text)] if as_text in options else None
+    try:
+        by_position = _by_position(value, text, is_index, slots, cols, ctx)
+    except DataFormatError:
+        if by_text is None:
+            raise
+        return by_text  # the position names no option: the text is the only reading
+    if by_position is None and by_text is None:
+        hint = " (set answer_index_base to 0 or 1 to accept indices)" if is_index else ""
+        raise ctx.error(field, f"expected an option letter, number or an option's text, got {value!r}{hint}")
+    if by_position is None or by_text is None or by_position == by_text:
+        return by_position or by_text
+    if cols.ambiguous_answer != "skip":
+        return by_position if cols.ambiguous_answer == "index" else by_text
+    kind = "option letter" if parse_letter(text) is not None else f"option number ({cols.answer_index_base}-based)"
+    raise AmbiguousAnswer(
+        ctx.file, f"the answer {value!r} read as an {kind} is option {by_position} "
+        f"({options[LETTERS.index(by_position)]!r}), read as an option's text option {by_text}: the gold "
+        f"letter would be a guess (SpatialabColumns(ambiguous_answer='index' or 'text') says which reading "
+        f"the release uses)", index=ctx.index, record_id=ctx.record_id, field=field)
+
+
+def _by_position(value: Any, text: str | None, is_index: bool, slots: list[int | None], cols: SpatialabColumns,
+                 ctx: RecordContext) -> str | None:
+    """The letter ``value`` names as a letter or an option number, None when it is neither; a
+    DataFormatError when it names no kept option."""
+    field = cols.answer
     if parse_letter(text) is not None:  # "B", "b", "B.", "(B)", "Option B"
         slot = LETTERS.index(answer_from_letter(text, len(slots), field, ctx))
     elif is_index and cols.answer_index_base is not None:
         slot = LETTERS.index(answer_from_index(value, len(slots), field, ctx, base=cols.answer_index_base))
-    elif text is not None and text in options:
-        return LETTERS[options.index(text)]
     else:
-        hint = " (set answer_index_base to 0 or 1 to accept indices)" if is_index else ""
-        raise ctx.error(field, f"expected an option letter, number or an option's text, got {value!r}{hint}")
+        return None
     if slots[slot] is None:
         raise ctx.error(field, f"answer {value!r} points at a missing option")
     return LETTERS[slots[slot]]

@@ -175,6 +175,9 @@ def main(cfg: DictConfig) -> None:
             per = ", ".join(f"{c} {k}" for c, k in s["requested"]["skipped_categories"].items())
             print(f"{name}: {len(s['skipped_overlong'])} question(s) skipped, prompt too long "
                   f"({per}): {shown}{' ...' if len(s['skipped_overlong']) > 20 else ''}")
+        if s["left_out"]:
+            print(f"{name}: {len(s['left_out'])} record(s) left out by the loader (listed in "
+                  f"summary.json: left_out)")
     print(f"per-sample results: {out / 'samples.jsonl'}\nsummary: {out / 'summary.json'}")
 
 

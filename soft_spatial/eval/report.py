@@ -144,6 +144,9 @@ def markdown_table(summary: Mapping, label: str, published: Iterable[Mapping] = 
     if requested.get("skipped_categories"):
         extra += "; skipped (prompt too long): " + ", ".join(
             f"{c.replace('_', ' ')} {k}" for c, k in requested["skipped_categories"].items())
+    if summary.get("left_out"):
+        extra += (f"; {len(summary['left_out'])} question(s) left out by the loader (in none of the "
+                  f"numbers; listed in summary.json, left_out)")
     return "\n".join(lines) + extra + "\n"
 
 

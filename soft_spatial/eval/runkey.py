@@ -1,11 +1,12 @@
 """The identity of an evaluation: everything its per-sample rows depend on.
 
 `run_key` builds it as a JSON object: the model (resolved path and a weights fingerprint), the
-controller (path and content hash), each benchmark's data (table file, its content hash, split),
-the engine, mode and soft-thinking settings, protocol, sampling (temperature, max_new_tokens,
-seed) and ``batch_rows``: the rows decoded together change a sample's floating-point path, hence
-its text (6 of 32 samples of the tiny test model differed between batch_rows 32 and 4), so a
-run is not resumed with another value.
+controller (path and content hash), each benchmark's data (table file, its content hash, split,
+and the content hash of every image file its questions read), the engine, mode and
+soft-thinking settings, protocol, sampling (temperature, max_new_tokens, seed) and
+``batch_rows``: the rows decoded together change a sample's floating-point path, hence its text
+(6 of 32 samples of the tiny test model differed between batch_rows 32 and 4), so a run is not
+resumed with another value.
 It is stored as ``run_key.json`` in the output directory when a run starts; a later run into the
 same directory resumes only if its key is equal, otherwise `check_run_key` refuses and lists what
 differs. A field the recorded key lacks (a key written by a version that did not record it, e.g.
@@ -17,23 +18,37 @@ a run with another key is accepted there and records its own key.
 Not in the key, because no row depends on them: ``samples``, ``limit`` and ``task_types`` (row (question, j)
 depends only on the question's seed and j, so a larger value extends a run and a smaller one
 reports only the rows it asked for), the published reference rows, and the SGLang server
-layout. Images are not hashed (the table file and the model are).
+layout.
 
-Every hashed file (model files, controller, tables) is hashed whole, every byte, with sha256,
-through `infra/provenance.py` (the digests and their cache, shared with every keyed output):
-a model is read once and re-read only when it changed. Cost of a first run: reading the weights once (sha256 runs at
-about 1.4 GB/s on one core of the 2-core CPU the tests run on: ~12 s for the 16 GB of an 8B
-model in bf16, plus the disk's read time when the files are not in the page cache).
+Images: ``data.<benchmark>.images`` maps every image file of the benchmark's split (every
+question's, not only those ``limit`` and ``task_types`` select: the key stays the same when they
+change, and one output directory holds rows of one version of the data) by its path relative to
+the data root to its sha256, so a corrected image release (the same table, other pixels) is
+refused naming each changed image (``data.omnispatial.images.Egocentric/12.png: <old> ->
+<new>``; a long list is cut after `SHOWN_IMAGES` per benchmark). Images embedded in a table
+(parquet bytes, base64 cells) are hashed with the table. A key recorded before images were
+(``data.<benchmark>.images`` absent) is refused with a message saying so, in one line.
+
+Every hashed file (model files, controller, tables, images) is hashed whole, every byte, with
+sha256, through `infra/provenance.py` (the digests and their cache, shared with every keyed
+output): a file is read once and re-read only when it changed. Cost of a first run: reading the
+weights once (sha256 runs at about 1.4 GB/s on one core of the 2-core CPU the tests run on: ~12 s
+for the 16 GB of an 8B model in bf16, plus the disk's read time when the files are not in the
+page cache) and the images once (OmniSpatial-sized data, 1,533 files of 1.66 GB: 5.9 s measured on
+that CPU under load, sha256 at 0.47 GB/s then, ~1.2 s at 1.4 GB/s; the loader has just decoded
+every one of them, so they are in the page cache); a later run only stats each file (its cache
+entry: 0.36 s for those 1,533).
 """
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from soft_spatial.data.benchmarks import source_files
+from soft_spatial.data.record import QuestionRecord
 from soft_spatial.infra.atomic import write_text
 from soft_spatial.infra.provenance import (FINGERPRINT_SCHEME, SHA256_CACHE, differences,
                                            file_sha256, sha256_cache, tree_fingerprint)
@@ -47,14 +62,36 @@ weights_fingerprint = tree_fingerprint
 #: top-level fields added to the key after run keys were first written: a recorded key without
 #: one is refused (it differs), its message saying the field was not recorded
 ADDED_FIELDS = ("batch_rows",)
+#: changed images listed per benchmark in a refusal; the rest are counted
+SHOWN_IMAGES = 5
 
 
 class RunKeyMismatch(ValueError):
     """The output directory holds results of a different evaluation."""
 
 
-def run_key(cfg) -> dict[str, Any]:
-    """The identity of the evaluation ``cfg`` (an `EvalConfig`), as a JSON-able dict."""
+def image_digests(root: str | Path, records: Sequence[QuestionRecord],
+                  cache: dict[str, Any] | None = None) -> dict[str, str]:
+    """sha256 of every image file ``records`` read, by its path relative to the data ``root`` (a
+    directory, or a table file whose directory is meant); a file outside it keeps its absolute
+    path. Images embedded in the table (decoded images, not files) are not listed."""
+    base = Path(root).resolve()
+    base = base if base.is_dir() else base.parent
+    digests: dict[str, str] = {}
+    for record in records:
+        for image in record.images:
+            if not isinstance(image, Path):
+                continue
+            path = image.resolve()
+            name = path.relative_to(base).as_posix() if path.is_relative_to(base) else str(path)
+            if name not in digests:
+                digests[name] = file_sha256(path, cache)
+    return dict(sorted(digests.items()))
+
+
+def run_key(cfg, records: Mapping[str, Sequence[QuestionRecord]]) -> dict[str, Any]:
+    """The identity of the evaluation ``cfg`` (an `EvalConfig`), as a JSON-able dict; ``records``:
+    every question of each benchmark's split (their images are hashed)."""
     model = Path(cfg.model_path).resolve()
     controller = Path(cfg.controller).resolve() if cfg.controller else None
     data = {}
@@ -62,7 +99,8 @@ def run_key(cfg) -> dict[str, Any]:
         for bench in cfg.benchmarks:
             tables = [p.resolve() for p in source_files(bench, cfg.data[bench], cfg.split)]
             data[bench] = {"files": [str(t) for t in tables],
-                           "sha256": [file_sha256(t, cache) for t in tables], "split": cfg.split}
+                           "sha256": [file_sha256(t, cache) for t in tables], "split": cfg.split,
+                           "images": image_digests(cfg.data[bench], records[bench], cache)}
         fingerprint = weights_fingerprint(model, cache)
         controller_sha = file_sha256(controller, cache) if controller else None
     return {
@@ -81,6 +119,29 @@ def run_key(cfg) -> dict[str, Any]:
                      "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed},
         "batch_rows": cfg.batch_rows,
     }
+
+
+def key_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """`differences` of two run keys, each benchmark's images summed up: at most `SHOWN_IMAGES`
+    changed images listed, the others counted; a key without images (an earlier version's) one
+    line."""
+    old, new = json.loads(json.dumps(old)), json.loads(json.dumps(new))
+    lines = []
+    for bench in sorted(set(old.get("data") or {}) | set(new.get("data") or {})):
+        was = ((old.get("data") or {}).get(bench) or {}).pop("images", None)
+        now = ((new.get("data") or {}).get(bench) or {}).pop("images", None)
+        if was == now:
+            continue
+        if was is None or now is None:
+            show = lambda d: "(absent)" if d is None else f"{len(d)} image files"  # noqa: E731
+            lines.append(f"data.{bench}.images: {show(was)} -> {show(now)}")
+            continue
+        changed = differences({"data": {bench: {"images": was}}}, {"data": {bench: {"images": now}}})
+        lines += changed[:SHOWN_IMAGES]
+        if len(changed) > SHOWN_IMAGES:
+            lines.append(f"data.{bench}.images: {len(changed) - SHOWN_IMAGES} more of "
+                         f"{len(set(was) | set(now))} image files differ")
+    return differences(old, new) + lines
 
 
 def _holds_results(out: Path, results: Sequence[str]) -> bool:
@@ -112,9 +173,11 @@ def check_run_key(out_dir: str | Path, key: dict[str, Any], results: str | Seque
             old = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise RunKeyMismatch(f"{path} is not valid JSON ({exc}). {fresh}") from exc
-        diff = differences(old, key)
+        diff = key_differences(old, key)
         if diff:
             absent = [f for f in ADDED_FIELDS if f in key and f not in old]
+            absent += [f"data.{b}.images" for b, d in key.get("data", {}).items()
+                       if "images" in d and "images" not in (old.get("data") or {}).get(b, {})]
             note = (f"\n{', '.join(absent)}: not recorded in {path} (written by an earlier "
                     f"version), so its rows may have been made with another value."
                     if absent else "")

@@ -1,8 +1,8 @@
 """Evaluation loop: benchmarks → prompts → engine → extracted letters → JSONL, JSON, tables.
 
 A run holds the output directory's lock (`soft_spatial.infra.dirlock`: one writer per directory) and
-is keyed to its configuration (`runkey`: model, controller, data, mode, protocol, sampling,
-batch_rows); resuming into a directory written with a different configuration is refused, unless
+is keyed to its configuration (`runkey`: model, controller, data tables and images, mode,
+protocol, sampling, batch_rows); resuming into a directory written with a different configuration is refused, unless
 it holds no rows yet (a run that failed before its first result, e.g. at engine start, leaves a
 directory the corrected command uses). Rows are keyed by
 (benchmark, question key, sample), never by position, and appended to ``samples.jsonl`` after
@@ -22,13 +22,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from soft_spatial.data import BENCHMARKS, build_messages, extract_answer, load_benchmark
+from soft_spatial.data import BENCHMARKS, SkippedRecord, build_messages, extract_answer, load_benchmark
 from soft_spatial.data.record import QuestionRecord
 from soft_spatial.data.subsets import normalise_task_types, subset_indices
 from soft_spatial.engines.base import PromptTooLongError
@@ -145,14 +147,36 @@ def _tau_stats(trace) -> dict:
             "tau_min": float(tau.min()), "tau_max": float(tau.max())}
 
 
-def select_records(cfg: EvalConfig) -> dict[str, tuple[list[QuestionRecord], list[int]]]:
-    """Per benchmark, its records (loaded and checked: images verified, ids unique, at least one
-    record) and the indices of the questions this run asks for (``task_types``, then ``limit``)."""
+@dataclass
+class Selection:
+    """One benchmark's questions for a run: every record of its split (loaded and checked: images
+    verified, ids unique, at least one record), the indices of those this run asks for
+    (``task_types``, then ``limit``) and the records the loader left out (`SkippedRecord`: an
+    ambiguous gold answer), each as its warning's message."""
+
+    records: list[QuestionRecord]
+    indices: list[int]
+    left_out: list[str]
+
+
+def select_records(cfg: EvalConfig) -> dict[str, Selection]:
+    """Per benchmark, its `Selection`. Each record a loader leaves out is printed as a warning on
+    stderr, and counted in the summary (``left_out``)."""
     selected = {}
     for bench in cfg.benchmarks:
-        records = load_benchmark(bench, cfg.data[bench], cfg.split)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SkippedRecord)
+            records = load_benchmark(bench, cfg.data[bench], cfg.split)
+        left_out = []
+        for w in caught:
+            if issubclass(w.category, SkippedRecord):
+                left_out.append(str(w.message))
+                print(f"warning: {bench}: {w.message}", file=sys.stderr)
+            else:  # not ours to count: shown as Python would have shown it
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         indices = subset_indices(records, cfg.task_types, where=f"{bench} task_types")
-        selected[bench] = (records, indices[: cfg.limit] if cfg.limit is not None else indices)
+        selected[bench] = Selection(records, indices[: cfg.limit] if cfg.limit is not None else indices,
+                                    left_out)
     return selected
 
 
@@ -179,7 +203,7 @@ def evaluate(cfg: EvalConfig, engine=None, progress: bool = True,
     command's configuration) is written only once the run is accepted."""
     out = Path(cfg.output_dir)
     selected = select_records(cfg)
-    key = run_key(cfg)
+    key = run_key(cfg, {bench: sel.records for bench, sel in selected.items()})
     # the rows' files: a directory without a byte in them (a run that failed before its first
     # row, at engine start say) holds nothing to protect, and takes this run's key
     results = (RESULTS, STEPS)
@@ -195,7 +219,8 @@ def evaluate(cfg: EvalConfig, engine=None, progress: bool = True,
         skipped: dict[str, list[str]] = {}
         owned = None
         try:
-            for bench, (records, indices) in selected.items():
+            for bench, sel in selected.items():
+                records, indices = sel.records, sel.indices
                 todo = [i for i in indices
                         if any((bench, records[i].key, j) not in done for j in range(cfg.samples))]
                 if not todo:
@@ -208,8 +233,8 @@ def evaluate(cfg: EvalConfig, engine=None, progress: bool = True,
             if owned is not None:
                 owned.close()
         return write_reports(cfg, read_results(results_path),
-                             {b: [recs[i] for i in idx] for b, (recs, idx) in selected.items()},
-                             skipped)
+                             {b: [sel.records[i] for i in sel.indices] for b, sel in selected.items()},
+                             skipped, {b: sel.left_out for b, sel in selected.items()})
 
 
 def _generate(engine, prompts: list, idx: list[int], records, skipped: list[str], **kw):
@@ -312,8 +337,10 @@ def requested_counts(records: Sequence[QuestionRecord], bench: str,
 
 def write_reports(cfg: EvalConfig, rows: Sequence[dict],
                   selected: dict[str, list[QuestionRecord]],
-                  skipped: dict[str, list[str]] | None = None) -> dict[str, dict]:
-    """summary.json and <benchmark>.md from the rows this run asked for (atomic writes)."""
+                  skipped: dict[str, list[str]] | None = None,
+                  left_out: dict[str, list[str]] | None = None) -> dict[str, dict]:
+    """summary.json and <benchmark>.md from the rows this run asked for (atomic writes);
+    ``left_out``: per benchmark, the records its loader left out (their messages)."""
     out = Path(cfg.output_dir)
     grouped = group_rows(rows)
     skipped = skipped or {}
@@ -324,6 +351,7 @@ def write_reports(cfg: EvalConfig, rows: Sequence[dict],
         s["questions_requested"] = len(selected[b])
         s["skipped_overlong"] = sorted(skipped.get(b, []))
         s["requested"] = requested_counts(selected[b], b, s["skipped_overlong"])
+        s["left_out"] = list((left_out or {}).get(b, []))
         summaries[b] = s
         _write_if_changed(out / f"{b}.md", f"## {b}\n\n" + markdown_table(
             s, label, cfg.published.get(b, []), cfg.samples))

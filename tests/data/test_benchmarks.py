@@ -13,6 +13,7 @@ from PIL import Image
 from soft_spatial.data import (
     DataFormatError,
     QuestionRecord,
+    SkippedRecord,
     SpatialabColumns,
     index_to_letter,
     letter_to_index,
@@ -189,6 +190,55 @@ def test_spatialab_custom_mapping_zero_based_and_text_answers(tmp_path: Path):
         ("7", "A", "Depth & Occlusion", None),
         ("8", "B", "Size & Scale", None),
     ]
+
+
+def _counting_rows(path: Path, rows: list[dict]) -> Path:
+    """The fixture's JSONL with ``rows`` (counting questions: numeric options) appended."""
+    lines = path.read_text().splitlines()
+    base = {"question": "How many chairs?", "category": "3D Geometry", "subcategory": "counting",
+            "image": "images/0.png"}
+    lines += [json.dumps({**base, **row}) for row in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_spatialab_numeric_answer_read_two_ways_is_left_out_naming_both_readings(fx: FixtureSet):
+    path = _counting_rows(fx.spatialab / "spatialab.jsonl", [
+        {"id": "count_3", "options": ["2", "3", "4", "5"], "answer": "3"},  # number 3 is "4"; text "3" is B
+        {"id": "count_int", "options": ["2", "3", "4", "5"], "answer": 2},  # number 2 is "3"; text "2" is A
+        {"id": "count_same", "options": ["1", "2", "3", "4"], "answer": "2"},  # both readings: B
+        {"id": "count_5", "options": ["2", "3", "4", "5"], "answer": "5"},  # no option number 5: the text, D
+        {"id": "letter_text", "options": ["B", "A"], "answer": "A"},  # letter A is "B", text "A" is B
+    ])
+    with pytest.warns(SkippedRecord) as caught:
+        records = load_benchmark("spatialab", path)
+    assert [r.id for r in records[6:]] == ["count_same", "count_5"]
+    assert [(r.answer, r.answer_text) for r in records[6:]] == [("B", "2"), ("D", "5")]
+    _check_spatialab(records[:6], fx)  # every other record as before
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 3
+    assert [(w.message.index, w.message.record_id, w.message.field) for w in caught] == [
+        (6, "count_3", "answer"), (7, "count_int", "answer"), (10, "letter_text", "answer")]
+    assert str(path) in messages[0] and "record index 6, id 'count_3'" in messages[0]
+    assert ("the answer '3' read as an option number (1-based) is option C ('4'), read as an option's "
+            "text option B") in messages[0]
+    assert "read as an option letter is option A ('B'), read as an option's text option B" in messages[2]
+    # a release whose schema is known says which reading it uses
+    by_index = load_benchmark("spatialab", path, columns=SpatialabColumns(ambiguous_answer="index"))
+    by_text = load_benchmark("spatialab", path, columns=SpatialabColumns(ambiguous_answer="text"))
+    assert [r.answer_text for r in by_index[6:]] == ["4", "3", "2", "5", "B"]
+    assert [r.answer_text for r in by_text[6:]] == ["3", "2", "2", "5", "A"]
+    with pytest.raises(ValueError, match="ambiguous_answer must be one of skip, index, text"):
+        load_benchmark("spatialab", path, columns=SpatialabColumns(ambiguous_answer="guess"))
+
+
+def test_a_spatialab_table_whose_every_answer_is_ambiguous_is_refused(tmp_path: Path):
+    Image.new("RGB", (8, 8)).save(tmp_path / "x.png")
+    row = {"id": "c", "question": "How many?", "options": ["2", "3", "4", "5"], "answer": "3",
+           "category": "3D Geometry", "image": "x.png"}
+    (tmp_path / "t.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.warns(SkippedRecord), pytest.raises(DataFormatError, match="no records"):
+        load_benchmark("spatialab", tmp_path / "t.jsonl")
 
 
 def test_spatialab_category_names():

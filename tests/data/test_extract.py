@@ -41,7 +41,8 @@ OPTIONS = ["left", "right", "in front", "behind"]
         ("r</think> the answer is a cat", None),
         ("r</think> behind", "D"),
         ("r</think> Answer: in front.", "C"),
-        ("r</think> I choose C because A is wrong", "C"),
+        ("r</think> I choose C because A is wrong", None),  # the last statement naming a letter refuses A
+        ("r</think> I choose C because the chair is left", None),  # the answer must end the response
         ("<think>A looks right</think> nothing chosen", None),
         ("A. left is my answer", None),  # no </think>: no answer at all
         ("a</think> A</think> D", "D"),  # only the text after the LAST </think> counts
@@ -65,6 +66,10 @@ def test_answer_tail():
 
 
 # The grading rule's case table (docs/design.md §2.11): the letter our protocol reads, or None.
+# Credit only for an unambiguous final answer statement: the response's last statement must be an
+# answer statement naming one option, with no negation, doubt, question or hedge in it. Cases the
+# rule of issue 44 flipped (they were read as a letter by the former negator list) are marked
+# "flipped".
 NEGATION_CASES = [
     # a negated letter is no answer
     ("not A", None), ("Not A.", None), ("NOT (A)", None), ("A is wrong", None),
@@ -74,16 +79,32 @@ NEGATION_CASES = [
     ("We can rule out A", None), ("Exclude option A", None), ("everything except A", None),
     ("A can be ruled out", None), ("It cannot be A", None), ("It can't be **A**", None),
     ("Answer: A is wrong", None), ("<answer>not A</answer>", None), ("<answer>not A</answer> B", None),
+    # issue 44: the negator list missed these; no answer statement names A in them
+    ("Anything but A", None), ("A? No.", None), ("A would be a mistake", None), ("Surely not A", None),
+    ("A, I doubt it", None), ("Is it A?", None), ("Maybe A", None), ("The answer is probably A", None),
     # a negation covers its whole list; a list of letters is a hedge anyway
     ("not A or B", None), ("A and B are wrong", None), ("A or B is wrong", None),
-    ("neither A nor B", None), ("not only A but also B", None),
-    # where refusing would be wrong
-    ("A, not B", "A"), ("The answer is A, not B", "A"), ("B, not A", "B"), ("Not A but B", "B"),
+    ("neither A nor B", None), ("not only A but also B", None), ("A. left\nB. right", None),
+    # a negation inside the final statement, or anything after it: no credit (flipped)
+    ("A, not B", None), ("The answer is A, not B", None), ("B, not A", None), ("Not A but B", None),
+    ("I choose C because A is wrong", None), ("Answer: B. A is wrong", None), ("A is not blocked", None),
+    ("A is correct; not B", None), ("not only B", None), ("The knot B", None),
+    ("A. The chair is not to the left", None), ("B, because the chair is left", None),
+    ("Final answer: B\n\nThe chair is not on the left.", None), ("A. Hmm, scratch that.", None),
+    # negations before the final answer statement do not count
     ("A is wrong, so B", "B"), ("A and C are wrong, so B", "B"), ("neither A nor C, so D", "D"),
-    ("B isn't right; A", "A"), ("I choose C because A is wrong", "C"), ("Answer: B. A is wrong", "B"),
-    ("Option A is not blocked, so A", "A"), ("A. The chair is not to the left", "A"),
-    ("A is not blocked", "A"), ("A is correct; not B", "A"), ("not only B", "B"),
-    ("It is not A cat, so D", "D"), ("The knot B", "B"), ("cannot tell; B", "B"),
+    ("B isn't right; A", "A"), ("Not A. B", "B"), ("It is not B.\nAnswer: C", "C"),
+    ("Option A is not blocked, so A", "A"),
+    ("It is not A cat, so D", "D"), ("cannot tell; B", "B"), ("The chair is not left, so the answer is B", "B"),
+    # the last answer statement counts
+    ("The answer is B. Actually, the answer is C.", "C"), ("Answer: B\nAnswer: C", "C"),
+    ("B. left", None),  # letter B, text of A: two options
+    # dashes set off a statement; a bare option after one belongs to what precedes it
+    ("Not A — the answer is B.", "B"), ("B — the chair is on the left", None), ("Maybe — B", None),
+    ("Option C – in front", "C"), ("Answer: B — left", None), ("Not sure: B", None),
+    # an option's text with its letter after it; list bullets, quotes and LaTeX delimiters are markup
+    ("right (B)", "B"), ("right (C)", None), ("- **Answer:** C", "C"), ("> Answer: D", "D"),
+    ("Therefore, the answer is \\(\\boxed{D}\\).", "D"), ("Correction: the answer is C", "C"),
     # tags, boxes, official formats, unicode
     ("<answer>B</answer>", "B"), ("<answer>B. right</answer> A is wrong", "B"),
     ("<answer>I think</answer> B", None), ("\\boxed{B}", "B"), ("Answer: B", "B"),
@@ -96,6 +117,59 @@ NEGATION_CASES = [
 def test_negation_cases(tail, expected):
     assert extract_ours("r</think> " + tail, OPTIONS) == expected
     assert extract_spatialab("r</think> " + tail, OPTIONS) == expected  # the stand-in follows ours
+
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+#: the independent corpus of answer phrasings (tests/data/answer_corpus/README.md): written and
+#: labelled blind to this extractor by the rule of docs/design.md §2.11
+CORPUS = Path(__file__).parent / "answer_corpus"
+_PREAMBLE = ("free words before the answer: the grammar knows no preamble before a cue (a condition, "
+             "a doubt or a negation could stand there)")
+_AFTER = ("text after the answer: the final answer statement must end the response (an explanation "
+          "cannot be told from a withdrawal without a list of words)")
+_EMOJI = "an emoji in the statement: not markup to the grammar (a check mark or a cross could affirm or negate)"
+_VALUE = "an option's text as the value of a free sentence ('The count is 2'): not an answer statement"
+#: credited items the extractor does not credit (misses: no credit, the safe error), by id and why;
+#: dev.jsonl's after the generic fixes it showed, heldout.jsonl's as found after its evaluation
+#: (docs/design.md §2.11). A false credit is never listed: every null item must stay uncredited.
+KNOWN_MISSES = {
+    "dev-article-01": _PREAMBLE, "dev-article-02": _PREAMBLE, "dev-article-05": _AFTER, "dev-article-06": _PREAMBLE,
+    "dev-emoji-01": _EMOJI, "dev-emoji-02": _EMOJI, "dev-explanation-01": _AFTER, "dev-explanation-02": _AFTER,
+    "dev-explanation-03": _AFTER, "dev-explanation-04": _AFTER, "dev-explanation-05": _AFTER,
+    "dev-explanation-06": _AFTER, "dev-inword-01": _PREAMBLE, "dev-inword-06": _PREAMBLE,
+    "dev-neg_then_answer-04": _PREAMBLE, "dev-number-03": _VALUE, "dev-selfcorrect-04": _PREAMBLE,
+    "ho-article-01": _PREAMBLE, "ho-article-06": _PREAMBLE, "ho-emoji-01": _EMOJI, "ho-emoji-02": _EMOJI,
+    "ho-explanation-01": _AFTER, "ho-explanation-02": _AFTER, "ho-explanation-03": _AFTER,
+    "ho-explanation-04": _AFTER, "ho-explanation-05": _AFTER, "ho-inword-02": _PREAMBLE, "ho-inword-05": _PREAMBLE,
+    "ho-neg_then_answer-04": _PREAMBLE, "ho-number-02": _VALUE,
+    "ho-phrase-09": "a cue the grammar lacks ('I'm going with')",
+    "ho-selfcorrect-03": "a correction introduced by 'No wait,' (a comma, no statement boundary): one statement",
+    "ho-selfcorrect-04": _PREAMBLE,
+}
+CORPUS_ITEMS = [json.loads(line) for name in ("dev.jsonl", "heldout.jsonl")
+                for line in (CORPUS / name).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_the_corpus_and_its_known_misses_are_what_the_tests_read():
+    ids = [item["id"] for item in CORPUS_ITEMS]
+    assert len(ids) == len(set(ids)) == 319
+    credited = {item["id"] for item in CORPUS_ITEMS if item["credit"] is not None}
+    assert set(KNOWN_MISSES) <= credited  # a miss is a credited item; a null item is never listed
+
+
+@pytest.mark.parametrize("item", CORPUS_ITEMS, ids=[item["id"] for item in CORPUS_ITEMS])
+def test_answer_corpus(item):
+    options = [item["options"][letter] for letter in "ABCD"]
+    response = "reasoning</think>" + item["text"]
+    found = {extract_ours(response, options), extract_spatialab(response, options)}
+    if item["credit"] is None:
+        assert found == {None}, f"false credit: {item['why']}"  # zero tolerated
+    elif item["id"] in KNOWN_MISSES:
+        assert found == {None}  # a documented miss; once read, take it off the list
+    else:
+        assert found == {item["credit"]}, item["why"]
 
 
 @pytest.mark.parametrize("response, omni, mindcube", [
@@ -234,8 +308,8 @@ def test_hedges_name_no_answer(tail):
 
 @pytest.mark.parametrize(
     "tail, expected",
-    [("Answer: B or rather B", "B"), ("A cat is on the left, so B", "B"),
-     ("I choose C because A is wrong", "C"), ("Answer: B. A and C are wrong", "B")],
+    [("Answer: B or rather B", None), ("A cat is on the left, so B", "B"),  # the first: flipped
+     ("So, the cup is in front, so C", "C"), ("Answer: B. A and C are wrong", None)],  # flipped
 )
 def test_one_letter_among_words_is_not_a_hedge(tail, expected):
     assert extract_ours("r</think> " + tail, OPTIONS) == expected
@@ -287,24 +361,37 @@ def test_a_clean_answer_after_the_last_think_end_is_read(junk, letter, shape):
     assert extract_ours(junk + "</think>" + shape.format(letter)) == letter
 
 
-# The cue grammar before it was made linear (two adjacent whitespace quantifiers): every cue it
-# accepted is still read, with the same letter.
-OLD_CUE = (r"(?i:\b(?:answer|correct\s+(?:option|choice)|i\s+(?:choose|pick|select))"
-           r"(?:\s+(?:is|would\s+be|should\s+be))?\s*[:=\-]?[\s*]*(?:option\s*)?)"
-           r"[(\[*\"']*\s*([A-D])(?![\w'’-])")
+OPENERS = ["", "So ", "so, ", "Therefore, ", "Thus ", "Finally, ", "Overall, ", "In conclusion, ", "Actually, "]
+CUES = ["", "Answer: ", "answer:", "The answer is ", "the final answer is: ", "Final Answer: ",
+        "The correct answer is ", "The correct option is ", "My answer is ", "My choice: ", "I choose ",
+        "i pick ", "I'll go with ", "I will select ", "It is ", "It's ", "The answer is option ", "Option "]
+LETTER_SHAPES = ["{l}", "({l})", "[{l}]", "**{l}**", "'{l}'", "\\boxed{{{l}}}", "$\\boxed{{{l}}}$", "`{l}`", "{l}.",
+                 "({l}).", "{l}!", "{l} ({t})", "{l}) {t}", "{l}: {t}", "{l}. {t}"]
 
 
 @PROPERTY
-@given(st.sampled_from(["answer", "Answer", "the answer is", "final answer would be",
-                        "correct option", "I choose", "i pick"]),
-       st.text(" \n\t", max_size=3), st.sampled_from(["", ":", "=", "-"]), st.text(" *", max_size=3),
-       st.sampled_from(["", "option", "option "]), st.text("([*\"'", max_size=2),
-       st.text(" ", max_size=2), st.sampled_from("ABCD"))
-def test_cues_of_the_former_grammar_are_still_read(cue, ws1, punct, ws2, opt, brackets, ws3, letter):
-    text = f"some words {cue}{ws1}{punct}{ws2}{opt}{brackets}{ws3}{letter}"
-    old = re.findall(OLD_CUE, text)
-    assert old and old[-1] == letter  # the generator stays inside the former grammar
-    assert parse_choice(text) == letter
+@given(st.sampled_from(OPENERS), st.sampled_from(CUES), st.sampled_from(LETTER_SHAPES), st.sampled_from("ABCD"),
+       st.sampled_from(["", "A is wrong. ", "Not B; ", "We see a chair.\n", "It is not C, so "]),
+       st.sampled_from(["", "\n", "  \n\n"]), st.booleans())
+def test_every_answer_statement_of_the_grammar_is_read(opener, cue, shape, letter, before, after, upper):
+    # the grammar of docs/design.md §2.11, combined freely: opener, cue, decorated letter (with
+    # its option's text or not), after statements that do not count
+    options = [f"opt {c}" for c in "ABCD"]
+    lead = (opener + cue).upper() if upper else opener + cue  # the words in capitals, the letter as it is
+    statement = lead + shape.format(l=letter, t=f"opt {letter}")
+    assert parse_choice(before + statement + after, options) == letter
+    # one word more in the statement (a doubt, a negation), a question, another option's text, or
+    # anything after the statement: no answer
+    if ". " not in shape:  # "not B. opt B": the option's text is a statement of its own
+        for word in ("maybe ", "not ", "probably "):
+            assert parse_choice(before + lead + word + shape.format(l=letter, t=f"opt {letter}") + after,
+                                options) is None
+    assert parse_choice(before + statement.rstrip(".!") + "?" + after, options) is None
+    other = "A" if letter != "A" else "B"
+    if "{t}" in shape:
+        assert parse_choice(before + lead + shape.format(l=letter, t=f"opt {other}") + after, options) is None
+    for explanation in ("\nThe chair is on the left.", ". It fits the view.", " because it fits"):
+        assert parse_choice(before + statement + explanation, options) is None
 
 
 def _mindcube_reference(response):

@@ -68,16 +68,28 @@ def test_a_response_whose_letters_are_all_negated_earns_no_answer_credit(pieces,
 
 
 @PROPERTY
-@given(LETTER, LETTER, st.one_of(
-    st.tuples(NEGATED_BEFORE, st.sampled_from(["{c}, {n}", "{c}; {n}", "The answer is {c}, {n}"])),
-    st.tuples(NEGATED, st.sampled_from(["{n}, so {c}", "{n}. {c}", "{n}; the answer is {c}", "Answer: {c}. {n}",
-                                        "<answer>{c}</answer> {n}", "{c}; {n}"]))))
-def test_a_chosen_letter_beside_negated_ones_is_credited(chosen, gold, case):
-    negated, shape = case
-    assume(chosen not in negated)  # otherwise "B, not B" reads as a contradiction
+@given(LETTER, LETTER, NEGATED, st.sampled_from(["{n}, so {c}", "{n}. {c}", "{n}; the answer is {c}",
+                                                  "{n}\nAnswer: {c}", "<answer>{c}</answer> {n}", "{n}; {c}",
+                                                  "{n}, therefore the answer is ({c})."]))
+def test_a_final_answer_after_negated_letters_is_credited(chosen, gold, negated, shape):
+    # negations in the statements before the final answer statement do not count (the last
+    # answer statement counts); after </answer> nothing does
     tail = shape.format(c=chosen, n=negated)
     assert ours_and_stand_in("r</think>" + tail) == {chosen}
     assert credit("r</think>" + tail, gold) == float(chosen == gold)
+
+
+@PROPERTY
+@given(LETTER, LETTER, st.one_of(NEGATED, FILLER), st.sampled_from(["{c}, {n}", "{c}; {n}", "The answer is {c}, {n}",
+                                                                    "Answer: {c}. {n}", "{c}\n{n}", "{c} because {n}"]))
+def test_anything_after_the_final_answer_withdraws_its_credit(chosen, gold, negated, shape):
+    # the final answer statement is the response's last: a negation, an explanation or a withdrawal
+    # after the answer leaves no answer, whichever letter it names (the rule of issue 44: "B, not A"
+    # and "Answer: B. A is wrong" were B before)
+    assume(negated.strip(" .;,\n"))
+    tail = shape.format(c=chosen, n=negated)
+    assert ours_and_stand_in("r</think>" + tail) == {None}
+    assert credit("r</think>" + tail, gold) == 0.0
 
 
 @PROPERTY
@@ -90,7 +102,7 @@ def test_two_different_letters_are_a_hedge(first, second, joint, cued):
 
 
 ANSWERS = st.tuples(st.sampled_from(["{}", "{}.", "({})", "**{}**", "<answer>{}</answer>", "Answer: {}",
-                                     "The answer is {}", "I choose {}", "\\boxed{{{}}}", "<answer>{}. x</answer>"]),
+                                     "The answer is {}", "I choose {}", "\\boxed{{{}}}", "<answer>({}).</answer>"]),
                     LETTER).map(lambda t: (t[0].format(t[1]), t[1]))
 
 
@@ -118,7 +130,7 @@ SEEN = st.text(st.sampled_from("AB cd.:()<>/*\n\u00a0\u200b\uff21\uff1a"), max_s
 
 
 @PROPERTY
-@given(st.text(max_size=40), LETTER, st.sampled_from(["{}", "Answer: {}", "not A, but {}", "{}. A is wrong"]),
+@given(st.text(max_size=40), LETTER, st.sampled_from(["{}", "Answer: {}", "not A. {}", "A is wrong, so {}"]),
        st.one_of(SEEN, st.text(max_size=30)))
 def test_text_after_the_closing_answer_tag_never_changes_credit(prefix, letter, inside, appended):
     # the tags hold the answer, so what follows the last </answer> is commentary (as long as it

@@ -128,8 +128,9 @@ def test_missing_response_scores_zero():
     assert not format_ok(None)
 
 
-# Grading rule (docs/design.md §2.11): a negated letter is no answer; the issue's examples scored
-# acc 1 for gold A before the rule.
+# Grading rule (docs/design.md §2.11): credit only for an unambiguous final answer statement; the
+# issues' examples scored acc 1 for gold A before (issue 44: "Anything but A", "A? No.", "A would be
+# a mistake", which the former negator list missed).
 @pytest.mark.parametrize(
     "tail, gold, acc",
     [
@@ -137,11 +138,15 @@ def test_missing_response_scores_zero():
         ("A is incorrect", "A", 0.0), ("A isn't right", "A", 0.0), ("we can rule out A", "A", 0.0),
         ("Answer: A is wrong", "A", 0.0), ("<answer>not A</answer>", "A", 0.0),
         ("not A or B", "B", 0.0), ("A and B are wrong", "B", 0.0),
-        # where refusing would be wrong
-        ("A, not B", "A", 1.0), ("The answer is A, not B", "A", 1.0), ("A is wrong, so B", "B", 1.0),
-        ("Option A is not blocked, so A", "A", 1.0), ("A. The chair is not to the left", "A", 1.0),
-        ("I choose C because A is wrong", "C", 1.0), ("<answer>B</answer> A is wrong", "B", 1.0),
-        ("\\boxed{B}", "B", 1.0), ("Ｂ", "B", 1.0), ("neither A nor C, so D", "D", 1.0),
+        ("Anything but A", "A", 0.0), ("A? No.", "A", 0.0), ("A would be a mistake", "A", 0.0),
+        # a negation in the final statement, or anything after it (flipped by issue 44: were 1)
+        ("A, not B", "A", 0.0), ("The answer is A, not B", "A", 0.0), ("I choose C because A is wrong", "C", 0.0),
+        ("A. The chair is not to the left", "A", 0.0), ("I choose C because the cup is in front", "C", 0.0),
+        # negations before the final answer statement do not count
+        ("A is wrong, so B", "B", 1.0), ("Option A is not blocked, so A", "A", 1.0),
+        ("The cup is not in front. I choose C.", "C", 1.0),
+        ("<answer>B</answer> A is wrong", "B", 1.0), ("\\boxed{B}", "B", 1.0), ("Ｂ", "B", 1.0),
+        ("neither A nor C, so D", "D", 1.0),
     ],
 )
 def test_negations_earn_no_answer_credit(tail, gold, acc):

@@ -500,6 +500,78 @@ def test_a_re_run_after_the_weights_changed_in_place_is_refused(fixtures, tiny_7
         evaluate(small(fixtures, model, out), engine=NoEngine(), progress=False)
 
 
+def test_a_re_run_after_an_images_pixels_changed_is_refused_naming_the_image(
+        fixtures, tiny_qwen3_vl_small, tmp_path, private_cache, monkeypatch):
+    from PIL import Image
+    data = tmp_path / "data"
+    shutil.copytree(fixtures.omnispatial, data)
+    out = tmp_path / "out"
+    evaluate(small(fixtures, tiny_qwen3_vl_small, out, **{"data.omnispatial": data}), progress=False)
+    images = json.loads((out / "run_key.json").read_text())["data"]["omnispatial"]["images"]
+    pngs = sorted((data / "OmniSpatial-test").rglob("*.png"))
+    assert images == {p.relative_to(data).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+                      for p in pngs}  # every image of the split, each byte: not only limit=2's
+    reads = []
+    digest = hashlib.file_digest
+    monkeypatch.setattr(hashlib, "file_digest",
+                        lambda f, name: reads.append(os.path.basename(f.name)) or digest(f, name))
+    before = tree(out)
+    evaluate(small(fixtures, tiny_qwen3_vl_small, out, **{"data.omnispatial": data}),
+             engine=NoEngine(), progress=False)  # unchanged: a no-op that reads no file again
+    assert reads == [] and tree(out) == before
+    image = pngs[0]  # the first question's: a corrected release, the same data.json
+    with Image.open(image) as img:
+        fixed = img.copy()
+    fixed.putpixel((0, 0), tuple(255 - c for c in fixed.getpixel((0, 0))))
+    fixed.save(image)
+    name = image.relative_to(data).as_posix()
+    with pytest.raises(RunKeyMismatch, match=re.escape(f"data.omnispatial.images.{name}: "
+                                                       f"{images[name]} -> ")):
+        evaluate(small(fixtures, tiny_qwen3_vl_small, out, **{"data.omnispatial": data}),
+                 engine=NoEngine(), progress=False)
+    assert reads == [image.name] and tree(out) == before  # only the changed file was read
+    # a key recorded before images were: refused in one line saying so
+    key = json.loads((out / "run_key.json").read_text())
+    del key["data"]["omnispatial"]["images"]
+    (out / "run_key.json").write_text(json.dumps(key, indent=2) + "\n")
+    with pytest.raises(RunKeyMismatch, match=r"data\.omnispatial\.images: \(absent\) -> 9 image "
+                                             r"files\n.*data\.omnispatial\.images: not recorded"):
+        evaluate(small(fixtures, tiny_qwen3_vl_small, out, **{"data.omnispatial": data}),
+                 engine=NoEngine(), progress=False)
+
+
+def test_a_record_the_loader_leaves_out_is_counted_in_the_summary_and_the_table(
+        fixtures, tiny_qwen3_vl_small, tmp_path, capsys):
+    data = tmp_path / "spatialab"
+    shutil.copytree(fixtures.spatialab, data)
+    table = data / "spatialab.jsonl"
+    row = json.loads(table.read_text().splitlines()[0])
+    row.update(id="count_3", options=["2", "3", "4", "5"], answer="3")  # option 3 is "4"; "3" is B
+    table.write_text(table.read_text() + json.dumps(row) + "\n")
+    out = tmp_path / "out"
+    s = evaluate(small(fixtures, tiny_qwen3_vl_small, out, benchmarks="[spatialab]",
+                       **{"data.spatialab": table}), progress=False)["spatialab"]
+    assert len(s["left_out"]) == 1 and "id 'count_3', field 'answer'" in s["left_out"][0]
+    summary = json.loads((out / "summary.json").read_text())["benchmarks"]["spatialab"]
+    assert summary["left_out"] == s["left_out"]
+    assert "1 question(s) left out by the loader" in (out / "spatialab.md").read_text()
+    assert f"warning: spatialab: {s['left_out'][0]}" in capsys.readouterr().err
+
+
+def test_a_refusal_lists_a_few_changed_images_and_counts_the_rest():
+    old = {"data": {"b": {"images": {f"{i}.png": "0" * 64 for i in range(40)}, "split": "test"}}}
+    new = json.loads(json.dumps(old))
+    for i in range(12):
+        new["data"]["b"]["images"][f"{i}.png"] = "1" * 64
+    del new["data"]["b"]["images"]["39.png"]
+    lines = runkey.key_differences(old, new)
+    assert lines[:runkey.SHOWN_IMAGES] == [f"data.b.images.{n}.png: {'0' * 64} -> {'1' * 64}"
+                                           for n in sorted(map(str, range(12)))[:runkey.SHOWN_IMAGES]]
+    assert lines[runkey.SHOWN_IMAGES:] == [f"data.b.images: {13 - runkey.SHOWN_IMAGES} more of 40 "
+                                           f"image files differ"]
+    assert runkey.key_differences(old, old) == []
+
+
 def test_digest_cache_reads_each_file_once_until_it_changes(tmp_path, private_cache, monkeypatch):
     model = tmp_path / "m"
     model.mkdir()
