@@ -250,10 +250,14 @@ class LearnConfig:
 
 def register_schema() -> None:
     """`LearnConfig` as Hydra's structured config ``learn_schema`` (``configs/learn.yaml``
-    extends it with the experiment's deltas)."""
+    extends it with the experiment's deltas). Done when this module is imported, so that any
+    ``compose("learn")`` after the import finds it."""
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="learn_schema", node=LearnConfig)
+
+
+register_schema()
 
 
 class StageFailed(RuntimeError):
@@ -625,9 +629,27 @@ class Experiment:
                 "--max-pixels", "0"])
             os.replace(tmp, out)
 
-    def evaluate(self, stage: Keyed, model: Path, controller: Path | None = None) -> Path:
-        """``python -m soft_spatial.eval`` on the test split (resumable) as ``stage`` says;
+    def keyed_model(self, path: Path) -> Keyed:
+        """The stage that makes the model directory ``path`` (a warm start or an export)."""
+        made = [self.warm_stage(v) for v in self.cfg.warmstart.views] + [
+            self.export_stage(m) for m in EVAL_MODE]
+        found = [k for k in made if k.output == Path(path).resolve()]
+        if not found:
+            raise ValueError(f"{path}: not a model this experiment makes (a warm start under "
+                             f"{self.out / 'models'} or an export under {self.out / 'runs'})")
+        return found[0]
+
+    def evaluate(self, name: str, model: Path, mode: str, controller: Path | None = None,
+                 extra: Sequence[str] = ()) -> Path:
+        """``python -m soft_spatial.eval`` of ``model`` (a warm start or an export of this
+        experiment) on the test split as ``eval/<name>``, keyed (`eval_stage`) and resumable;
         returns its directory."""
+        made = self.keyed_model(model)
+        return self._evaluate(self.eval_stage(name, made, mode, controller is not None, extra,
+                                              trained=made.derived), model, controller)
+
+    def _evaluate(self, stage: Keyed, model: Path, controller: Path | None = None) -> Path:
+        """The evaluation ``stage`` of ``model`` (skipped when complete under its key)."""
         e = self.cfg.eval
         out = stage.output
         settings = stage.key["settings"]
@@ -655,7 +677,7 @@ class Experiment:
         from soft_spatial.lab.gates import GATE_EVALS, measure_gates, write_gates
 
         self.say("5g gates: the warm starts before any GRPO")
-        evals = {name: self.evaluate(stage, self.warm_dir(GATE_EVALS[name][0]))
+        evals = {name: self._evaluate(stage, self.warm_dir(GATE_EVALS[name][0]))
                  for name, stage in self.gate_stages().items()}
         stage = self.gates_stage()
         if not (self._start(stage) == SAME and stage.output.is_file()):
@@ -824,14 +846,14 @@ class Experiment:
         from soft_spatial.softthink.settings import CONTROLLER_FILE
 
         self.say("5 eval: the warm start")
-        before = {m: self.evaluate(self.before_stage(m), self.warm) for m in c.modes}
+        before = {m: self._evaluate(self.before_stage(m), self.warm) for m in c.modes}
         entropy = self.entropy_overrides()
         runs = {}
         for mode in c.modes:
             ckpt = self.train(mode, entropy if mode == "adaptsoft" else ())
             final = self.merge(mode, ckpt)
             controller = final / CONTROLLER_FILE if EVAL_MODE[mode] == "adaptsoft" else None
-            after = [self.evaluate(stage, final, controller if i == 0 else None)
+            after = [self._evaluate(stage, final, controller if i == 0 else None)
                      for i, stage in enumerate(self.after_stages(mode))]
             runs[mode] = {"before": before[mode], "after": after[0],
                           "metrics": ckpt / "metrics.jsonl"}
@@ -867,7 +889,6 @@ def main() -> None:
         except (OutputKeyMismatch, DirLockedError, StageFailed) as e:
             raise SystemExit(f"{PROG}: {e}") from None
 
-    register_schema()
     # SIGTERM (Slurm's time limit, timeout, kill) as Ctrl-C: the running stage is stopped (its
     # tether), every finished stage and resumable state kept; one line, exit 143 (130)
     with command(PROG, "every finished stage is kept; the same command resumes from them"):

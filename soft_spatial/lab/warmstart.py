@@ -471,10 +471,13 @@ def _train_and_save(cfg: WarmStartConfig, out: Path, work: Path, key: dict) -> N
 
 def register_schema() -> None:
     """`WarmStartConfig` as Hydra's structured config ``warmstart_schema``, which
-    ``configs/warmstart.yaml`` extends with deltas only."""
+    ``configs/warmstart.yaml`` extends with deltas only (done when this module is imported)."""
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="warmstart_schema", node=WarmStartConfig)
+
+
+register_schema()
 
 
 def main() -> None:
@@ -491,10 +494,9 @@ def main() -> None:
             raise SystemExit(f"python -m soft_spatial.lab.warmstart: {e}") from None
         try:
             run(config)
-        except (OutputKeyMismatch, DirLockedError) as e:  # refused: nothing changed
+        except (OutputKeyMismatch, DirLockedError, FileNotFoundError) as e:  # refused: nothing changed
             raise SystemExit(f"python -m soft_spatial.lab.warmstart: {e}") from None
 
-    register_schema()
     # SIGTERM (Slurm, timeout, the learning experiment's stop) as Ctrl-C: the last saved state kept
     with command("python -m soft_spatial.lab.warmstart",
                  "the last saved state is kept; the same command resumes from it"):

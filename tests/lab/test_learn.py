@@ -27,7 +27,7 @@ from soft_spatial.data.synthetic import write_benchmark
 from soft_spatial.infra.procs import alive, find_pids
 from soft_spatial.infra.provenance import OutputKeyMismatch
 from soft_spatial.lab.learn import (BEFORE_MODE, EVAL_MODE, Experiment, LearnConfig, WarmStartSpec,
-                                    register_schema, run_experiment)
+                                    run_experiment)
 from soft_spatial.lab.report import (paired_difference, per_question, read_metrics, trend, write_report)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,6 @@ PROG = [sys.executable, "-m", "soft_spatial.lab.learn"]
 
 def _config(*overrides: str) -> LearnConfig:
     """configs/learn.yaml composed as the command composes it, then checked."""
-    register_schema()
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
         return LearnConfig.from_omegaconf(compose(config_name="learn", overrides=list(overrides)))
 
@@ -273,6 +272,9 @@ def test_a_stage_is_trusted_only_if_these_settings_made_it(tmp_path, stand_ins):
 
     stand_ins.calls.clear()
     assert run_experiment(_config(f"out={out}", *TINY)) == first
+    assert stand_ins.calls == [] and _snapshot(out) == before
+    exp = Experiment(_config(f"out={out}", *TINY))  # the public call keys it as the run does
+    assert exp.evaluate("warmstart_hard", exp.warm, "hard") == out / "eval/warmstart_hard"
     assert stand_ins.calls == [] and _snapshot(out) == before
 
     for override, named in (("seed=1", "seed: 0 -> 1"), ("eval.temperature=0.5",

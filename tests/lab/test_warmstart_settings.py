@@ -14,9 +14,8 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from default_scan import restated_defaults as scan
-from soft_spatial.lab.learn import LearnConfig, WarmStartSpec, register_schema
+from soft_spatial.lab.learn import LearnConfig, WarmStartSpec  # their import registers the schemas
 from soft_spatial.lab.warmstart import WarmStartConfig
-from soft_spatial.lab.warmstart import register_schema as register_warmstart
 from soft_spatial.lab.warmstart_settings import OUTPUT_NEUTRAL, WarmStartSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,8 +42,6 @@ def _yaml(name: str) -> dict:
 
 
 def _compose(config: str, overrides=()) -> dict:
-    register_schema()
-    register_warmstart()
     with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
         return compose(config_name=config, overrides=list(overrides))
 
