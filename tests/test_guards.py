@@ -103,7 +103,6 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
     "lab/gpu/stages.py": (_GPU, ("tests/lab/gpu/test_grpo.py", "tests/sglang_real/test_gpu_kit_stage_f.py")),
     "lab/report.py": ("the learning experiment's report", ("tests/lab/test_learn.py",)),
     "lab/stats/cli.py": ("python -m soft_spatial.stats", ("tests/lab/stats/test_entropy.py",)),
-    "lab/warmstart.py": ("the learning experiment's warm start", ("tests/lab/test_learn.py",)),
     "launch/__main__.py": ("the launcher's commands share one file with the cluster",
                            ("tests/launch/test_cluster.py",)),
     "launch/plan.py": ("the launch plan, tested with the launcher", ("tests/launch/test_cluster.py",)),

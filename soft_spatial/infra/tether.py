@@ -98,13 +98,23 @@ def kill_marked(marker: str, pgid: int | None = None, grace_s: float = GRACE_S) 
 
 
 def _group_alive(pgid: int | None) -> bool:
+    """Whether a process of group ``pgid`` still runs. Zombies do not count: the child, the
+    group's leader, stays one until its parent reaps it, and `stop`'s caller reaps it only once
+    the watchdog is done (counting it, every stop of a running child waited out the grace)."""
     if pgid is None:
         return False
     try:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    return True
+    return any(group_of(pid) == pgid and alive(pid) for pid in find_pids(same_user=True))
+
+
+def group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
 
 
 def start(argv: Sequence[str], grace_s: float = GRACE_S, **popen) -> Tethered:

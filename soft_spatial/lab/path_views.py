@@ -35,15 +35,12 @@ from torch import Tensor
 
 from soft_spatial.data.record import QuestionRecord, index_to_letter
 from soft_spatial.data.synthetic import PATH_TASKS, QUARTERS, cell_name
+from soft_spatial.lab.warmstart_settings import VIEWS
 from soft_spatial.softthink.config import AdaptSoftConfig, SoftThinkingConfig
 from soft_spatial.softthink.mixture import gumbel_from_uniform, perturb
 
 __all__ = ["VIEWS", "PathTruth", "Target", "trace_words", "word_positions", "hard_trace",
            "live_cells", "soft_view_targets", "draw_mixture_scores", "is_path_record"]
-
-#: ``warmstart.view``: which views each record is trained in
-VIEWS = ("hard", "mix", "nochain")
-
 
 @dataclass(frozen=True)
 class PathTruth:

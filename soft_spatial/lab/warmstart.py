@@ -1,8 +1,9 @@
 """The warm start: a short supervised stage that teaches a tiny Qwen3-VL the training format.
 
-``python -m soft_spatial.lab.warmstart model.path=INIT data.root=BENCH output_dir=OUT``
-(config: ``configs/warmstart.yaml``) trains on the synthetic benchmark's train split: our
-training prompt (system prompt, image, question and lettered options, exactly as
+``python -m soft_spatial.lab.warmstart model_path=INIT data_root=BENCH output_dir=OUT
+[knob=value ...]`` (the knobs, their defaults and why: ``lab/warmstart_settings.py``) trains on the
+synthetic benchmark's train split: our training prompt (system prompt, image, question and lettered
+options, exactly as
 ``soft_spatial.data.prepare`` builds it) followed by the target response
 ``<think>\\n{reasoning}\\n</think>\\n\\n{letter}<|im_end|>`` (the format ``soft_spatial.data.reward``
 scores), with the cross-entropy on the response tokens only. The result is an ordinary Hugging
@@ -23,6 +24,11 @@ same step; ``nochain``, the answer alone); other records are trained as above in
 
 Progress is printed every ``log_every`` steps (loss, tokens/s); a checkpoint (model, optimizer,
 schedule, data order) is written every ``save_every`` steps and an interrupted run resumes from it.
+The run's key (`run_key`: the settings the weights depend on, and every byte of the initial model
+and the training split) is recorded beside that checkpoint and inside the finished model: a resume
+under other settings (another batch size or learning rate would continue the saved optimizer and
+data order under the new ones) is refused naming each difference, and a finished run re-run is a
+no-op.
 """
 from __future__ import annotations
 
@@ -44,11 +50,15 @@ from soft_spatial.data.prompt import build_messages
 from soft_spatial.data.record import QuestionRecord, index_to_letter, letter_to_index
 from soft_spatial.data.synthetic import PATH_TASKS, read_rows
 from soft_spatial.engines.prompts import chat_images
+from soft_spatial.infra.dirlock import DirLockedError, OutputLock
 from soft_spatial.infra.malloc import large_blocks_mapped
-from soft_spatial.lab.path_views import (VIEWS, PathTruth, Target, draw_mixture_scores, hard_trace,
+from soft_spatial.infra.provenance import (OutputKeyMismatch, Verdict, compare, make_key,
+                                           path_digest, record, sha256_cache)
+from soft_spatial.infra.signals import command
+from soft_spatial.lab.path_views import (PathTruth, Target, draw_mixture_scores, hard_trace,
                                          soft_view_targets, trace_words, word_positions)
 from soft_spatial.models.loading import load_model
-from soft_spatial.softthink import from_mapping
+from soft_spatial.lab.warmstart_settings import VIEWS, WarmStartSettings
 from soft_spatial.softthink.replay import soft_inputs
 
 __all__ = ["WarmStartConfig", "assistant_turn", "demonstration", "encode", "encode_views",
@@ -57,53 +67,36 @@ __all__ = ["WarmStartConfig", "assistant_turn", "demonstration", "encode", "enco
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 CHECKPOINT = "warmstart_state.pt"
+#: the key (`run_key`) beside the saved state in ``OUT.work`` and inside the finished ``OUT``
+KEY_FILE = "warmstart.key.json"
 THINK_OPEN = "<think>\n"
 
 
-@dataclass
-class WarmStartConfig:
-    """Typed form of ``configs/warmstart.yaml``."""
+@dataclass(kw_only=True)
+class WarmStartConfig(WarmStartSettings):
+    """Typed form of ``configs/warmstart.yaml``: the knobs (`WarmStartSettings`, their defaults and
+    constraints) and what one run reads and writes."""
 
     model_path: str
+    """The initial model (a Hugging Face directory with its processor)."""
     data_root: str
+    """A benchmark in the OmniSpatial layout (``python -m soft_spatial.data.synthetic --out``)."""
     output_dir: str
+    """Where the trained model directory appears, whole (its checkpoints in ``OUT.work``)."""
     split: str = "train"
-    steps: int = 600
-    batch_size: int = 32
-    lr: float = 2e-3
-    warmup_steps: int = 20
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.01
-    clip_grad: float = 1.0
-    answer_weight: float = 1.0
-    noise: float = 0.0
+    """The split trained on."""
     seed: int = 0
-    log_every: int = 25
-    save_every: int = 100
-    threads: int | None = None
+    """Data order, the demonstrator's wrong letters, the hard view's traces and the soft view's
+    noise."""
     view: str = "hard"
     """Which views path questions are trained in: ``hard`` (the hard view alone, W-hard),
     ``mix`` (hard and soft view of every scene in each step, W-mix) or ``nochain`` (the answer
     alone): :mod:`soft_spatial.lab.path_views`."""
-    distractor_mass: float = 0.05
-    """ε, the top-K mass of the soft view's distractor cells (the live cells share 1 − ε): a
-    rollout's candidates beyond the live set carry little probability."""
 
     def __post_init__(self):
-        for name in ("steps", "batch_size", "log_every", "save_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"warmstart.{name} must be >= 1, got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise ValueError(f"warmstart.lr must be > 0, got {self.lr}")
-        if not self.answer_weight > 0:
-            raise ValueError(f"warmstart.answer_weight must be > 0, got {self.answer_weight}")
-        if not 0 <= self.noise < 1:
-            raise ValueError(f"warmstart.noise must be in [0, 1), got {self.noise}")
+        super().__post_init__()
         if self.view not in VIEWS:
             raise ValueError(f"warmstart.view must be one of {VIEWS}, got {self.view!r}")
-        if not 0 < self.distractor_mass < 1:
-            raise ValueError(f"warmstart.distractor_mass must be in (0, 1), got "
-                             f"{self.distractor_mass}")
 
 
 def assistant_turn(reasoning: str, letter: str) -> str:
@@ -213,10 +206,11 @@ def encode_views(processor, record: QuestionRecord, row: dict, cfg: WarmStartCon
     return [hard, replace(soft, soft_labels=tuple(targets), mixtures=tuple(mixtures))]
 
 
-def collate(examples: Sequence[Example], pad_id: int, answer_weight: float = 1.0,
+def collate(examples: Sequence[Example], pad_id: int, answer_weight: float | None = None,
             image_processor=None) -> dict[str, Tensor]:
     """Right-pad a batch; ``labels`` hold the response tokens and -100 elsewhere; ``weights``
-    each label's weight in the loss (1, and ``answer_weight`` at the answer letter)."""
+    each label's weight in the loss (1, and ``answer_weight`` at the answer letter; None: 1 there
+    too, the plain mean)."""
     n = max(e.inputs["input_ids"].shape[1] for e in examples)
     batch: dict[str, Tensor] = {}
     for key in ("input_ids", "attention_mask", "mm_token_type_ids"):
@@ -237,8 +231,9 @@ def collate(examples: Sequence[Example], pad_id: int, answer_weight: float = 1.0
             labels[i, t.position] = -100  # a distribution, not a token: soft_* below
     batch["labels"] = labels
     weights = (labels != -100).float()
+    run_weight = 1.0 if answer_weight is None else answer_weight
     for i, e in enumerate(examples):
-        weights[i, e.answer_at] = answer_weight if e.answer_weight is None else e.answer_weight
+        weights[i, e.answer_at] = run_weight if e.answer_weight is None else e.answer_weight
         for t in e.soft_labels:
             weights[i, t.position] = 1.0
     batch["weights"] = weights
@@ -388,15 +383,61 @@ def train(model, examples: list[Example | list[Example]], cfg: WarmStartConfig, 
     return losses
 
 
-def run(cfg: WarmStartConfig) -> Path:
-    """Encode the split, train (or resume) and write the Hugging Face model to ``output_dir``."""
+def run_key(cfg: WarmStartConfig) -> dict:
+    """What the warm start's weights depend on (`infra.provenance`): its settings but the
+    output-neutral ones (`WarmStartSettings.weight_settings`), seed, view and split, and every byte
+    of the initial model and of the split it trains on."""
+    release = Path(cfg.data_root) / f"OmniSpatial-{cfg.split}"
+    with sha256_cache() as cache:
+        inputs = {"model": path_digest(cfg.model_path, cache), "data": path_digest(release, cache)}
+    return make_key({**cfg.weight_settings(), "seed": cfg.seed, "view": cfg.view,
+                     "split": cfg.split, "inputs": inputs})
 
+
+def _trusted(out: Path, work: Path, key: dict) -> bool:
+    """Whether ``out`` is this warm start's finished model (then the run is a no-op); refuses an
+    ``out`` or a saved state (in ``work``) made by other settings or inputs, or by a version that
+    kept no key, naming what differs. Changes nothing."""
+    if out.exists():
+        if compare(out / KEY_FILE, key, "the warm start", hint=f"Choose another output_dir, or "
+                   f"remove {out} to train it again.") is Verdict.ABSENT:
+            raise OutputKeyMismatch(f"{out} exists but holds no {KEY_FILE} (written before the warm "
+                                    f"start recorded its settings, or not by it): remove it to "
+                                    f"train it again, or choose another output_dir")
+        if (out / "model.safetensors").is_file():
+            return True
+    if (work / CHECKPOINT).is_file():
+        hint = (f"Resume with the settings it was saved with, or remove {work} to start over: a "
+                f"resume keeps the saved optimizer, schedule and data order.")
+        if compare(work / KEY_FILE, key, "the warm start's saved state", hint) is Verdict.ABSENT:
+            raise OutputKeyMismatch(f"{work / CHECKPOINT} holds no {KEY_FILE} beside it (saved "
+                                    f"before the warm start recorded its settings): remove {work} "
+                                    f"to start over")
+    return False
+
+
+def run(cfg: WarmStartConfig) -> Path:
+    """Encode the split, train (or resume) and write the Hugging Face model to ``output_dir``.
+    Nothing runs when ``output_dir`` already holds this warm start (its key equal); an output or a
+    saved state of other settings is refused, naming what differs."""
+
+    out = Path(cfg.output_dir)
+    work = out.with_name(out.name + ".work")
+    key = run_key(cfg)
+    with OutputLock(out, "warm start output"):
+        if _trusted(out, work, key):
+            print(f"warm start: {out} is done with these settings", flush=True)
+            return out
+        work.mkdir(parents=True, exist_ok=True)
+        record(work / KEY_FILE, key)  # the state saved there is this key's
+        _train_and_save(cfg, out, work, key)
+    return out
+
+
+def _train_and_save(cfg: WarmStartConfig, out: Path, work: Path, key: dict) -> None:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
-    out = Path(cfg.output_dir)
-    work = out.with_name(out.name + ".work")
-    work.mkdir(parents=True, exist_ok=True)
     model, processor, tokenizer = load_model(cfg.model_path, dtype=torch.float32)
     records = load_omnispatial(cfg.data_root, cfg.split)
     release = Path(cfg.data_root) / f"OmniSpatial-{cfg.split}"
@@ -421,24 +462,45 @@ def run(cfg: WarmStartConfig) -> Path:
     processor.save_pretrained(tmp)
     (tmp / "warmstart.json").write_text(json.dumps(
         {"config": vars(cfg), "final_loss": losses[-1] if losses else None}, indent=2))
+    record(tmp / KEY_FILE, key)
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
     shutil.rmtree(work, ignore_errors=True)
     print(f"warm start: Hugging Face model at {out}", flush=True)
-    return out
+
+
+def register_schema() -> None:
+    """`WarmStartConfig` as Hydra's structured config ``warmstart_schema``, which
+    ``configs/warmstart.yaml`` extends with deltas only (done when this module is imported)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="warmstart_schema", node=WarmStartConfig)
+
+
+register_schema()
 
 
 def main() -> None:
     import hydra
     from omegaconf import OmegaConf
 
-
     @hydra.main(config_path=str(CONFIG_DIR), config_name="warmstart", version_base=None)
     def _main(cfg) -> None:
-        run(from_mapping(WarmStartConfig, OmegaConf.to_container(cfg, resolve=True),
-                         "warmstart"))
+        from omegaconf.errors import OmegaConfBaseException
 
-    _main()
+        try:
+            config = OmegaConf.to_object(cfg)
+        except (ValueError, OmegaConfBaseException) as e:  # a constraint, a missing path: one line
+            raise SystemExit(f"python -m soft_spatial.lab.warmstart: {e}") from None
+        try:
+            run(config)
+        except (OutputKeyMismatch, DirLockedError, FileNotFoundError) as e:  # refused: nothing changed
+            raise SystemExit(f"python -m soft_spatial.lab.warmstart: {e}") from None
+
+    # SIGTERM (Slurm, timeout, the learning experiment's stop) as Ctrl-C: the last saved state kept
+    with command("python -m soft_spatial.lab.warmstart",
+                 "the last saved state is kept; the same command resumes from it"):
+        _main()
 
 
 if __name__ == "__main__":

@@ -97,3 +97,21 @@ def test_the_marker_is_this_tethers_own(tmp_path):
     finally:
         tether.stop(two)
     assert not alive(two.pid)
+
+
+def test_stop_returns_once_a_child_that_ends_on_sigterm_is_gone():
+    """A child ended by the watchdog's SIGTERM is a zombie until `stop` reaps it, after the
+    watchdog is done: the watchdog does not count it as running (it did, and every stop of a
+    running child waited out the grace period before its SIGKILL)."""
+    import threading
+
+    child = tether.start([sys.executable, "-c", "import time; time.sleep(600)"], grace_s=3600.0)
+    stopper = threading.Thread(target=tether.stop, args=(child,), daemon=True)
+    stopper.start()
+    try:
+        _wait_for(lambda: not stopper.is_alive(), "stop returned", limit_s=120.0)
+    finally:
+        for proc in (child.proc, child.watchdog):
+            if proc.poll() is None:
+                proc.kill()
+    assert child.returncode == -signal.SIGTERM and not alive(child.pid)

@@ -1,120 +1,43 @@
-"""The learning experiment: warm-start rows through verl's own SFT dataset, the report's statistics
-against independent computations, the typed config, and (slow) a reduced run end to end."""
+"""The learning experiment: the report's statistics against independent computations, the typed
+config and its refusals, the stages' keys (each stage trusted only if these settings made it: the
+stages' commands replaced by stand-ins that write what the real ones write), the command's lock and
+its stages' processes under real signals (held at a barrier in the data stage's child), and (slow)
+a reduced run end to end."""
 from __future__ import annotations
 
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
+from hydra import compose, initialize_config_dir
 from scipy import stats
 
-from soft_spatial.data import load_omnispatial
-from soft_spatial.data.synthetic import read_reasoning, write_benchmark
-from soft_spatial.lab.learn import BEFORE_MODE, EVAL_MODE, LearnConfig
+import barrier  # noqa: E402
+
+from soft_spatial.data import synthetic
+from soft_spatial.data.synthetic import write_benchmark
+from soft_spatial.infra.procs import alive, find_pids
+from soft_spatial.infra.provenance import OutputKeyMismatch
+from soft_spatial.lab.learn import (BEFORE_MODE, EVAL_MODE, Experiment, LearnConfig, WarmStartSpec,
+                                    run_experiment)
 from soft_spatial.lab.report import (paired_difference, per_question, read_metrics, trend, write_report)
-from soft_spatial.lab.warmstart import (assistant_turn, collate, demonstration, encode, response_loss)
-from soft_spatial.data.reward import compute_score
 
 ROOT = Path(__file__).resolve().parents[2]
+PROG = [sys.executable, "-m", "soft_spatial.lab.learn"]
 
 
-@pytest.fixture(scope="module")
-def bench(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench")
-    write_benchmark(out, train=10, test=10, seed=0)
-    return out
-
-
-def test_the_warm_start_target_earns_the_full_reward():
-    response = assistant_turn("facing up, left", "C").removeprefix("<think>\n")  # prompt has it
-    assert compute_score("omnispatial", response, "C") == {"score": 1.2, "acc": 1.0, "format": 0.2}
-
-
-def test_warm_start_labels_are_exactly_the_response(bench, tiny_qwen3_vl_small):
-    """The loss covers exactly what the policy generates after the prompt's ``<think>\\n``: the
-    reasoning, ``</think>``, the letter and ``<|im_end|>``; the prompt is what data.prepare and
-    eval render (same chat template, same images)."""
-    from transformers import AutoProcessor
-
-    records = load_omnispatial(bench, "train")
-    reasoning = {k: v["reasoning"] for k, v in read_reasoning(bench / "OmniSpatial-train").items()}
-    proc = AutoProcessor.from_pretrained(tiny_qwen3_vl_small)
-    examples = [encode(proc, r, reasoning[r.id]) for r in records[:4]]
-    batch = collate(examples, proc.tokenizer.pad_token_id)
-    for i, (r, e) in enumerate(zip(records, examples)):
-        labels = batch["labels"][i]
-        target = proc.tokenizer.decode(labels[labels != -100])
-        assert target == f"{reasoning[r.id]}\n</think>\n\n{r.answer}<|im_end|>"
-        prompt = proc.tokenizer.decode(batch["input_ids"][i, :e.response_start])
-        assert prompt.endswith("<|im_start|>assistant\n<think>\n") and r.question in prompt
-        n = e.inputs["input_ids"].shape[1]
-        assert batch["attention_mask"][i, :n].all() and not batch["attention_mask"][i, n:].any()
-    assert batch["pixel_values"].shape[0] == sum(e.inputs["pixel_values"].shape[0]
-                                                 for e in examples)
-
-
-def test_response_loss_is_the_mean_cross_entropy_of_the_response(bench, tiny_qwen3_vl_small):
-    from soft_spatial.models.loading import load_model
-
-    model, proc, tok = load_model(tiny_qwen3_vl_small, dtype=torch.float32)
-    records = load_omnispatial(bench, "train")[:3]
-    reasoning = {k: v["reasoning"] for k, v in read_reasoning(bench / "OmniSpatial-train").items()}
-    examples = [encode(proc, r, reasoning[r.id]) for r in records]
-    batch = collate(examples, tok.pad_token_id)
-    weighted = collate(examples, tok.pad_token_id, answer_weight=5.0)
-    with torch.no_grad():
-        loss, loss5 = response_loss(model, batch), response_loss(model, weighted)
-        logits = model(**{k: v for k, v in batch.items() if k not in ("labels", "weights")}
-                       ).logits.double()
-    logp = torch.log_softmax(logits, -1)
-    terms = [(-logp[i, t - 1, batch["labels"][i, t]], 5.0 if t == e.answer_at else 1.0)
-             for i, e in enumerate(examples) for t in range(1, logits.shape[1])
-             if batch["labels"][i, t] != -100]
-    assert float(loss) == pytest.approx(float(sum(x for x, _ in terms) / len(terms)), rel=1e-5)
-    assert float(loss5) == pytest.approx(
-        float(sum(x * w for x, w in terms) / sum(w for _, w in terms)), rel=1e-5)
-    for i, (r, e) in enumerate(zip(records, examples)):  # the weighted token is the letter
-        assert tok.decode(batch["input_ids"][i, e.answer_at]) == r.answer
-        assert tok.decode(batch["input_ids"][i, e.answer_at + 1]) == "<|im_end|>"
-
-
-def test_a_noisy_demonstrator_writes_a_wrong_letter_on_its_fraction_of_records(
-        tmp_path, tiny_qwen3_vl_small):
-    """warmstart.noise: about that fraction of the records (binomial 4-sigma band) get a wrong
-    letter, any wrong one; the same records in every call; noise 0 keeps every answer; the
-    encoded target keeps the reasoning and ends with the chosen letter, the token the answer
-    weight falls on."""
-    from transformers import AutoProcessor
-
-    write_benchmark(tmp_path, train=400, test=1, seed=1)
-    records = load_omnispatial(tmp_path, "train")
-    noise = 0.3
-    letters = [demonstration(r, noise, 5) for r in records]
-    assert letters == [demonstration(r, noise, 5) for r in records]
-    assert [demonstration(r, 0.0, 5) for r in records] == [r.answer for r in records]
-    wrong = [(r, x) for r, x in zip(records, letters) if x != r.answer]
-    n = len(records)
-    assert abs(len(wrong) - noise * n) < 4 * math.sqrt(n * noise * (1 - noise))
-    assert all(x in r.letters for r, x in wrong)
-    assert {x for _, x in wrong} == set("ABCD")  # any wrong option, not one
-    other = [demonstration(r, noise, 6) for r in records]  # another seed, other records
-    assert [x != r.answer for r, x in zip(records, other)] != [x != r.answer for r, x in
-                                                               zip(records, letters)]
-    proc = AutoProcessor.from_pretrained(tiny_qwen3_vl_small)
-    reasoning = read_reasoning(tmp_path / "OmniSpatial-train")
-    r, x = wrong[0]
-    e = encode(proc, r, reasoning[r.id]["reasoning"], x)
-    ids = e.inputs["input_ids"][0]
-    assert proc.tokenizer.decode(ids[e.response_start:]) == (
-        f"{reasoning[r.id]['reasoning']}\n</think>\n\n{x}<|im_end|>")
-    assert proc.tokenizer.decode(ids[e.answer_at]) == x != r.answer
+def _config(*overrides: str) -> LearnConfig:
+    """configs/learn.yaml composed as the command composes it, then checked."""
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
+        return LearnConfig.from_omegaconf(compose(config_name="learn", overrides=list(overrides)))
 
 
 def test_paired_difference_matches_an_independent_computation():
@@ -158,7 +81,9 @@ def _samples(path: Path, correct: dict, subcategory: str = "Localization"):
     (path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def test_report_table_checks_and_figures(tmp_path, bench):
+def test_report_table_checks_and_figures(tmp_path):
+    bench = tmp_path / "bench"
+    write_benchmark(bench, train=10, test=10, seed=0)
     _samples(tmp_path / "before", {0: [0, 0], 1: [1, 0], 2: [0, 0]})
     _samples(tmp_path / "after", {0: [1, 1], 1: [1, 1], 2: [1, 0]})
     assert per_question(tmp_path / "after" / "samples.jsonl")[2] == {
@@ -186,26 +111,265 @@ def test_report_table_checks_and_figures(tmp_path, bench):
 
 
 def test_learn_config_is_typed_and_checked():
-    from hydra import compose, initialize_config_dir
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
-        demo = LearnConfig.from_omegaconf(compose(config_name="learn"))
-        full = LearnConfig.from_omegaconf(compose(config_name="learn",
-                                                  overrides=["budget=full", "seed=3"]))
+    demo = _config()
+    full = _config("budget=full", "seed=3")
     assert demo.modes == ["adaptsoft"] and demo.out.endswith("demo/seed0")
-    assert demo == LearnConfig(out=demo.out)  # the dataclass defaults are configs/learn.yaml's
+    # the dataclasses' defaults and configs/learn.yaml's one delta
+    assert demo == LearnConfig(out=demo.out, warmstart=WarmStartSpec(noise=0.3))
     assert full.modes == ["hard", "soft_fixed", "adaptsoft"] and full.out.endswith("full/seed3")
     assert {BEFORE_MODE[EVAL_MODE[m]] for m in full.modes} == {"hard", "fixed"}
+    paths = _config("budget=paths")
+    assert (paths.warmstart.noise, paths.warmstart.steps, paths.warmstart.views) == (
+        0.0, 1000, ["mix", "hard", "nochain"])
     with pytest.raises(ValueError, match="modes"):
         LearnConfig(out="x", modes=["greedy"])
-    with pytest.raises(ValueError, match="unknown keys"):
-        LearnConfig.from_omegaconf(OmegaConf.create({"out": "x", "data": {"trian": 3}}))
+    with pytest.raises(ValueError, match="trian"):
+        LearnConfig.from_omegaconf({"out": "x", "data": {"trian": 3}})
+    with pytest.raises(ValueError, match="data.train"):
+        LearnConfig.from_omegaconf({"out": "x", "data": {"train": "abc"}})
+    with pytest.raises(Exception, match="data.train"):  # Hydra refuses it while composing
+        _config("data.train=abc")
+
+
+@pytest.mark.parametrize("override, key", [
+    ("eval.samples=0", "eval.samples"), ("train.steps=0", "train.steps"),
+    ("data.train=-5", "data.train"), ("data.test=0", "data.test"),
+    ("warmstart.steps=0", "warmstart.steps"), ("warmstart.batch_size=-1", "warmstart.batch_size"),
+    ("warmstart.noise=1.0", "warmstart.noise"), ("train.save_freq=0", "train.save_freq"),
+    ("eval.temperature=0", "eval.temperature"), ("eval.max_new_tokens=0", "eval.max_new_tokens"),
+    ("entropy_prompts=-1", "entropy_prompts"), ("model.hidden_size=0", "model.hidden_size"),
+    ("warmstart.views=[hard,soft]", "warmstart.views"), ("modes=[adaptsfot]", "modes"),
+    ("data.tasks=[counting,nope]", "data.tasks"), ("seed=-1", "seed"),
+])
+def test_a_bad_setting_is_refused_before_any_stage_naming_its_key(override, key):
+    """Issue 44 item 14: a bad count was refused only by the stage that read it, after data, model
+    and warm start had run (minutes); the config's check refuses it, naming the key."""
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+        _config(override)
+
+
+@pytest.mark.parametrize("override", ["modes=[adaptsfot]", "data.train=-5"])
+def test_a_refused_command_writes_nothing(tmp_path, override):
+    """Issue 44 items 14-15: the command refuses at once, in one line naming the key, and writes
+    nothing: not even Hydra's run directory (it was out=, made before any check)."""
+    out = tmp_path / "learn"
+    res = subprocess.run([*PROG, f"out={out}", override], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)
+    assert res.returncode == 1, res.stderr[-3000:]
+    key = override.split("=")[0]
+    assert res.stderr.strip().count("\n") == 0 and key in res.stderr, res.stderr[-3000:]
+    assert "Traceback" not in res.stderr
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+# -- the stages' keys, with the stages' commands replaced -----------------------------------------
+def _args(cmd: list[str]) -> dict[str, str]:
+    return dict(a.split("=", 1) for a in cmd if "=" in a and not a.startswith("-"))
+
+
+def _flag(cmd: list[str], name: str) -> str:
+    return cmd[cmd.index(name) + 1]
+
+
+class StandIns:
+    """What each stage's command writes, without running it: the data for real (tiny), the
+    others their outputs' shape; each call's stage name in ``calls``. A stand-in model is a file
+    naming what made it (``policy.txt``); an evaluation records the policy it read."""
+
+    def __init__(self):
+        self.calls: list[str] = []
+
+    def run(self, exp, name, cmd, env=None, follow=None):
+        cmd = [str(c) for c in cmd]
+        self.calls.append(name)
+        module = cmd[cmd.index("-m") + 1]
+        args = _args(cmd)
+        if module == "soft_spatial.data.synthetic":
+            synthetic.main(cmd[cmd.index("-m") + 2:])
+        elif module == "soft_spatial.lab.warmstart":
+            out = Path(args["output_dir"])
+            out.mkdir(parents=True)
+            (out / "model.safetensors").write_text("weights")
+            (out / "policy.txt").write_text(f"warm start {args['view']} seed {args['seed']}")
+        elif module == "soft_spatial.data.prepare":
+            Path(_flag(cmd, "--out")).parent.mkdir(parents=True, exist_ok=True)
+            Path(_flag(cmd, "--out")).write_text("rows")
+        elif module == "soft_spatial.train":
+            ckpt = Path(args["trainer.default_local_dir"])
+            steps = int(args["trainer.total_training_steps"])
+            with open(ckpt / "metrics.jsonl", "a") as f:
+                for step in range(1, steps + 1):
+                    f.write(json.dumps({"step": step, "data": {"critic/score/mean": 0.1 * step,
+                                                               "reward/acc_mean": 0.1}}) + "\n")
+            (ckpt / "latest_checkpointed_iteration.txt").write_text(str(steps))
+        elif module == "soft_spatial.export":
+            ckpt, final = Path(cmd[-3]), Path(cmd[-2])
+            final.mkdir(parents=True, exist_ok=True)
+            step = (ckpt / "latest_checkpointed_iteration.txt").read_text()
+            (final / "policy.txt").write_text(f"trained {step} steps")
+        elif module == "soft_spatial.eval":
+            out = Path(args["output_dir"])
+            out.mkdir(parents=True, exist_ok=True)
+            policy = (Path(args["model.path"]) / "policy.txt").read_text()
+            rows = json.loads((Path(args["data.omnispatial"]) / "OmniSpatial-test" / "data.json")
+                              .read_text())
+            samples = int(args["samples"])
+            trained = policy.startswith("trained")
+            with open(out / "samples.jsonl", "w") as f:
+                for q, row in enumerate(rows):
+                    for j in range(samples):
+                        f.write(json.dumps({"benchmark": "omnispatial", "question_index": q,
+                                            "sample": j, "category": row["task_type"],
+                                            "subcategory": row["sub_task_type"],
+                                            "correct": trained or (q + j) % 2 == 0}) + "\n")
+            (out / "summary.json").write_text(json.dumps(
+                {"benchmarks": {"omnispatial": {"samples": len(rows) * samples}}}))
+            (out / "evaluated.json").write_text(json.dumps(
+                {"policy": policy, "temperature": float(args["temperature"])}))
+        else:
+            raise AssertionError(f"no stand-in for {module}")
+
+
+@pytest.fixture
+def stand_ins(monkeypatch):
+    fake = StandIns()
+    monkeypatch.setattr(Experiment, "_run", lambda self, name, cmd, env=None, follow=None:
+                        fake.run(self, name, cmd, env, follow))
+
+    def build_model(self, out):
+        out.mkdir(parents=True)
+        (out / "config.json").write_text(json.dumps({"seed": self.cfg.seed}))
+        fake.calls.append("model")
+
+    monkeypatch.setattr(Experiment, "build_model", build_model)
+    return fake
+
+
+def _snapshot(out: Path) -> dict:
+    """Every file under ``out`` (the lock file aside) with its bytes and mtime."""
+    return {str(p.relative_to(out)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(out.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+TINY = ("data.train=4", "data.test=3", "modes=[hard]", "train.steps=2")
+
+
+def test_a_stage_is_trusted_only_if_these_settings_made_it(tmp_path, stand_ins):
+    """Issue 44 item 4. Over a finished run in the same out=: the same command is a no-op; seed=1
+    and eval.temperature=0.5 are refused before anything runs, naming the setting (they reported
+    seed 0's data and T = 1.0's numbers); train.steps=3 after 2 trains on, exports and evaluates
+    the new policy ("after" was the 2-step policy's); fewer steps than trained are refused; an
+    output without a key (written before keys were kept) is refused with how to proceed."""
+    out = tmp_path / "learn"
+    first = run_experiment(_config(f"out={out}", *TINY))
+    assert stand_ins.calls == ["data", "model", "warmstart", "prepare", "prepare",
+                               "eval_warmstart_hard", "train_hard", "export_hard",
+                               "eval_hard_trained"]
+    assert first["seed"] == 0 and first["modes"]["hard"]["overall"]["n"] == 3
+    assert json.loads((out / "eval/hard_trained/evaluated.json").read_text())["policy"] == (
+        "trained 2 steps")
+    before = _snapshot(out)
+
+    stand_ins.calls.clear()
+    assert run_experiment(_config(f"out={out}", *TINY)) == first
+    assert stand_ins.calls == [] and _snapshot(out) == before
+    exp = Experiment(_config(f"out={out}", *TINY))  # the public call keys it as the run does
+    assert exp.evaluate("warmstart_hard", exp.warm, "hard") == out / "eval/warmstart_hard"
+    assert stand_ins.calls == [] and _snapshot(out) == before
+
+    for override, named in (("seed=1", "seed: 0 -> 1"), ("eval.temperature=0.5",
+                                                          "temperature: 1.0 -> 0.5")):
+        with pytest.raises(OutputKeyMismatch, match=named):
+            run_experiment(_config(f"out={out}", *TINY, override))
+        assert stand_ins.calls == [] and _snapshot(out) == before
+
+    results = run_experiment(_config(f"out={out}", *TINY, "train.steps=3"))
+    assert stand_ins.calls == ["train_hard", "export_hard", "eval_hard_trained"]
+    assert json.loads((out / "eval/hard_trained/evaluated.json").read_text())["policy"] == (
+        "trained 3 steps")
+    assert [m["step"] for m in read_metrics(out / "runs/hard/checkpoints/metrics.jsonl")] == [1, 2, 3]
+    assert results["modes"]["hard"] == json.loads((out / "results.json").read_text())["modes"]["hard"]
+    assert _snapshot(out)["eval/warmstart_hard/samples.jsonl"] == before[
+        "eval/warmstart_hard/samples.jsonl"]
+
+    stand_ins.calls.clear()
+    with pytest.raises(OutputKeyMismatch, match="trained 3 steps, more than train.steps=2"):
+        run_experiment(_config(f"out={out}", *TINY))
+    for key in out.rglob("*.key.json"):
+        key.unlink()
+    with pytest.raises(OutputKeyMismatch, match="has no key"):
+        run_experiment(_config(f"out={out}", *TINY, "train.steps=3"))
+    assert stand_ins.calls == []
+
+
+def test_a_changed_upstream_stage_changes_every_key_below_it():
+    """A stage's key holds its inputs' settings: another warm start changes the parquet's,
+    evaluations', training's and report's keys, not the data's or the model's."""
+    a = Experiment(_config("out=x", "budget=full"))
+    b = Experiment(_config("out=x", "budget=full", "warmstart.lr=1e-3"))
+    changed = {s.what for s, t in zip(a.stages(), b.stages()) if s.key != t.key}
+    assert changed == {s.what for s in a.stages()} - {"1 data", "2 model"}
+
+
+# -- the command's lock and its stages' processes under real signals ------------------------------
+def _wait_for(predicate, what: str, limit_s: float = 300.0) -> None:
+    """Wait until ``predicate()`` holds (the limit only bounds a failure)."""
+    end = time.monotonic() + limit_s
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"never happened: {what}")
+        time.sleep(0.1)
+
+
+def _ours(gate: Path) -> list[int]:
+    """The processes started for this test (they carry its barrier directory)."""
+    return find_pids(environ=lambda env: env.get(barrier.DIR_ENV) == str(gate), same_user=True)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP, signal.SIGTERM])
+def test_a_killed_command_leaves_no_stage_running(tmp_path, sig):
+    """Issue 44 items 11-13. The command is held inside its data stage's child (each stage runs
+    in its own session). A second command into the same out= is refused at once, naming the
+    first, and changes nothing. SIGKILL (the OOM killer, Slurm after its grace) and SIGHUP (the
+    terminal closing) ended the command and left the stage running; now nothing it started is
+    left (the process table). SIGTERM ends it with 143 and one line, no traceback (it was a
+    traceback and 130)."""
+    gate, out = tmp_path / "gate", tmp_path / "learn"
+    # after the stage's first image is written (its child runs synthetic as __main__)
+    env = barrier.arm(gate, "PIL.Image:Image.save", site=True)
+    cmd = [*PROG, f"out={out}", "data.train=2", "data.test=1"]
+    first = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stage = barrier.wait_reached(gate, first, log=out / "logs" / "data.log")
+        assert stage != first.pid and alive(stage)
+        if sig == signal.SIGTERM:
+            files = sorted(p.relative_to(out) for p in out.rglob("*"))
+            second = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+            assert second.returncode == 1 and f"pid {first.pid}" in second.stderr, second.stderr
+            assert sorted(p.relative_to(out) for p in out.rglob("*")) == files
+            barrier.interrupt(first, sig)
+        else:
+            first.send_signal(sig)
+            first.wait(timeout=300)
+            assert first.returncode == -sig
+        _wait_for(lambda: not _ours(gate), "every process of the command gone")
+        assert not alive(stage)
+    finally:
+        for pid in _ours(gate):
+            os.kill(pid, signal.SIGKILL)
+        first.kill()
+        first.wait()
+    assert not (out / "data").exists()  # the stage's output appears whole or not at all
 
 
 @pytest.mark.slow
 def test_reduced_learning_run_changes_policy_and_controller(tmp_path):
     """The whole experiment at toy scale: data, verl SFT warm start, GRPO with AdaptSoft through
     python -m soft_spatial.train, merge, evaluation, report. The training reward varies, and
-    both the policy's and the controller's parameters moved."""
+    both the policy's and the controller's parameters moved. Run again, the command runs no stage
+    and changes no file; with another evaluation temperature or seed it is refused at once, naming
+    the setting (issue 44 item 4: they reported the first run's numbers)."""
     from safetensors.torch import load_file
 
     from soft_spatial.softthink import AdaptSoft
@@ -244,6 +408,21 @@ def test_reduced_learning_run_changes_policy_and_controller(tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert results["modes"]["adaptsoft"]["overall"]["n"] == 6
     assert (out / "analysis" / "fig5_tau_training.png").is_file()
+    assert (out / "models/warmstart/warmstart.key.json").is_file()
+
+    files = _snapshot(out)
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
+    for line in ("1 data: done", "3 warm start hard: done", "6 train adaptsoft: done",
+                 "7 report: done", "8 analysis: done"):
+        assert line in again.stdout
+    assert _snapshot(out) == files
+    for override, named in (("eval.temperature=0.5", "temperature: 1.0 -> 0.5"),
+                            ("seed=2", "seed: 1 -> 2")):
+        refused = subprocess.run(cmd + [override], capture_output=True, text=True, timeout=600,
+                                 env=env, cwd=ROOT)
+        assert refused.returncode == 1 and named in refused.stderr, refused.stderr[-3000:]
+        assert _snapshot(out) == files
 
 
 def test_step_times_are_medians_without_the_first_step():

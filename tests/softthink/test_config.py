@@ -9,12 +9,13 @@
 """
 from __future__ import annotations
 
-import ast
 import dataclasses
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+
+from default_scan import restated_defaults as scan
 
 from soft_spatial.softthink import (AdaptSoftConfig, AlignmentConfig, DensityConfig, KLConfig,
                                     SoftThinkingConfig)
@@ -46,73 +47,10 @@ ONLY_HYPERPARAMETERS = {"tau0", "delta", "proj_dim", "entropy_mean", "entropy_st
                         "ref_fraction", "vocab_block"}
 
 
-def _defines(name: str | None, value) -> bool:
-    """Whether a literal default ``value`` for ``name`` defines a hyperparameter's default."""
-    if name not in HYPERPARAMETERS or value is None:
-        return False
-    return name in ONLY_HYPERPARAMETERS or _same(value, HYPERPARAMETERS[name])
-
-
-def _literal(node: ast.AST):
-    """(True, value) when ``node`` is a literal (a number, string, tuple of them, -1.5, None)."""
-    try:
-        return True, ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, RecursionError):
-        return False, None
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return type(a) is not bool and type(b) is not bool and a == b if a is not None else b is None
-
-
 def restated_defaults(source: str, where: str = "<string>") -> list[str]:
-    """Every place in ``source`` that defines or restates a hyperparameter's default:
-
-    * a parameter default, a class attribute or a module constant named after a hyperparameter
-      (any case) whose value is a literal other than None (None: "not given", "off"): any
-      value for the names in :data:`ONLY_HYPERPARAMETERS`, the default's for the others;
-    * a call keyword or a dict entry named after one whose literal value is its default.
-    """
-    found = []
-
-    def hit(node, name, what):
-        found.append(f"{where}:{node.lineno}: {what} {name!r}")
-
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            a = node.args
-            pos = a.posonlyargs + a.args
-            pairs = list(zip(pos[len(pos) - len(a.defaults):], a.defaults))
-            pairs += [(arg, d) for arg, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
-            for arg, default in pairs:
-                ok, value = _literal(default)
-                if ok and _defines(arg.arg, value):
-                    hit(default, arg.arg, "literal default of parameter")
-        elif isinstance(node, (ast.ClassDef, ast.Module)):
-            for stmt in node.body:
-                targets = (stmt.targets if isinstance(stmt, ast.Assign) else
-                           [stmt.target] if isinstance(stmt, ast.AnnAssign) and stmt.value else [])
-                for t in targets:
-                    name = t.id.lower() if isinstance(t, ast.Name) else None
-                    ok, value = _literal(stmt.value)
-                    if ok and _defines(name, value):
-                        kind = "class attribute" if isinstance(node, ast.ClassDef) else "constant"
-                        hit(stmt, t.id, f"literal {kind}")
-        elif isinstance(node, ast.Call):
-            for kw in node.keywords:
-                ok, value = _literal(kw.value)
-                if kw.arg in HYPERPARAMETERS and ok and _same(value, HYPERPARAMETERS[kw.arg]):
-                    hit(kw.value, kw.arg, "call restating the default of")
-        elif isinstance(node, ast.Dict):
-            for k, v in zip(node.keys, node.values):
-                if isinstance(k, ast.Constant) and k.value in HYPERPARAMETERS:
-                    ok, value = _literal(v)
-                    if ok and _same(value, HYPERPARAMETERS[k.value]):
-                        hit(v, k.value, "dict entry restating the default of")
-    return found
+    """Every place in ``source`` that defines or restates a method hyperparameter's default
+    (`default_scan.restated_defaults` over :data:`HYPERPARAMETERS`)."""
+    return scan(source, where, HYPERPARAMETERS, ONLY_HYPERPARAMETERS)
 
 
 def _paper() -> dict:
