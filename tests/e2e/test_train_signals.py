@@ -144,3 +144,38 @@ def test_sigterm_raises_like_sigint_in_the_block_and_ray_init_keeps_it(monkeypat
         assert signals.exit_status(caught.value) == 143
         assert signals.exit_status(KeyboardInterrupt()) == 143  # a SIGTERM came in this block
     assert signal.getsignal(signal.SIGTERM) is before and ray.init is fake_init
+
+
+# a SIGTERM delivered while a finalizer runs (as os.kill from a __del__ delivers it: the handler runs
+# before os.kill returns), then the block's body goes on: to its end ("end"), or to a second SIGTERM
+FINALIZED = """
+import os, signal, sys
+from soft_spatial.infra.signals import command
+
+
+class Finalized:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+with command("prog"):
+    Finalized()  # collected at once: Python swallows what its __del__ raises
+    print("after the finalizer", flush=True)
+    if sys.argv[1] == "again":
+        os.kill(os.getpid(), signal.SIGTERM)
+    print("body done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("then", ["end", "again"])
+def test_a_sigterm_swallowed_by_a_finalizer_still_ends_the_command(then):
+    """Seen in ``python -m soft_spatial.train`` during verl's import: the handler marked the SIGTERM
+    received, the finalizer swallowed its exception ("Exception ignored in ..."), and every later
+    SIGTERM was ignored: the command ran on (exit 0). Now it ends with 143 and one line."""
+    res = subprocess.run([sys.executable, "-c", FINALIZED, then], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
+    assert res.returncode == 143, (res.returncode, res.stdout, res.stderr)
+    assert res.stderr.splitlines() == ["prog: interrupted by SIGTERM"], res.stderr
+    # the swallowed SIGTERM raised where Python runs handlers next, or, at the latest, as the block
+    # ended; a second one raises at once
+    assert "body done" not in res.stdout or then == "end"
