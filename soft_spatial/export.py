@@ -14,8 +14,13 @@ arguments given on the command line still win (``soft_spatial.eval.__main__.appl
 CHECKPOINT_DIR is the trainer's ``default_local_dir`` (its latest step is taken), one
 ``global_step_N`` directory, or that step's ``actor`` directory. The export is written to
 ``OUT_DIR.partial`` and renamed when complete, so an interrupted export never looks finished; a
-failed one removes ``OUT_DIR.partial``. A checkpoint of an ``adaptsoft`` run without its
-controller is refused before anything is written.
+failed one removes ``OUT_DIR.partial``. An OUT_DIR that is a symbolic link is written through (the
+export replaces the directory it points to, built beside it). A checkpoint of an ``adaptsoft``
+run without its controller is refused before anything is written.
+
+The settings exported are those that trained the checkpoint: ``global_step_N/soft_settings.yaml``,
+written with each checkpoint, or, for a run from before checkpoints carried their own, the run's
+``soft_settings.yaml`` (training refuses to change a run's soft settings, so it is theirs).
 
 One export per OUT_DIR: a lock beside it (``.OUT_DIR.lock``, removed when the export ends)
 refuses a second export to the same output at once, naming the first. SIGTERM (Slurm, ``timeout``,
@@ -44,18 +49,20 @@ from collections.abc import Sequence
 from soft_spatial.compat.verl.merger import REFUSED, UnsafeCheckpointError
 from soft_spatial.infra.dirlock import OutputLock
 from soft_spatial.infra.procs import end_group
+from soft_spatial.infra.run_dir import TRACKER, latest_step
 from soft_spatial.infra.signals import command
 from soft_spatial.softthink.settings import CONTROLLER_FILE, SETTINGS_FILE, SoftSettings
 from soft_spatial.softthink.settings import settings_file as run_settings_file
 
-LATEST = "latest_checkpointed_iteration.txt"  # verl's pointer to the last saved step
+LATEST = TRACKER  # verl's pointer to the last saved step
 
 
 def actor_dir(checkpoint: str | Path) -> Path:
-    """The ``global_step_N/actor`` directory that ``checkpoint`` names (see the module docstring)."""
+    """The ``global_step_N/actor`` directory that ``checkpoint`` names (see the module docstring);
+    an empty or garbled tracker is an error naming it and the run."""
     path = Path(checkpoint)
-    if (path / LATEST).is_file():
-        step = (path / LATEST).read_text().strip()
+    step = latest_step(path)
+    if step is not None:
         path = path / f"global_step_{step}"
     if (path / "actor").is_dir():
         path = path / "actor"
@@ -153,16 +160,19 @@ def check_empty(out: Path, overwrite: bool) -> None:
 
 
 def export(checkpoint: str | Path, out: str | Path, *, overwrite: bool = False) -> Path:
-    """Merge ``checkpoint`` into ``out`` with the controller and settings beside the weights."""
+    """Merge ``checkpoint`` into ``out`` with the controller and settings beside the weights. An
+    ``out`` that is a symbolic link (weights kept on another file system) is written through: the
+    export is built beside the directory it points to and replaces that directory; the link stays."""
     actor = actor_dir(checkpoint)
     out = Path(out)
+    target = out.resolve() if out.is_symlink() else out  # where the files go
     check_output(out, actor)
-    check_empty(out, overwrite)
+    check_empty(target, overwrite)
     source = settings_file(actor)
     check_controller(actor, source)  # every refusal above writes nothing
-    with OutputLock(out, "export output"):  # one export per OUT: they would share OUT.partial
-        check_empty(out, overwrite)  # again: another export may have finished meanwhile
-        partial = out.with_name(out.name + ".partial")
+    with OutputLock(target, "export output"):  # one export per OUT: they would share OUT.partial
+        check_empty(target, overwrite)  # again: another export may have finished meanwhile
+        partial = target.with_name(target.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)  # a killed export's
         try:
             run_merger(actor, partial)
@@ -170,13 +180,28 @@ def export(checkpoint: str | Path, out: str | Path, *, overwrite: bool = False) 
                 shutil.copy2(actor / CONTROLLER_FILE, partial / CONTROLLER_FILE)
             if source is not None:
                 shutil.copy2(source, partial / SETTINGS_FILE)
+            replace_dir(partial, target)
         except BaseException:  # a failed (or interrupted) export leaves no OUT.partial behind
             shutil.rmtree(partial, ignore_errors=True)
             raise
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(partial, out)
     return out
+
+
+def replace_dir(new: Path, old: Path) -> None:
+    """Put the directory ``new`` in the place of ``old`` (a directory, possibly empty, or nothing):
+    ``old`` is moved aside first and removed once ``new`` is in place, so that a failure on the
+    way leaves one of the two there."""
+    if not old.exists():
+        os.replace(new, old)
+        return
+    aside = old.with_name(f".{old.name}.replaced-{os.getpid()}")
+    os.replace(old, aside)
+    try:
+        os.replace(new, old)
+    except BaseException:
+        os.replace(aside, old)
+        raise
+    shutil.rmtree(aside)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

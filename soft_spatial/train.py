@@ -27,17 +27,23 @@ from pathlib import Path
 from omegaconf import OmegaConf, open_dict
 
 from soft_spatial.data.prepare import check_parquet
-from soft_spatial.data.subsets import filter_parquet, normalise_task_types
+from soft_spatial.data.subsets import count_rows, filter_parquet, normalise_task_types
+from soft_spatial.compat.ray import loopback_only, reload_auth_settings
 from soft_spatial.infra import ray_session
+from soft_spatial.infra.ray_auth import token_auth
 from soft_spatial.infra.atomic import write_text
 from soft_spatial.infra.dirlock import DirLock
 from soft_spatial.infra.hydra_args import rename_argv
 from soft_spatial.infra.hydra_record import hydra_record
 from soft_spatial.infra.ray_env import plugin_env
 from soft_spatial.infra.signals import command, reinstall
-from soft_spatial.infra.run_dir import finished, keep_metrics_until, resume_step
+from soft_spatial.infra.provenance import OutputKeyMismatch, Verdict, compare, differences, make_key
+from soft_spatial.infra.provenance import record as record_key
+from soft_spatial.infra.run_dir import (TRACKER, checkpoint_steps, finished, keep_metrics_until,
+                                        resume_step, step_folder)
 from soft_spatial.models.loading import resolve_model_dir
-from soft_spatial.softthink.settings import SETTINGS_FILE, SoftSettings
+from soft_spatial.softthink.settings import CONTROLLER_FILE, SETTINGS_FILE, SoftSettings
+from soft_spatial.softthink.settings import settings_file as run_settings_file
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 RUN_DIR_ENV = "SOFT_SPATIAL_RUN_DIR"
@@ -91,25 +97,122 @@ def preflight(cfg) -> Path:
                 check_parquet(path)
             except FileNotFoundError as e:
                 raise FileNotFoundError(f"data.{key}: {e}") from None
+    check_budget(cfg.trainer.get("total_training_steps"))
+    task_types = normalise_task_types(cfg.data.get("task_types"))
+    if task_types:  # counted here, written into the run directory once the run is accepted
+        for key, split, least in _subsets(cfg):
+            count_subset(cfg.data[key], task_types, split, least)
     return model
 
 
+def check_budget(steps) -> None:
+    """``trainer.total_training_steps``: a positive integer, or null (verl derives it from
+    ``trainer.total_epochs`` and the data)."""
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ValueError(f"trainer.total_training_steps must be a positive integer (or null: "
+                         f"trainer.total_epochs over the data), got {steps!r}")
+
+
+def _subsets(cfg) -> list:
+    """(data key, split name, least rows) of the task-type subsets: a training batch's worth of
+    training rows, one validation row."""
+    return [("train_files", "train", int(cfg.data.train_batch_size)), ("val_files", "val", 1)]
+
+
+def count_subset(files, task_types, split: str, min_rows: int = 1) -> int:
+    """The rows of verl parquet ``files`` (a path or a list) of ``task_types``, counted without
+    writing anything; fewer than ``min_rows`` is an error (verl would stop with an empty
+    dataloader), and so is a name that matches no row."""
+    total = sum(count_rows(f, task_types) for f in _files(files))
+    if total < min_rows:
+        raise ValueError(f"data.task_types={task_types}: {total} {split} rows, fewer than "
+                         f"{min_rows} (data.train_batch_size); lower the batch size or add data")
+    return total
+
+
 def task_subset_files(files, task_types, out_dir: Path, split: str, min_rows: int = 1) -> list:
-    """Filtered copies of verl parquet ``files`` (a path or a list) holding only ``task_types``;
-    fewer than ``min_rows`` rows in all is an error (verl would stop with an empty dataloader)."""
-    files = [files] if isinstance(files, str) else list(files)
+    """Filtered copies of verl parquet ``files`` (a path or a list) holding only ``task_types``,
+    written once `count_subset` accepted them (a refused subset writes nothing)."""
+    count_subset(files, task_types, split, min_rows)
     tag = "+".join(task_types)
-    out, total = [], 0
-    for i, f in enumerate(files):
+    out = []
+    for i, f in enumerate(_files(files)):
         dst = out_dir / f"{split}{i}-{tag}.parquet"
         n = filter_parquet(f, dst, task_types)
         print(f"data.task_types={task_types}: {n} rows of {f} -> {dst}")
         out.append(str(dst))
-        total += n
-    if total < min_rows:
-        raise ValueError(f"data.task_types={task_types}: {total} {split} rows, fewer than "
-                         f"{min_rows} (data.train_batch_size); lower the batch size or add data")
     return out
+
+
+# -- the run directory, checked before anything is written -------------------------------------
+#: the key of the soft settings that trained a run directory's checkpoints (infra.provenance)
+SETTINGS_KEY = "soft_settings.key.json"
+#: settings of the rollout servers' batching and of the replay check: they change neither the
+#: method nor what a checkpoint learned, so a resume may change them
+NOT_IN_KEY = ("replay_check", "batch_window_s", "max_batch_rows", "stream_wait_s")
+
+
+def settings_key(settings: SoftSettings) -> dict:
+    """The key of the method a run trains: its soft settings but `NOT_IN_KEY`."""
+    method = {k: v for k, v in settings.to_dict().items() if k not in NOT_IN_KEY}
+    return make_key({"soft": method})
+
+
+def check_settings(run_dir: Path, settings: SoftSettings) -> None:
+    """Refuse to train into ``run_dir`` under other soft settings than those that trained its
+    checkpoints (resumed or overwritten, they would mix two methods in one run, and an export
+    would carry the wrong ones): an ``OutputKeyMismatch`` naming each setting that differs. A run
+    from before the key was kept is compared with its ``soft_settings.yaml``; a directory without
+    checkpoints takes these settings."""
+    if not (run_dir / TRACKER).is_file() and not checkpoint_steps(run_dir):
+        return
+    key = settings_key(settings)
+    hint = (f"A run directory holds one method: resume it with the settings of its "
+            f"{SETTINGS_FILE}, or train these settings into a new trainer.default_local_dir; "
+            f"nothing was changed")
+    if compare(run_dir / SETTINGS_KEY, key, "the checkpoints", hint) is Verdict.ABSENT:
+        old = run_settings_file(run_dir)
+        diff = differences(settings_key(SoftSettings.load(old)), key) if old is not None else []
+        if diff:
+            raise OutputKeyMismatch(
+                f"the checkpoints in {run_dir} were trained with other soft settings than these; "
+                f"what differs (recorded in {old} -> requested):\n  " + "\n  ".join(diff) + f"\n{hint}")
+
+
+def check_controller(folder: Path, settings: SoftSettings) -> None:
+    """An adaptsoft run resumes its controller from ``<folder>/actor/adaptsoft.pt``: a missing or
+    unreadable one is refused naming it (the worker would restart the controller from scratch, or
+    fail once Ray started)."""
+    if settings.soft_thinking.mode != "adaptsoft":
+        return
+    from soft_spatial.actor.adaptsoft_trainer import read_state
+
+    path = folder / "actor" / CONTROLLER_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: the checkpoint of an adaptsoft run must hold its "
+                                f"trained controller to resume from it")
+    read_state(path)
+
+
+def check_resume(cfg, run_dir: Path) -> int | None:
+    """What the run directory says about this run, read only (nothing written, Ray not started):
+    the step it resumes from, or None when it already reached ``trainer.total_training_steps``
+    (the note printed). Refuses a tracker that is garbled or names a missing checkpoint, other soft
+    settings than the checkpoints', and a resumed adaptsoft checkpoint without a whole controller."""
+    trainer = cfg.trainer
+    mode, path = str(trainer.resume_mode), trainer.get("resume_from_path")
+    step = resume_step(run_dir, mode, path)
+    settings = SoftSettings.from_rollout(cfg.actor_rollout_ref.rollout)  # preflight's dict
+    for directory in dict.fromkeys([run_dir] + ([step_folder(path)[0].parent] if mode == "resume_path" else [])):
+        check_settings(directory, settings)
+    note = finished(step, trainer.get("total_training_steps"), run_dir)
+    if note:
+        print(note)
+        return None
+    if step:
+        check_controller(step_folder(path)[0] if mode == "resume_path" else run_dir / f"global_step_{step}",
+                         settings)
+    return step
 
 
 def run(cfg, record: dict[str, str] | None = None) -> None:
@@ -121,11 +224,10 @@ def run(cfg, record: dict[str, str] | None = None) -> None:
     os.environ.update(env)  # before verl's first import: it reads the plugin and the platform
     preflight(cfg)
     run_dir = Path(str(cfg.trainer.default_local_dir)).resolve()
-    note = finished(resume_step(run_dir, str(cfg.trainer.resume_mode), cfg.trainer.get("resume_from_path")),
-                    cfg.trainer.get("total_training_steps"), run_dir)
-    if note:  # a finished run is a no-op: refused before the lock creates anything
-        print(note)
+    if check_resume(cfg, run_dir) is None:  # a finished run is a no-op: before the lock creates anything
         return
+    if not joins_cluster(cfg):  # a local Ray's directory that is not this user's alone: refused here
+        ray_session.private_dir(ray_session.runs_root())
     with DirLock(run_dir, "training run directory"):
         metrics = open_run_dir(cfg, run_dir, env)
         if metrics is None:  # a finished run is a no-op: no Ray, nothing written
@@ -138,18 +240,17 @@ def run(cfg, record: dict[str, str] | None = None) -> None:
 
 
 def open_run_dir(cfg, run_dir: Path, env: dict) -> str | None:
-    """The locked run directory made ready for this run: the step it resumes from, its metrics log
-    kept up to that step, the task-type subsets, the settings file. Returns the metrics path, or
-    None when the run already reached ``trainer.total_training_steps``."""
+    """The locked run directory made ready for this run: checked again (another command may have
+    changed it meanwhile), its metrics log kept up to the step it resumes from, the task-type
+    subsets, the settings file and their key. Returns the metrics path, or None when the run
+    already reached ``trainer.total_training_steps``."""
+    step = check_resume(cfg, run_dir)
+    if step is None:
+        return None
     metrics = os.environ.get("VERL_FILE_LOGGER_PATH", str(run_dir / "metrics.jsonl"))
     env["VERL_FILE_LOGGER_PATH"] = metrics
     env[RUN_DIR_ENV] = str(run_dir)  # workers record where they ran (integration.worker)
     os.environ.update(env)
-    step = resume_step(run_dir, str(cfg.trainer.resume_mode), cfg.trainer.get("resume_from_path"))
-    note = finished(step, cfg.trainer.get("total_training_steps"), run_dir)
-    if note:
-        print(note)
-        return None
     moved = keep_metrics_until(metrics, step)
     if moved:
         print(f"{metrics}: {moved} line(s) logged after step {step} (the resumed checkpoint) "
@@ -157,34 +258,46 @@ def open_run_dir(cfg, run_dir: Path, env: dict) -> str | None:
     task_types = normalise_task_types(cfg.data.get("task_types"))
     if task_types:
         with open_dict(cfg):
-            for key, split, least in (("train_files", "train", int(cfg.data.train_batch_size)),
-                                      ("val_files", "val", 1)):
-                cfg.data[key] = task_subset_files(cfg.data[key], task_types,
-                                                  run_dir / "data", split, least)
+            for key, split, least in _subsets(cfg):
+                cfg.data[key] = task_subset_files(cfg.data[key], task_types, run_dir / "data", split, least)
     settings = SoftSettings.from_rollout(cfg.actor_rollout_ref.rollout)  # preflight's dict
     print("soft thinking settings (actor_rollout_ref.rollout.custom):\n"
           + OmegaConf.to_yaml(settings.to_dict()))
-    # kept beside the checkpoints: python -m soft_spatial.export copies them to the model
+    # kept beside the checkpoints (each checkpoint gets its own copy: integration.ppo_trainer);
+    # python -m soft_spatial.export copies them to the model
     settings.save(run_dir / SETTINGS_FILE)
+    record_key(run_dir / SETTINGS_KEY, settings_key(settings))
     return metrics
+
+
+def joins_cluster(cfg) -> bool:
+    """Whether the run joins a running Ray cluster (``RAY_ADDRESS``, ``ray_kwargs.ray_init.address``:
+    the launcher's) instead of starting a local one."""
+    return bool(os.environ.get("RAY_ADDRESS") or cfg.get("ray_kwargs", {}).get("ray_init", {}).get("address"))
 
 
 def runtime_env(cfg, env: dict) -> None:
     """Ray's runtime environment: the plugin environment for every Ray process; a local Ray
-    started by this process ends with it (orphans of a killed run reaped first, a watchdog)."""
+    started by this process listens on this machine only, with the run's own token, and ends with
+    it (orphans of a killed run reaped first, a watchdog)."""
     with open_dict(cfg):
         ray_init = cfg.ray_kwargs.setdefault("ray_init", {})
         env_vars = ray_init.setdefault("runtime_env", {}).setdefault("env_vars", {})
         for k, v in env.items():
             env_vars.setdefault(k, v)
-        if os.environ.get("RAY_ADDRESS") or ray_init.get("address"):
+        if joins_cluster(cfg):
             # joining a running cluster (soft_spatial.launch): its resources are already set
             for key in ("num_cpus", "num_gpus", "include_dashboard", "object_store_memory"):
                 ray_init.pop(key, None)
             return
+    ray_dir = ray_session.run_ray_dir()  # refused unless this user's alone
     ray_session.reap_orphans()
-    ray_dir = ray_session.run_ray_dir()
     os.environ[ray_session.RAY_TMPDIR] = str(ray_dir)  # inherited by every Ray process
+    # this machine only: every Ray process listens on 127.0.0.1, with a token of the run's own
+    # (0600, in the run's Ray directory, gone with it), never Ray's shared ~/.ray/auth_token
+    loopback_only()
+    token_auth(os.environ, ray_dir / "auth_token", create=True)
+    reload_auth_settings()
     ray_session.start_watchdog(ray_dir)
 
 

@@ -1,6 +1,7 @@
 """python -m soft_spatial.analysis: the numbers of Figures 5–7 against direct computations on
 files with known contents, the figures and the Fig. 4 page, errors for bad inputs."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -103,6 +104,23 @@ def test_fig5_from_metrics(tmp_path):
     hard.write_text(json.dumps({"step": 1, "data": {"actor/pg_loss": 0.1}}) + "\n")
     with pytest.raises(ValueError, match="hard-mode run has no"):
         main(["fig5", str(hard)])
+
+
+@pytest.mark.parametrize("line, problem", [
+    ([1, 2], "not a metrics line of verl's file logger"),
+    ({"step": 2, "data": 5}, "not a metrics line of verl's file logger"),
+    ({"step": "2", "data": {}}, "not a metrics line of verl's file logger"),
+    ({"soft/tau_mean": 0.5}, "not a metrics line of verl's file logger"),
+    ({"step": 2, "data": {"soft/tau_mean": "high", "soft/tau_min": 0.1, "soft/tau_max": 0.9}},
+     "step 2: 'soft/tau_mean' is 'high', not a number"),
+])
+def test_fig5_names_the_file_and_line_of_a_metrics_line_of_another_shape(tmp_path, line, problem):
+    """A bare AttributeError or TypeError before (issue 44): now the file and the line."""
+    path = tmp_path / "metrics.jsonl"
+    good = {"step": 1, "data": {"soft/tau_mean": 0.5, "soft/tau_min": 0.2, "soft/tau_max": 0.8}}
+    path.write_text("\n".join(json.dumps(x) for x in (good, {"step": 1, "data": {}}, line, good)) + "\n")
+    with pytest.raises(ValueError, match=re.escape(f"{path}: line 3: ") + re.escape(problem)):
+        main(["fig5", str(path)])
 
 
 def test_fig4_page_shows_the_spine_shaded_by_tau(eval_dir, tiny_qwen3_vl_small):

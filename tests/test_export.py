@@ -144,3 +144,54 @@ def test_the_command_says_why_an_overlapping_output_is_refused(tmp_path, capsys)
     with pytest.raises(SystemExit, match="would overlap the checkpoint"):
         main([str(ckpt / "global_step_1"), str(ckpt), "--overwrite"])
     assert (ckpt / "global_step_1" / "actor" / "model_world_size_1_rank_0.pt").is_file()
+
+
+def _fake_merger(actor, target):
+    """verl's merger, writing what it writes (a config and weights) without reading the shards."""
+    target.mkdir(parents=True)
+    (target / "config.json").write_text("{}")
+    (target / "model.safetensors").write_bytes(b"weights")
+
+
+def test_an_output_that_is_a_link_to_an_empty_directory_is_written_through(tmp_path, monkeypatch):
+    """Weights kept on another file system: OUT links to an empty directory there. The export
+    merged, then failed on rmtree of the link and left OUT.partial."""
+    import soft_spatial.export as export_module
+    monkeypatch.setattr(export_module, "run_merger", _fake_merger)
+    ckpt = _fake_checkpoint(tmp_path / "run", "hard")
+    target = tmp_path / "elsewhere" / "weights"
+    target.mkdir(parents=True)
+    out = tmp_path / "out"
+    out.symlink_to(target)
+    assert export(ckpt, out) == out
+    assert out.is_symlink() and out.resolve() == target.resolve()
+    assert sorted(p.name for p in target.iterdir()) == ["config.json", "model.safetensors", SETTINGS_FILE]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", "out", "run"]  # no OUT.partial
+    assert sorted(p.name for p in target.parent.iterdir()) == ["weights"]  # nor beside the target
+    with pytest.raises(FileExistsError, match="not empty"):  # no longer empty: refused as any OUT
+        export(ckpt, out)
+    assert export(ckpt, out, overwrite=True) == out and out.is_symlink()
+    assert sorted(p.name for p in target.parent.iterdir()) == ["weights"]
+
+
+def test_export_carries_the_settings_that_trained_the_checkpoint(tmp_path, monkeypatch):
+    """Each checkpoint keeps the settings that trained it (global_step_N/soft_settings.yaml,
+    tests/test_train.py::test_a_step_is_checkpointed_after_its_metrics_are_logged); the run's file
+    serves a run from before that."""
+    import soft_spatial.export as export_module
+    monkeypatch.setattr(export_module, "run_merger", _fake_merger)
+    ckpt = _fake_checkpoint(tmp_path, "hard")  # the run's file says hard
+    own = SoftSettings(soft_thinking=SoftThinkingConfig(mode="fixed", top_k=3))
+    own.save(ckpt / "global_step_1" / SETTINGS_FILE)
+    export(ckpt, tmp_path / "out")
+    assert SoftSettings.load(tmp_path / "out" / SETTINGS_FILE) == own
+
+
+@pytest.mark.parametrize("text", ["", "one\n", "2x"])
+def test_a_garbled_tracker_is_named_with_its_run(tmp_path, text):
+    ckpt = _fake_checkpoint(tmp_path, "hard")
+    (ckpt / "latest_checkpointed_iteration.txt").write_text(text)
+    with pytest.raises(ValueError, match=f"{ckpt / 'latest_checkpointed_iteration.txt'}: expected the step "
+                                         f".*found {text.strip()!r}: the run {ckpt} "):
+        export(ckpt, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

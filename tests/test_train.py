@@ -49,6 +49,11 @@ def train_cfg(model, data, out, *overrides):
     ("actor_rollout_ref.rollout.temperature=-1", "actor_rollout_ref.rollout.temperature must be >= 0"),
     ("model.path=/nonexistent/mistyped", "model.path='/nonexistent/mistyped' does not exist"),
     ("data.train_files=/nonexistent/train.parquet", "data.train_files: training data /nonexistent"),
+    # a budget verl would read as "nothing to train" (exit 0), a bare ValueError, or 2 steps
+    ("trainer.total_training_steps=-1", "trainer.total_training_steps must be a positive integer .* got -1"),
+    ("trainer.total_training_steps=0", "trainer.total_training_steps must be a positive integer .* got 0"),
+    ("trainer.total_training_steps=abc", "trainer.total_training_steps must be a positive integer .* got 'abc'"),
+    ("trainer.total_training_steps=1.5", "trainer.total_training_steps must be a positive integer .* got 1.5"),
 ])
 def test_preflight_names_the_bad_setting(override, message, tiny_qwen3_vl_small, parquet, tmp_path):
     cfg = train_cfg(tiny_qwen3_vl_small, parquet, tmp_path / "run", override)
@@ -164,6 +169,140 @@ def test_a_finished_run_exits_before_ray_and_changes_nothing(tiny_qwen3_vl_small
     assert _tree(out) == before
 
 
+# -- the run directory is checked before anything is written or Ray starts (issue 44) -----------
+@pytest.fixture()
+def no_ray(monkeypatch):
+    """Training stopped where Ray would start; ``trained`` (a callable of the run directory) stands
+    for what a training run leaves there. The plugin environment run() exports is restored."""
+    import soft_spatial.train as train
+    calls = []
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a refused run started a Ray session")
+    monkeypatch.setattr(ray_session, "reap_orphans", refused)
+    monkeypatch.setattr(ray_session, "start_watchdog", refused)
+    monkeypatch.setattr(train, "runtime_env", lambda cfg, env: None)
+    monkeypatch.setattr(train, "run_verl", lambda cfg: calls.append(cfg))
+    env = dict(os.environ)
+    yield calls
+    os.environ.clear()
+    os.environ.update(env)
+
+
+def _trained(cfg, out, steps=(1,)):
+    """What training leaves in ``out``: each step's checkpoint (with the controller of an adaptsoft
+    run and the settings that trained it) and verl's tracker."""
+    from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
+    from soft_spatial.softthink import AdaptSoft
+    from soft_spatial.softthink.settings import CONTROLLER_FILE, SETTINGS_FILE, SoftSettings
+    settings = SoftSettings.from_rollout(cfg.actor_rollout_ref.rollout)
+    for step in steps:
+        actor = out / f"global_step_{step}" / "actor"
+        actor.mkdir(parents=True)
+        (actor / "model_world_size_1_rank_0.pt").write_bytes(b"weights")
+        settings.save(actor.parent / SETTINGS_FILE)
+        if settings.soft_thinking.mode == "adaptsoft":
+            AdaptSoftTrainer(AdaptSoft(hidden_size=8, width=4)).save(actor / CONTROLLER_FILE)
+    (out / "latest_checkpointed_iteration.txt").write_text(str(steps[-1]))
+
+
+def _accepted_run(model, data, out, no_ray, *overrides):
+    cfg = train_cfg(model, data, out, *overrides)
+    run(cfg)
+    assert len(no_ray) == 1  # reached verl
+    _trained(cfg, out)
+    return cfg
+
+
+def test_a_run_is_not_resumed_under_other_soft_settings(tiny_qwen3_vl_small, parquet, tmp_path, no_ray):
+    """Resumed under another method, the run went on with it and its soft_settings.yaml (what export
+    copies, for every checkpoint) was overwritten: refused before Ray, naming what differs."""
+    from soft_spatial.infra.provenance import OutputKeyMismatch
+    out = tmp_path / "run"
+    _accepted_run(tiny_qwen3_vl_small, parquet, out, no_ray, "trainer.total_training_steps=3")
+    assert (out / "soft_settings.key.json").is_file() and (out / "soft_settings.yaml").is_file()
+    before = _tree(out)
+    for override, message in (("experiment=hard", r"soft_thinking\.mode: adaptsoft -> hard"),
+                              ("soft_thinking.top_k=3", r"soft_thinking\.top_k: 5 -> 3"),
+                              ("adaptsoft.tau0=0.6", r"adaptsoft\.tau0: 0\.5 -> 0\.6")):
+        for mode in ("auto", "disable"):  # resumed, or trained again over its checkpoints
+            with pytest.raises(OutputKeyMismatch, match=f"(?s)the checkpoints in {out}.*{message}"):
+                run(train_cfg(tiny_qwen3_vl_small, parquet, out, "trainer.total_training_steps=3", override,
+                              f"trainer.resume_mode={mode}"))
+    assert _tree(out) == before and len(no_ray) == 1
+    run(train_cfg(tiny_qwen3_vl_small, parquet, out, "trainer.total_training_steps=3",
+                  "replay_check.bound=2.0"))  # a check, not the method: resumed
+    assert len(no_ray) == 2
+
+
+def test_a_run_from_before_the_key_is_compared_with_its_settings_file(tiny_qwen3_vl_small, parquet,
+                                                                      tmp_path, no_ray):
+    from soft_spatial.infra.provenance import OutputKeyMismatch
+    out = tmp_path / "run"
+    _accepted_run(tiny_qwen3_vl_small, parquet, out, no_ray)
+    (out / "soft_settings.key.json").unlink()
+    before = _tree(out)
+    with pytest.raises(OutputKeyMismatch, match=f"(?s)recorded in {out / 'soft_settings.yaml'}.*top_k: 5 -> 3"):
+        run(train_cfg(tiny_qwen3_vl_small, parquet, out, "soft_thinking.top_k=3"))
+    assert _tree(out) == before
+
+
+def _missing_folder(out):
+    (out / "latest_checkpointed_iteration.txt").write_text("2")  # global_step_2 deleted
+
+
+def _tracker(text):
+    return lambda out: (out / "latest_checkpointed_iteration.txt").write_text(text)
+
+
+def _controller(content):
+    def damage(out):
+        path = out / "global_step_1" / "actor" / "adaptsoft.pt"
+        if content is None:
+            path.unlink()
+        else:
+            path.write_bytes(path.read_bytes()[:content])  # truncated (a full disk, a partial copy)
+    return damage
+
+
+DAMAGES = {
+    "missing checkpoint": (_missing_folder, FileNotFoundError,
+                           r"latest_checkpointed_iteration.txt names step 2, but its checkpoint .*global_step_2 is "
+                           r"missing.*folders left are global_step_1: resume from one with "
+                           r"trainer.resume_mode=resume_path"),
+    "empty tracker": (_tracker(""), ValueError,
+                      r"latest_checkpointed_iteration.txt: expected the step .* found '': the run "),
+    "garbled tracker": (_tracker("1x\n"), ValueError,
+                        r"latest_checkpointed_iteration.txt: expected the step .* found '1x'"),
+    "truncated controller": (_controller(100), ValueError,
+                             r"global_step_1/actor/adaptsoft.pt: not a whole AdaptSoft checkpoint"),
+    "no controller": (_controller(None), FileNotFoundError, r"global_step_1/actor/adaptsoft.pt is missing"),
+}
+
+
+def test_a_run_that_cannot_resume_as_asked_is_refused_before_ray(tiny_qwen3_vl_small, parquet, tmp_path, no_ray):
+    """A tracker naming a deleted checkpoint restarted training from step 0 over the run's
+    checkpoints; a garbled one, a truncated controller failed late with bare errors. Each damage to
+    a copy of one run."""
+    import shutil
+    trained = tmp_path / "trained"
+    _accepted_run(tiny_qwen3_vl_small, parquet, trained, no_ray, "trainer.total_training_steps=3")
+    for name, (damage, error, message) in DAMAGES.items():
+        out = Path(shutil.copytree(trained, tmp_path / name.replace(" ", "-")))
+        damage(out)
+        before = _tree(out)
+        with pytest.raises(error, match=message):
+            run(train_cfg(tiny_qwen3_vl_small, parquet, out, "trainer.total_training_steps=3"))
+        assert _tree(out) == before and len(no_ray) == 1, name
+
+
+def test_resume_path_names_a_missing_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"trainer.resume_from_path=.*global_step_3: no such checkpoint"):
+        resume_step(tmp_path, "resume_path", str(tmp_path / "global_step_3"))
+    with pytest.raises(ValueError, match=r"resume_from_path=.../global_step_N, got '.*global_step_x'"):
+        resume_step(tmp_path, "resume_path", str(tmp_path / "global_step_x"))
+
+
 @pytest.fixture(scope="module")
 def trainer_module():
     from soft_spatial.integration.platform import use_cpu_platform
@@ -173,11 +312,15 @@ def trainer_module():
     return ppo_trainer
 
 
-def _bare_trainer(trainer_module, out, total):
+def _bare_trainer(trainer_module, out, total, settings=None):
     from omegaconf import OmegaConf
+
+    from soft_spatial.softthink.settings import SoftSettings
     trainer = object.__new__(trainer_module.SoftRayPPOTrainer)  # no workers: the loop is faked
+    custom = (settings or SoftSettings()).to_dict()
     trainer.config = OmegaConf.create({"trainer": {"default_local_dir": str(out), "resume_mode": "auto",
-                                                   "resume_from_path": None}})
+                                                   "resume_from_path": None},
+                                       "actor_rollout_ref": {"rollout": {"custom": custom}}})
     trainer.total_training_steps = total  # as verl derives it (also from the data when null)
     return trainer
 
@@ -197,8 +340,12 @@ def test_the_trainer_trains_no_step_past_its_budget(trainer_module, tmp_path, mo
 
 def test_a_step_is_checkpointed_after_its_metrics_are_logged(trainer_module, tmp_path, monkeypatch):
     """verl 0.9.1's loop saves step N, then logs its metrics: a run killed in between resumed
-    after a step whose metrics were lost. The trainer writes the checkpoint once they are logged."""
+    after a step whose metrics were lost. The trainer writes the checkpoint once they are logged,
+    the soft settings that trained it into its folder first (what export copies: issue 44)."""
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from soft_spatial.softthink import SoftThinkingConfig
+    from soft_spatial.softthink.settings import SETTINGS_FILE, SoftSettings
     events = []
 
     def verl_loop(self):  # the order of verl 0.9.1's fit (checked by tests/compat/test_verl.py)
@@ -211,11 +358,15 @@ def test_a_step_is_checkpointed_after_its_metrics_are_logged(trainer_module, tmp
             events.append(("log", step))
             logger.log(data={}, step=step)
 
+    def verl_save(self):  # the settings that trained the checkpoint are in its folder already
+        settings = SoftSettings.load(tmp_path / f"global_step_{self.global_steps}" / SETTINGS_FILE)
+        events.append(("saved", self.global_steps, settings.soft_thinking.top_k))
+
     monkeypatch.setattr(RayPPOTrainer, "fit", verl_loop)
-    monkeypatch.setattr(RayPPOTrainer, "_save_checkpoint",
-                        lambda self: events.append(("saved", self.global_steps)))
-    _bare_trainer(trainer_module, tmp_path, 4).fit()
-    assert events == [("log", 1), ("log", 2), ("saved", 2), ("log", 3), ("log", 4), ("saved", 4)]
+    monkeypatch.setattr(RayPPOTrainer, "_save_checkpoint", verl_save)
+    settings = SoftSettings(soft_thinking=SoftThinkingConfig(top_k=3))
+    _bare_trainer(trainer_module, tmp_path, 4, settings).fit()
+    assert events == [("log", 1), ("log", 2), ("saved", 2, 3), ("log", 3), ("log", 4), ("saved", 4, 3)]
     from verl.utils import tracking
     assert tracking.Tracking.log is not None and tracking.Tracking.__name__ == "Tracking"  # restored
 
@@ -258,16 +409,40 @@ def test_resume_keeps_the_metrics_up_to_the_checkpoint(tmp_path):
     assert keep_metrics_until(tmp_path / "absent.jsonl", 3) == 0
 
 
+def test_one_reader_of_the_metrics_merges_a_steps_lines_and_names_a_bad_line(tmp_path):
+    """infra/run_dir.py reads metrics.jsonl for the learning experiment's report and the analysis."""
+    from soft_spatial.infra.run_dir import read_metrics
+    from soft_spatial.lab import report
+    from soft_spatial.lab.analysis import data
+    assert report.read_metrics is read_metrics and data.read_metrics is read_metrics
+    path = tmp_path / "metrics.jsonl"
+    lines = [{"step": 1, "data": {"a": 1}}, {"step": 2, "data": {"a": 2, "b": 2}},
+             {"step": 2, "data": {"val/x": 3}},  # verl's validation line at a resumed step
+             {"step": 2, "data": {"a": 4}}]  # the step logged again: the later value wins
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"step": 3, "da')  # torn: dropped
+    assert read_metrics(path) == [{"step": 1, "a": 1}, {"step": 2, "a": 4, "b": 2, "val/x": 3}]
+    assert read_metrics(tmp_path / "absent.jsonl") == []
+    path.write_text(json.dumps(lines[0]) + "\n{not json\n" + json.dumps(lines[1]) + "\n")
+    with pytest.raises(ValueError, match=f"{path}: line 2: invalid JSON"):
+        read_metrics(path)
+    path.write_text(json.dumps(lines[0]) + "\n" + json.dumps({"step": 2, "data": [1]}) + "\n")
+    with pytest.raises(ValueError, match=f"{path}: line 2: not a metrics line of verl's file logger"):
+        read_metrics(path)
+
+
 def test_resume_step_follows_verl(tmp_path):
     from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
     assert resume_step(tmp_path, "auto") == 0
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("3")  # tracker, no directory
-    assert resume_step(tmp_path, "auto") == 0 and find_latest_ckpt_path(str(tmp_path)) is None
+    assert find_latest_ckpt_path(str(tmp_path)) is None  # verl would train from step 0: refused
+    with pytest.raises(FileNotFoundError, match="global_step_3 is missing"):
+        resume_step(tmp_path, "auto")
     (tmp_path / "global_step_4").mkdir()
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("4")
     assert resume_step(tmp_path, "auto") == 4
     assert find_latest_ckpt_path(str(tmp_path)).endswith("global_step_4")  # verl agrees
     assert resume_step(tmp_path, "disable") == 0
+    (tmp_path / "global_step_2").mkdir()
     assert resume_step(tmp_path, "resume_path", str(tmp_path / "global_step_2")) == 2
     with pytest.raises(ValueError, match="resume_from_path"):
         resume_step(tmp_path, "resume_path", None)
@@ -483,3 +658,29 @@ def test_reap_orphans_kills_sessions_whose_driver_is_gone(tmp_path):
                 p.kill()
                 p.wait()
         ray_session.kill_session(live)
+
+
+def test_the_local_ray_directory_is_this_users_alone(tiny_qwen3_vl_small, parquet, tmp_path, monkeypatch,
+                                                    no_ray):
+    """/tmp/ssray-<uid> was created with exist_ok=True and used whatever it was: one another user
+    made first (theirs, or writable by everyone) let them swap the session's files, its token too."""
+    root = tmp_path / "ssray"
+    monkeypatch.setattr(ray_session, "runs_root", lambda: root)
+    root.mkdir()
+    root.chmod(0o777)  # made by someone else first, writable by all
+    with pytest.raises(ray_session.UnsafeDirectory, match=f"{root} may be written by others .* remove it"):
+        ray_session.run_ray_dir()
+    with pytest.raises(ray_session.UnsafeDirectory):  # training refuses it before writing anything
+        run(train_cfg(tiny_qwen3_vl_small, parquet, tmp_path / "run"))
+    assert not (tmp_path / "run").exists() and not no_ray
+    assert sorted(root.iterdir()) == []  # nothing was created in it
+    root.chmod(0o755)  # this user's, readable by others (made before this check): tightened
+    path = ray_session.run_ray_dir()
+    assert path.parent == root and [oct(p.stat().st_mode & 0o777) for p in (root, path)] == ["0o700"] * 2
+    with pytest.raises(ray_session.UnsafeDirectory, match=f"{root} belongs to uid {os.getuid()}, not"):
+        ray_session.private_dir(root, uid=os.getuid() + 1)  # as another user sees this one
+    link = tmp_path / "link"
+    link.symlink_to(root)
+    with pytest.raises(ray_session.UnsafeDirectory, match="is not a directory"):
+        ray_session.private_dir(link)
+    ray_session.kill_session(path)

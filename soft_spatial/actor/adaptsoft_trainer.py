@@ -27,6 +27,8 @@ depends on every rank's hidden states and τ leaf), which FSDP requires.
 from __future__ import annotations
 
 import logging
+import pickle
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -40,9 +42,32 @@ from soft_spatial.softthink import (AdaptSoft, AlignmentConfig, AlignmentScaler,
                                     center_per_rollout, controller_surrogate, select_reference,
                                     world_size)
 
-__all__ = ["AdaptSoftTrainer"]
+__all__ = ["AdaptSoftTrainer", "read_state", "STATE_KEYS"]
+
+#: what every ``adaptsoft.pt`` holds (`AdaptSoftTrainer.state_dict`)
+STATE_KEYS = ("controller_config", "controller", "optimizer", "scaler", "steps")
 
 logger = logging.getLogger(__name__)
+
+
+def read_state(path) -> dict[str, Any]:
+    """The training state an ``adaptsoft.pt`` holds, loaded weights-only (a pickle that would run
+    code is refused as ``pickle.UnpicklingError``, none of it run). A file that is not a whole
+    checkpoint (truncated by a full disk or a partial copy, another file under that name) is a
+    ``ValueError`` naming it: read before a resume starts Ray, and again by the worker."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise pickle.UnpicklingError(f"{path}: refused: {e}") from e
+    except FileNotFoundError:
+        raise
+    except (RuntimeError, OSError, EOFError, ValueError) as e:
+        raise ValueError(f"{path}: not a whole AdaptSoft checkpoint (truncated, or another file "
+                         f"under its name): {type(e).__name__}: {str(e)[:200]}") from None
+    missing = [k for k in STATE_KEYS if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise ValueError(f"{path}: not an AdaptSoft checkpoint (no {', '.join(missing)})")
+    return state
 
 
 def _rank(group=None) -> int:
@@ -229,5 +254,5 @@ class AdaptSoftTrainer:
         with atomic_open(path, "wb") as f:
             torch.save(self.state_dict(), f)
 
-    def load(self, path) -> None:
-        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    def load(self, path: str | Path) -> None:
+        self.load_state_dict(read_state(path))

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from soft_spatial.data.record import QuestionRecord
 
-__all__ = ["normalise_task_types", "matches", "subset_indices", "filter_parquet"]
+__all__ = ["normalise_task_types", "matches", "subset_indices", "count_rows", "filter_parquet"]
 
 
 def normalise_task_types(task_types) -> list[str] | None:
@@ -53,23 +53,22 @@ def subset_indices(records: Sequence[QuestionRecord], task_types, where: str = "
     return [i for i, r in enumerate(records) if matches(r.category, r.subcategory, names)]
 
 
-def filter_parquet(src, dst, task_types) -> int:
-    """Write the rows of verl parquet ``src`` whose ``extra_info.task_type`` or
-    ``extra_info.sub_task_type`` is in ``task_types`` to ``dst`` (atomically); returns the row
-    count. Every name must match some row of ``src``."""
+def _subset(src, task_types, columns=None):
+    """(the table of verl parquet ``src``, or only its ``columns``; the mask of its rows in the
+    subset ``task_types``), every name checked against the rows' task types."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     names = normalise_task_types(task_types)
     if names is None:
         raise ValueError("filter_parquet needs at least one task type")
-    src, dst = Path(src), Path(dst)
+    src = Path(src)
     if not src.is_file():
         raise FileNotFoundError(f"training parquet not found: {src}")
-    table = pq.read_table(src)
-    if "extra_info" not in table.column_names:
+    if "extra_info" not in pq.read_schema(src).names:
         raise ValueError(f"{src}: no extra_info column (was it written by "
                          f"python -m soft_spatial.data.prepare?)")
+    table = pq.read_table(src, columns=columns)
     extra = table.column("extra_info").combine_chunks()
     try:
         task = extra.field("task_type")
@@ -77,8 +76,27 @@ def filter_parquet(src, dst, task_types) -> int:
     except KeyError as e:
         raise ValueError(f"{src}: extra_info has no task_type/sub_task_type field") from e
     _check_known(names, task.to_pylist() + sub.to_pylist(), str(src))
-    keep = pc.or_(pc.is_in(task, value_set=_array(names)), pc.is_in(sub, value_set=_array(names)))
+    return table, pc.or_(pc.is_in(task, value_set=_array(names)), pc.is_in(sub, value_set=_array(names)))
+
+
+def count_rows(src, task_types) -> int:
+    """The rows of verl parquet ``src`` that `filter_parquet` would keep, counted without writing
+    anything (only the ``extra_info`` column is read): a command checks a subset before it writes."""
+    import pyarrow.compute as pc
+
+    _, keep = _subset(src, task_types, columns=["extra_info"])
+    return int(pc.sum(keep).as_py() or 0)
+
+
+def filter_parquet(src, dst, task_types) -> int:
+    """Write the rows of verl parquet ``src`` whose ``extra_info.task_type`` or
+    ``extra_info.sub_task_type`` is in ``task_types`` to ``dst`` (atomically); returns the row
+    count. Every name must match some row of ``src``."""
+    import pyarrow.parquet as pq
+
+    table, keep = _subset(src, task_types)
     out = table.filter(keep)
+    dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(dst.name + ".tmp")
     pq.write_table(out, tmp)

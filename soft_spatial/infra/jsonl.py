@@ -18,9 +18,10 @@ class JSONLError(ValueError):
         super().__init__(f"{path}: line {line}: invalid JSON: {error}")
 
 
-def read_jsonl(path: str | PathLike, *, drop_torn_tail: bool = False) -> list[Any]:
+def read_jsonl(path: str | PathLike, *, drop_torn_tail: bool = False, numbered: bool = False) -> list[Any]:
     """The records of ``path``, one per line (blank lines skipped; lines end at ``"\\n"`` only,
-    so a record may hold any other line separator).
+    so a record may hold any other line separator); with ``numbered``, ``(line, record)`` pairs
+    (1-based), for errors about a record's content.
 
     A line that is not JSON raises :class:`JSONLError`; with ``drop_torn_tail`` a bad *last* line
     (a crash mid-write) is dropped instead.
@@ -33,9 +34,10 @@ def read_jsonl(path: str | PathLike, *, drop_torn_tail: bool = False) -> list[An
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError as exc:
             if drop_torn_tail and i == len(lines) - 1:
                 break
             raise JSONLError(path, i + 1, exc) from None
+        rows.append((i + 1, record) if numbered else record)
     return rows

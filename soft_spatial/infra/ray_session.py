@@ -1,7 +1,9 @@
 """The Ray processes of a local training run never outlive it.
 
 When the entry point starts Ray itself (no cluster address), the run gets its own Ray temporary
-directory, ``/tmp/ssray-<uid>/<driver pid>-<driver start time>`` (through ``RAY_TMPDIR``). Every
+directory, ``/tmp/ssray-<uid>/<driver pid>-<driver start time>`` (through ``RAY_TMPDIR``). Both
+directories are the user's alone (`private_dir`: mode 0700; one that another user owns, or that
+others may write, is refused: they could swap the session's files, its token among them). Every
 Ray process of the run (GCS, raylet, dashboard and runtime-env agents, log monitor, workers)
 writes its logs below that path (its stdout and stderr are files there), and most also name the
 path on their command line. The agents and workers rename themselves (``ray::DashboardAgent``,
@@ -26,6 +28,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -33,8 +36,8 @@ from pathlib import Path
 
 from soft_spatial.infra.procs import find_pids, open_paths, start_time
 
-__all__ = ["runs_root", "run_ray_dir", "session_pids", "kill_session", "reap_orphans",
-           "start_watchdog"]
+__all__ = ["runs_root", "run_ray_dir", "private_dir", "UnsafeDirectory", "session_pids",
+           "kill_session", "reap_orphans", "start_watchdog"]
 
 RAY_TMPDIR = "RAY_TMPDIR"  # Ray's temporary directory: set to the run's before Ray starts
 _WATCHDOGS: list = []  # the driver keeps its watchdog's Popen (and so the pipe) for its lifetime
@@ -45,12 +48,39 @@ def runs_root() -> Path:
     return Path("/tmp") / f"ssray-{os.getuid()}"
 
 
-def run_ray_dir(pid: int | None = None) -> Path:
-    """The Ray temporary directory of the driver ``pid`` (default: this process), created."""
-    pid = os.getpid() if pid is None else pid
-    path = runs_root() / f"{pid}-{start_time(pid)}"
-    path.mkdir(parents=True, exist_ok=True)
+class UnsafeDirectory(PermissionError):
+    """A directory that should be the user's alone is not."""
+
+
+def private_dir(path: Path, uid: int | None = None) -> Path:
+    """``path`` created as a directory of the user ``uid`` (default: this process's) alone, mode
+    0700; an existing one is accepted only when it is a real directory (not a link) that ``uid``
+    owns and nobody else may write (then its mode is tightened to 0700); otherwise
+    `UnsafeDirectory` names it and what is wrong."""
+    uid = os.getuid() if uid is None else uid
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    problem = ("is not a directory (a link or a file)" if not stat.S_ISDIR(st.st_mode)
+               else f"belongs to uid {st.st_uid}, not {uid}" if st.st_uid != uid
+               else f"may be written by others (mode {stat.S_IMODE(st.st_mode):o})"
+               if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) else None)
+    if problem:
+        raise UnsafeDirectory(
+            f"{path} {problem}: a local Ray session keeps its sockets, logs and token there, so it "
+            f"must be this user's alone; remove it (or have its owner remove it) and run again")
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(path, 0o700)  # ours, not writable by others: readable by nobody else either
     return path
+
+
+def run_ray_dir(pid: int | None = None) -> Path:
+    """The Ray temporary directory of the driver ``pid`` (default: this process), created, it and
+    `runs_root` private to this user (`private_dir`)."""
+    pid = os.getpid() if pid is None else pid
+    return private_dir(private_dir(runs_root()) / f"{pid}-{start_time(pid)}")
 
 
 def _driver_alive(path: Path) -> bool:

@@ -16,6 +16,14 @@ shell's convention, instead of a traceback. After the first SIGTERM further ones
 the block ends, so a second one cannot cut the cleanup short (SIGKILL still can). Only the
 handler is Python's, so a child started in the block has SIGTERM's default action.
 
+A SIGTERM may arrive while a finalizer runs (``__del__``, a weakref callback, the garbage
+collector; verl's import runs some), where Python swallows any exception ("Exception ignored
+in ...") and goes on: the signal was marked received, so it and every later one were lost. Within
+the block the swallowed :class:`Terminated` is not lost: the block's ``sys.unraisablehook`` takes
+it (nothing printed), marks it not received and has a helper thread send SIGTERM to the main
+thread again once the hook has returned, where it raises as any other; should the block end
+first, it raises as the block ends.
+
 A library that installs its own SIGTERM handler inside the block (Ray's ``ray.init`` does, and its
 core worker adds a C-level crash handler that dumps a stack and aborts) replaces this one:
 call :func:`reinstall` once it returned (see ``soft_spatial.compat.ray.keep_sigterm_handler``).
@@ -42,13 +50,38 @@ class Terminated(KeyboardInterrupt):
 
 _active: list[bool] = []  # one entry per open sigterm_raises block (main thread only)
 _received: list[bool] = [False]  # a SIGTERM arrived in the outermost open block
+_pending: list[bool] = [False]  # a SIGTERM swallowed by a finalizer, to be delivered again
+_redeliver_lock = threading.Lock()  # the hook holds it while it starts the thread that re-delivers
 
 
 def _on_sigterm(signum, frame) -> None:
     if _received[0]:
         return  # the first one is being handled: let its cleanup finish
-    _received[0] = True
+    _received[0], _pending[0] = True, False
     raise Terminated()
+
+
+def _redeliver() -> None:
+    """SIGTERM to the main thread again, once the hook that started this thread has returned (it
+    holds the lock until then), unless the block took it meanwhile."""
+    with _redeliver_lock:
+        if _pending[0]:
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+
+
+def _unraisable(hook):
+    """A ``sys.unraisablehook`` that re-delivers a :class:`Terminated` a finalizer swallowed (module
+    doc) and passes anything else to ``hook``."""
+
+    def unraisable(unraisable) -> None:
+        if not (isinstance(unraisable.exc_value, Terminated) and _active):
+            hook(unraisable)
+            return
+        with _redeliver_lock:  # the thread sends nothing while this finalizer runs
+            _received[0], _pending[0] = False, True
+            threading.Thread(target=_redeliver, name="sigterm-redeliver", daemon=True).start()
+
+    return unraisable
 
 
 def reinstall() -> None:
@@ -67,14 +100,28 @@ def sigterm_raises() -> Iterator[None]:
         yield
         return
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    outermost = not _active
+    hook = sys.unraisablehook
     _active.append(True)
-    if len(_active) == 1:
-        _received[0] = False
+    if outermost:
+        _received[0] = _pending[0] = False
+        sys.unraisablehook = _unraisable(hook)
+    swallowed = False
     try:
         yield
     finally:
-        _active.pop()
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        try:
+            if outermost:
+                with _redeliver_lock:  # a re-delivery not yet sent: taken here instead
+                    swallowed, _pending[0] = _pending[0], False
+        finally:
+            _active.pop()
+            if outermost:
+                sys.unraisablehook = hook
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+    if swallowed:  # the body ended before the swallowed SIGTERM came back: it ends the block
+        _received[0] = True
+        raise Terminated()
 
 
 def exit_status(interrupt: KeyboardInterrupt) -> int:
@@ -91,11 +138,17 @@ def command(prog: str, note: str = "") -> Iterator[None]:
     """A command's body: SIGTERM raises like SIGINT (:func:`sigterm_raises`), and either ends the
     command with ``PROG: interrupted by SIGTERM[: NOTE]`` on stderr and exit status 143 (130 for
     SIGINT) once the cleanup on the way out has run."""
-    with sigterm_raises():
-        try:
-            yield
-        except KeyboardInterrupt as e:
-            name = signal.Signals(exit_status(e) - 128).name
-            print(f"{prog}: interrupted by {name}" + (f": {note}" if note else ""), file=sys.stderr,
-                  flush=True)
-            raise SystemExit(exit_status(e)) from None
+    status = 0
+    try:
+        with sigterm_raises():
+            try:
+                yield
+            except KeyboardInterrupt as e:
+                status = exit_status(e)  # in the block, which knows whether a SIGTERM came
+                raise
+    except KeyboardInterrupt as e:  # or a swallowed SIGTERM raised as the block ended
+        status = status or exit_status(e)
+        name = signal.Signals(status - 128).name
+        print(f"{prog}: interrupted by {name}" + (f": {note}" if note else ""), file=sys.stderr,
+              flush=True)
+        raise SystemExit(status) from None

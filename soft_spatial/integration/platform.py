@@ -26,7 +26,7 @@ import torch
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
 __all__ = ["PlatformCPU", "cpu_device_module", "register", "register_platform", "use_cpu_platform",
-           "init_process_group", "PLATFORM_NAME"]
+           "init_process_group", "loopback_store", "PLATFORM_NAME"]
 
 PLATFORM_NAME = "cpu"
 
@@ -204,11 +204,39 @@ def use_cpu_platform() -> PlatformBase:
 
 
 def init_process_group(rank: int, world_size: int, init_method: str, timeout_s: float = 600):
-    """Initialise a gloo process group (before verl's own, which then becomes a no-op)."""
+    """Initialise a gloo process group (before verl's own, which then becomes a no-op). An
+    ``env://`` rendezvous whose ``MASTER_ADDR`` is the loopback address (a local Ray run: the
+    node's address is 127.0.0.1) is served on it alone (`loopback_store`)."""
     import datetime
 
     import torch.distributed as dist
 
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=timeout_s))
+    if dist.is_initialized():
+        return
+    timeout = datetime.timedelta(seconds=timeout_s)
+    addr = os.environ.get("MASTER_ADDR", "")
+    if init_method == "env://" and addr in ("127.0.0.1", "localhost"):
+        store = loopback_store(rank, world_size, int(os.environ["MASTER_PORT"]), timeout)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
+        return
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size,
+                            timeout=timeout)
+
+
+def loopback_store(rank: int, world_size: int, port: int, timeout):
+    """torch.distributed's rendezvous store on ``127.0.0.1:port``, listening there only: rank 0
+    serves it on a socket it binds to the loopback address (torch's TCPStore, given no socket,
+    listens on every interface), the other ranks connect to it."""
+    import socket
+
+    from torch.distributed import TCPStore
+
+    if rank != 0:
+        return TCPStore("127.0.0.1", port, world_size, False, timeout=timeout)
+    fd = socket.create_server(("127.0.0.1", port)).detach()  # the store owns the socket from here
+    try:
+        return TCPStore("127.0.0.1", port, world_size, True, timeout=timeout, wait_for_workers=False,
+                        master_listen_fd=fd, use_libuv=True)
+    except BaseException:
+        socket.close(fd)
+        raise

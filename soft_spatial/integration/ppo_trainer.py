@@ -10,7 +10,8 @@ soft-step share, think length, never closed rate) and the rollout/replay consist
 per-step likelihoods. Validation generations logged to a tracker (``trainer.log_val_generations``)
 carry their τ per soft step after the text.
 
-Two guarantees of a run are kept here, at the loop: a run whose checkpoint already reached
+Each checkpoint carries the soft settings that trained it (``global_step_N/soft_settings.yaml``,
+what export copies). Two guarantees of a run are kept here, at the loop: a run whose checkpoint already reached
 ``total_training_steps`` trains nothing (verl 0.9.1's ``fit`` tests the budget only after training
 one more step), and a step's checkpoint is written after its metrics are logged (verl writes it
 before: a run killed in between resumed after a step whose metrics were lost). A run killed after
@@ -32,7 +33,7 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from soft_spatial.integration.collate import attach_traces
 from soft_spatial.softthink.noise import NOISE_KEY, NOISE_ROWS, NoiseKey
 from soft_spatial.softthink.trace import TRACE_FIELD
-from soft_spatial.softthink.settings import SoftSettings
+from soft_spatial.softthink.settings import SETTINGS_FILE, SoftSettings
 from soft_spatial.softthink import SoftTrace
 
 from soft_spatial.integration.consistency import EXCEEDED, check_replay, replay_metrics
@@ -126,6 +127,12 @@ class SoftRayPPOTrainer(RayPPOTrainer):
     def _save_logged_step(self, step: int) -> None:
         if self._save_when_logged == step:
             self._save_when_logged = None
+            # the settings that trained this checkpoint go with it, before verl's tracker names it:
+            # export copies them (a run directory trained later under other settings keeps each
+            # checkpoint's own)
+            folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{step}")
+            os.makedirs(folder, exist_ok=True)
+            self._soft_settings().save(os.path.join(folder, SETTINGS_FILE))
             super()._save_checkpoint()
 
     def init_workers(self):

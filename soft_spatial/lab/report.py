@@ -17,6 +17,7 @@ from pathlib import Path
 
 from soft_spatial.data.synthetic import SUB_TASK_TO_TASK, chance_levels_of_release
 from soft_spatial.eval.runner import read_results
+from soft_spatial.infra.run_dir import read_metrics  # the one reader of metrics.jsonl (re-exported)
 from soft_spatial.lab.analysis.data import load_metrics
 from soft_spatial.lab.analysis.training import plot_tau_over_training
 from soft_spatial.lab.effects import Z975, paired_mean
@@ -25,22 +26,6 @@ __all__ = ["read_metrics", "per_question", "paired_difference", "write_report", 
            "step_times", "CATEGORY_ORDER", "STEP_TIMES"]
 
 CATEGORY_ORDER = ("relative_position", "depth_order", "egocentric", "mental_rotation", "counting")
-
-
-def read_metrics(path) -> list[dict]:
-    """verl's file-logger lines as ``{"step", **metrics}``, one per step (the last line of a step
-    wins: a resumed run may log a step twice); a torn last line is ignored."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    by_step: dict[int, dict] = {}
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        by_step[int(row["step"])] = {"step": int(row["step"]), **row["data"]}
-    return [by_step[s] for s in sorted(by_step)]
 
 
 def per_question(samples_jsonl) -> dict[int, dict]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import shlex
 import signal
 import socket
@@ -18,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 from soft_spatial.infra.procs import alive as pid_alive
+from soft_spatial.infra.ray_auth import token_auth
 from soft_spatial.infra.procs import find_pids
 from soft_spatial.launch.plan import (MARKER, LaunchError, Options, log, plan_launch, ray_start, resolve_head_ip,
                                       resolve_ports, resolve_resources, run_marker, this_host)
@@ -74,21 +74,8 @@ class Run:
     def setup_auth(self, create: bool) -> None:
         """Ray token authentication, explicit so that every node and the driver agree: ``create``
         writes a fresh token for a cluster this run starts; joining uses this run's token when
-        there is one and otherwise leaves Ray's own defaults alone."""
-        env = self.environ
-        if env.get("RAY_AUTH_MODE", "token").lower() != "token":
-            return
-        if env.get("RAY_AUTH_TOKEN") or env.get("RAY_AUTH_TOKEN_PATH"):
-            env["RAY_AUTH_MODE"] = "token"
-            return
-        token = self.state_dir / "auth_token"
-        if not create and not (token.is_file() and token.stat().st_size):
-            return
-        if create and not self.opts.dry_run and not token.is_file():
-            fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_hex(32))
-        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
+        there is one and otherwise leaves Ray's own defaults alone (`infra.ray_auth.token_auth`)."""
+        token_auth(self.environ, self.state_dir / "auth_token", create, dry_run=self.opts.dry_run)
 
     def start(self, name: str, argv: list) -> None:
         """Start ``argv`` in the background (own session, log in logs/ray-NAME.log); record its pid."""

@@ -263,6 +263,24 @@ def test_a_crafted_controller_checkpoint_runs_no_code_on_resume(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("keep", [0, 40, -8])
+def test_a_truncated_controller_checkpoint_is_named(tmp_path, keep):
+    """A truncated ``adaptsoft.pt`` (a full disk, a partial copy) gave a bare RuntimeError or
+    ``OSError: [Errno 22]`` inside a Ray worker: now a ValueError naming the file, which training
+    raises before Ray starts (tests/test_train.py)."""
+    from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer, read_state
+    path = tmp_path / "adaptsoft.pt"
+    trainer = AdaptSoftTrainer(H.trained_controller(64, seed=2))
+    trainer.save(path)
+    assert read_state(path)["steps"] == trainer.steps
+    path.write_bytes(path.read_bytes()[:keep])
+    with pytest.raises(ValueError, match=f"{path}: not a whole AdaptSoft checkpoint"):
+        AdaptSoftTrainer(H.trained_controller(64, seed=2)).load(path)
+    torch.save({"steps": 1}, path)  # another file under its name
+    with pytest.raises(ValueError, match=f"{path}: not an AdaptSoft checkpoint \\(no controller_config"):
+        read_state(path)
+
+
 # -- 3. 2-rank FSDP2/gloo actor update with soft replay --------------------------------------
 def _rank_main(rank, world, init_file, model_dir, out_dir):
     import torch.distributed as dist

@@ -30,8 +30,14 @@ def test_the_settings_groups_old_name_reads_as_the_new_one(old, new):
 
 def test_value_overrides_of_the_decoding_group_are_untouched():
     kept = ["soft_thinking.mode=fixed", "soft_thinking.top_k=4", "+soft_thinking.x=1",
-            "actor_rollout_ref.rollout.custom.soft_thinking.mode=hard", "soft_thinking_x=1"]
+            "actor_rollout_ref.rollout.custom.soft_thinking.mode=hard", "soft_thinking_x=1",
+            # a whole value of the decoding group: read as soft={...}, it failed, and so did the hint
+            "soft_thinking={mode:hard,top_k:3}", "soft_thinking=[a,b]", "soft_thinking='x y'"]
     assert renamed_overrides(kept, lambda line: pytest.fail(line)) == kept
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        cfg = compose(config_name="train", overrides=["model=tiny", "soft_thinking={mode:hard,top_k:3}"])
+    assert (cfg.actor_rollout_ref.rollout.custom.soft_thinking.mode,
+            cfg.actor_rollout_ref.rollout.custom.soft_thinking.top_k) == ("hard", 3)
 
 
 def test_old_group_override_composes_like_the_new_one(capsys):

@@ -1,7 +1,9 @@
 """A refused or finished training command changes nothing (issue 34, item 11): Hydra writes no
 ``hydra/`` record and makes no run directory before the checks pass; an accepted run gets its
 record under ``<run>/hydra/<time>/``. Each command is the real ``soft_spatial.train`` CLI (Hydra
-included) in a child process; the accepted one has verl's trainer and Ray replaced by a print."""
+included) in a child process; the accepted one has verl's trainer and Ray replaced by a print. The
+refusals of later checks (task-type subsets: issue 44) call the same ``run`` in this process, with
+Ray replaced by a failure (no new interpreter per case)."""
 import os
 import subprocess
 import sys
@@ -85,3 +87,33 @@ def test_an_accepted_run_keeps_hydras_record_under_the_run_directory(tiny_qwen3_
     assert "soft_thinking.top_k=3" in yaml.safe_load((record / "overrides.yaml").read_text())
     assert yaml.safe_load((record / "config.yaml").read_text())["soft_thinking"]["top_k"] == 3
     assert "hydra" in yaml.safe_load((record / "hydra.yaml").read_text())
+
+
+@pytest.mark.parametrize("override, message", [
+    ("data.task_types=[Nope]", r"no records of task type \['Nope'\]"),
+    # one Perspective_Taking row in the fixture's training split, a batch of 2 (the CPU preset)
+    ("data.task_types=[Perspective_Taking]", r"data.task_types=\['Perspective_Taking'\]: 1 train rows, fewer than 2"),
+])
+def test_a_refused_task_type_subset_writes_nothing(override, message, tiny_qwen3_vl_small, parquet, tmp_path,
+                                                   monkeypatch):
+    """The subset was checked inside the locked run directory: a refusal left it with its ``.lock``
+    (and, for a subset smaller than the batch, the subset's parquet)."""
+    import soft_spatial.train as train
+    from train_helpers import compose_train
+
+    def no_ray(*args):
+        raise AssertionError("a refused run reached Ray")
+    monkeypatch.setattr(train, "runtime_env", no_ray)
+    monkeypatch.setattr(train, "run_verl", no_ray)
+    run_dir = tmp_path / "runs" / "new"
+    cfg = compose_train("model=tiny", "cluster=cpu", f"model.path={tiny_qwen3_vl_small}",
+                        f"data.train_files={parquet / 'train.parquet'}", f"data.val_files={parquet / 'test.parquet'}",
+                        f"trainer.default_local_dir={run_dir}", override)
+    env = dict(os.environ)
+    try:
+        with pytest.raises(ValueError, match=message):
+            train.run(cfg)
+    finally:  # run() exports the plugin environment
+        os.environ.clear()
+        os.environ.update(env)
+    assert not (tmp_path / "runs").exists()

@@ -6,7 +6,10 @@ tests/e2e/test_train_cpu.py's killed run; one training start-up here, for CI's 3
 
 The run (verl's real trainer on the CPU, the hard preset) stops in its TaskRunner right after step
 1's checkpoint (``tests/support/barrier.py``, loaded in every Ray process through
-``VERL_USE_EXTERNAL_MODULES``) and is signalled there; no sleeping."""
+``VERL_USE_EXTERNAL_MODULES``) and is signalled there; no sleeping. Held there, its local Ray is
+also checked (issue 44): every Ray process listens on 127.0.0.1 only, with the run's own token
+(0600, in the run's private Ray directory; nothing in ``~/.ray``), and the checkpoint carries the
+soft settings that trained it."""
 import os
 import signal
 import subprocess
@@ -42,6 +45,40 @@ def _descendants(pid: int) -> list:
         return []
 
 
+LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+
+
+def _listening(pids) -> list:
+    """(pid, address, port) of every socket the processes ``pids`` listen on (psutil reads them
+    from /proc: this user's processes)."""
+    import psutil
+
+    out = []
+    for pid in pids:
+        try:
+            out += [(pid, c.laddr.ip, c.laddr.port) for c in psutil.Process(pid).net_connections(kind="inet")
+                    if c.status == psutil.CONN_LISTEN]
+        except psutil.Error:
+            pass
+    return out
+
+
+def _assert_local_ray_is_private(ray_dir: Path, pids: list, home: Path) -> None:
+    import psutil
+
+    sockets = _listening(pids)
+    names = {p: psutil.Process(p).name() for p, _, _ in sockets}
+    assert {"gcs_server", "raylet"} <= set(names.values()), names  # Ray's servers were seen
+    assert all(ip in LOOPBACK for _, ip, _ in sockets), [(names[p], ip, port) for p, ip, port in sockets
+                                                         if ip not in LOOPBACK]
+    token = ray_dir / "auth_token"
+    (gcs,) = [p for p, name in names.items() if name == "gcs_server"]
+    env = psutil.Process(gcs).environ()
+    assert (env.get("RAY_AUTH_MODE"), env.get("RAY_AUTH_TOKEN_PATH")) == ("token", str(token))
+    assert [oct(p.stat().st_mode & 0o777) for p in (token, ray_dir, ray_dir.parent)] == ["0o600", "0o700", "0o700"]
+    assert not (home / ".ray").exists()  # Ray's shared default token was neither read nor written
+
+
 def _gone(procs, within=120.0) -> list:
     """The (pid, start time) of ``procs`` still running once they are gone or ``within`` s passed
     (Ray's workers and the watchdog end asynchronously after the driver: a bound, not a timing)."""
@@ -59,10 +96,16 @@ def _gone(procs, within=120.0) -> list:
 @pytest.mark.parametrize("sig", [signal.SIGTERM], ids=["SIGTERM"])
 def test_a_signal_ends_training_cleanly_and_leaves_no_ray_process(tiny_qwen3_vl_small, train_data,
                                                                    tmp_path, sig):
+    from soft_spatial.infra.cache import cache_root
+    from soft_spatial.softthink.settings import SETTINGS_FILE
+
     out = tmp_path / "ckpt"
     gate = tmp_path / "gate"
+    home = tmp_path / "home"  # where Ray would keep its default token (~/.ray/auth_token)
+    home.mkdir()
     env = barrier.arm(gate, SAVED, dict(
-        os.environ, HF_HUB_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0",
+        os.environ, HOME=str(home), SOFT_SPATIAL_CACHE=str(cache_root()),
+        HF_HUB_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0",
         VERL_PLATFORM="cpu",  # as after any test that selected the CPU platform in this process
         VERL_FILE_LOGGER_PATH=str(tmp_path / "metrics.jsonl"), VERL_USE_EXTERNAL_MODULES="barrier",
         SOFT_SPATIAL_FORWARD_ENV=f"{barrier.DIR_ENV} {barrier.AFTER_ENV}"))
@@ -81,6 +124,10 @@ def test_a_signal_ends_training_cleanly_and_leaves_no_ray_process(tiny_qwen3_vl_
         started = _descendants(driver.pid)  # Ray's processes, the watchdog, the TaskRunner
         assert runner in [p for p, _ in started] or runner in ray_session.session_pids(ray_dir)
         assert (out / "latest_checkpointed_iteration.txt").read_text() == "1"
+        _assert_local_ray_is_private(ray_dir, [p for p, _ in started] + ray_session.session_pids(ray_dir), home)
+        # the checkpoint carries the settings that trained it; the run keeps their key
+        assert (out / "global_step_1" / SETTINGS_FILE).read_bytes() == (out / SETTINGS_FILE).read_bytes()
+        assert (out / "soft_settings.key.json").is_file()
         driver.send_signal(sig)
         driver.wait(timeout=300)
         text = log.read_text()
@@ -144,3 +191,38 @@ def test_sigterm_raises_like_sigint_in_the_block_and_ray_init_keeps_it(monkeypat
         assert signals.exit_status(caught.value) == 143
         assert signals.exit_status(KeyboardInterrupt()) == 143  # a SIGTERM came in this block
     assert signal.getsignal(signal.SIGTERM) is before and ray.init is fake_init
+
+
+# a SIGTERM delivered while a finalizer runs (as os.kill from a __del__ delivers it: the handler runs
+# before os.kill returns), then the block's body goes on: to its end ("end"), or to a second SIGTERM
+FINALIZED = """
+import os, signal, sys
+from soft_spatial.infra.signals import command
+
+
+class Finalized:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+with command("prog"):
+    Finalized()  # collected at once: Python swallows what its __del__ raises
+    print("after the finalizer", flush=True)
+    if sys.argv[1] == "again":
+        os.kill(os.getpid(), signal.SIGTERM)
+    print("body done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("then", ["end", "again"])
+def test_a_sigterm_swallowed_by_a_finalizer_still_ends_the_command(then):
+    """Seen in ``python -m soft_spatial.train`` during verl's import: the handler marked the SIGTERM
+    received, the finalizer swallowed its exception ("Exception ignored in ..."), and every later
+    SIGTERM was ignored: the command ran on (exit 0). Now it ends with 143 and one line."""
+    res = subprocess.run([sys.executable, "-c", FINALIZED, then], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
+    assert res.returncode == 143, (res.returncode, res.stdout, res.stderr)
+    assert res.stderr.splitlines() == ["prog: interrupted by SIGTERM"], res.stderr
+    # the swallowed SIGTERM raised where Python runs handlers next, or, at the latest, as the block
+    # ended; a second one raises at once
+    assert "body done" not in res.stdout or then == "end"

@@ -11,6 +11,7 @@ import numpy as np
 
 from soft_spatial.eval.runner import RESULTS, read_results
 from soft_spatial.eval.steps import STEPS, read_steps
+from soft_spatial.infra.run_dir import metrics_records, read_metrics
 
 __all__ = ["Trace", "load_traces", "load_metrics", "eval_model_path"]
 
@@ -82,27 +83,30 @@ def eval_model_path(eval_dir) -> str | None:
 
 def load_metrics(path, keys=("soft/tau_mean", "soft/tau_min", "soft/tau_max")
                  ) -> dict[str, np.ndarray]:
-    """Per-step arrays ``step`` and ``keys`` from a ``metrics.jsonl`` (lines without the first
-    key, e.g. validation-only lines, are skipped)."""
+    """Per-step arrays ``step`` and ``keys`` from a ``metrics.jsonl`` (read by
+    ``infra.run_dir.read_metrics``; steps without the first key are skipped). A line of another
+    shape or a value that is not a number is an error naming the file and the line."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no metrics file (training writes "
                                 f"<trainer.default_local_dir>/metrics.jsonl)")
 
     steps, cols = [], {k: [] for k in keys}
-    for i, rec in enumerate(read_results(path)):
-        data = rec.get("data", rec)
-        if keys[0] not in data:
+    for step in read_metrics(path):
+        if keys[0] not in step:
             continue
-        missing = [k for k in keys if k not in data]
+        missing = [k for k in keys if k not in step]
         if missing:
-            raise ValueError(f"{path}: record {i + 1} has {keys[0]!r} but not {missing}")
-        steps.append(int(rec.get("step", len(steps) + 1)))
-        for k in keys:
-            cols[k].append(float(data[k]))
+            raise ValueError(f"{path}: step {step['step']} logs {keys[0]!r} but not {missing}")
+        values = [step[k] for k in keys]
+        bad = [k for k, v in zip(keys, values) if isinstance(v, bool) or not isinstance(v, (int, float))]
+        if bad:
+            line = [n for n, s, data in metrics_records(path) if s == step["step"] and bad[0] in data][-1]
+            raise ValueError(f"{path}: line {line}: step {step['step']}: {bad[0]!r} is "
+                             f"{step[bad[0]]!r}, not a number")
+        steps.append(step["step"])
+        for k, v in zip(keys, values):
+            cols[k].append(float(v))
     if not steps:
         raise ValueError(f"{path}: no step logs {keys[0]!r} (a hard-mode run has no τ)")
-    order = np.argsort(steps, kind="stable")
-    out = {"step": np.asarray(steps)[order]}
-    out.update({k: np.asarray(v)[order] for k, v in cols.items()})
-    return out
+    return {"step": np.asarray(steps), **{k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}}
