@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on a laptop-class CPU: GRPO with soft thinking and AdaptSoft on a synthetic
-# spatial benchmark (python -m soft_spatial.lab.learn budget=demo; docs/learning.md says how it
+# spatial benchmark (python -m soft_spatial.lab.learning budget=demo; docs/learning.md says how it
 # runs, docs/results/learning.md what it shows today):
 #   1. set up .venv (idempotent);
 #   2. render the synthetic benchmark (OmniSpatial layout) and build a tiny Qwen3-VL;
@@ -15,4 +15,4 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh"
 cd "$ROOT"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0
-exec "$ROOT/.venv/bin/python" -m soft_spatial.lab.learn budget=demo "$@"
+exec "$ROOT/.venv/bin/python" -m soft_spatial.lab.learning budget=demo "$@"

@@ -1,5 +1,5 @@
-"""``python -m soft_spatial.analysis``: the command; the code is :mod:`soft_spatial.lab.analysis`."""
-from soft_spatial.lab.analysis.cli import main
+"""``python -m soft_spatial.analysis``: the command; the code is :mod:`soft_spatial.lab.paper.analysis`."""
+from soft_spatial.lab.paper.analysis.cli import main
 
 if __name__ == "__main__":
     main()

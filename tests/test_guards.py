@@ -21,6 +21,7 @@ _GPU = ("a GPU kit stage (CUDA only): run by scripts/gpu/kit.py on a lent GPU; i
 _ANALYSIS = "a part of python -m soft_spatial.analysis, tested through the command's figures"
 _LOADER = "a benchmark loader: the loaders share their tests (schema, order, errors, paths)"
 _RUN = "runs inside verl's real trainer: exercised by every training run of the tests"
+_COMMAND = "a command's entry point (an import and a call): its code has the tests named"
 
 #: module (relative to soft_spatial/) -> (why it has no test module named for it, the test files
 #: that exercise it instead). Kept exact by the tests below: an entry whose module gained its own
@@ -79,16 +80,14 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
                                                            "tests/e2e/test_eval_signals.py")),
     "integration/platform.py": ("the CPU platform every verl test runs on", ("tests/compat/test_verl.py",
                                                                              "tests/test_plugin.py")),
-    "integration/task_runner.py": (_RUN, ("tests/e2e/test_train_cpu.py", "tests/test_ablation.py")),
+    "integration/task_runner.py": (_RUN, ("tests/e2e/test_train_cpu.py", "tests/lab/paper/test_ablation.py")),
     "integration/worker.py": (_RUN, ("tests/e2e/test_train_cpu.py", "tests/e2e/test_multinode_train.py")),
-    "lab/ablation.py": ("python -m soft_spatial.ablation's sweep", ("tests/test_ablation.py",)),
-    "lab/analysis/cli.py": (_ANALYSIS, ("tests/test_analysis.py",)),
-    "lab/analysis/data.py": (_ANALYSIS, ("tests/test_analysis.py",)),
-    "lab/analysis/plotting.py": (_ANALYSIS, ("tests/test_analysis.py",)),
-    "lab/analysis/spread.py": (_ANALYSIS, ("tests/test_analysis.py",)),
-    "lab/analysis/tau_entropy.py": (_ANALYSIS, ("tests/test_analysis.py",)),
-    "lab/analysis/trace_html.py": (_ANALYSIS, ("tests/test_analysis.py",)),
-    "lab/analysis/training.py": (_ANALYSIS, ("tests/test_analysis.py",)),
+    "lab/paper/analysis/data.py": (_ANALYSIS, ("tests/lab/paper/analysis/test_cli.py",)),
+    "lab/paper/analysis/plotting.py": (_ANALYSIS, ("tests/lab/paper/analysis/test_cli.py",)),
+    "lab/paper/analysis/spread.py": (_ANALYSIS, ("tests/lab/paper/analysis/test_cli.py",)),
+    "lab/paper/analysis/tau_entropy.py": (_ANALYSIS, ("tests/lab/paper/analysis/test_cli.py",)),
+    "lab/paper/analysis/trace_html.py": (_ANALYSIS, ("tests/lab/paper/analysis/test_cli.py",)),
+    "lab/paper/analysis/training.py": (_ANALYSIS, ("tests/lab/paper/analysis/test_cli.py",)),
     "lab/gpu/actor_update.py": (_GPU, ("tests/lab/gpu/test_headline.py",)),
     "lab/gpu/context.py": (_GPU, ("tests/lab/gpu/test_headline.py",)),
     "lab/gpu/embedded.py": (_GPU, ("tests/lab/gpu/test_headline.py",)),
@@ -101,8 +100,8 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
     "lab/gpu/soft_parity.py": (_GPU, ("tests/lab/gpu/test_headline.py",)),
     "lab/gpu/softthink_sizes.py": (_GPU, ("tests/lab/gpu/test_headline.py",)),
     "lab/gpu/stages.py": (_GPU, ("tests/lab/gpu/test_grpo.py", "tests/sglang_real/test_gpu_kit_stage_f.py")),
-    "lab/report.py": ("the learning experiment's report", ("tests/lab/test_learn.py",)),
-    "lab/stats/cli.py": ("python -m soft_spatial.stats", ("tests/lab/stats/test_entropy.py",)),
+    "lab/learning/report.py": ("the learning experiment's report", ("tests/lab/learning/test_experiment.py",)),
+    "lab/paper/calibration/cli.py": ("python -m soft_spatial.stats", ("tests/lab/paper/calibration/test_entropy.py",)),
     "launch/__main__.py": ("the launcher's commands share one file with the cluster",
                            ("tests/launch/test_cluster.py",)),
     "launch/plan.py": ("the launch plan, tested with the launcher", ("tests/launch/test_cluster.py",)),
@@ -118,8 +117,14 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
                         ("tests/actor/test_loss.py",)),
     "softthink/replay.py": ("straight-through replay, tested with the controller's training",
                             ("tests/actor/test_adaptsoft_trainer.py", "tests/softthink/test_controller.py")),
-    "stats.py": ("python -m soft_spatial.stats: its one subcommand's tests",
-                 ("tests/lab/stats/test_entropy.py", "tests/e2e/test_stats_entropy_usage.py")),
+    "stats.py": (_COMMAND, ("tests/lab/paper/calibration/test_entropy.py",
+                            "tests/e2e/test_stats_entropy_usage.py")),
+    "ablation.py": (_COMMAND, ("tests/lab/paper/test_ablation.py",)),
+    "analysis.py": (_COMMAND, ("tests/lab/paper/analysis/test_cli.py",)),
+    "lab/learn.py": (_COMMAND + " (the learning experiment's former name)",
+                     ("tests/lab/learning/test_experiment.py",)),
+    "lab/learning/__main__.py": (_COMMAND, ("tests/lab/learning/test_experiment.py",
+                                            "tests/e2e/test_softness_phase0.py")),
 }
 
 

@@ -412,8 +412,8 @@ def test_resume_keeps_the_metrics_up_to_the_checkpoint(tmp_path):
 def test_one_reader_of_the_metrics_merges_a_steps_lines_and_names_a_bad_line(tmp_path):
     """infra/run_dir.py reads metrics.jsonl for the learning experiment's report and the analysis."""
     from soft_spatial.infra.run_dir import read_metrics
-    from soft_spatial.lab import report
-    from soft_spatial.lab.analysis import data
+    from soft_spatial.lab.learning import report
+    from soft_spatial.lab.paper.analysis import data
     assert report.read_metrics is read_metrics and data.read_metrics is read_metrics
     path = tmp_path / "metrics.jsonl"
     lines = [{"step": 1, "data": {"a": 1}}, {"step": 2, "data": {"a": 2, "b": 2}},

@@ -29,7 +29,7 @@ task                          question                                        Om
 
 Every record also carries ``synthetic_task``, ``difficulty`` and ``reasoning`` (a few words that
 decide the answer, e.g. ``"up, turned clockwise: right"``), which the warm start
-(:mod:`soft_spatial.lab.warmstart`) uses as the text inside ``<think>``.
+(:mod:`soft_spatial.lab.learning.warmstart`) uses as the text inside ``<think>``.
 
 Answer letters are balanced: for every option count the correct position cycles through a
 shuffled deck of all positions. Scenes use a grid layout by default (one object per 32-pixel

@@ -1,7 +1,7 @@
 """The softness experiment's Phase 1 analysis and its registered decision (docs/learning.md).
 
 ``python -m soft_spatial.lab.softness SEED_DIR [SEED_DIR ...] --out DIR`` reads each seed's
-``python -m soft_spatial.lab.learn budget=paths`` output directory and writes ``DIR/softness.md``
+``python -m soft_spatial.lab.learning budget=paths`` output directory and writes ``DIR/softness.md``
 and ``DIR/softness.json``:
 
 * per seed and pooled over seeds (random effects, Hartung–Knapp 95% CI; :mod:`.effects`): the
@@ -28,7 +28,7 @@ from soft_spatial.eval.runner import read_results
 from soft_spatial.lab.branches import accuracy_by, branch_readouts, readout_table
 from soft_spatial.lab.effects import (Pooled, difference_in_differences, paired_mean,
                                       pass_at_k, pool_random_effects)
-from soft_spatial.lab.report import read_metrics, trend
+from soft_spatial.lab.learning.report import read_metrics, trend
 
 __all__ = ["CEILING", "Rules", "question_accuracy", "seed_effects", "pool", "decide", "main"]
 
@@ -238,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     a = p.parse_args(argv)
     missing = [str(d) for d in a.seeds if not (d / "eval").is_dir()]
     if missing:
-        raise SystemExit(f"no eval/ in {missing}: run python -m soft_spatial.lab.learn "
+        raise SystemExit(f"no eval/ in {missing}: run python -m soft_spatial.lab.learning "
                          f"budget=paths with the arms there first")
     result = write([seed_effects(d) for d in a.seeds], a.out)
     print((a.out / "softness.md").read_text())

@@ -65,7 +65,7 @@ def _trainer_resume(path: Path):
 
 
 def _warmstart_resume(path: Path):
-    from soft_spatial.lab.warmstart import WarmStartConfig, train
+    from soft_spatial.lab.learning.warmstart import WarmStartConfig, train
     cfg = WarmStartConfig(model_path=str(path.parent), data_root=str(path.parent), output_dir=str(path.parent))
     train(torch.nn.Linear(2, 2), [], cfg, pad_id=0, state_path=path)
 

@@ -35,7 +35,7 @@ def train_parquet(tmp_path_factory, tiny_qwen3_vl_small):
 
 def _estimate(capsys, model, parquet, work, *extra) -> tuple[list[str], str]:
     """Run the command; the Hydra arguments it prints, and its whole output."""
-    from soft_spatial.lab.stats.cli import main
+    from soft_spatial.lab.paper.calibration.cli import main
 
     main(["entropy", "--prompts", "2", "--max-new-tokens", "6", "--work-dir", str(work),
           "--no-progress", *extra, "model=tiny", f"model.path={model}",
@@ -98,7 +98,7 @@ def test_the_printed_instruction_composes_an_out_file_in_an_entropy_directory(
 
 def test_the_default_out_composes_by_name(tiny_qwen3_vl_small, train_parquet, tmp_path, capsys,
                                           monkeypatch):
-    from soft_spatial.lab.stats import cli
+    from soft_spatial.lab.paper.calibration import cli
     from soft_spatial.train import CONFIG_DIR
 
     configs = tmp_path / "configs"  # a copy: the command writes configs/entropy/<name>.yaml

@@ -20,7 +20,7 @@ PRESETS = ["adaptsoft", "hard", "soft_fixed", "no_hidden", "no_entropy", "no_ali
            "no_centering"]
 #: the presets with their own code path are each trained end to end once: hard by the killed run
 #: below; adaptsoft by the run-life test below (2 ranks); soft_fixed by
-#: tests/e2e/test_multinode_train.py (2 nodes); no_alignment by tests/test_ablation.py's row; each
+#: tests/e2e/test_multinode_train.py (2 nodes); no_alignment by tests/lab/paper/test_ablation.py's row; each
 #: checked with assert_one_step. no_hidden, no_entropy and no_centering change only the
 #: controller's inputs or the centring, run through the real actor update in
 #: tests/actor/test_adaptsoft_trainer.py (and compose into their settings below)

@@ -23,7 +23,7 @@ if sys.argv[3] == "fixed":
 from transformers import AutoProcessor
 from soft_spatial.data import load_omnispatial
 from soft_spatial.data.synthetic import read_rows
-from soft_spatial.lab.warmstart import WarmStartConfig, encode_views
+from soft_spatial.lab.learning.warmstart import WarmStartConfig, encode_views
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4096
 data, model = sys.argv[1], sys.argv[2]

@@ -1,13 +1,13 @@
-"""The warm start's settings: every knob of ``python -m soft_spatial.lab.warmstart`` and of the
+"""The warm start's settings: every knob of ``python -m soft_spatial.lab.learning.warmstart`` and of the
 learning experiment's ``warmstart`` block, each with its default, its constraint and why, once.
 
 `WarmStartSettings` is the one home of these defaults. The warm start's command config
-(`soft_spatial.lab.warmstart.WarmStartConfig`) adds its paths, seed and view; the learning
-experiment's block (`soft_spatial.lab.learn.WarmStartSpec`) adds the views to train. Both reach
+(`soft_spatial.lab.learning.warmstart.WarmStartConfig`) adds its paths, seed and view; the learning
+experiment's block (`soft_spatial.lab.learning.experiment.WarmStartSpec`) adds the views to train. Both reach
 Hydra as structured configs (the dataclass first in the YAML's ``defaults``), so
 ``configs/warmstart.yaml`` holds no value of its own and ``configs/learn.yaml`` only the
 experiment's deltas (``noise: 0.3``), each pinned to this class by
-``tests/lab/test_warmstart_settings.py``.
+``tests/lab/learning/test_warmstart_settings.py``.
 
 Importable without torch: the learning experiment checks its settings before any stage starts.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 
 __all__ = ["VIEWS", "WarmStartSettings", "OUTPUT_NEUTRAL"]
 
-#: the views a warm start trains path questions in (lab/path_views.py)
+#: the views a warm start trains path questions in (lab/learning/path_views.py)
 VIEWS = ("hard", "mix", "nochain")
 #: settings that change how the warm start runs and reports, not the weights it makes: outside its
 #: key, so a resume may change them
@@ -55,7 +55,7 @@ class WarmStartSettings:
     the softness experiment keeps 0 (configs/budget/paths.yaml)."""
     distractor_mass: float = 0.05
     """ε, the top-K mass of the soft view's distractor cells (the live cells share 1 − ε): a
-    rollout's candidates beyond the live set carry little probability (lab/path_views.py)."""
+    rollout's candidates beyond the live set carry little probability (lab/learning/path_views.py)."""
     log_every: int = 25
     """A progress line (loss, learning rate, tokens/s) every this many steps."""
     save_every: int = 100

@@ -21,7 +21,7 @@ purple circle. The warm start trains it in up to two views (CoT2's CSFT, the des
 
 Everything here builds token positions and candidate distributions; the mixture itself is
 computed by :func:`soft_spatial.softthink.replay.soft_inputs` (the one place it lives) inside
-:func:`soft_spatial.lab.warmstart.response_loss`.
+:func:`soft_spatial.lab.learning.warmstart.response_loss`.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from torch import Tensor
 
 from soft_spatial.data.record import QuestionRecord, index_to_letter
 from soft_spatial.data.synthetic import PATH_TASKS, QUARTERS, cell_name
-from soft_spatial.lab.warmstart_settings import VIEWS
+from soft_spatial.lab.learning.warmstart_settings import VIEWS
 from soft_spatial.softthink.config import AdaptSoftConfig, SoftThinkingConfig
 from soft_spatial.softthink.mixture import gumbel_from_uniform, perturb
 

@@ -1,4 +1,4 @@
-"""The warm start (``python -m soft_spatial.lab.warmstart``): the target response and its labels,
+"""The warm start (``python -m soft_spatial.lab.learning.warmstart``): the target response and its labels,
 the weighted loss against an independent float64 computation, the noisy demonstrator, and the run's
 key: a resume under other settings is refused naming them, a finished run re-run is a no-op."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ from soft_spatial.data import load_omnispatial
 from soft_spatial.data.reward import compute_score
 from soft_spatial.data.synthetic import read_reasoning, write_benchmark
 from soft_spatial.infra.provenance import OutputKeyMismatch
-from soft_spatial.lab import warmstart
-from soft_spatial.lab.warmstart import (CHECKPOINT, KEY_FILE, WarmStartConfig, assistant_turn,
+from soft_spatial.lab.learning import warmstart
+from soft_spatial.lab.learning.warmstart import (CHECKPOINT, KEY_FILE, WarmStartConfig, assistant_turn,
                                         collate, demonstration, encode, response_loss)
 
 

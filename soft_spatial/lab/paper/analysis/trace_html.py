@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from soft_spatial.lab.analysis.data import Trace
-from soft_spatial.lab.analysis.plotting import pyplot
+from soft_spatial.lab.paper.analysis.data import Trace
+from soft_spatial.lab.paper.analysis.plotting import pyplot
 
 __all__ = ["pick_trace", "token_pieces", "trace_page"]
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from soft_spatial.data.subsets import normalise_task_types
 from soft_spatial.engines import LocalEngine
-from soft_spatial.lab.analysis.plotting import pyplot, save
-from soft_spatial.lab.stats.entropy import (
+from soft_spatial.lab.paper.analysis.plotting import pyplot, save
+from soft_spatial.lab.paper.calibration.entropy import (
     append_partial,
     config_text,
     estimate,

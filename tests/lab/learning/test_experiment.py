@@ -26,12 +26,12 @@ from soft_spatial.data import synthetic
 from soft_spatial.data.synthetic import write_benchmark
 from soft_spatial.infra.procs import alive, find_pids
 from soft_spatial.infra.provenance import OutputKeyMismatch
-from soft_spatial.lab.learn import (BEFORE_MODE, EVAL_MODE, Experiment, LearnConfig, WarmStartSpec,
+from soft_spatial.lab.learning.experiment import (BEFORE_MODE, EVAL_MODE, Experiment, LearnConfig, WarmStartSpec,
                                     run_experiment)
-from soft_spatial.lab.report import (paired_difference, per_question, read_metrics, trend, write_report)
+from soft_spatial.lab.learning.report import (paired_difference, per_question, read_metrics, trend, write_report)
 
-ROOT = Path(__file__).resolve().parents[2]
-PROG = [sys.executable, "-m", "soft_spatial.lab.learn"]
+ROOT = Path(__file__).resolve().parents[3]
+PROG = [sys.executable, "-m", "soft_spatial.lab.learning"]
 
 
 def _config(*overrides: str) -> LearnConfig:
@@ -186,7 +186,7 @@ class StandIns:
         args = _args(cmd)
         if module == "soft_spatial.data.synthetic":
             synthetic.main(cmd[cmd.index("-m") + 2:])
-        elif module == "soft_spatial.lab.warmstart":
+        elif module == "soft_spatial.lab.learning.warmstart":
             out = Path(args["output_dir"])
             out.mkdir(parents=True)
             (out / "model.safetensors").write_text("weights")
@@ -375,7 +375,7 @@ def test_reduced_learning_run_changes_policy_and_controller(tmp_path):
     from soft_spatial.softthink import AdaptSoft
 
     out = tmp_path / "learn"
-    cmd = [sys.executable, "-m", "soft_spatial.lab.learn", f"out={out}", "seed=1",
+    cmd = [sys.executable, "-m", "soft_spatial.lab.learning", f"out={out}", "seed=1",
            "data.train=160", "data.test=6", "model.hidden_size=64", "model.intermediate_size=128",
            "model.num_hidden_layers=2", "model.head_dim=16", "model.vision_hidden_size=32",
            "model.vision_depth=1", "warmstart.steps=25", "warmstart.batch_size=16",
@@ -429,7 +429,7 @@ def test_step_times_are_medians_without_the_first_step():
     import random
     import statistics
 
-    from soft_spatial.lab.report import step_times
+    from soft_spatial.lab.learning.report import step_times
     rng = random.Random(0)
     for n in range(1, 12):
         rows = [{"step": i + 1, "timing_s/step": rng.uniform(1, 50), "timing_s/ref": rng.uniform(0, 5)}

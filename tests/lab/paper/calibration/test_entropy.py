@@ -40,7 +40,7 @@ def test_estimate_equals_direct_computation_from_replayed_logits(tiny_qwen3_vl_s
     from soft_spatial.engines import LocalEngine
     from soft_spatial.engines.replay import replay_completion
     from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
-    from soft_spatial.lab.stats.entropy import estimate, parquet_prompts, soft_step_entropies
+    from soft_spatial.lab.paper.calibration.entropy import estimate, parquet_prompts, soft_step_entropies
 
     prompts = parquet_prompts([train_parquet], 3, seed=1)
     assert len(prompts) == 3 and prompts[0][1]["content"][0]["type"] == "image"
@@ -81,8 +81,8 @@ def test_cli_writes_a_config_that_training_composes_and_resumes(tiny_qwen3_vl_sm
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from soft_spatial.lab.stats.cli import main
-    from soft_spatial.lab.stats.entropy import read_partial
+    from soft_spatial.lab.paper.calibration.cli import main
+    from soft_spatial.lab.paper.calibration.entropy import read_partial
     from soft_spatial.train import CONFIG_DIR
 
     out = tmp_path / "conf" / "entropy" / "tinyx.yaml"
@@ -126,7 +126,7 @@ def test_cli_writes_a_config_that_training_composes_and_resumes(tiny_qwen3_vl_sm
 
 
 def test_help(capsys):
-    from soft_spatial.lab.stats.cli import main
+    from soft_spatial.lab.paper.calibration.cli import main
 
     with pytest.raises(SystemExit) as e:
         main(["entropy", "--help"])

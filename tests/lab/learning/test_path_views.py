@@ -1,5 +1,5 @@
-"""The warm start's views of path questions (soft_spatial/lab/path_views.py and the view-aware
-parts of lab/warmstart.py): the traces against the generator's ground truth, the soft view's
+"""The warm start's views of path questions (soft_spatial/lab/learning/path_views.py and the view-aware
+parts of lab/learning/warmstart.py): the traces against the generator's ground truth, the soft view's
 targets and mixtures against the records' branches, and the loss against an independent float64
 computation that builds the mixture inputs by hand."""
 from __future__ import annotations
@@ -14,8 +14,8 @@ from soft_spatial.data.prompt import SYSTEM_PROMPT
 from soft_spatial.data.record import index_to_letter
 from soft_spatial.data.synthetic import (SyntheticConfig, corpus, path_phrases, read_rows,
                                          write_benchmark)
-from soft_spatial.lab.path_views import PathTruth, draw_mixture_scores, hard_trace, trace_words
-from soft_spatial.lab.warmstart import (WarmStartConfig, add_mixture_noise, collate, encode_views,
+from soft_spatial.lab.learning.path_views import PathTruth, draw_mixture_scores, hard_trace, trace_words
+from soft_spatial.lab.learning.warmstart import (WarmStartConfig, add_mixture_noise, collate, encode_views,
                                         response_loss)
 from soft_spatial.models import build_tiny_model
 

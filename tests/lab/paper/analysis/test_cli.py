@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from soft_spatial.lab.analysis.cli import main
+from soft_spatial.lab.paper.analysis.cli import main
 from soft_spatial.eval.steps import steps_row
 from soft_spatial.softthink import SoftTrace
 

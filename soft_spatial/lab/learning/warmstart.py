@@ -1,7 +1,7 @@
 """The warm start: a short supervised stage that teaches a tiny Qwen3-VL the training format.
 
-``python -m soft_spatial.lab.warmstart model_path=INIT data_root=BENCH output_dir=OUT
-[knob=value ...]`` (the knobs, their defaults and why: ``lab/warmstart_settings.py``) trains on the
+``python -m soft_spatial.lab.learning.warmstart model_path=INIT data_root=BENCH output_dir=OUT
+[knob=value ...]`` (the knobs, their defaults and why: ``lab/learning/warmstart_settings.py``) trains on the
 synthetic benchmark's train split: our training prompt (system prompt, image, question and lettered
 options, exactly as
 ``soft_spatial.data.prepare`` builds it) followed by the target response
@@ -17,7 +17,7 @@ fused cross-entropy is GPU-only), a Python loop over every token of the packed b
 model of ~1M parameters that loop, not the model, is the step, and the warm start needs over a
 hundred steps inside the demo's 15-minute budget.
 
-Path questions (``path_*`` tasks) are trained in the views of :mod:`soft_spatial.lab.path_views`
+Path questions (``path_*`` tasks) are trained in the views of :mod:`soft_spatial.lab.learning.path_views`
 (``view``: ``hard``, the hard view alone; ``mix``, the hard and the soft view of every scene in the
 same step; ``nochain``, the answer alone); other records are trained as above in ``hard`` and
 ``mix`` and answer-only in ``nochain``.
@@ -55,17 +55,17 @@ from soft_spatial.infra.malloc import large_blocks_mapped
 from soft_spatial.infra.provenance import (OutputKeyMismatch, Verdict, compare, make_key,
                                            path_digest, record, sha256_cache)
 from soft_spatial.infra.signals import command
-from soft_spatial.lab.path_views import (PathTruth, Target, draw_mixture_scores, hard_trace,
+from soft_spatial.lab.learning.path_views import (PathTruth, Target, draw_mixture_scores, hard_trace,
                                          soft_view_targets, trace_words, word_positions)
 from soft_spatial.models.loading import load_model
-from soft_spatial.lab.warmstart_settings import VIEWS, WarmStartSettings
+from soft_spatial.lab.learning.warmstart_settings import VIEWS, WarmStartSettings
 from soft_spatial.softthink.replay import soft_inputs
 
 __all__ = ["WarmStartConfig", "assistant_turn", "demonstration", "encode", "encode_views",
            "collate", "add_mixture_noise",
            "response_loss", "train", "run"]
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
 CHECKPOINT = "warmstart_state.pt"
 #: the key (`run_key`) beside the saved state in ``OUT.work`` and inside the finished ``OUT``
 KEY_FILE = "warmstart.key.json"
@@ -91,7 +91,7 @@ class WarmStartConfig(WarmStartSettings):
     view: str = "hard"
     """Which views path questions are trained in: ``hard`` (the hard view alone, W-hard),
     ``mix`` (hard and soft view of every scene in each step, W-mix) or ``nochain`` (the answer
-    alone): :mod:`soft_spatial.lab.path_views`."""
+    alone): :mod:`soft_spatial.lab.learning.path_views`."""
 
     def __post_init__(self):
         super().__post_init__()
@@ -170,7 +170,7 @@ def encode(processor, record: QuestionRecord, reasoning: str, letter: str | None
 def encode_views(processor, record: QuestionRecord, row: dict, cfg: WarmStartConfig,
                  lazy_pixels: bool = False) -> list[Example]:
     """The examples ``record`` is trained on in ``cfg.view`` (module docstring;
-    :mod:`soft_spatial.lab.path_views` for path questions). ``row`` is its ``data.json`` row;
+    :mod:`soft_spatial.lab.learning.path_views` for path questions). ``row`` is its ``data.json`` row;
     ``lazy_pixels`` as for :func:`encode` (the views share one loaded image)."""
     letter = demonstration(record, cfg.noise, cfg.seed)
     images = chat_images(build_messages(record), 0)
@@ -268,7 +268,7 @@ LOSS_KEYS = ("labels", "weights", "soft_rows", "soft_pos", "soft_ids", "soft_pro
 
 
 def add_mixture_noise(batch: dict[str, Tensor], generator: torch.Generator) -> dict[str, Tensor]:
-    """Draw the soft view's Gumbel noise and per-sequence τ (:func:`~soft_spatial.lab.path_views.
+    """Draw the soft view's Gumbel noise and per-sequence τ (:func:`~soft_spatial.lab.learning.path_views.
     draw_mixture_scores`) into ``batch["mix_scores"]``, ``batch["mix_tau"]`` (no-op without
     mixtures)."""
     if "mix_logp" in batch:
@@ -491,14 +491,14 @@ def main() -> None:
         try:
             config = OmegaConf.to_object(cfg)
         except (ValueError, OmegaConfBaseException) as e:  # a constraint, a missing path: one line
-            raise SystemExit(f"python -m soft_spatial.lab.warmstart: {e}") from None
+            raise SystemExit(f"python -m soft_spatial.lab.learning.warmstart: {e}") from None
         try:
             run(config)
         except (OutputKeyMismatch, DirLockedError, FileNotFoundError) as e:  # refused: nothing changed
-            raise SystemExit(f"python -m soft_spatial.lab.warmstart: {e}") from None
+            raise SystemExit(f"python -m soft_spatial.lab.learning.warmstart: {e}") from None
 
     # SIGTERM (Slurm, timeout, the learning experiment's stop) as Ctrl-C: the last saved state kept
-    with command("python -m soft_spatial.lab.warmstart",
+    with command("python -m soft_spatial.lab.learning.warmstart",
                  "the last saved state is kept; the same command resumes from it"):
         _main()
 

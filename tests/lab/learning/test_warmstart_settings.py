@@ -14,14 +14,14 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from default_scan import restated_defaults as scan
-from soft_spatial.lab.learn import LearnConfig, WarmStartSpec  # their import registers the schemas
-from soft_spatial.lab.warmstart import WarmStartConfig
-from soft_spatial.lab.warmstart_settings import OUTPUT_NEUTRAL, WarmStartSettings
+from soft_spatial.lab.learning.experiment import LearnConfig, WarmStartSpec  # their import registers the schemas
+from soft_spatial.lab.learning.warmstart import WarmStartConfig
+from soft_spatial.lab.learning.warmstart_settings import OUTPUT_NEUTRAL, WarmStartSettings
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CONFIGS = ROOT / "configs"
 PACKAGE = ROOT / "soft_spatial"
-HOME = PACKAGE / "lab" / "warmstart_settings.py"
+HOME = PACKAGE / "lab" / "learning" / "warmstart_settings.py"
 KNOBS = [f.name for f in dataclasses.fields(WarmStartSettings)]
 
 #: the lab's settings (name -> its dataclass default) the scan looks for: the warm start's knobs
@@ -103,7 +103,7 @@ def test_each_constraint_refuses_naming_the_knob(knob, bad):
 
 
 def test_no_lab_setting_default_outside_its_dataclass():
-    homes = {HOME, PACKAGE / "lab" / "learn.py"}  # WarmStartSettings; LearnConfig's own fields
+    homes = {HOME, PACKAGE / "lab" / "learning" / "experiment.py"}  # WarmStartSettings; LearnConfig's own fields
     files = sorted(p for p in PACKAGE.rglob("*.py") if p not in homes)
     found = [hit for p in files for hit in scan(p.read_text(encoding="utf-8"),
                                                   str(p.relative_to(ROOT)), LAB_SETTINGS, LAB_ONLY)]

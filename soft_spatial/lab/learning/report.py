@@ -18,8 +18,8 @@ from pathlib import Path
 from soft_spatial.data.synthetic import SUB_TASK_TO_TASK, chance_levels_of_release
 from soft_spatial.eval.runner import read_results
 from soft_spatial.infra.run_dir import read_metrics  # the one reader of metrics.jsonl (re-exported)
-from soft_spatial.lab.analysis.data import load_metrics
-from soft_spatial.lab.analysis.training import plot_tau_over_training
+from soft_spatial.lab.paper.analysis.data import load_metrics
+from soft_spatial.lab.paper.analysis.training import plot_tau_over_training
 from soft_spatial.lab.effects import Z975, paired_mean
 
 __all__ = ["read_metrics", "per_question", "paired_difference", "write_report", "trend",
@@ -198,7 +198,7 @@ def write_report(out, runs: Mapping[str, Mapping[str, Path]], data_dir, tau0: fl
                        a.get("adaptsoft/grad_norm", [])))]
     md += ["", "Figures: `reward.png` (mean training reward per step)"
            + (", `tau.png` (τ mean with its min..max band: the paper's Fig. 5, drawn by "
-              "`soft_spatial.lab.analysis`), `analysis/` (Figs. 4–7 of the trained policy)"
+              "`soft_spatial.lab.paper.analysis`), `analysis/` (Figs. 4–7 of the trained policy)"
               if "adaptsoft" in runs else "") + "."]
     (out / "report.md").write_text("\n".join(md) + "\n")
     (out / "results.json").write_text(json.dumps(results, indent=2))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from soft_spatial.lab.analysis.plotting import pyplot, save
+from soft_spatial.lab.paper.analysis.plotting import pyplot, save
 
 __all__ = ["tau_over_training", "plot_tau_over_training"]
 

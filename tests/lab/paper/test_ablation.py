@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from soft_spatial.lab.ablation import load_sweep, main, row_result, table_markdown
+from soft_spatial.lab.paper.ablation import load_sweep, main, row_result, table_markdown
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_table4_config_has_the_five_rows_on_perspective_taking():

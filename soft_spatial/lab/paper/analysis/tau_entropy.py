@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from soft_spatial.lab.analysis.plotting import pyplot, save
+from soft_spatial.lab.paper.analysis.plotting import pyplot, save
 
 __all__ = ["tau_vs_entropy", "plot_tau_vs_entropy", "PAPER"]
 

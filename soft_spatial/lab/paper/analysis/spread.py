@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from soft_spatial.lab.analysis.data import Trace
-from soft_spatial.lab.analysis.plotting import pyplot, save
+from soft_spatial.lab.paper.analysis.data import Trace
+from soft_spatial.lab.paper.analysis.plotting import pyplot, save
 
 __all__ = ["trace_spreads", "spread_summary", "plot_spread", "PAPER"]
 

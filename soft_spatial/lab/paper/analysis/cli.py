@@ -21,11 +21,11 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from soft_spatial.lab.analysis import spread as S
-from soft_spatial.lab.analysis import tau_entropy as TE
-from soft_spatial.lab.analysis.data import eval_model_path, load_metrics, load_traces
-from soft_spatial.lab.analysis.trace_html import pick_trace, token_pieces, trace_page
-from soft_spatial.lab.analysis.training import plot_tau_over_training, tau_over_training
+from soft_spatial.lab.paper.analysis import spread as S
+from soft_spatial.lab.paper.analysis import tau_entropy as TE
+from soft_spatial.lab.paper.analysis.data import eval_model_path, load_metrics, load_traces
+from soft_spatial.lab.paper.analysis.trace_html import pick_trace, token_pieces, trace_page
+from soft_spatial.lab.paper.analysis.training import plot_tau_over_training, tau_over_training
 from soft_spatial.models.loading import load_processing
 
 
