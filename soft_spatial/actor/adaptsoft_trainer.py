@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,23 @@ def read_state(path) -> dict[str, Any]:
     return state
 
 
+@dataclass(frozen=True)
+class AlignmentTrace:
+    """What the last micro-batch's controller update computed (detached), for diagnostics and
+    the tests that check each part against an independent computation. Shapes: ``[n]`` per
+    replayed step of the micro-batch unless noted."""
+
+    alpha: Tensor  #: α_t of the optimisation steps (§2.9), ``[|O|]``
+    g_tau: Tensor  #: ∂(κ/|O|·L_AS)/∂τ per step, before centring (§2.10)
+    g_centered: Tensor  #: g_τ centred per rollout over its soft steps (zero off soft steps)
+    ref_seq: Tensor  #: the reference set R, ``[num_sequences]`` bool
+    seq: Tensor  #: each step's sequence index
+    ctrl_x: Tensor  #: the recorded controller features, ``[n, d_p+1]``
+    u: Tensor  #: the recorded controller pre-activations
+    soft_mask: Tensor  #: which steps are soft
+    kappa: float  #: the scale κ used (§2.10)
+
+
 def _rank(group=None) -> int:
     return dist.get_rank(group) if dist.is_available() and dist.is_initialized() else 0
 
@@ -98,7 +116,7 @@ class AdaptSoftTrainer:
         # checkpoint carries each rank's stream
         self._rank_generators: list[Tensor] | None = None
         self.steps = 0
-        self.last: dict[str, Tensor] = {}  # detached diagnostics of the last micro-batch
+        self.last: AlignmentTrace | None = None  # the last micro-batch's update, detached
 
     @property
     def needs_loss_hook(self) -> bool:
@@ -160,9 +178,9 @@ class AdaptSoftTrainer:
         else:
             g_c = torch.where(soft_mask, g_u, torch.zeros_like(g_u))
         controller_surrogate(g_c, tau_upd).backward()
-        self.last = {"alpha": alpha.detach(), "g_tau": g, "g_centered": g_c, "ref_seq": ref_seq,
-                     "seq": sb.seq, "ctrl_x": sb.ctrl_x.detach(), "u": sb.u.detach(), "soft_mask": soft_mask,
-                     "kappa": torch.tensor(kappa)}
+        self.last = AlignmentTrace(alpha=alpha.detach(), g_tau=g, g_centered=g_c.detach(),
+                                   ref_seq=ref_seq, seq=sb.seq, ctrl_x=sb.ctrl_x.detach(),
+                                   u=sb.u.detach(), soft_mask=soft_mask, kappa=float(kappa))
         n_opt = int(opt.sum())
         return {"adaptsoft/alpha_rms": alpha.detach().pow(2).mean().sqrt().item() if n_opt else 0.0,
                 "adaptsoft/kappa": float(kappa), "adaptsoft/num_opt_steps": float(n_opt),

@@ -23,7 +23,7 @@ def _train(engine, trainer, td, steps, picks):
     for _ in range(steps):
         with engine.train_mode():
             engine.train_batch(copy.copy(td), partial(soft_ppo_loss, config=H.actor_config()))
-        picks.append(trainer.last["ref_seq"].clone())
+        picks.append(trainer.last.ref_seq.clone())
 
 
 def test_a_resumed_run_draws_the_same_reference_sets_and_trains_the_same_controller(

@@ -90,19 +90,19 @@ def test_tau_gradient_of_alignment_loss_matches_finite_differences(adaptsoft_rol
     state = ReplayState(batch=sb, likelihood=lik, hidden_steps=hid, tau_leaf=leaf, tau_upd=tau_upd)
     trainer.alignment_step(loss, state)
     last = trainer.last
-    g = last["g_tau"]
+    g = last.g_tau
     assert g.dtype == torch.float64
 
     # the same objective with d, R, G_ref and κ frozen at the base point, as a function of τ
     (d,) = torch.autograd.grad(loss, logits, retain_graph=True)
-    in_ref = last["ref_seq"][sb.seq]
+    in_ref = last.ref_seq[sb.seq]
     ref_s, ref_d, opt = in_ref & sb.soft_mask, in_ref & ~sb.soft_mask, ~in_ref & sb.soft_mask
     assert opt.any() and in_ref.any()
     ids_o, ids_r = sb.topk_ids[opt], sb.topk_ids[ref_s]
     d_o = SparseGrad(ids_o, d[opt].gather(1, ids_o))
     d_ref = [SparseGrad(ids_r, d[ref_s].gather(1, ids_r)), d[ref_d]]
     v_ref = [hid[ref_s].detach(), hid[ref_d].detach()]
-    kappa = float(last["kappa"])
+    kappa = last.kappa
 
     def objective(tau):
         with torch.no_grad():
@@ -160,8 +160,8 @@ def test_theta_gets_only_grpo_and_phi_only_alignment(process_group, adaptsoft_ro
     last = trainer.last
     assert all(g is not None for g in got)
     probe = copy.deepcopy(trainer.controller)
-    tau = probe.replay_temperature(last["ctrl_x"], last["u"])
-    want = torch.autograd.grad(controller_surrogate(last["g_centered"], tau),
+    tau = probe.replay_temperature(last.ctrl_x, last.u)
+    want = torch.autograd.grad(controller_surrogate(last.g_centered, tau),
                                list(probe.parameters()), allow_unused=True)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, torch.zeros_like(a) if b is None else b)
@@ -200,17 +200,17 @@ def test_ablations_that_keep_alignment_train_the_controller(process_group, tiny_
     train_engine.configure_soft(adaptsoft=trainer)
     _, phi = _grads(train_engine, td, partial(soft_ppo_loss, config=H.actor_config()))
     last = trainer.last
-    assert last["alpha"].abs().sum() > 0 and any(p.abs().sum() > 0 for p in phi if p is not None)
-    g_tau = last["g_tau"].to(last["g_centered"].dtype)
-    raw = torch.where(last["soft_mask"], g_tau, torch.zeros_like(g_tau))
+    assert last.alpha.abs().sum() > 0 and any(p.abs().sum() > 0 for p in phi if p is not None)
+    g_tau = last.g_tau.to(last.g_centered.dtype)
+    raw = torch.where(last.soft_mask, g_tau, torch.zeros_like(g_tau))
     if ablation == "no_centering":  # the surrogate uses the raw τ-gradients of the soft steps
-        torch.testing.assert_close(last["g_centered"], raw)
+        torch.testing.assert_close(last.g_centered, raw)
     else:  # centred over the soft steps of each rollout (center_per_rollout's own tests: alignment)
-        assert not torch.allclose(last["g_centered"], raw)
-        torch.testing.assert_close(last["g_centered"], center_per_rollout(g_tau, last["seq"], last["soft_mask"]))
+        assert not torch.allclose(last.g_centered, raw)
+        torch.testing.assert_close(last.g_centered, center_per_rollout(g_tau, last.seq, last.soft_mask))
     # the ablated input does not move the controller's output: perturb it in the recorded features
     if ablation != "no_centering":
-        x = last["ctrl_x"].clone()
+        x = last.ctrl_x.clone()
         y = x.clone()
         y[:, slice(0, -1) if ablation == "no_hidden" else slice(-1, None)] += 1.0
         c = trainer.controller
