@@ -275,6 +275,11 @@ def test_real_server_args_accept_required_args(installed, sgl):
         installed.hooks.check_server_args(reset)
     args.sampling_backend = "soft_gumbel"  # what a GPU server keeps
     installed.hooks.check_server_args(args)
+    hidden = copy.copy(args)  # SGLang's final arguments are checked again in every scheduler
+    hidden.enable_return_hidden_states = True
+    with pytest.raises(RuntimeError, match=r"enable_return_hidden_states=True \(SGLang then "
+                                           r"holds its CUDA graphs at every position"):
+        installed.hooks.check_server_args(hidden)
     with pytest.raises(ValueError):
         required_server_args({"enable_deterministic_inference": True})
     with pytest.raises(ValueError):

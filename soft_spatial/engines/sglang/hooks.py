@@ -61,7 +61,13 @@ Not supported in this version (rejected by ``required_server_args`` or at runtim
 * **Retraction / re-prefill after soft steps** raises :class:`SoftStateError` (hard requests
   resume at their output length).
 * Grammars under overlap scheduling (SGLang samples them outside the forward), mixed chunks, DP
-  attention, speculative decoding, pipeline parallelism.
+  attention, speculative decoding, pipeline parallelism, ``enable_return_hidden_states`` (SGLang
+  would hold its graphs at FULL hidden states, and every soft decode batch, which asks for LAST,
+  would run eagerly).
+
+A decode batch that runs eagerly with graphs on logs one warning per reason and engine
+(``compat.sglang.warn_eager_decodes``); a batch asking for no hidden states (NULL) replays the
+LAST graphs without recapturing them (``compat.sglang.recapture_only_above_last``).
 
 TP: every TP rank holds the same Req objects, draws the same noise and sees the same gathered
 logits, so all ranks build the same mixtures; the embedding rows come from SGLang's
@@ -93,7 +99,7 @@ from soft_spatial.softthink.controller import log_fingerprint
 from soft_spatial.engines.sglang.client import CONTROLLER_NAME, decode_controller
 from soft_spatial.engines.sglang.runtime import (STATE_ATTR, BatchContext, SoftRuntime, batch_context, current_batch,
                       last_hidden)
-from soft_spatial.engines.sglang.server_args import _REQUIRED, SAMPLER_BACKEND, SchedulerSetup
+from soft_spatial.engines.sglang.server_args import _REQUIRED, REFUSED, SAMPLER_BACKEND, SchedulerSetup
 
 logger = logging.getLogger(__name__)
 
@@ -233,6 +239,8 @@ def install(setup: SchedulerSetup | None = None) -> SoftRuntime:
         raise ImportError(f"Qwen3LLMModel.forward has an unexpected signature {_embed_params}")
     register_sampler_backend(SAMPLER_BACKEND, SoftGumbelSampler)
     sgl_compat.capture_graphs_with_last_hidden()  # else no decode batch that asks LAST replays
+    sgl_compat.recapture_only_above_last()  # else every batch asking NULL recaptures every graph
+    sgl_compat.warn_eager_decodes(logger.warning)  # once per reason: graphs off in all but name
     HookRegistry.register(TP_TARGET, _tp_hook, HookType.AROUND)
     HookRegistry.register(EMBED_TARGET, _embed_hook, HookType.BEFORE)
     HookRegistry.apply_hooks()
@@ -256,6 +264,9 @@ def check_server_args(server_args) -> None:
     for key, value in _REQUIRED.items():
         if bool(getattr(server_args, key, value)) != value:
             problems.append(f"{key}={getattr(server_args, key)!r}")
+    for key, why in REFUSED.items():
+        if getattr(server_args, key, None):
+            problems.append(f"{key}={getattr(server_args, key)!r} ({why})")
     if problems:
         raise RuntimeError(f"soft_spatial SGLang plugin: server arguments {problems} are not "
                            f"what soft decoding needs (sampling_backend={SAMPLER_BACKEND!r} and "
