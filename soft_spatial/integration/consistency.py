@@ -1,8 +1,9 @@
 """Rollout/training consistency: the likelihoods the rollout recorded against the trainer's
 recomputation, and the verl settings that would use them (docs/design.md §3).
 
-* :func:`replay_metrics` — ``soft/replay_max_abs_diff`` (every response step) and ``_soft`` (soft
-  steps only): max |rollout log-likelihood − old log-prob|, the old log-prob being the actor's
+* :func:`replay_metrics` — ``soft/replay_max_abs_diff`` (every response step), ``_soft`` (soft
+  steps), ``_hard`` (discrete steps) and ``_step0`` (each response's first step, the prompt's
+  alone): max |rollout log-likelihood − old log-prob|, the old log-prob being the actor's
   replay of the same records under the same density (:class:`~soft_spatial.softthink.DensityConfig`);
 * :func:`check_replay` — the run's :class:`~soft_spatial.softthink.ReplayCheckConfig` applied to
   them: a loud warning, or an error that stops the step before its update;
@@ -18,8 +19,8 @@ import torch
 
 from soft_spatial.softthink import ReplayCheckConfig
 
-__all__ = ["replay_metrics", "check_replay", "check_rollout_correction", "ReplayMismatch",
-           "EXCEEDED"]
+__all__ = ["replay_metrics", "REPLAY_METRICS", "check_replay", "check_rollout_correction",
+           "ReplayMismatch", "EXCEEDED"]
 
 #: 1.0 in a step's metrics when a replay difference exceeded the bound (0.0 otherwise)
 EXCEEDED = "soft/replay_check_exceeded"
@@ -30,18 +31,33 @@ class ReplayMismatch(RuntimeError):
     """The rollout's recorded likelihoods are not the policy's (``replay_check.on_exceed=stop``)."""
 
 
+#: the metrics :func:`replay_metrics` returns, by the steps they cover
+REPLAY_METRICS = {"all": "soft/replay_max_abs_diff", "soft": "soft/replay_max_abs_diff_soft",
+                  "hard": "soft/replay_max_abs_diff_hard", "step0": "soft/replay_max_abs_diff_step0"}
+
+
 def replay_metrics(rollout_log_probs: torch.Tensor, old_log_probs: torch.Tensor,
                    response_mask: torch.Tensor, soft_mask: torch.Tensor) -> dict[str, float]:
-    """Max |rollout − replay| over the response steps ``[B, R]`` (``_soft``: where ``soft_mask``);
-    {} when the batch has no response step."""
+    """Max |rollout − replay| over the response steps ``[B, R]``, split by the steps' kind:
+
+    * ``soft/replay_max_abs_diff``: every response step;
+    * ``_soft``: the soft steps (``soft_mask``): Gumbel log-densities, which amplify a
+      per-candidate log-prob difference Δ_k by the noise (docs/sglang.md, "bf16 and the replay
+      check");
+    * ``_hard``: the discrete steps: token log-probs, which move by Δ itself;
+    * ``_step0``: each response's first step, whose input is the prompt alone (no record fed
+      back): a large value there is a prompt, vision or position mismatch, not feedback.
+
+    A part with no step is left out; {} when the batch has no response step.
+    """
     mask = response_mask.bool()
-    diff = (rollout_log_probs.float() - old_log_probs.float()).abs()[mask]
-    if not diff.numel():
-        return {}
-    out = {"soft/replay_max_abs_diff": float(diff.max())}
-    soft = soft_mask.bool()[mask]
-    if soft.any():
-        out["soft/replay_max_abs_diff_soft"] = float(diff[soft].max())
+    diff = (rollout_log_probs.float() - old_log_probs.float()).abs()
+    soft = soft_mask.bool() & mask
+    first = mask & (mask.long().cumsum(-1) == 1)
+    out = {}
+    for part, where in (("all", mask), ("soft", soft), ("hard", mask & ~soft), ("step0", first)):
+        if where.any():
+            out[REPLAY_METRICS[part]] = float(diff[where].max())
     return out
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from soft_spatial.integration.consistency import (ReplayMismatch, check_replay,
+from soft_spatial.integration.consistency import (REPLAY_METRICS, ReplayMismatch, check_replay,
                                                   check_rollout_correction, replay_metrics)
 from soft_spatial.softthink import DensityConfig, ReplayCheckConfig
 from soft_spatial.train import CONFIG_DIR, preflight
@@ -24,12 +24,39 @@ def test_replay_metrics_are_the_max_differences_over_response_and_soft_steps():
     roll[0, 4] = 1e6  # outside the response: never counted
     got = replay_metrics(roll, old, mask, soft)
     pairs = [(i, j) for i in range(3) for j in range(5) if mask[i, j]]
-    want_all = max(abs(float(roll[i, j]) - float(old[i, j])) for i, j in pairs)
-    want_soft = max(abs(float(roll[i, j]) - float(old[i, j])) for i, j in pairs if soft[i, j])
-    assert got == pytest.approx({"soft/replay_max_abs_diff": want_all,
-                                 "soft/replay_max_abs_diff_soft": want_soft}, rel=1e-6)
+
+    def most(keep):
+        return max(abs(float(roll[i, j]) - float(old[i, j])) for i, j in pairs if keep(i, j))
+
+    assert got == pytest.approx({"soft/replay_max_abs_diff": most(lambda i, j: True),
+                                 "soft/replay_max_abs_diff_soft": most(lambda i, j: soft[i, j]),
+                                 "soft/replay_max_abs_diff_hard": most(lambda i, j: not soft[i, j]),
+                                 "soft/replay_max_abs_diff_step0": most(lambda i, j: j == 0)},
+                                rel=1e-6)
     assert "soft/replay_max_abs_diff_soft" not in replay_metrics(roll, old, mask, soft * 0)
+    assert "soft/replay_max_abs_diff_hard" not in replay_metrics(roll, old, mask, mask)
     assert replay_metrics(roll, old, mask * 0, soft) == {}
+
+
+def test_each_part_reports_the_difference_set_in_it():
+    """One difference set per part, the others 0: each metric reports its own steps' value —
+    a discrete step's, a soft step's, and the first step's (its input is the prompt alone), here
+    in a response that starts after left padding."""
+    roll = torch.zeros(2, 6)
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+    soft = torch.tensor([[0, 0, 0, 1, 1, 0], [1, 1, 1, 0, 0, 0]])
+    old = torch.zeros(2, 6)
+    old[0, 5], old[0, 3], old[1, 1] = 0.25, -3.0, 17.0  # hard, soft, soft
+    old[0, 2] = 0.5  # step 0 of row 0 (hard); row 1's step 0 (soft) agrees
+    old[1, 4] = 99.0  # outside the response
+    assert replay_metrics(roll, old, mask, soft) == {
+        "soft/replay_max_abs_diff": 17.0, "soft/replay_max_abs_diff_soft": 17.0,
+        "soft/replay_max_abs_diff_hard": 0.5, "soft/replay_max_abs_diff_step0": 0.5}
+    old[1, 0] = -40.0  # a prompt mismatch shows at step 0 (and in the soft steps it is one of)
+    got = replay_metrics(roll, old, mask, soft)
+    assert got["soft/replay_max_abs_diff_step0"] == 40.0
+    assert got["soft/replay_max_abs_diff_soft"] == 40.0 and got["soft/replay_max_abs_diff_hard"] == 0.5
+    assert set(REPLAY_METRICS.values()) == set(got)
 
 
 def test_within_the_bound_nothing_is_said(capsys):
