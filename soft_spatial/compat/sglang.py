@@ -532,7 +532,27 @@ def check_internals() -> list:
     problems += _graph_problems()
     problems += _overlap_problems()
     problems += _native_ops_problems()
+    problems += _fp32_lm_head_problems()
     return problems
+
+
+def _fp32_lm_head_problems() -> list:
+    """What ``density.fp32_logits`` relies on (sglang 0.5.12): the server argument
+    ``enable_fp32_lm_head`` exists, every ``LogitsProcessor`` reads it from the server-wide
+    arguments, and ``_compute_lm_head`` then multiplies the hidden states and the head's weight
+    upcast to fp32 (``layers/logits_processor.py`` L254, L898)."""
+    from sglang.srt.layers.logits_processor import LogitsProcessor
+    from sglang.srt.server_args import ServerArgs
+    problems = []
+    if "enable_fp32_lm_head" not in getattr(ServerArgs, "__dataclass_fields__", {}):
+        problems.append("ServerArgs.enable_fp32_lm_head is gone (density.fp32_logits)")
+    return problems + _missing(
+        [(LogitsProcessor.__init__,
+          ("self.use_fp32_lm_head = get_global_server_args().enable_fp32_lm_head",)),
+         (LogitsProcessor._compute_lm_head,
+          ("if self.use_fp32_lm_head:", "hidden_states.to(torch.float32), "
+                                        "lm_head.weight.to(torch.float32).T"))],
+        "the output head in fp32")
 
 
 def _native_ops_problems() -> list:

@@ -99,7 +99,8 @@ from soft_spatial.softthink.controller import log_fingerprint
 from soft_spatial.engines.sglang.client import CONTROLLER_NAME, decode_controller
 from soft_spatial.engines.sglang.runtime import (STATE_ATTR, BatchContext, SoftRuntime, batch_context, current_batch,
                       last_hidden)
-from soft_spatial.engines.sglang.server_args import _REQUIRED, REFUSED, SAMPLER_BACKEND, SchedulerSetup
+from soft_spatial.engines.sglang.server_args import (_REQUIRED, FP32_LM_HEAD, REFUSED, SAMPLER_BACKEND,
+                                                     SchedulerSetup)
 
 logger = logging.getLogger(__name__)
 
@@ -249,14 +250,21 @@ def install(setup: SchedulerSetup | None = None) -> SoftRuntime:
     return rt
 
 
-def check_server_args(server_args) -> None:
-    """Raise unless SGLang's final (post-``__post_init__``) server arguments still decode softly.
+def check_server_args(server_args, setup: SchedulerSetup | None = None) -> None:
+    """Raise unless SGLang's final (post-``__post_init__``) server arguments still decode softly
+    (and, given the scheduler's ``setup``, compute the logits in the precision its settings say).
 
     ``ServerArgs`` silently resets ``sampling_backend`` to ``"pytorch"`` for ``device="cpu"`` or
     ``"hpu"`` and under deterministic inference (``enable_deterministic_inference`` or
     ``rl_on_policy_target``): the server would then sample plainly and return no soft records.
     """
     problems = []
+    if setup is not None:
+        want = setup.soft.density.fp32_logits
+        if bool(getattr(server_args, FP32_LM_HEAD, False)) != want:
+            problems.append(f"{FP32_LM_HEAD}={getattr(server_args, FP32_LM_HEAD, None)!r} "
+                            f"(the soft settings' density.fp32_logits is {want}: the trainer "
+                            f"would score other logits than the rollout sampled from)")
     if getattr(server_args, "sampling_backend", None) != SAMPLER_BACKEND:
         problems.append(f"sampling_backend={server_args.sampling_backend!r} (SGLang resets it for "
                         f"device={getattr(server_args, 'device', None)!r} and deterministic "
@@ -279,10 +287,10 @@ def run_scheduler_process(*args, **kwargs):
     :func:`soft_spatial.compat.sglang.scheduler_process_setup`), checks the final server
     arguments, then runs SGLang's scheduler."""
     sgl_compat.scheduler_process_setup()
-    install()
+    rt = install()
     server_args = args[0] if args else kwargs.get("server_args")
     if server_args is not None:
-        check_server_args(server_args)
+        check_server_args(server_args, rt.setup)
     from sglang.srt.managers.scheduler import run_scheduler_process as _run
     return _run(*args, **kwargs)
 

@@ -361,6 +361,21 @@ def test_required_server_args_refuse_settings_that_break_soft_decoding(key, valu
     assert ok["sampling_backend"] == "soft_gumbel" and ok["disable_overlap_schedule"] is True
 
 
+def test_the_soft_settings_fp32_logits_drive_sglangs_fp32_head():
+    """density.fp32_logits is the one setting: required_server_args sets SGLang's
+    enable_fp32_lm_head from it (off by default), a contradicting engine argument is refused
+    naming both, an agreeing one is kept."""
+    from soft_spatial.engines.sglang.server_args import FP32_LM_HEAD, required_server_args
+    assert required_server_args({})[FP32_LM_HEAD] is False
+    assert required_server_args({}, fp32_logits=True)[FP32_LM_HEAD] is True
+    assert required_server_args({FP32_LM_HEAD: True}, fp32_logits=True)[FP32_LM_HEAD] is True
+    for given, setting in ((True, False), (False, True)):
+        with pytest.raises(ValueError, match=rf"engine_kwargs.sglang.enable_fp32_lm_head={given} "
+                                             rf"contradicts the soft settings' "
+                                             rf"density.fp32_logits={setting}"):
+            required_server_args({FP32_LM_HEAD: given}, fp32_logits=setting)
+
+
 # -- decode-input buffers under CUDA graphs (docs/sglang.md, "CUDA graphs") --------------------
 def _pool(rows):
     """A request pool as SGLang 0.5.12 lays it out: ``rows`` rows, slots 1..rows-1 handed out
