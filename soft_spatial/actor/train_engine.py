@@ -16,6 +16,9 @@ response positions, docs/design.md §3) in the micro-batch:
   also keeps the autograd graph the same on every rank. ``soft_inputs`` is installed around the
   forward; τ is the recorded one, or ``AdaptSoft.replay_temperature`` (straight-through, same
   value) when the controller is being trained.
+* With ``DensityConfig.fp32_logits`` the model's output head computes in fp32 (autocast off:
+  :func:`~soft_spatial.softthink.logits.fp32_head`), as the rollout's did; every micro-batch,
+  with trace tensors or not.
 * ``prepare_model_outputs`` returns as ``log_probs`` the per-step likelihood
   (:func:`~soft_spatial.softthink.step_log_likelihood`): at a soft step the Gumbel log-density of
   the recorded scores, at a discrete step the token log-prob, both at the rollout temperature. It is
@@ -48,6 +51,7 @@ from soft_spatial.actor.replay_layout import ReplayState, SoftBatch, scatter_row
 from soft_spatial.compat.verl.engine import as_language_model, no_cpu_offload_on_cpu, register_engine
 from soft_spatial.models.tokens import unusable_token_ids
 from soft_spatial.softthink import DensityConfig, KLConfig, SoftThinkingConfig, step_likelihood
+from soft_spatial.softthink.logits import fp32_head
 from soft_spatial.softthink.replay import soft_inputs
 from soft_spatial.softthink.settings import CONTROLLER_FILE
 from soft_spatial.softthink.trace import TRACE_PREFIX
@@ -118,6 +122,8 @@ class SoftFSDPEngine(FSDPEngineWithLMHead):
                 and trainer.needs_loss_hook):
             loss_function = partial(self._loss_with_alignment, loss_function)
         try:
+            if self.density.fp32_logits:  # the rollout's logits were fp32 too (DensityConfig)
+                self._soft_stack.enter_context(fp32_head(self.module.get_output_embeddings()))
             loss, output = super().forward_step(micro_batch, loss_function, forward_only)
         finally:
             self._soft_stack.close()

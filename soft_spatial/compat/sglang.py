@@ -17,7 +17,8 @@ __all__ = ["SUPPORTED_SGLANG", "check_version", "preprocess_logits", "attach_log
            "worker_request_pool", "forward_batch_request_pool",
            "scheduler_launch", "collect_records", "launch_engine", "tensor_update_request",
            "NATIVE_OPS_ENV", "native_ops_requested", "use_native_ops", "scheduler_process_setup",
-           "native_scheduler_process", "capture_graphs_with_last_hidden", "GRAPH_LOG_ENV",
+           "native_scheduler_process", "capture_graphs_with_last_hidden",
+           "recapture_only_above_last", "eager_reason", "warn_eager_decodes", "GRAPH_LOG_ENV",
            "log_graph_decisions", "read_graph_log", "check_internals"]
 
 SUPPORTED_SGLANG = "0.5.12"
@@ -221,6 +222,136 @@ def capture_graphs_with_last_hidden() -> None:
     CudaGraphRunner.capture_hidden_mode = _AtLeastLast(CaptureHiddenMode.LAST)
 
 
+class _FlooredBatch:
+    """A forward batch as ``recapture_if_needed`` reads it: every attribute the batch's own but
+    the requested hidden-state mode, floored at ``floor`` (None counts as NULL)."""
+
+    __slots__ = ("_batch", "capture_hidden_mode")
+
+    def __init__(self, batch, floor):
+        mode = batch.capture_hidden_mode
+        self._batch = batch
+        self.capture_hidden_mode = floor if mode is None or mode < floor else mode
+
+    def __getattr__(self, name):
+        return getattr(self._batch, name)
+
+
+def recapture_only_above_last() -> None:
+    """Make ``CudaGraphRunner.recapture_if_needed`` compare the graphs' mode with the batch's
+    requested hidden-state mode floored at ``CaptureHiddenMode.LAST``: a batch asking for NULL
+    (speculative modes, any path that skips the plugin's hook) replays the LAST graphs, which
+    compute what it asks and more; a batch asking for FULL still recaptures. Idempotent.
+
+    sglang 0.5.12: ``recapture_if_needed`` (L1201, called by ``replay_prepare`` for every batch
+    that ``can_run`` accepted) recaptures every graph when ``self.capture_hidden_mode`` differs from
+    the largest mode the batch, its ``spec_info`` and ``enable_return_hidden_states`` require.
+    ``can_run`` accepts a NULL batch whatever the captured mode; with the graphs held at LAST
+    (:func:`capture_graphs_with_last_hidden`) every such batch compared NULL with LAST and
+    re-captured all graphs (the descriptor keeps the new mode at LAST, so the next NULL batch did
+    it again). The batch itself is not modified.
+    """
+    from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+
+    original = CudaGraphRunner.recapture_if_needed
+    if getattr(original, "soft_spatial_floored", False):
+        return
+
+    def recapture_if_needed(self, forward_batch):
+        return original(self, _FlooredBatch(forward_batch, CaptureHiddenMode.LAST))
+
+    recapture_if_needed.soft_spatial_floored = True
+    recapture_if_needed.__wrapped__ = original
+    CudaGraphRunner.recapture_if_needed = recapture_if_needed
+
+
+def _can_run_observers() -> dict:
+    """The observers called after every ``CudaGraphRunner.can_run`` (sglang 0.5.12 L765: asked
+    once per batch whose forward mode graphs can run, i.e. every decode batch of a server with
+    graphs on) as ``observer(runner, forward_batch, ok)``, by name; wraps ``can_run`` once."""
+    from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
+
+    current = CudaGraphRunner.can_run
+    observers = getattr(current, "soft_spatial_observers", None)
+    if observers is not None:
+        return observers
+    observers = {}
+
+    def can_run(self, forward_batch):
+        ok = current(self, forward_batch)
+        for observe in tuple(observers.values()):
+            observe(self, forward_batch, ok)
+        return ok
+
+    can_run.soft_spatial_observers = observers
+    can_run.__wrapped__ = current
+    CudaGraphRunner.can_run = can_run
+    return observers
+
+
+def _requested_hidden_mode(forward_batch):
+    """The hidden-state mode ``can_run`` compares with the captured one (sglang 0.5.12 L790: the
+    larger of the batch's and its ``spec_info``'s)."""
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+    spec = getattr(getattr(forward_batch, "spec_info", None), "capture_hidden_mode", None)
+    return max(forward_batch.capture_hidden_mode or CaptureHiddenMode.NULL,
+               spec or CaptureHiddenMode.NULL)
+
+
+def eager_reason(runner, forward_batch) -> tuple[str, str]:
+    """``(kind, words)``: why ``CudaGraphRunner.can_run`` sent ``forward_batch`` to the eager
+    forward, for a batch it refused; ``kind`` names the condition (one of ``replace_embeds``,
+    ``batch_size``, ``hidden_mode``, ``dp_sync``, ``other``), ``words`` says it with the values.
+    The conditions are those of sglang 0.5.12's ``can_run`` (L765-L835), checked in its order."""
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+    bs = int(forward_batch.batch_size)
+    if getattr(forward_batch, "replace_embeds", None) is not None:
+        return "replace_embeds", "the batch overrides token embeddings (replace_embeds)"
+    if bs > int(runner.max_bs):
+        return "batch_size", (f"a batch of {bs} rows is larger than the largest captured graph "
+                              f"({int(runner.max_bs)} rows: raise cuda_graph_max_bs, or lower "
+                              f"the rows in flight)")
+    if getattr(runner, "disable_padding", False) and bs not in getattr(runner, "capture_bs", ()):
+        return "batch_size", (f"no graph was captured for a batch of {bs} rows, and padding to a "
+                              f"captured size is off (disable_padding)")
+    requested, captured = _requested_hidden_mode(forward_batch), runner.capture_hidden_mode
+    if requested not in (CaptureHiddenMode.NULL, captured):
+        why = ("enable_return_hidden_states or a speculative mode holds them there, and SGLang "
+               "replays only batches asking for the captured mode or none" if requested < captured
+               else "they do not compute it (compat.sglang.capture_graphs_with_last_hidden not "
+               "installed in this process?)")
+        return "hidden_mode", (f"the batch asks for hidden states {requested.name}, the graphs "
+                               f"were captured with {CaptureHiddenMode(captured).name}: {why}")
+    if getattr(runner, "require_mlp_sync", False) and not getattr(
+            forward_batch, "can_run_dp_cuda_graph", True):
+        return "dp_sync", "data-parallel attention: another rank's batch cannot run a graph"
+    return "other", ("another of CudaGraphRunner.can_run's conditions (encoder lengths, "
+                     "two-batch overlap, ngram speculation, LoRA variant)")
+
+
+def warn_eager_decodes(warn: Callable[[str], None]) -> None:
+    """Call ``warn(message)`` the first time, in this process, that ``CudaGraphRunner.can_run``
+    sends a batch to the eager forward for a given reason (:func:`eager_reason`'s ``kind``):
+    one message per reason and engine process, naming the reason, the batch size and the
+    graphs' largest size. Idempotent (the first ``warn`` stays)."""
+    observers = _can_run_observers()
+    if "warn_eager" in observers:
+        return
+    said: set = set()
+
+    def observe(runner, forward_batch, ok):
+        if ok:
+            return
+        kind, words = eager_reason(runner, forward_batch)
+        if kind not in said:
+            said.add(kind)
+            warn(f"CUDA graphs: a decode batch ran eagerly, not as a captured graph: {words}. "
+                 f"Said once per reason for this engine; such batches run at graphs-off speed")
+
+    observers["warn_eager"] = observe
+
+
 GRAPH_LOG_ENV = "SOFT_SPATIAL_GRAPH_LOG"
 
 
@@ -228,17 +359,15 @@ def log_graph_decisions(directory: str) -> None:
     """Count, in this scheduler process, the decode batches that replay a CUDA graph and those
     that run eagerly (``CudaGraphRunner.can_run``, sglang 0.5.12 L765: asked once per batch whose
     mode graphs can run), into ``<directory>/graphs-<pid>.json``: the counts (rewritten every 16
-    batches, so at most 15 behind) and the first eager batch's size and hidden-state modes
-    (requested, captured). Idempotent. The GPU kit's F jobs read it back
-    (:func:`read_graph_log`): "graphs on" is a claim until the counts say so."""
+    batches, so at most 15 behind) and the first eager batch's size, hidden-state modes
+    (requested, captured) and reason (:func:`eager_reason`). Idempotent. The GPU kit's F jobs
+    read it back (:func:`read_graph_log`): "graphs on" is a claim until the counts say so."""
     import json
     import os
     from pathlib import Path
 
-    from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
-
-    original = CudaGraphRunner.can_run
-    if getattr(original, "soft_spatial_counted", False):
+    observers = _can_run_observers()
+    if "graph_log" in observers:
         return
     path = Path(directory) / f"graphs-{os.getpid()}.json"
     state = {"pid": os.getpid(), "replayed": 0, "eager": 0, "first_eager": None}
@@ -248,23 +377,20 @@ def log_graph_decisions(directory: str) -> None:
         tmp.write_text(json.dumps(state))
         tmp.replace(path)
 
-    def can_run(self, forward_batch):
-        ok = original(self, forward_batch)
+    def observe(runner, forward_batch, ok):
         state["replayed" if ok else "eager"] += 1
         if not ok and state["first_eager"] is None:
             state["first_eager"] = {
-                "batch_size": int(forward_batch.batch_size), "max_bs": int(self.max_bs),
+                "batch_size": int(forward_batch.batch_size), "max_bs": int(runner.max_bs),
                 "requested_hidden": int(forward_batch.capture_hidden_mode),
-                "captured_hidden": int(self.capture_hidden_mode)}
+                "captured_hidden": int(runner.capture_hidden_mode),
+                "reason": eager_reason(runner, forward_batch)[1]}
             write()
         elif (state["replayed"] + state["eager"]) % 16 == 0:
             write()
-        return ok
 
-    can_run.soft_spatial_counted = True
-    can_run.__wrapped__ = original
     Path(directory).mkdir(parents=True, exist_ok=True)
-    CudaGraphRunner.can_run = can_run
+    observers["graph_log"] = observe
 
 
 def read_graph_log(directory: str) -> dict:
@@ -406,7 +532,27 @@ def check_internals() -> list:
     problems += _graph_problems()
     problems += _overlap_problems()
     problems += _native_ops_problems()
+    problems += _fp32_lm_head_problems()
     return problems
+
+
+def _fp32_lm_head_problems() -> list:
+    """What ``density.fp32_logits`` relies on (sglang 0.5.12): the server argument
+    ``enable_fp32_lm_head`` exists, every ``LogitsProcessor`` reads it from the server-wide
+    arguments, and ``_compute_lm_head`` then multiplies the hidden states and the head's weight
+    upcast to fp32 (``layers/logits_processor.py`` L254, L898)."""
+    from sglang.srt.layers.logits_processor import LogitsProcessor
+    from sglang.srt.server_args import ServerArgs
+    problems = []
+    if "enable_fp32_lm_head" not in getattr(ServerArgs, "__dataclass_fields__", {}):
+        problems.append("ServerArgs.enable_fp32_lm_head is gone (density.fp32_logits)")
+    return problems + _missing(
+        [(LogitsProcessor.__init__,
+          ("self.use_fp32_lm_head = get_global_server_args().enable_fp32_lm_head",)),
+         (LogitsProcessor._compute_lm_head,
+          ("if self.use_fp32_lm_head:", "hidden_states.to(torch.float32), "
+                                        "lm_head.weight.to(torch.float32).T"))],
+        "the output head in fp32")
 
 
 def _native_ops_problems() -> list:
@@ -457,8 +603,18 @@ def _graph_problems() -> list:
                "req_to_token_pool=self.model_runner.req_to_token_pool")),
              (cgr.DecodeInputBuffers.populate_from_forward_batch,
               ("self.req_pool_indices[:raw_bs]", "forward_batch.req_pool_indices")),
-             (cgr.CudaGraphRunner.recapture_if_needed, ("forward_batch.capture_hidden_mode",
-                                                        "self.capture()")),
+             # recapture_only_above_last: the batch is read for its modes only, and the graphs
+             # are recaptured when the captured mode differs from the largest one required
+             (cgr.CudaGraphRunner.recapture_if_needed, (
+                 "forward_batch.capture_hidden_mode",
+                 'getattr(forward_batch.spec_info, "capture_hidden_mode", None)',
+                 "if self.capture_hidden_mode != required_capture_hidden_mode:",
+                 "self.capture()")),
+             (cgr.CudaGraphRunner.replay_prepare, ("self.recapture_if_needed(forward_batch)",)),
+             # eager_reason: can_run's conditions, in its order
+             (cgr.CudaGraphRunner.can_run, ("if forward_batch.replace_embeds is not None:",
+                                            "cuda_graph_bs <= self.max_bs",
+                                            "forward_batch.can_run_dp_cuda_graph")),
              # capture_graphs_with_last_hidden: NULL at start, then the start-up capture; a batch
              # asking for another mode than the captured one (but NULL) does not replay
              (cgr.CudaGraphRunner.__init__, ("self.capture_hidden_mode = CaptureHiddenMode.NULL",

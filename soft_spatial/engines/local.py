@@ -46,6 +46,7 @@ from soft_spatial.softthink import (
     TraceRecorder,
     record_input_embeddings,
 )
+from soft_spatial.softthink.logits import head_logits
 from soft_spatial.softthink.noise import noise_uniforms, row_seed, seed_tensor
 from soft_spatial.softthink.trace import TRACE_KEYS
 
@@ -261,9 +262,9 @@ class LocalEngine:
         return ids.to(dev), mask.to(dev), mm
 
     # -- decoding -----------------------------------------------------------------------------
-    def _step_outputs(self, out):
+    def _step_outputs(self, out, fp32_logits: bool = False):
         h = out.last_hidden_state[:, -1]
-        logits = self.lm_head(h)
+        logits = head_logits(self.lm_head, h, fp32_logits)
         if self.banned_ids.numel():
             logits = logits.index_fill(-1, self.banned_ids, float("-inf"))
         return h, logits
@@ -278,7 +279,8 @@ class LocalEngine:
         (prompt i's samples at ``i*n .. i*n+n-1``).
 
         ``density`` is the soft-step likelihood each completion's ``loglik`` records (the run's
-        ``SoftSettings.density``; None: the exact density, eq. 5).
+        ``SoftSettings.density``; None: the exact density, eq. 5), and with ``fp32_logits`` the
+        head's product is computed in fp32 (sampling and records alike).
 
         ``seeds`` gives each prompt its own seed (default ``seed + i``); row (i, j) uses
         ``row_seed(seeds[i], j)``, so prompt i run alone with ``seeds=[seeds[i]]`` decodes the
@@ -315,11 +317,12 @@ class LocalEngine:
         k, fdim, dev = soft_thinking.top_k, self.feature_dim, self.device
         # 1. Prefill: one forward per prompt, shared by its n samples.
         ids, mask, mm = self._batch(prepared)
+        fp32 = density is not None and density.fp32_logits
         with tm("prefill"):
             pos, deltas = prefill_position_ids(self.model, ids, mask, **mm)
             out = self.base(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
                             **mm)
-            h, logits = self._step_outputs(out)
+            h, logits = self._step_outputs(out, fp32)
         cache = out.past_key_values
         if n > 1:
             cache.batch_repeat_interleave(n)
@@ -386,7 +389,7 @@ class LocalEngine:
                 pos = decode_position_ids(mask, deltas, self.mrope)
                 out = self.base(inputs_embeds=nxt[:, None].to(self.dtype), attention_mask=mask,
                                 position_ids=pos, past_key_values=cache, use_cache=True)
-                h, logits = self._step_outputs(out)
+                h, logits = self._step_outputs(out, fp32)
                 cache = out.past_key_values
         # 8. One completion per row, cut to its length.
         traces = recorder.build([row.length for row in rows])

@@ -36,7 +36,8 @@ from soft_spatial.softthink.trace import TRACE_FIELD
 from soft_spatial.softthink.settings import SETTINGS_FILE, SoftSettings
 from soft_spatial.softthink import SoftTrace
 
-from soft_spatial.integration.consistency import EXCEEDED, check_replay, replay_metrics
+from soft_spatial.integration.consistency import (EXCEEDED, check_replay, replay_dtype,
+                                                  replay_metrics)
 from soft_spatial.compat.verl.trainer import (after_step_logged, before_each_generation,
                                               ref_log_prob_outputs, restore_epoch_boundary_order,
                                               validation_outputs)
@@ -151,7 +152,8 @@ class SoftRayPPOTrainer(RayPPOTrainer):
                                     batch.batch["response_mask"], batch.batch["trace_soft"])
             self._soft_metrics.update(replay)
             self._soft_metrics[EXCEEDED] = check_replay(
-                replay, self._soft_settings().replay_check, self.global_steps)
+                replay, self._soft_settings().replay_check, self.global_steps,
+                replay_dtype(self.config))
         # no spine metric: attach_traces' spine check (integration/collate.py::check_spine) already
         # raised on the first record whose spine is not its response token (docs/design.md §3)
         return old, mfu

@@ -82,7 +82,7 @@ class SGLangSoftHttpServer(SGLangHttpServer):
         from soft_spatial.engines.sglang import hooks  # needs sglang: only in the server process
         self.setup.export()  # inherited by the spawned scheduler processes
         ek = self.config.engine_kwargs
-        ek["sglang"] = required_server_args(ek.get("sglang"))
+        ek["sglang"] = required_server_args(ek.get("sglang"), self.setup.soft.density.fp32_logits)
         with hooks.plugin_schedulers():
             await super().launch_server(master_address, master_port)
         tm = getattr(self, "tokenizer_manager", None)

@@ -3,13 +3,15 @@
 Each equation lives in exactly one place:
   mixture.py    §2.1–2.4  candidates, Gumbel perturbation, mixture weights, soft embedding, spine,
                           normalised top-K entropy
-  density.py    §2.6      Gumbel log-density of recorded scores (eq. 5)
+  density.py    §2.6      Gumbel log-density of recorded scores (eq. 5), and what a per-candidate
+                          log-prob difference does to it (the rollout/replay gap)
   kl.py         §2.8      KL to the reference at a soft step (candidate KL, density reading)
   controller.py §2.5,2.7  AdaptSoft and its straight-through replay temperature
   alignment.py  §2.9–2.10 exact gradient-alignment scores, scaling, centring, surrogate
   noise.py      §2.2      the rollout noise: the noise key, the seeds, the counter-based
                           uniforms, the key's names on the wire
   trace.py      §3        the per-step rollout record and its collation
+  logits.py               the output head's logits in fp32 when the run asks (DensityConfig)
   config.py               typed settings with the paper's defaults
 """
 from soft_spatial.softthink.alignment import (AlignmentScaler, SparseGrad, alignment_loss, alignment_scores,
@@ -20,8 +22,8 @@ from soft_spatial.softthink.config import (AdaptSoftConfig, AlignmentConfig, Den
                      SoftThinkingConfig, check_field_types, from_mapping)
 from soft_spatial.softthink.controller import AdaptSoft
 from soft_spatial.softthink.density import (StepLikelihood, candidate_logp, gumbel_log_density,
-                      soft_step_log_density, step_likelihood, step_log_likelihood,
-                      token_log_prob)
+                      log_density_gap, soft_step_log_density, step_likelihood,
+                      step_log_likelihood, token_log_prob)
 from soft_spatial.softthink.kl import candidate_kl, gumbel_density_kl
 from soft_spatial.softthink.mixture import (candidates, gumbel_from_uniform, mixture_weights,
                       normalized_entropy, perturb, record_input_embeddings,
@@ -42,4 +44,5 @@ __all__ = [
     "record_weights", "noise_uniforms", "seed_tensor", "NoiseKey",
     "step_log_likelihood", "step_likelihood", "StepLikelihood", "token_log_prob",
     "KLConfig", "ReplayCheckConfig", "candidate_kl", "gumbel_density_kl", "world_size",
+    "log_density_gap",
 ]

@@ -216,8 +216,10 @@ class AdaptSoftConfig:
 
 @dataclass
 class DensityConfig:
-    """Soft-step likelihood (§2.6). The non-default values are the SofT-GRPO / reference
-    implementation compatibility switches: reduce='mean', clamp=(-1.5, 3), min_logp=-3."""
+    """Soft-step likelihood (§2.6), and the precision of the logits every per-step likelihood is
+    computed from, on the rollout's side and the trainer's. The non-default values of the first
+    three are the SofT-GRPO / reference implementation compatibility switches: reduce='mean',
+    clamp=(-1.5, 3), min_logp=-3."""
 
     reduce: str = "sum"
     """``sum`` over the K slots: eq. 5, a normalised density (``mean``: compatibility)."""
@@ -225,6 +227,18 @@ class DensityConfig:
     """Clip of γ̃ (compatibility: ``[-1.5, 3.0]``); None: no clip."""
     min_logp: float | None = None
     """Keep only slots with log p̃ > min_logp (compatibility: −3); None: every slot."""
+    fp32_logits: bool = False
+    """Compute the output head's product in fp32 on both sides (SGLang's ``enable_fp32_lm_head``,
+    the embedded engine's and the actor's head: :mod:`soft_spatial.softthink.logits`) instead of
+    in the model's dtype; nothing changes for an fp32 model. Off by default, by the CPU study
+    (docs/sglang.md, "bf16 and the replay check"): in bf16 it removes the head's own rounding, not
+    the hidden states' differences, so the per-candidate difference Δ shrinks by a quarter to a
+    half (0.047 → 0.026 nats RMS at Qwen3-VL-2B's width with the parity weights, 0.37 → 0.27
+    with the tiny init),
+    while the head costs 7-11× its bf16 time per decode step and 2.7-4.4× per training
+    micro-batch on the CPU (``scripts/bench_fp32_logits.py``), with an fp32 copy of the [V, D] head per step
+    in SGLang and fp32 [N, V] logits in the actor. For diagnosing a bf16 gap (docs/design.md
+    §2.6)."""
 
     @classmethod
     def reference(cls) -> "DensityConfig":
@@ -234,8 +248,8 @@ class DensityConfig:
 
     @property
     def exact(self) -> bool:
-        """True for eq. 5 itself (a normalised density of the recorded scores)."""
-        return self == DensityConfig()
+        """True for eq. 5 itself (a normalised density of the recorded scores), in any precision."""
+        return (self.reduce, self.clamp, self.min_logp) == (DensityConfig.reduce, None, None)
 
     def __post_init__(self):
         check_field_types(self)
@@ -270,6 +284,10 @@ class KLConfig:
 REPLAY_ON_EXCEED = ("warn", "stop")
 
 
+#: the compute dtypes the consistency bound distinguishes: fp32 on both sides, or a 16-bit one
+REPLAY_DTYPES = ("float32", "bfloat16", "float16")
+
+
 @dataclass
 class ReplayCheckConfig:
     """The rollout/replay consistency check of training (docs/design.md §3): after each rollout
@@ -277,26 +295,56 @@ class ReplayCheckConfig:
     (verl's old log-prob: the Gumbel log-density of the recorded scores at soft steps, under
     :class:`DensityConfig`, the token log-prob at discrete steps) and compares it with what the
     rollout recorded; the largest difference over the step's tokens is logged as
-    ``soft/replay_max_abs_diff`` (``_soft``: soft steps only).
+    ``soft/replay_max_abs_diff`` (``_soft``, ``_hard``, ``_step0``: soft steps, discrete steps,
+    each response's first step) and checked against the bound of the run's compute dtype
+    (:meth:`bound_for`; docs/sglang.md, "bf16 and the replay check"; docs/design.md §5.3).
 
-    bound: the largest difference in nats taken as consistent. fp32 runs measure ≤ 1e-3 on the
-        CPU (the exact and the reference density alike); bf16 rounding moves discrete steps'
-        log-probs by ~0.1; 1 nat is a likelihood ratio of e, where the recorded likelihoods are
-        no longer the policy's (and verl's ``rollout_corr/*`` diagnostics lose their meaning).
     on_exceed: ``warn`` (a warning on stderr per step naming the metric, its value and the bound,
         and ``soft/replay_check_exceeded`` = 1 in the metrics) or ``stop`` (the step raises before
         the update; the last checkpoint stays and the run resumes from it).
     """
 
-    bound: float = 1.0
-    """Nats; see above."""
+    bound: float | None = None
+    """Nats, one bound whatever the dtype; None: the compute dtype's (``fp32_bound`` /
+    ``bf16_bound``)."""
+    fp32_bound: float = 1e-3
+    """Nats, when the rollout and the actor both compute in fp32: fp32 runs measure ≤ 1e-3 on
+    the CPU (3e-5 in training, the exact and the reference density alike), where only the order
+    of fp32 additions differs (KV-cached decoding against one forward)."""
+    bf16_bound: float = 5.0
+    """Nats, when either side computes in bf16 (or fp16). Each side rounds its logits to 8
+    significant bits and its hidden states differ from the other's; a soft step's density
+    multiplies the per-candidate log-prob difference Δ_k by its noise e^{−γ_k} (Exp(1)-distributed,
+    up to 16.6 with the engines' 24-bit uniforms: gap = Σ_k[e^{−γ_k}(e^{Δ_k} − 1) − Δ_k]), so the
+    largest gap grows with the batch. On the CPU (``scripts/study_bf16_replay.py``) bf16 gives Δ
+    of 0.04-0.05 nats RMS where logits are of a real model's size (|ℓ| ≈ 18, the tiny model and
+    2B width with the parity weights): the largest gap was 0.47 over 384 soft steps, and a batch
+    of 10⁶ soft steps with Δ ≤ 0.1 (|ℓ| ≲ 32) keeps its largest gap near 1.8-3.6 nats, above 5
+    only where a candidate's noise sits at the generator's floor (8-25% of such batches, none up
+    to 10⁵ steps); an exchanged candidate, a shifted position or a mixture fed back at another τ
+    gave 17-161 nats. Logits of magnitude ~100 (the tiny init at
+    2B width: Δ 0.37) pass it from rounding alone (12.9 over 384 steps): there bf16 cannot tell
+    rounding from a mismatch, and the check needs fp32 (docs/design.md §5.3)."""
     on_exceed: str = "warn"
     """``warn`` | ``stop``; see above."""
+
+    def bound_for(self, dtype: str) -> float:
+        """The bound for a run whose lowest compute precision is ``dtype`` (one of
+        :data:`REPLAY_DTYPES`): ``bound`` if set, else ``fp32_bound`` for float32 and
+        ``bf16_bound`` for the 16-bit types (fp16's finer rounding is covered by bf16's)."""
+        if dtype not in REPLAY_DTYPES:
+            raise ValueError(f"ReplayCheckConfig.bound_for: dtype must be one of {REPLAY_DTYPES}, "
+                             f"got {dtype!r}")
+        if self.bound is not None:
+            return self.bound
+        return self.fp32_bound if dtype == "float32" else self.bf16_bound
 
     def __post_init__(self):
         check_field_types(self)
         n = type(self).__name__
-        _check(self.bound > 0, n, "bound", f"must be > 0 (nats), got {self.bound}")
+        for name in ("bound", "fp32_bound", "bf16_bound"):
+            value = getattr(self, name)
+            _check(value is None or value > 0, n, name, f"must be > 0 (nats), got {value}")
         _check(self.on_exceed in REPLAY_ON_EXCEED, n, "on_exceed",
                f"must be one of {REPLAY_ON_EXCEED}, got {self.on_exceed!r}")
 

@@ -20,7 +20,7 @@ from soft_spatial.softthink.config import DensityConfig, SoftThinkingConfig
 from soft_spatial.softthink.mixture import renormalise, upcast
 
 __all__ = ["gumbel_log_density", "candidate_logp", "soft_step_log_density", "step_log_likelihood",
-           "step_likelihood", "StepLikelihood", "token_log_prob", "EXP_CAP"]
+           "step_likelihood", "StepLikelihood", "token_log_prob", "log_density_gap", "EXP_CAP"]
 
 # Numerical safety (any finite input gives a finite value and gradient):
 # * exp(−γ̃) is continued by its tangent line beyond −γ̃ > EXP_CAP, so it grows linearly there;
@@ -148,6 +148,23 @@ def gumbel_log_density(z: Tensor, logp: Tensor, noise_scale: float = SoftThinkin
     if reduce == "mean":
         return total / count.clamp(min=1.0)
     return total
+
+
+def log_density_gap(gamma: Tensor, delta: Tensor,
+                    noise_scale: float = SoftThinkingConfig.noise_scale) -> Tensor:
+    """log P_old(z) − log P_new(z) of one soft step (eq. 5, the exact density) when the scoring
+    policy's candidate log-probs move by ``delta`` ``[..., K]`` (Δ_k = log p̃^new_k − log p̃^old_k)
+    and the recorded scores are z = log p̃^old + c·γ with noise ``gamma`` ``[..., K]``:
+
+        Σ_k [e^{−γ_k}(e^{Δ_k/c} − 1) − Δ_k/c]      (≈ Σ_k (e^{−γ_k} − 1)Δ_k/c for small Δ).
+
+    What a rollout/replay mismatch Δ costs the consistency check: e^{−γ} is Exp(1)-distributed
+    (mean 1, so the first-order term averages 0 and the mean gap is Σ_k (e^{Δ_k/c} − 1 − Δ_k/c)
+    ≈ ½Σ_k Δ_k²/c²), and its tail multiplies Δ in the largest gaps of a batch. Returns ``[...]``
+    in the inputs' dtype (at least fp32)."""
+    g = upcast(gamma)
+    d = upcast(delta).to(g.dtype) / noise_scale
+    return (torch.exp(-g) * torch.expm1(d) - d).sum(-1)
 
 
 def soft_step_log_density(logits: Tensor, ids: Tensor, z: Tensor, temperature: float = 1.0,

@@ -119,3 +119,48 @@ def test_misaligned_trace_raises(process_group, rollout, tiny_qwen3_text_small):
     H.set_infer_keys(td, 2, True)
     with train_engine.eval_mode(), pytest.raises(ValueError, match="misaligned"):
         train_engine.infer_batch(td)
+
+
+def test_fp32_logits_setting_reaches_the_actors_head(process_group, rollout, tiny_qwen3_text_small):
+    """density.fp32_logits with bf16 compute (verl's autocast): the actor's head returns the fp32
+    product of the bf16 hidden state and weights, and the log-probs are scored from it; without
+    the setting the head's output is bf16. The per-step likelihoods change by the rounding."""
+    import torch.nn.functional as F
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    from soft_spatial.softthink import DensityConfig
+
+    prompts, outs, _, _ = rollout
+    train_engine = H.make_train_engine(tiny_qwen3_text_small, remove_padding=True,
+                                       param_dtype="bf16")
+    td = H.set_infer_keys(H.verl_batch(prompts, outs), 2, True)
+    head = train_engine.module.get_output_embeddings()
+    seen, exact = [], []
+
+    def before(module, args):  # after FSDP2's unshard (its hooks run first, its reshard too)
+        with torch.autocast("cpu", enabled=False):
+            exact.append(F.linear(args[0].float(), module.weight.float()))
+
+    def after(module, args, out):
+        seen.append((args[0].dtype, out.dtype, float((out.float() - exact.pop()).abs().max())))
+
+    handles = [head.register_forward_pre_hook(before), head.register_forward_hook(after)]
+    lp = {}
+    try:
+        for fp32 in (False, True):
+            train_engine.configure_soft(density=DensityConfig(fp32_logits=fp32))
+            seen.clear()
+            with train_engine.eval_mode():
+                out = train_engine.infer_batch(td)
+            lp[fp32] = no_padding_2_padding(out["model_output"]["log_probs"], td)
+            assert seen and all(h == torch.bfloat16 for h, _, _ in seen)
+            assert {o for _, o, _ in seen} == {torch.float32 if fp32 else torch.bfloat16}
+            err = max(e for _, _, e in seen)
+            assert (err < 1e-4) if fp32 else (err > 1e-3), (fp32, err)
+    finally:
+        for handle in handles:
+            handle.remove()
+        train_engine.configure_soft(density=DensityConfig())
+    assert "forward" not in head.__dict__  # restored after every micro-batch
+    diff = (lp[True] - lp[False]).abs()
+    assert torch.isfinite(lp[True]).all() and 1e-4 < float(diff.max()) < 1.0

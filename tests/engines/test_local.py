@@ -364,3 +364,81 @@ def test_prompt_ids_with_images_equal_the_chat_prompt(engine):
     short.remove(engine.image_token_id)  # one placeholder too few for the image
     with pytest.raises(ValueError, match="placeholder"):
         engine.generate([{"prompt_ids": short, "images": [img]}], soft_thinking=soft_thinking)
+
+
+# -- bf16 and the replay check (docs/sglang.md, "bf16 and the replay check") --------------------
+@pytest.fixture(scope="module")
+def bf16_gaps(tiny_qwen3_vl_small):
+    """The same bf16 rollouts' replay gaps with the head in the model's dtype and in fp32
+    (``density.fp32_logits`` on both sides), and the fp32 model's."""
+    from soft_spatial.engines.replay import replay_gaps
+    out = {}
+    for dtype, fp32 in ((torch.bfloat16, False), (torch.bfloat16, True), (torch.float32, False)):
+        eng = LocalEngine.from_pretrained(tiny_qwen3_vl_small, dtype=dtype)
+        density = DensityConfig(fp32_logits=fp32)
+        ids = [eng.tokenizer(t).input_ids for t in ("Which side is red? A. left B. right",
+                                                     "Is the green cube left of the chair?")]
+        prompts = [i[:min(map(len, ids))] for i in ids]  # one length: no padding (a bf16 rounding)
+        outs = eng.generate(prompts, soft_thinking=SoftThinkingConfig(mode="fixed"),
+                            sampling=SamplingConfig(max_new_tokens=32), n=2, seed=1, debug=True,
+                            density=density)
+        out[dtype, fp32] = replay_gaps(eng, prompts, outs, density=density)
+    return out
+
+
+def test_replay_gaps_follow_the_closed_form_and_vanish_in_fp32(bf16_gaps):
+    """Per soft step the measured gap is Σ_k[e^{−γ_k}(e^{Δ_k} − 1) − Δ_k] of the measured Δ and
+    the rollout's noise (in every arm, to fp32 rounding of the densities); Δ is ~1e-5 in fp32 and
+    ~1e-2 in bf16. Step 0 (the prompt's own step) agrees to 1e-4 in fp32; in bf16 the prefill of
+    the prompt and the replay's forward over prompt + response round differently (other GEMM
+    shapes), by bf16 rounding."""
+    for (dtype, fp32), g in bf16_gaps.items():
+        assert g.soft.sum() >= 100 and g.first.sum() == 4
+        torch.testing.assert_close(g.gap[g.soft], g.predicted, rtol=0, atol=2e-5)
+        rms = float(g.delta.pow(2).mean().sqrt())
+        assert (rms < 1e-4) if dtype == torch.float32 else (3e-3 < rms < 0.2), (dtype, fp32, rms)
+        assert g.gap[g.first].abs().max() < (1e-4 if dtype == torch.float32 else 0.5)
+
+
+def test_fp32_logits_take_the_heads_rounding_out_of_the_gap(bf16_gaps):
+    """Without the setting, the replay's own head rounding moves its candidate log-probs by what
+    rounding each candidate logit to a bf16 ulp predicts (RMS within 25%); with it, the replay's
+    logits are the fp32 product (Δ_head ≈ 0), and Δ (rollout against replay, both with the
+    setting) loses the part the two sides' rounding added."""
+    from soft_spatial.softthink.logits import rounding_delta_var
+    plain, fp32 = bf16_gaps[torch.bfloat16, False], bf16_gaps[torch.bfloat16, True]
+    measured = float(plain.delta_head.pow(2).mean().sqrt())
+    predicted = float(rounding_delta_var(plain.cand_logits).mean().sqrt())
+    assert 0.75 < measured / predicted < 1.25, (measured, predicted)
+    assert fp32.delta_head.abs().max() < 1e-6  # fp32 renormalisation only
+    assert float(fp32.delta.pow(2).mean()) < float(plain.delta.pow(2).mean())
+
+
+@pytest.mark.parametrize("fp32", [False, True])
+def test_the_engine_samples_from_the_logits_the_setting_asks_for(tiny_qwen3_vl_small, monkeypatch,
+                                                               fp32):
+    """``density.fp32_logits`` reaches the embedded engine's sampler: every step's logits (prefill
+    and decode) are the fp32 product of the bf16 hidden state and head (never-emittable ids at
+    −inf), or the bf16 head's own output without it."""
+    import soft_spatial.engines.local as local
+    from soft_spatial.softthink.logits import fp32_linear
+    eng = LocalEngine.from_pretrained(tiny_qwen3_vl_small, dtype=torch.bfloat16)
+    seen, sample = [], local.sample_step
+    monkeypatch.setattr(local, "sample_step", lambda logits, h, *a, **k: (
+        seen.append((logits, h)), sample(logits, h, *a, **k))[1])
+    eng.generate([eng.tokenizer("Which side is red?").input_ids],
+                 soft_thinking=SoftThinkingConfig(mode="fixed"),
+                 sampling=SamplingConfig(max_new_tokens=3), n=2,
+                 density=DensityConfig(fp32_logits=fp32))
+    assert len(seen) == 3
+    for logits, h in seen:
+        assert h.dtype == torch.bfloat16
+        with torch.no_grad():
+            exact, plain = (x.index_fill(-1, eng.banned_ids, float("-inf"))
+                            for x in (fp32_linear(eng.lm_head, h), eng.lm_head(h)))
+        assert logits.dtype == (torch.float32 if fp32 else torch.bfloat16)
+        # (the prefill's logits are computed before its rows are repeated for the samples: fp32
+        # GEMMs of another shape round differently, by ~1e-7)
+        torch.testing.assert_close(logits.float(), (exact if fp32 else plain).float(),
+                                   rtol=0, atol=1e-5)
+        assert (logits.float() - (plain if fp32 else exact)).abs().nan_to_num().max() > 1e-3

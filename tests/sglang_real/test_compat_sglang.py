@@ -111,3 +111,31 @@ def test_check_internals_names_a_changed_graph_runner(monkeypatch):
     problems = sglang.check_internals()
     assert any("populate_from_forward_batch" in p and "req_pool_indices" in p
                for p in problems), problems
+
+
+def test_sglangs_fp32_head_computes_what_the_trainer_computes(monkeypatch):
+    """SGLang's own ``LogitsProcessor._compute_lm_head``: with ``enable_fp32_lm_head`` (what
+    ``density.fp32_logits`` sets) its logits are the fp32 product of the bf16 hidden state and
+    head, the same numbers as the actor's and the embedded engine's fp32 head
+    (``softthink.logits.fp32_linear``); without it, the bf16 product."""
+    from types import SimpleNamespace
+
+    import torch
+    from sglang.srt.layers import logits_processor as lp
+
+    from soft_spatial.softthink.logits import fp32_linear
+
+    torch.manual_seed(0)
+    head = SimpleNamespace(weight=(torch.randn(300, 64) * 0.5).bfloat16())
+    h = torch.randn(5, 64).bfloat16()
+    proc = object.__new__(lp.LogitsProcessor)
+    proc.use_fp32_lm_head = True
+    got = lp.LogitsProcessor._compute_lm_head(proc, h, head)
+    ours = fp32_linear(head, h)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, ours, rtol=0, atol=1e-5)
+    proc.use_fp32_lm_head = False
+    monkeypatch.setattr(lp, "get_global_server_args",
+                        lambda: SimpleNamespace(rl_on_policy_target=None))
+    plain = lp.LogitsProcessor._compute_lm_head(proc, h, head)
+    assert plain.dtype == torch.bfloat16 and (plain.float() - ours).abs().max() > 1e-2

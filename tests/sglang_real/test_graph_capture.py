@@ -121,5 +121,88 @@ def test_graph_decisions_are_counted_per_scheduler_process(cgr, monkeypatch, tmp
     got = compat.read_graph_log(str(tmp_path))
     assert got["processes"] == 1
     assert (got["replayed"], got["eager"]) == (20, 12)  # 32 batches: written at 16 and 32
+    reason = got["first_eager"].pop("reason")
     assert got["first_eager"] == {"batch_size": 4, "max_bs": 64, "requested_hidden": 1,
                                   "captured_hidden": 0}
+    assert reason.startswith("the batch asks for hidden states LAST, the graphs were captured "
+                             "with NULL: they do not compute it")
+
+
+def _last_runner(cgr, monkeypatch):
+    """A runner whose graphs the plugin captured at LAST (the descriptor installed, as in every
+    plugin process), with SGLang's ``capture`` replaced by a counter of recaptures."""
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode as M
+    monkeypatch.delattr(cgr.CudaGraphRunner, "capture_hidden_mode", raising=False)
+    compat.capture_graphs_with_last_hidden()
+    r = object.__new__(cgr.CudaGraphRunner)
+    r.capture_hidden_mode = M.NULL  # what __init__ does; the descriptor keeps LAST
+    r = _with(cgr, r)
+    r.model_runner.server_args = SimpleNamespace(enable_return_hidden_states=False)
+    recaptures = []
+    monkeypatch.setattr(cgr.CudaGraphRunner, "capture",
+                        lambda self: recaptures.append(self.capture_hidden_mode))
+    return r, recaptures
+
+
+def test_a_batch_asking_for_no_hidden_states_replays_without_recapturing(cgr, monkeypatch):
+    """SGLang's own ``recapture_if_needed`` on a NULL batch (speculative modes, any path that skips
+    the plugin's hook): ``can_run`` accepts it, and before the fix every such batch recaptured
+    every graph (NULL != the captured LAST); with ``recapture_only_above_last`` it replays the
+    LAST graphs as they are, while a batch that needs more (FULL) still recaptures."""
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode as M
+    monkeypatch.setattr(cgr.CudaGraphRunner, "recapture_if_needed",
+                        cgr.CudaGraphRunner.recapture_if_needed)  # restored after the test
+    r, recaptures = _last_runner(cgr, monkeypatch)
+    assert cgr.CudaGraphRunner.can_run(r, _batch(M.NULL)) is True
+    cgr.CudaGraphRunner.recapture_if_needed(r, _batch(M.NULL))  # SGLang alone: the hole
+    assert recaptures == [M.LAST] and r.capture_hidden_mode == M.LAST
+    recaptures.clear()
+
+    compat.recapture_only_above_last()
+    compat.recapture_only_above_last()  # idempotent: one wrapper
+    assert not getattr(cgr.CudaGraphRunner.recapture_if_needed.__wrapped__,
+                       "soft_spatial_floored", False)
+    for mode in (M.NULL, None, M.LAST, M.NULL):
+        batch = _batch(mode)
+        cgr.CudaGraphRunner.recapture_if_needed(r, batch)
+        assert batch.capture_hidden_mode == mode  # the batch is not modified
+    assert recaptures == [] and r.capture_hidden_mode == M.LAST
+    spec = _batch(M.NULL)
+    spec.spec_info = SimpleNamespace(capture_hidden_mode=M.FULL)
+    cgr.CudaGraphRunner.recapture_if_needed(r, spec)  # more than LAST: recaptured, kept at FULL
+    assert recaptures == [M.FULL] and r.capture_hidden_mode == M.FULL
+
+
+def test_every_eager_decode_batch_is_said_once_per_reason(cgr, monkeypatch):
+    """The warning every plugin engine installs (``warn_eager_decodes``), through SGLang's own
+    ``can_run``: one message per reason and process, naming it; replayed batches say nothing."""
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode as M
+    monkeypatch.setattr(cgr.CudaGraphRunner, "can_run", cgr.CudaGraphRunner.can_run)
+    said = []
+    compat.warn_eager_decodes(said.append)
+    compat.warn_eager_decodes(lambda m: pytest.fail("a second warner"))  # idempotent
+    last, full = _runner(cgr, M.LAST), _runner(cgr, M.FULL)
+    for _ in range(3):
+        assert cgr.CudaGraphRunner.can_run(last, _batch(M.LAST)) is True
+    assert said == []
+    for bs in (65, 80, 128):
+        assert cgr.CudaGraphRunner.can_run(last, _batch(M.LAST, bs=bs)) is False
+    assert len(said) == 1 and "a batch of 65 rows is larger than the largest captured graph " \
+        "(64 rows" in said[0] and "cuda_graph_max_bs" in said[0]
+    for _ in range(2):  # what enable_return_hidden_states does to the plugin's batches
+        assert cgr.CudaGraphRunner.can_run(full, _batch(M.LAST)) is False
+    assert len(said) == 2 and "asks for hidden states LAST, the graphs were captured with " \
+        "FULL: enable_return_hidden_states" in said[1]
+    embeds = _batch(M.LAST)
+    embeds.replace_embeds = object()
+    assert cgr.CudaGraphRunner.can_run(last, embeds) is False
+    assert len(said) == 3 and "replace_embeds" in said[2]
+    assert all(m.startswith("CUDA graphs: a decode batch ran eagerly") for m in said)
+
+
+def test_the_plugin_warns_in_every_engine_and_floors_the_recapture():
+    import inspect
+
+    from soft_spatial.engines.sglang import hooks
+    src = inspect.getsource(hooks.install)
+    assert "recapture_only_above_last()" in src and "warn_eager_decodes(logger.warning)" in src

@@ -275,6 +275,23 @@ def test_real_server_args_accept_required_args(installed, sgl):
         installed.hooks.check_server_args(reset)
     args.sampling_backend = "soft_gumbel"  # what a GPU server keeps
     installed.hooks.check_server_args(args)
+    # density.fp32_logits reaches SGLang's own server argument, and every scheduler refuses
+    # arguments that disagree with its settings
+    setup = SchedulerSetup(soft=SoftSettings(density=DensityConfig(fp32_logits=True)),
+                           hidden_size=16, think_end_id=3)
+    fp32 = ServerArgs(model_path=str(sgl.path), device="cpu",
+                      **required_server_args({"mem_fraction_static": 0.4}, fp32_logits=True))
+    fp32.sampling_backend = "soft_gumbel"
+    assert fp32.enable_fp32_lm_head and not args.enable_fp32_lm_head
+    installed.hooks.check_server_args(fp32, setup)
+    with pytest.raises(RuntimeError, match=r"enable_fp32_lm_head=False \(the soft settings' "
+                                           r"density.fp32_logits is True"):
+        installed.hooks.check_server_args(args, setup)
+    hidden = copy.copy(args)  # SGLang's final arguments are checked again in every scheduler
+    hidden.enable_return_hidden_states = True
+    with pytest.raises(RuntimeError, match=r"enable_return_hidden_states=True \(SGLang then "
+                                           r"holds its CUDA graphs at every position"):
+        installed.hooks.check_server_args(hidden)
     with pytest.raises(ValueError):
         required_server_args({"enable_deterministic_inference": True})
     with pytest.raises(ValueError):

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from soft_spatial.softthink import (candidate_logp, candidates, gumbel_from_uniform,
+from soft_spatial.softthink import (candidate_logp, candidates, gumbel_from_uniform, log_density_gap,
                                     gumbel_log_density, perturb, soft_step_log_density)
 
 
@@ -210,3 +210,25 @@ def test_the_soft_step_score_is_noisier_than_a_token_score(top):
     sq = float((p * p).sum())
     assert soft.pow(2).sum(-1).mean().item() == pytest.approx(k - 2 + k * sq, rel=0.02)
     assert hard.pow(2).sum(-1).mean().item() == pytest.approx(1 - sq, rel=0.02)
+
+
+@pytest.mark.parametrize("c", [1.0, 0.5])
+def test_the_gap_a_logprob_change_causes_is_the_closed_form(c):
+    """log_density_gap against the two densities evaluated directly (float64): recorded scores
+    z = log p̃ + c·γ scored under log p̃ and under log p̃ + Δ (Δ from tiny to several nats, and a
+    tail noise γ), and its small-Δ limit Σ(e^{−γ} − 1)Δ/c."""
+    g = torch.Generator().manual_seed(3)
+    logp = torch.log_softmax(torch.randn(400, 5, generator=g, dtype=torch.float64) * 2, -1)
+    gamma = gumbel_from_uniform(torch.rand(400, 5, generator=g, dtype=torch.float64))
+    gamma[0, 0] = -4.47  # e^{-γ} = 87: the noise of a uniform at its floor
+    for scale in (1e-4, 0.1, 3.0):
+        delta = torch.randn(400, 5, generator=g, dtype=torch.float64) * scale
+        z = logp + c * gamma
+        direct = gumbel_log_density(z, logp, c) - gumbel_log_density(z, logp + delta, c)
+        torch.testing.assert_close(log_density_gap(gamma, delta, c), direct, rtol=1e-9, atol=1e-9)
+    small = 1e-4 * delta / delta.abs().max()
+    first = ((torch.exp(-gamma) - 1) * small / c).sum(-1)  # the second-order term bounds the rest
+    rest = (torch.exp(-gamma) * (small / c) ** 2).sum(-1)
+    assert ((log_density_gap(gamma, small, c) - first).abs() <= rest).all()
+    assert (rest < 1e-3 * first.abs()).float().mean() > 0.9
+    assert log_density_gap(gamma, torch.zeros_like(gamma), c).abs().max() == 0

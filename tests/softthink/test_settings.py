@@ -91,10 +91,11 @@ NON_DEFAULT = SoftSettings(
                                      noise_clamp=(-1.5, 3.0), think_end="<end>"),
     adaptsoft=AdaptSoftConfig(proj_dim=4, width=16, tau0=0.6, delta=0.3, entropy_mean=0.2, entropy_std=0.3,
                               use_hidden=False, use_entropy=True, seed=4),
-    density=DensityConfig(reduce="mean", clamp=(-1.5, 3.0), min_logp=-3.0),
+    density=DensityConfig(reduce="mean", clamp=(-1.5, 3.0), min_logp=-3.0, fp32_logits=True),
     alignment=AlignmentConfig(enabled=False, ref_fraction=0.5, beta=0.9, target=1e-2, max_scale=1e5, eps=1e-20,
                               center=False, lr=1e-4, weight_decay=0.0, grad_clip=2.0, vocab_block=1024),
-    kl=KLConfig(over="candidates"), replay_check=ReplayCheckConfig(bound=0.25, on_exceed="stop"),
+    kl=KLConfig(over="candidates"), replay_check=ReplayCheckConfig(bound=0.25, fp32_bound=2e-3, bf16_bound=3.0,
+                                                             on_exceed="stop"),
     seed=7, batch_window_s=0.05, max_batch_rows=3, stream_wait_s=5.0)
 GROUPS = ("soft_thinking", "adaptsoft", "density", "alignment", "kl", "replay_check")
 #: the groups evaluation holds (the replay check is training's: evaluation replays nothing)

@@ -60,6 +60,8 @@ def assert_one_step(m: dict, preset: str) -> None:
     if soft:
         assert m["soft/replay_max_abs_diff_soft"] < 1e-3  # rollout vs training likelihoods
     assert m["soft/replay_max_abs_diff"] < 1e-3 and m["soft/replay_check_exceeded"] == 0.0
+    assert m["soft/replay_max_abs_diff_step0"] < 1e-3  # the prompt's step: prompt, vision, positions
+    assert m.get("soft/replay_max_abs_diff_hard", 0.0) < 1e-3  # absent when every step was soft
     if preset in ("hard", "soft_fixed"):
         assert "actor/adaptsoft/grad_norm" not in m
     else:

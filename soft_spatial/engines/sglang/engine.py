@@ -37,7 +37,8 @@ from soft_spatial.engines.sglang.client import (
 from soft_spatial.engines.sglang.server_args import CONTROLLER_LOADER, SchedulerSetup, required_server_args
 from soft_spatial.models.loading import load_processing
 from soft_spatial.models.tokens import single_token_id, stop_token_ids, unusable_token_ids
-from soft_spatial.softthink import AdaptSoftConfig, SamplingConfig, SoftThinkingConfig, SoftTrace
+from soft_spatial.softthink import (AdaptSoftConfig, DensityConfig, SamplingConfig, SoftThinkingConfig,
+                                    SoftTrace)
 from soft_spatial.softthink.noise import row_seed
 from soft_spatial.softthink.settings import SoftSettings
 
@@ -52,6 +53,9 @@ class SGLangEngine:
         soft_thinking: the server-wide soft-thinking settings.
         controller: AdaptSoft checkpoint (``mode="adaptsoft"``), loaded by every scheduler process.
         seed: base seed of requests that carry no seed (SGLang's own HTTP API).
+        density: the per-step likelihood each completion's ``logprobs`` records, and with
+            ``fp32_logits`` the output head in fp32 (SGLang's ``enable_fp32_lm_head``, set from
+            it); default the exact density in the model's dtype.
         server_args: SGLang ``ServerArgs`` keywords (``tp_size``, ``dp_size``,
             ``mem_fraction_static``, ...); what soft decoding needs is added
             (:func:`~soft_spatial.engines.sglang.required_server_args`).
@@ -68,6 +72,7 @@ class SGLangEngine:
     def __init__(self, model_path: str | Path, soft_thinking: SoftThinkingConfig,
                  adaptsoft: AdaptSoftConfig | None = None,
                  controller: str | Path | None = None, seed: int = 0,
+                 density: DensityConfig | None = None,
                  server_args: dict[str, Any] | None = None, backend=None,
                  max_batch_rows: int = 1024, max_prompt_length: int | None = None):
         from soft_spatial.engines.sglang import hooks  # needs sglang: fails here, with the install hint, without it
@@ -90,7 +95,7 @@ class SGLangEngine:
                           if soft_thinking.is_soft else None)
         self.setup = SchedulerSetup(
             soft=SoftSettings(soft_thinking=soft_thinking, adaptsoft=adaptsoft or AdaptSoftConfig(),
-                              seed=seed),
+                              density=density or DensityConfig(), seed=seed),
             hidden_size=int(text.hidden_size),
             think_end_id=self.think_end,
             banned_ids=unusable_token_ids(config, self.tokenizer, int(text.vocab_size)),
@@ -99,7 +104,7 @@ class SGLangEngine:
         self._owned = backend is None
         if backend is None:
             self.setup.export()  # read by the scheduler processes SGLang spawns
-            args = required_server_args(server_args)
+            args = required_server_args(server_args, self.setup.soft.density.fp32_logits)
             args.setdefault("model_path", self.model_path)
             backend = hooks.launch_engine(**args)
         self.backend = backend

@@ -61,7 +61,13 @@ Not supported in this version (rejected by ``required_server_args`` or at runtim
 * **Retraction / re-prefill after soft steps** raises :class:`SoftStateError` (hard requests
   resume at their output length).
 * Grammars under overlap scheduling (SGLang samples them outside the forward), mixed chunks, DP
-  attention, speculative decoding, pipeline parallelism.
+  attention, speculative decoding, pipeline parallelism, ``enable_return_hidden_states`` (SGLang
+  would hold its graphs at FULL hidden states, and every soft decode batch, which asks for LAST,
+  would run eagerly).
+
+A decode batch that runs eagerly with graphs on logs one warning per reason and engine
+(``compat.sglang.warn_eager_decodes``); a batch asking for no hidden states (NULL) replays the
+LAST graphs without recapturing them (``compat.sglang.recapture_only_above_last``).
 
 TP: every TP rank holds the same Req objects, draws the same noise and sees the same gathered
 logits, so all ranks build the same mixtures; the embedding rows come from SGLang's
@@ -93,7 +99,8 @@ from soft_spatial.softthink.controller import log_fingerprint
 from soft_spatial.engines.sglang.client import CONTROLLER_NAME, decode_controller
 from soft_spatial.engines.sglang.runtime import (STATE_ATTR, BatchContext, SoftRuntime, batch_context, current_batch,
                       last_hidden)
-from soft_spatial.engines.sglang.server_args import _REQUIRED, SAMPLER_BACKEND, SchedulerSetup
+from soft_spatial.engines.sglang.server_args import (_REQUIRED, FP32_LM_HEAD, REFUSED, SAMPLER_BACKEND,
+                                                     SchedulerSetup)
 
 logger = logging.getLogger(__name__)
 
@@ -233,6 +240,8 @@ def install(setup: SchedulerSetup | None = None) -> SoftRuntime:
         raise ImportError(f"Qwen3LLMModel.forward has an unexpected signature {_embed_params}")
     register_sampler_backend(SAMPLER_BACKEND, SoftGumbelSampler)
     sgl_compat.capture_graphs_with_last_hidden()  # else no decode batch that asks LAST replays
+    sgl_compat.recapture_only_above_last()  # else every batch asking NULL recaptures every graph
+    sgl_compat.warn_eager_decodes(logger.warning)  # once per reason: graphs off in all but name
     HookRegistry.register(TP_TARGET, _tp_hook, HookType.AROUND)
     HookRegistry.register(EMBED_TARGET, _embed_hook, HookType.BEFORE)
     HookRegistry.apply_hooks()
@@ -241,14 +250,21 @@ def install(setup: SchedulerSetup | None = None) -> SoftRuntime:
     return rt
 
 
-def check_server_args(server_args) -> None:
-    """Raise unless SGLang's final (post-``__post_init__``) server arguments still decode softly.
+def check_server_args(server_args, setup: SchedulerSetup | None = None) -> None:
+    """Raise unless SGLang's final (post-``__post_init__``) server arguments still decode softly
+    (and, given the scheduler's ``setup``, compute the logits in the precision its settings say).
 
     ``ServerArgs`` silently resets ``sampling_backend`` to ``"pytorch"`` for ``device="cpu"`` or
     ``"hpu"`` and under deterministic inference (``enable_deterministic_inference`` or
     ``rl_on_policy_target``): the server would then sample plainly and return no soft records.
     """
     problems = []
+    if setup is not None:
+        want = setup.soft.density.fp32_logits
+        if bool(getattr(server_args, FP32_LM_HEAD, False)) != want:
+            problems.append(f"{FP32_LM_HEAD}={getattr(server_args, FP32_LM_HEAD, None)!r} "
+                            f"(the soft settings' density.fp32_logits is {want}: the trainer "
+                            f"would score other logits than the rollout sampled from)")
     if getattr(server_args, "sampling_backend", None) != SAMPLER_BACKEND:
         problems.append(f"sampling_backend={server_args.sampling_backend!r} (SGLang resets it for "
                         f"device={getattr(server_args, 'device', None)!r} and deterministic "
@@ -256,6 +272,9 @@ def check_server_args(server_args) -> None:
     for key, value in _REQUIRED.items():
         if bool(getattr(server_args, key, value)) != value:
             problems.append(f"{key}={getattr(server_args, key)!r}")
+    for key, why in REFUSED.items():
+        if getattr(server_args, key, None):
+            problems.append(f"{key}={getattr(server_args, key)!r} ({why})")
     if problems:
         raise RuntimeError(f"soft_spatial SGLang plugin: server arguments {problems} are not "
                            f"what soft decoding needs (sampling_backend={SAMPLER_BACKEND!r} and "
@@ -268,10 +287,10 @@ def run_scheduler_process(*args, **kwargs):
     :func:`soft_spatial.compat.sglang.scheduler_process_setup`), checks the final server
     arguments, then runs SGLang's scheduler."""
     sgl_compat.scheduler_process_setup()
-    install()
+    rt = install()
     server_args = args[0] if args else kwargs.get("server_args")
     if server_args is not None:
-        check_server_args(server_args)
+        check_server_args(server_args, rt.setup)
     from sglang.srt.managers.scheduler import run_scheduler_process as _run
     return _run(*args, **kwargs)
 

@@ -18,7 +18,7 @@ from soft_spatial.softthink import check_field_types
 from soft_spatial.softthink.settings import SoftSettings
 
 __all__ = ["SchedulerSetup", "ENV_VAR", "required_server_args", "CONTROLLER_LOADER",
-           "SAMPLER_BACKEND"]
+           "SAMPLER_BACKEND", "REFUSED", "FP32_LM_HEAD"]
 
 ENV_VAR = "SOFT_SPATIAL_SGLANG_SETTINGS"
 CONTROLLER_LOADER = "soft_spatial.engines.sglang.hooks.load_weights"
@@ -83,6 +83,30 @@ class SchedulerSetup:
 _REQUIRED = {
     "enable_mixed_chunk": False,  # decode rows must be pure decode batches to get mixtures
 }
+#: SGLang 0.5.12's server argument that computes the output head's product in fp32
+#: (``layers/logits_processor.py`` ``LogitsProcessor._compute_lm_head``): the rollout's side of
+#: ``DensityConfig.fp32_logits``
+FP32_LM_HEAD = "enable_fp32_lm_head"
+
+# Server arguments soft decoding refuses when true, and why (required_server_args raises naming
+# the setting; hooks.check_server_args checks SGLang's final arguments again).
+REFUSED = {
+    "enable_dp_attention": "data-parallel attention is not supported",
+    "speculative_algorithm": "speculative decoding is not supported (the sampler draws one "
+                             "token per step)",
+    # the last two make SGLang reset sampling_backend to "pytorch" (no soft records)
+    "enable_deterministic_inference": "deterministic inference makes SGLang sample with its "
+                                      "pytorch backend instead of the soft one",
+    "rl_on_policy_target": "it makes SGLang sample with its pytorch backend instead of the soft "
+                           "one",
+    # sglang 0.5.12: the graph runner then captures, and recaptures, with every position's hidden
+    # states (CaptureHiddenMode.FULL); a plugin decode batch asks for the last one (LAST, AdaptSoft's
+    # input) and CudaGraphRunner.can_run accepts only NULL or the captured mode
+    "enable_return_hidden_states": "SGLang then holds its CUDA graphs at every position's hidden "
+                                   "states (FULL) and refuses every soft decode batch, which asks "
+                                   "for the last one: every decode step would run eagerly, at "
+                                   "graphs-off speed",
+}
 # Defaults that the user may change. Overlap scheduling is exact where SGLang gives both sides the
 # same batches (docs/sglang.md, "Overlap scheduling"); off until a GPU run measures it (stage f).
 _DEFAULTS = {
@@ -90,16 +114,26 @@ _DEFAULTS = {
 }
 
 
-def required_server_args(engine_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+def required_server_args(engine_kwargs: dict[str, Any] | None,
+                         fp32_logits: bool = False) -> dict[str, Any]:
     """``rollout.engine_kwargs.sglang`` with what the soft backend needs set.
 
     Sets ``sampling_backend`` and the custom weight loader (controller sync), and the flags
     above; a user value that contradicts one of them raises instead of being overridden silently.
+    ``enable_fp32_lm_head`` follows the soft settings' ``density.fp32_logits`` (``fp32_logits``),
+    the one setting for the rollout's logits and the trainer's.
     Overlap scheduling stays off unless ``disable_overlap_schedule=False`` is given.
     CUDA graphs are left to the caller (on by default; ``disable_cuda_graph=True`` turns them off
     for comparisons: the soft decode read runs inside SGLang's captured forward either way).
     """
     out = dict(engine_kwargs or {})
+    given = out.get(FP32_LM_HEAD)
+    if given is not None and bool(given) != fp32_logits:
+        raise ValueError(f"engine_kwargs.sglang.{FP32_LM_HEAD}={given!r} contradicts the soft "
+                         f"settings' density.fp32_logits={fp32_logits}: one setting computes the "
+                         f"rollout's logits and the trainer's in fp32 (set density.fp32_logits, "
+                         f"and leave {FP32_LM_HEAD} unset)")
+    out[FP32_LM_HEAD] = fp32_logits
     for key, value in _REQUIRED.items():
         if key in out and out[key] is not None and bool(out[key]) != value:
             raise ValueError(f"rollout.name=sglang_soft needs engine_kwargs.sglang.{key}="
@@ -117,11 +151,10 @@ def required_server_args(engine_kwargs: dict[str, Any] | None) -> dict[str, Any]
     # batch, each from scratch; "lpm" (cache-aware) schedules one first and lets the others
     # match its prompt in the radix cache (prompts of more than 32 tokens).
     out.setdefault("schedule_policy", "lpm")
-    # the last two make SGLang reset sampling_backend to "pytorch" (deterministic inference)
-    for key in ("enable_dp_attention", "speculative_algorithm", "enable_deterministic_inference",
-                "rl_on_policy_target"):
+    for key, why in REFUSED.items():
         if out.get(key):
-            raise ValueError(f"rollout.name=sglang_soft does not support {key}")
+            raise ValueError(f"rollout.name=sglang_soft does not support {key}={out[key]!r} "
+                             f"(engine_kwargs.sglang.{key}): {why}")
     loaders = list(out.get("custom_weight_loader") or [])
     if CONTROLLER_LOADER not in loaders:
         loaders.append(CONTROLLER_LOADER)

@@ -341,18 +341,39 @@ def test_plugin_registers_sglang_soft_lazily():
     assert out.returncode == 0, out.stderr[-2000:]
 
 
-@pytest.mark.parametrize("key,value", [("enable_deterministic_inference", True),
-                                       ("rl_on_policy_target", "fsdp"),
-                                       ("enable_dp_attention", True),
-                                       ("enable_mixed_chunk", True)])
-def test_required_server_args_refuse_settings_that_break_soft_decoding(key, value):
+@pytest.mark.parametrize("key,value,why", [
+    ("enable_deterministic_inference", True, "pytorch backend"),
+    ("rl_on_policy_target", "fsdp", "pytorch backend"),
+    ("enable_dp_attention", True, "not supported"),
+    ("speculative_algorithm", "EAGLE", "speculative decoding"),
+    ("enable_return_hidden_states", True, "every decode step would run eagerly"),
+    ("enable_mixed_chunk", True, "")])
+def test_required_server_args_refuse_settings_that_break_soft_decoding(key, value, why):
     """Deterministic inference makes SGLang fall back to its pytorch sampler (no soft records);
-    the other flags contradict what the plugin needs. Each must raise, never be overridden."""
+    returning hidden states holds SGLang's graphs at FULL, which no soft decode batch (LAST)
+    replays; the other flags contradict what the plugin needs. Each must raise, naming the
+    setting and why, never be overridden."""
     from soft_spatial.engines.sglang.server_args import required_server_args
-    with pytest.raises(ValueError, match=key):
+    with pytest.raises(ValueError, match=f"engine_kwargs.sglang.{key}.*{why}"):
         required_server_args({key: value})
+    required_server_args({key: False if isinstance(value, bool) else None})  # off is fine
     ok = required_server_args({})
     assert ok["sampling_backend"] == "soft_gumbel" and ok["disable_overlap_schedule"] is True
+
+
+def test_the_soft_settings_fp32_logits_drive_sglangs_fp32_head():
+    """density.fp32_logits is the one setting: required_server_args sets SGLang's
+    enable_fp32_lm_head from it (off by default), a contradicting engine argument is refused
+    naming both, an agreeing one is kept."""
+    from soft_spatial.engines.sglang.server_args import FP32_LM_HEAD, required_server_args
+    assert required_server_args({})[FP32_LM_HEAD] is False
+    assert required_server_args({}, fp32_logits=True)[FP32_LM_HEAD] is True
+    assert required_server_args({FP32_LM_HEAD: True}, fp32_logits=True)[FP32_LM_HEAD] is True
+    for given, setting in ((True, False), (False, True)):
+        with pytest.raises(ValueError, match=rf"engine_kwargs.sglang.enable_fp32_lm_head={given} "
+                                             rf"contradicts the soft settings' "
+                                             rf"density.fp32_logits={setting}"):
+            required_server_args({FP32_LM_HEAD: given}, fp32_logits=setting)
 
 
 # -- decode-input buffers under CUDA graphs (docs/sglang.md, "CUDA graphs") --------------------
