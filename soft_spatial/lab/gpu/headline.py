@@ -93,8 +93,10 @@ def f_summary(val: dict[str, dict]) -> list[str]:
                          else ("met" if r >= GOAL else "missed")])
     if not rows:
         return ["**F**: no plugin number yet.", ""]
+    from soft_spatial.lab.gpu.sglang_args import FUSED_ATTENTION, FUSED_ATTENTION_WHY
     return ["**F** — the plugin against stock SGLang hard with the same kernels, attention and "
-            f"overlap (goal: fixed and adaptsoft ≥ {GOAL} ×):", "",
+            f"overlap (goal: fixed and adaptsoft ≥ {GOAL} ×). Attention {FUSED_ATTENTION} in "
+            f"every job, not what SGLang and verl pick on Hopper: {FUSED_ATTENTION_WHY}.", "",
             *table(["job", "engine", "kernels", "attention", "overlap", "rows", "tok/s",
                     "against", "÷ stock hard", "goal"], rows), ""]
 
