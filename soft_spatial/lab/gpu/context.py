@@ -136,6 +136,7 @@ def model_8b(ctx: KitContext) -> tuple[Path, Path, dict]:
     if not (model / "config.json").is_file():
         tok = build_tokenizer("qwen")
         config = tiny_config("qwen3_vl", tok, **({} if ctx.dry_run else QWEN3_VL_8B))
+        config.architectures = ["Qwen3VLForConditionalGeneration"]  # what a checkpoint names
         tmp = model.with_name(model.name + ".tmp")
         tmp.mkdir(parents=True, exist_ok=True)
         config.save_pretrained(tmp)

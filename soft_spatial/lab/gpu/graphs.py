@@ -50,6 +50,7 @@ class EngineSpec:
     overlap: bool = False
     kernels: str = "native"  # "native" | "fused"
     model: str = "2b"  # "2b" | "8b"
+    attention_backend: str | None = None  # default: Triton (FUSED_ATTENTION); "flashinfer"
 
     def __post_init__(self):
         if self.kind not in ("stock", "plugin") or (self.kind == "stock" and self.mode != "hard"):
@@ -60,10 +61,12 @@ class EngineSpec:
     @classmethod
     def from_args(cls, a: dict) -> "EngineSpec":
         return cls(a["engine"], a["mode"], a.get("graphs", True), a.get("overlap", False),
-                   a.get("kernels", "native"), a.get("model", "2b"))
+                   a.get("kernels", "native"), a.get("model", "2b"), a.get("attention"))
 
     @property
     def attention(self) -> str:
+        if self.attention_backend:
+            return self.attention_backend
         return FUSED_ATTENTION if self.kernels == "fused" else "triton"
 
     def describe(self) -> dict:
@@ -141,7 +144,8 @@ def engine(ctx: KitContext, spec: EngineSpec, graph_log=None):
     """A started engine of ``spec`` on its model; shut down and its memory back on exit."""
     model, ctrl, _ = (model_8b if spec.model == "8b" else shared_model)(ctx)
     args = server_args(spec, ctx.dry_run)
-    env = engine_env(parity=False, native_ops=spec.kernels == "native")
+    env = engine_env(parity=False, native_ops=spec.kernels == "native",
+                     flashinfer=spec.attention == "flashinfer" and not ctx.dry_run)
     with env_vars({**env, **({GRAPH_LOG_ENV: str(graph_log)} if graph_log else {})}):
         eng = (_Plugin(model, spec.mode, ctrl, args) if spec.kind == "plugin"
                else _Stock(model, args))

@@ -85,6 +85,9 @@ STOCK_OVERRIDES = ["actor_rollout_ref.rollout.name=sglang",
                    "~actor_rollout_ref.rollout.engine_kwargs.sglang.custom_weight_loader"]
 
 
+STOCK_ENGINE = "actor_rollout_ref.model.model_type="
+
+
 def smoke_reward_path() -> Path:
     """The smoke reward's file (verl loads ``reward.custom_reward_function.path`` by path)."""
     from soft_spatial.lab.gpu import smoke_reward
@@ -144,8 +147,9 @@ def train_command(spec: ESpec, model: Path, data: Path, ckpt: Path, steps: int, 
            f"trainer.total_training_steps={steps}", f"trainer.save_freq={1 if save else -1}"]
     if spec.dtype == "float32" and not dry:  # the dry run's cluster=cpu is fp32 already
         cmd += FP32_OVERRIDES
-    if spec.stock:
-        cmd += STOCK_OVERRIDES
+    if spec.stock:  # on the CPU verl's own actor engine pins memory (CUDA only): the soft engine,
+        # which treats a batch without records exactly as verl's, stands in for it there
+        cmd += [o for o in STOCK_OVERRIDES if not (dry and o.startswith(STOCK_ENGINE))]
     if not spec.graphs:
         cmd.append("actor_rollout_ref.rollout.enforce_eager=true")
     return cmd + list(spec.overrides)

@@ -18,6 +18,8 @@ __all__ = ["Job", "plan", "LEASES", "DRY_RUN", "FIRST_ENGINE_S", "lease_only", "
 
 #: what the first engine of a kind adds to a call (Triton's JIT, cold caches): 52 s against 28–32
 FIRST_ENGINE_S = 25.0
+#: a guess, never measured: flashinfer's JIT building its decode, prefill and cascade modules
+FLASHINFER_BUILD_S = 180.0
 #: the plan's deadline in one call (docs/gpu.md's one-call recipe: 560 s after the call began,
 #: less the kit's install and the interpreter's start, ~40 s)
 PLAN_S_PER_CALL = 520.0
@@ -54,11 +56,15 @@ class Job:
 
 
 def _f(name: str, engine: str, mode: str, *, overlap: bool, kernels: str = "native",
-       model: str = "2b", graphs: bool = True, est: float = 65.0, part: str = "F") -> Job:
+       model: str = "2b", graphs: bool = True, est: float = 65.0, part: str = "F",
+       attention: str | None = None, cap: float | None = None) -> Job:
     needs = ("model/build-8b",) if model == "8b" else ("model/build",)
-    return Job(part, name, 150 if model == "8b" else 130, est, needs, part == "X", 60.0,
-               {"kind": "engine", "engine": engine, "mode": mode, "graphs": graphs,
-                "overlap": overlap, "kernels": kernels, "model": model})
+    args = {"kind": "engine", "engine": engine, "mode": mode, "graphs": graphs,
+            "overlap": overlap, "kernels": kernels, "model": model}
+    if attention:
+        args["attention"] = attention
+    return Job(part, name, cap or (150 if model == "8b" else 130), est, needs, part == "X",
+               60.0, args)
 
 
 def _e(name: str, est: float, part: str = "E", **spec) -> Job:
@@ -116,6 +122,12 @@ def _jobs() -> list[Job]:
         Job("X", "parity-hard", 130, 45.0, ("X/references-hard",), True, 60.0,
             {"kind": "parity", "mode": "hard"}),
         _f("plugin-fixed-graphs-off", "plugin", "fixed", overlap=False, graphs=False, part="X"),
+        # flashinfer's attention (verl's choice for SGLang), built by its JIT on the device in
+        # the first job's warm-up engine: that build's time is the number still unknown
+        _f("fi-stock-hard", "stock", "hard", overlap=False, kernels="fused",
+           attention="flashinfer", est=65.0 + FLASHINFER_BUILD_S, cap=480),
+        _f("fi-plugin-fixed", "plugin", "fixed", overlap=False, kernels="fused",
+           attention="flashinfer", cap=480),
         _e("grpo-resume", 300.0, part="X", dtype="bfloat16", weights="tiny", steps=2,
            resume=True),
     ]
@@ -166,6 +178,6 @@ def lease_seconds(keys: list[str], jobs: list[Job] | None = None) -> float:
     """Estimated seconds of ``keys`` on an H200 in one call: the jobs' estimates, plus
     :data:`FIRST_ENGINE_S` for the first engine of each kind of kernels and model."""
     by = {j.key: j for j in (jobs or plan())}
-    firsts = {(by[k].args.get("kernels"), by[k].args.get("model")) for k in keys
-              if by[k].args.get("kind") == "engine"}
+    firsts = {(by[k].args.get("kernels"), by[k].args.get("model"), by[k].args.get("attention"))
+              for k in keys if by[k].args.get("kind") == "engine"}
     return sum(by[k].est_s for k in keys) + FIRST_ENGINE_S * len(firsts)

@@ -24,7 +24,7 @@ __all__ = ["BACKENDS", "CARRIED", "FUSED_ATTENTION", "FUSED_ATTENTION_WHY", "GRA
 
 # every backend SGLang or verl would otherwise choose, with the values the kit carries
 CARRIED = {
-    "attention_backend": ("triton", "torch_native"),
+    "attention_backend": ("triton", "torch_native", "flashinfer"),
     "mm_attention_backend": ("sdpa",),
     "grammar_backend": ("none",),
     "sampling_backend": ("pytorch", "soft_gumbel"),
@@ -36,9 +36,9 @@ BACKENDS = tuple(CARRIED)
 FUSED_ATTENTION = "triton"
 FUSED_ATTENTION_WHY = (
     "FA3 is sgl-kernel's flash_ops.abi3.so, 1.07 GB (a call carries 64 MiB, the project "
-    "included); flashinfer's attention is built by its JIT with nvcc on first use (its decode and "
-    "prefill sources would fit: +1.12 MiB of xz; the build on the device is unmeasured) and its "
-    "AOT cache package is not on PyPI")
+    "included); flashinfer's attention is built by its JIT with nvcc on first use (its sources "
+    "travel, +1.1 MiB of xz; the build's time on the device is unmeasured: F/fi-* measure it) "
+    "and its AOT cache package is not on PyPI")
 # CUDA graphs captured for these decode batch sizes: the 1, 8 and 64 rows the kit measures and
 # the batches on the way (a smaller batch pads to the next size); fewer sizes, a shorter start
 GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -92,11 +92,13 @@ def cpu_args(**extra) -> dict[str, Any]:
     return args
 
 
-def engine_env(*, parity: bool, native_ops: bool) -> dict[str, str]:
+def engine_env(*, parity: bool, native_ops: bool, flashinfer: bool = False) -> dict[str, str]:
     """Environment for an engine's processes (SGLang's schedulers inherit it): native ops on or
-    off, flashinfer off (its JIT sources are not carried), and for fp32 parity TF32 off in cuBLAS,
-    cuDNN and Triton's ``tl.dot``."""
-    env = {NATIVE_OPS_ENV: "1" if native_ops else "0", "SGLANG_IS_FLASHINFER_AVAILABLE": "false"}
+    off, flashinfer off unless the engine's attention is flashinfer's (the kit carries the JIT
+    sources of its RMSNorm, attention and cascade modules, built on first use), and for fp32
+    parity TF32 off in cuBLAS, cuDNN and Triton's ``tl.dot``."""
+    env = {NATIVE_OPS_ENV: "1" if native_ops else "0",
+           "SGLANG_IS_FLASHINFER_AVAILABLE": "true" if flashinfer else "false"}
     if parity:
         env.update(NVIDIA_TF32_OVERRIDE="0", TRITON_F32_DEFAULT="ieee")
     return env

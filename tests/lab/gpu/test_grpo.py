@@ -197,6 +197,11 @@ def test_stock_hard_is_verls_own_rollout_actor_and_loss():
     assert kwargs.sampling_backend == "pytorch" and "custom_weight_loader" not in kwargs
     with pytest.raises(ValueError, match="stock verl trains hard only"):
         stage_e.ESpec(stock=True)
+    # the CPU dry run keeps the soft engine (verl's own pins memory, CUDA only), the rest stock
+    dry = stage_e.train_command(stage_e.ESpec(experiment="hard", stock=True), Path("m"),
+                                Path("d"), Path("c"), 2, False, dry=True)
+    assert "actor_rollout_ref.rollout.name=sglang" in dry
+    assert not any(a.startswith(stage_e.STOCK_ENGINE) for a in dry)
 
 
 def test_extra_overrides_come_last_and_each_spec_differs_only_where_it_says():
