@@ -3,9 +3,9 @@
 trainer run one job of every kind and code path at tiny sizes through the same code a GPU runs —
 the shared model and the 8B shape without weights, F's engines (stock and plugin, native and fused
 kernels, overlap on and off, a warm-up engine), the sampler's sync check, overlap parity, D's
-references and parity engines graphs off and on (G), E in fp32 with its diagnosis and verl's stock
-hard E — each in the plan's watched child process, each result a JSON line and the Markdown report
-rebuilt after it."""
+references and parity engines graphs off and on (G), E in fp32 with its diagnosis and hard E —
+each in the plan's watched child process, each result a JSON line and the Markdown report rebuilt
+after it."""
 from __future__ import annotations
 
 import json
@@ -59,7 +59,8 @@ def test_the_headline_plan_runs_whole_on_the_cpu(tmp_path):
     assert diag["likelihood"]["first_beyond"] is None and diag["mixture_max_abs"] < 1e-5, diag
     assert diag["positions"]["mismatched_steps"] == 0 and diag["vision"]["grid_equal"], diag
     hard = val["E/hard"]
-    assert hard["spec"]["stock"] and hard["steps"] == [1, 2] and not hard["problems"], hard
+    assert hard["spec"]["experiment"] == "hard" and hard["steps"] == [1, 2], hard
+    assert not hard["problems"] and hard["verdict"]["status"] == "pass", hard
     assert "A step's price" not in report  # E/bf16 did not run: no ratio invented
     assert "## Headline" in report and "**Verdict: pass**" in report
     for key in DRY_RUN:

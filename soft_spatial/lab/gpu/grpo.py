@@ -8,10 +8,12 @@ process, graphs on; the actor and reference with FSDP2's ``mixed_precision`` in 
 0.9.1 skips autocast: ``FSDPEngine.forward_step`` enters ``torch.autocast`` only when
 ``param_dtype`` is not fp32, and ``model_dtype`` is fp32 by default); the weights (``tiny``: the
 tiny defaults, std 0.1/0.5, whose logits reach ~100 at 2B width; ``parity``: F's and D's
-``parity_init``, untied); the experiment (``adaptsoft``, or ``hard`` with ``stock``: verl's own
-SGLang rollout, its actor engine ``language_model``, loss ``vanilla`` and agent loop
-``single_turn_agent`` — what a verl user runs today); the steps, a resume, graphs, and extra Hydra
-overrides (``headline --set``). On a GPU the model has Qwen3-VL-2B's widths with 4 language and 4
+``parity_init``, untied); the experiment (``adaptsoft``, or ``hard``: the same pipeline with
+one-hot records, SGLang's plugin in hard mode; with ``stock`` verl's own SGLang rollout, actor
+engine ``language_model``, loss ``vanilla`` and agent loop ``single_turn_agent`` — what a verl user
+runs today, which ``soft_spatial.train``'s trainer cannot run yet: it requires the rollout's
+records, :data:`STOCK_BLOCKED`); the steps, a resume, graphs, and extra Hydra overrides
+(``headline --set``). On a GPU the model has Qwen3-VL-2B's widths with 4 language and 4
 vision layers (``--quick``'s shape: a third of the bytes to move); in a dry run the tiny Qwen3-VL
 on the CPU (fp32 whatever the dtype), SGLang's real engine, the same code path.
 
@@ -86,6 +88,13 @@ STOCK_OVERRIDES = ["actor_rollout_ref.rollout.name=sglang",
 
 
 STOCK_ENGINE = "actor_rollout_ref.model.model_type="
+# found by the dry run (2026-11-28): verl's stock rollout returns no soft records, and
+# soft_spatial.train's trainer (integration/ppo_trainer.py, _compute_old_log_prob ->
+# collate.attach_traces) raises without them, in hard mode too
+STOCK_BLOCKED = ("soft_spatial.train's trainer requires the rollout's soft records in every mode "
+                 "(integration/ppo_trainer.py: _compute_old_log_prob -> collate.attach_traces "
+                 "raises \"the batch has no 'soft_trace'\"), which verl's stock SGLang rollout "
+                 "does not return; E/hard measures the same pipeline in hard mode instead")
 
 
 def smoke_reward_path() -> Path:
@@ -390,6 +399,8 @@ def run(spec: ESpec, *, out: Path, work: Path, dry: bool, deadline_at: float) ->
     logs in ``out``. Returns the values; raises :class:`JobFailed` with what it measured on a
     failed run or check, :class:`Skip` without verl or SGLang."""
     from soft_spatial.softthink.controller import FINGERPRINT_LOG_ENV
+    if spec.stock:
+        raise Skip(f"verl's stock hard GRPO: {STOCK_BLOCKED}")
     _requirements(dry)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)

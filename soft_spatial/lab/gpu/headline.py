@@ -15,8 +15,9 @@ The jobs (:mod:`.jobs`; docs/gpu.md has the table and the lease plan):
   attention, ``TRITON_F32_DEFAULT=ieee``), one verdict per row with docs/sglang.md's bound;
 * **E** — GRPO through verl with SGLang rollouts (:mod:`.grpo`): ``E/fp32`` (the replay check
   within 1e-3 nats on soft steps, else the first divergent step and the soft inputs compared
-  tensor by tensor: :mod:`.replay_inputs`), ``E/bf16`` on the parity weights, ``E/hard`` (stock
-  verl with SGLang: the price of a step, part by part);
+  tensor by tensor: :mod:`.replay_inputs`), ``E/bf16`` on the parity weights, ``E/hard`` (the
+  same pipeline in hard mode: the price of a step, part by part; verl's own stock GRPO is
+  ``X/hard-stock``, blocked until the trainer runs a rollout without records);
 * **X** — the sampler's sync check, overlap parity, hard parity, graphs off, E's resume.
 
 What comes back in ``OUT`` (at most 5 files): ``report.md``, ``results.jsonl``, ``log.txt``,
@@ -142,8 +143,9 @@ def e_summary(latest_recs: dict[str, dict]) -> list[str]:
                   "soft steps", "hard steps", "all"], rows) + [""]
     price = step_price_rows(latest_recs)
     if price:
-        out += ["A step's price: adaptsoft (`E/bf16`) ÷ stock verl hard (`E/hard`), part by part "
-                "(verl's `timing_s/*`, each step):", "",
+        out += ["A step's price: adaptsoft (`E/bf16`) ÷ hard thinking on the same pipeline "
+                "(`E/hard`), part by part (verl's `timing_s/*`, each step; the generation part "
+                "against stock SGLang is F's plugin ÷ stock hard):", "",
                 *table(["key", "what", "adaptsoft s", "hard s", "÷"], price), ""]
     return out
 

@@ -73,7 +73,8 @@ def test_the_dry_run_covers_every_kind_and_path():
     assert {a["model"] for a in engines} == {"2b", "8b"}
     assert {by[k].args.get("graphs", False) for k in jobs.DRY_RUN if k[0] in "DG"} == {True, False}
     e = [by[k].args for k in jobs.DRY_RUN if k.startswith("E/")]
-    assert {a["dtype"] for a in e} == {"float32", "bfloat16"} and any(a.get("stock") for a in e)
+    assert {a["dtype"] for a in e} == {"float32", "bfloat16"}
+    assert {a.get("experiment", "adaptsoft") for a in e} == {"adaptsoft", "hard"}
 
 
 def _long_functions(path: Path, limit: int) -> list[str]:
