@@ -43,7 +43,14 @@ def test_the_headline_plan_runs_whole_on_the_cpu(tmp_path):
         v = val[key]
         assert v["tps_big"] > 0 and v["tps_small"] > 0 and len(v["tps_big_all"]) == 1, key
         assert {"kernels", "attention", "overlap", "graphs", "graph_batches"} <= set(v), key
-    assert val[f_keys[0]]["warmup_engine_s"] > 0  # the first engine of its kind: a warm-up first
+    kinds = {}  # the first engine of each kind starts a warm-up engine first, the others do not
+    for r in jobs:
+        v = r["values"]
+        if r["part"] == "F" and r["status"] == "ok":
+            first = (v["kernels"], v["attention"], v["model"]) not in kinds
+            kinds.setdefault((v["kernels"], v["attention"], v["model"]), r["job"])
+            assert (v["warmup_engine_s"] is not None) == first, (r["job"], v["warmup_engine_s"])
+    assert len(kinds) == 3, kinds  # native, fused (2B) and fused 8B
     assert val["F/plugin-fixed-overlap-on"]["soft_step_fraction"] == 1.0
     assert val["F/8b-plugin-fixed"]["model"] == "8b" and val["model/build-8b"]["weights"]
     assert val["X/sync"]["waits"] == []

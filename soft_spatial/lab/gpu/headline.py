@@ -134,13 +134,13 @@ def parity_summary(val: dict[str, dict]) -> list[str]:
 
 
 def e_summary(latest_recs: dict[str, dict]) -> list[str]:
-    from soft_spatial.lab.gpu.grpo import e_summary_rows, step_price_rows
+    from soft_spatial.lab.gpu.grpo import REPLAY, e_summary_rows, step_price_rows
     rows = e_summary_rows(latest_recs)
     out = ["**E** — GRPO through verl with SGLang rollouts:", ""]
     if not rows:
         return out[:1] + [" not run yet.", ""]
-    out += table(["job", "status", "dtype", "weights", "graphs", "verdict", "step 0",
-                  "soft steps", "hard steps", "all"], rows) + [""]
+    out += table(["job", "status", "dtype", "weights", "graphs", "verdict",
+                  *(f"max {what}" for what in REPLAY.values())], rows) + [""]
     price = step_price_rows(latest_recs)
     if price:
         out += ["A step's price: adaptsoft (`E/bf16`) ÷ hard thinking on the same pipeline "

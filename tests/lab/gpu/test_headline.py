@@ -156,3 +156,16 @@ def test_only_lease_and_set_select_jobs(capsys):
                 ["--only", "E/bf16", "--set", "E/bf16"]):
         with pytest.raises(SystemExit):
             pick(*bad)
+
+
+def test_the_e_summary_puts_each_split_under_its_name():
+    soft = {"soft/replay_max_abs_diff_soft": {"1": 2e-5}, "soft/replay_max_abs_diff_hard": {"1": None},
+            "soft/replay_max_abs_diff_step0": {"1": 1e-6}, "soft/replay_max_abs_diff": {"1": 2e-5}}
+    rec = {"part": "E", "job": "fp32", "status": "ok", "time": "t", "elapsed_s": 1.0, "kind": "job",
+           "values": {"spec": {"dtype": "float32", "weights": "parity"}, "graph_batches": None,
+                      "verdict": {"splits": soft, "status": "pass"}}}
+    text = "\n".join(headline.e_summary(headline.latest([rec])))
+    assert ("| job | status | dtype | weights | graphs | verdict | max soft steps | max hard steps | "
+            "max step 0 (the prompt alone) | max all steps |") in text
+    assert "| E/fp32 | ok | float32 | parity | – replayed / – eager | pass | 2e-05 | not recorded " \
+           "| 1e-06 | 2e-05 |" in text
