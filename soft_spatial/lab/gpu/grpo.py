@@ -24,7 +24,7 @@ From the run's ``metrics.jsonl`` and controller logs:
   step, whose input is the prompt alone: a large value there is a prompt, vision or position
   mismatch) and the whole; in fp32 each must be ≤ :data:`FP32_BOUND` (the CPU bound); a split
   the engine did not record is reported as "not recorded", never as passing. When fp32 fails
-  (and always in a dry run), :mod:`.replay_inputs` names the first divergent step and compares
+  (and in E/fp32's dry run), :mod:`.replay_inputs` names the first divergent step and compares
   the soft inputs tensor by tensor;
 * the step time split, verl's ``timing_s/*`` and ``actor/adaptsoft/alignment_s``
   (``SOFT_SPATIAL_ALIGNMENT_CLOCK=1``), for the ratio to ``E/hard`` part by part;
@@ -115,6 +115,9 @@ class ESpec:
     resume: bool = False
     graphs: bool = True
     overrides: tuple[str, ...] = field(default=())
+    #: the diagnosis (replay_inputs) runs when the fp32 verdict fails; with this also in every
+    #: dry run (the plan's E/fp32: its code path proven on the CPU)
+    diagnose_dry: bool = False
 
     def __post_init__(self):
         if self.dtype not in ("bfloat16", "float32") or self.weights not in ("tiny", "parity"):
@@ -126,7 +129,8 @@ class ESpec:
 
     @classmethod
     def from_args(cls, a: dict) -> "ESpec":
-        keys = ("dtype", "weights", "experiment", "stock", "steps", "resume", "graphs")
+        keys = ("dtype", "weights", "experiment", "stock", "steps", "resume", "graphs",
+                "diagnose_dry")
         return cls(**{k: a[k] for k in keys if k in a}, overrides=tuple(a.get("overrides", ())))
 
     def runs(self) -> list[tuple[int, bool, list[int]]]:
@@ -503,7 +507,7 @@ def _assess(spec, values, metrics, syncs, checkpoints, out, model, dry, deadline
                                for k in MEMORY],
                   graph_batches=read_graph_log(str(out / "graph-log")),
                   verdict=verdict(spec, metrics, dry), problems=problems)
-    if spec.adaptsoft and (values["verdict"]["status"] == "fail" or dry):
+    if spec.adaptsoft and (values["verdict"]["status"] == "fail" or (dry and spec.diagnose_dry)):
         values["diagnosis"] = _diagnose(spec, model, out, dry, deadline_at)
     if problems or values["verdict"]["status"] == "fail":
         raise JobFailed("; ".join(problems) or f"replay consistency beyond {FP32_BOUND} nats",

@@ -109,7 +109,7 @@ def _jobs() -> list[Job]:
         Job("D", "fixed", 130, 51.0, ("D/references",), args={"kind": "parity", "mode": "fixed"}),
         Job("D", "adaptsoft", 130, 39.0, ("D/references",),
             args={"kind": "parity", "mode": "adaptsoft"}),
-        _e("fp32", 200.0, dtype="float32", weights="parity", steps=1),
+        _e("fp32", 200.0, dtype="float32", weights="parity", steps=1, diagnose_dry=True),
         _e("bf16", 250.0, dtype="bfloat16", weights="parity", steps=2),
         Job("model", "build-8b", 60, 10.0, args={"kind": "model", "model": "8b"}),
         _f("8b-stock-hard", "stock", "hard", overlap=False, kernels="fused", model="8b", est=90.0),

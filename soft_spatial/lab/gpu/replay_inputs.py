@@ -1,5 +1,5 @@
 """E's diagnosis: where SGLang's soft rollout and the trainer's replay of it part, step by step and
-input tensor by input tensor (run by an E job whose fp32 verdict fails, and by every dry run).
+input tensor by input tensor (run by an E job whose fp32 verdict fails, and by E/fp32's dry run).
 
 On E's own model and dtype, in the E job's process:
 
