@@ -106,13 +106,32 @@ TRIM = {
     # only when java and the jars exist) and the dashboard's JavaScript source maps.
     "ray": {"drop": ["ray/jars/*", "ray/dashboard/client/build/*.map"], "keep": []},
 }
-# flashinfer 0.6.11's JIT modules we build on the device (jit/norm.py: gen_norm_module) and its
+# flashinfer 0.6.11's JIT modules we build on the device (jit/norm.py: gen_norm_module; the
+# attention and cascade modules below) and its
 # include path in search order (jit/cpp_ext.py: get_cccl_includes, then get_system_includes), all
 # under flashinfer/data. Files of flashinfer's own roots are kept one by one as the #include closure
 # reaches them; a vendored library root (CCCL, CUTLASS, spdlog) that it reaches is kept whole, since
 # those use computed includes (#include MACRO(...)) that no scan can follow.
 FLASHINFER_DATA = "flashinfer/data"
-FLASHINFER_JIT_SOURCES = {"jit/norm.py": ["csrc/norm.cu", "csrc/flashinfer_norm_binding.cu"]}
+FLASHINFER_JIT_SOURCES = {
+    "jit/norm.py": ["csrc/norm.cu", "csrc/flashinfer_norm_binding.cu"],
+    # SGLang's flashinfer attention backend (what verl 0.9.1 picks): batch decode and prefill, FA2
+    # and the sm90 templates (gen_customize_batch_{decode,prefill}_module: the files they copy
+    # or render; the kernel .cu files they write are generated), and cascade's merge_state
+    # (extend with a cached prefix). Measured on 0.6.11.post1: 946 files, +1.1 MiB of xz.
+    "jit/attention/modules.py": [
+        "csrc/batch_decode.cu", "csrc/batch_decode_jit_binding.cu",
+        "csrc/batch_decode_customize_config.jinja", "csrc/batch_decode_kernel_inst.jinja",
+        "csrc/batch_prefill.cu", "csrc/batch_prefill_jit_binding.cu",
+        "csrc/batch_prefill_customize_config.jinja", "csrc/batch_prefill_paged_kernel_inst.jinja",
+        "csrc/batch_prefill_ragged_kernel_inst.jinja", "csrc/batch_prefill_sm90.cu",
+        "csrc/batch_prefill_sm90_jit_binding.cu", "csrc/batch_prefill_sm90_customize_config.jinja",
+        "csrc/batch_prefill_paged_sm90_kernel_inst.jinja",
+        "csrc/batch_prefill_ragged_sm90_kernel_inst.jinja", "csrc/batch_prefill_fp8_sm90.cu",
+        "csrc/batch_prefill_fp8_paged_sm90_kernel_inst.jinja",
+        "csrc/batch_prefill_fp8_ragged_sm90_kernel_inst.jinja"],
+    "jit/cascade.py": ["csrc/cascade.cu", "csrc/flashinfer_cascade_binding.cu"],
+}
 FLASHINFER_OWN = ("include", "csrc")
 FLASHINFER_SEARCH = ["cccl/cub", "cccl/libcudacxx/include", "cccl/thrust", "include", "csrc",
                      "cutlass/include", "cutlass/tools/util/include", "spdlog/include"]

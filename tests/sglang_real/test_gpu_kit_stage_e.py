@@ -77,8 +77,9 @@ def test_stage_e_dry_run_trains_resumes_and_syncs_the_controller(tmp_path):
     assert [r[5] for r in sync] == ["–", "yes", "yes", "–"]
     assert sync[1][2] == sync[2][2] != sync[0][2] and sync[3][2] not in (sync[0][2], sync[1][2])
     for key in ("soft/replay_max_abs_diff", "soft/replay_max_abs_diff_soft"):
-        (row,) = _rows(report, key)
-        assert all(0 <= float(x) < 1e-3 for x in row[1:]), row
+        (row,) = _rows(report, key)  # key, the steps it covers, one value per step
+        assert all(0 <= float(x) < 1e-3 for x in row[2:]), row
+    assert "**Verdict: pass**" in report
     for key in ("timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor",
                 "timing_s/update_weights", "actor/adaptsoft/alignment_s"):
         (row,) = _rows(report, key)

@@ -1,5 +1,6 @@
 """What a piece of the GPU kit's work runs with: where it runs, its scratch and report, its
-deadline; the shared model F and D measure; environment changes scoped to one engine."""
+deadline; the models F, D and G measure (the ``model`` jobs); environment changes scoped to one
+engine."""
 from __future__ import annotations
 
 import gc
@@ -11,9 +12,10 @@ from pathlib import Path
 from soft_spatial.lab.gpu.report import LiveReport
 
 __all__ = ["KitContext", "env_vars", "free_memory", "wait_device_free", "shared_model", "MODEL_DIR",
-           "CONTROLLER"]
+           "CONTROLLER", "model_8b", "MODEL_8B_DIR", "measure_model", "render_model"]
 
 MODEL_DIR = "model"          # under KitContext.work: the model F and D share
+MODEL_8B_DIR = "model-8b"    # Qwen3-VL-8B-Thinking's shape without weights (SGLang's dummy load)
 CONTROLLER = "adaptsoft.pt"  # beside it: a random AdaptSoft (τ varies by step)
 
 
@@ -116,3 +118,50 @@ def shared_model(ctx: KitContext) -> tuple[Path, Path, dict]:
              "tied": bool(config.tie_word_embeddings), "weights_gib": round(size / 2 ** 30, 2),
              "built_s" if built else "found_s": round(time.perf_counter() - t0, 1)}
     return model, ctrl, facts
+
+
+def model_8b(ctx: KitContext) -> tuple[Path, Path, dict]:
+    """(model directory, controller checkpoint, facts) of Qwen3-VL-8B-Thinking's published shape
+    (:data:`~soft_spatial.models.shapes.QWEN3_VL_8B`) without weights: the config, tokenizer and
+    processor only; its engines load random weights themselves (SGLang's ``load_format=dummy``,
+    the same weights for every engine), so nothing of 17.5 GB is drawn or written. In a dry run
+    the tiny shape, the same way."""
+    from transformers import AutoConfig, GenerationConfig
+
+    from soft_spatial.lab.bench import random_controller
+    from soft_spatial.models.shapes import QWEN3_VL_8B, check_config
+    from soft_spatial.models.tiny import build_processor, build_tokenizer, tiny_config
+
+    model, ctrl = ctx.work / MODEL_8B_DIR, ctx.work / ("8b-" + CONTROLLER)
+    if not (model / "config.json").is_file():
+        tok = build_tokenizer("qwen")
+        config = tiny_config("qwen3_vl", tok, **({} if ctx.dry_run else QWEN3_VL_8B))
+        config.architectures = ["Qwen3VLForConditionalGeneration"]  # what a checkpoint names
+        tmp = model.with_name(model.name + ".tmp")
+        tmp.mkdir(parents=True, exist_ok=True)
+        config.save_pretrained(tmp)
+        GenerationConfig(eos_token_id=[tok.eos_token_id], pad_token_id=tok.pad_token_id,
+                         bos_token_id=tok.bos_token_id).save_pretrained(tmp)
+        build_processor("qwen3_vl", tok).save_pretrained(tmp)
+        tmp.replace(model)
+    config = check_config(AutoConfig.from_pretrained(model), "the kit's 8B-shaped model")
+    text = config.text_config
+    if not ctrl.is_file():
+        random_controller(text.hidden_size).save(ctrl)
+    return model, ctrl, {"hidden": text.hidden_size, "layers": text.num_hidden_layers,
+                         "head_dim": text.head_dim, "vision_depth": config.vision_config.depth,
+                         "weights": "SGLang's dummy load (random, no file)"}
+
+
+def measure_model(ctx: KitContext, job) -> dict:
+    """The ``model`` jobs: build (2B) or write (8B, no weights) the model the engines share."""
+    which = job.args.get("model", "2b")
+    _, _, facts = (model_8b if which == "8b" else shared_model)(ctx)
+    return {"model": which, **facts}
+
+
+def render_model(values: dict) -> list[str]:
+    shape = {"2b": "Qwen3-VL-2B", "8b": "Qwen3-VL-8B-Thinking"}[values["model"]]
+    facts = {k: v for k, v in values.items() if k not in ("model", "job_s")}
+    return [f"{shape}'s published shape (tiny in a dry run), random weights: "
+            + ", ".join(f"{k} {v}" for k, v in facts.items())]

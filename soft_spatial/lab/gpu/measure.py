@@ -24,7 +24,6 @@ class Ctx:
     report: "Report"
     workdir: Path
     notes: list = field(default_factory=list)
-    drift: bool = False  # stage d: also the embedded engine's fp32 − fp64 self-drift
 
     @property
     def dtype(self):

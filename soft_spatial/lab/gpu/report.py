@@ -18,7 +18,7 @@ from pathlib import Path
 
 from soft_spatial.infra.jsonl import read_jsonl
 
-__all__ = ["Skip", "StageFailed", "table", "LiveReport", "stamp"]
+__all__ = ["Skip", "StageFailed", "JobFailed", "table", "LiveReport", "stamp"]
 
 
 class Skip(Exception):
@@ -31,6 +31,15 @@ class StageFailed(Exception):
     def __init__(self, lines: list[str]):
         super().__init__("\n".join(lines))
         self.lines = lines
+
+
+class JobFailed(Exception):
+    """A plan job that failed after measuring part of what it measures (``values``: those, for
+    the report and ``results.jsonl``); ``why`` names the failure."""
+
+    def __init__(self, why: str, values: dict):
+        super().__init__(why)
+        self.values = dict(values, failure=why)
 
 
 def table(head: list[str], rows: list[list]) -> list[str]:

@@ -19,17 +19,26 @@ from typing import Any
 
 from soft_spatial.compat.sglang import NATIVE_OPS_ENV
 
-__all__ = ["BACKENDS", "CARRIED", "GRAPH_BATCH_SIZES", "CPU_ARGS", "cuda_args", "cpu_args",
-           "engine_env", "unset_backends", "NATIVE_OPS_ENV"]
+__all__ = ["BACKENDS", "CARRIED", "FUSED_ATTENTION", "FUSED_ATTENTION_WHY", "GRAPH_BATCH_SIZES",
+           "CPU_ARGS", "cuda_args", "cpu_args", "engine_env", "unset_backends", "NATIVE_OPS_ENV"]
 
 # every backend SGLang or verl would otherwise choose, with the values the kit carries
 CARRIED = {
-    "attention_backend": ("triton", "torch_native"),
+    "attention_backend": ("triton", "torch_native", "flashinfer"),
     "mm_attention_backend": ("sdpa",),
     "grammar_backend": ("none",),
     "sampling_backend": ("pytorch", "soft_gumbel"),
 }
 BACKENDS = tuple(CARRIED)
+# The attention of the F jobs with SGLang's fused kernels. On Hopper SGLang picks FA3 and verl
+# 0.9.1 flashinfer; neither travels in a call (docs/gpu.md, "Attention on Hopper"), so the best
+# carried backend is Triton's, for stock and plugin alike.
+FUSED_ATTENTION = "triton"
+FUSED_ATTENTION_WHY = (
+    "FA3 is sgl-kernel's flash_ops.abi3.so, 1.07 GB (a call carries 64 MiB, the project "
+    "included); flashinfer's attention is built by its JIT with nvcc on first use (its sources "
+    "travel, +1.1 MiB of xz; the build's time on the device is unmeasured: F/fi-* measure it) "
+    "and its AOT cache package is not on PyPI")
 # CUDA graphs captured for these decode batch sizes: the 1, 8 and 64 rows the kit measures and
 # the batches on the way (a smaller batch pads to the next size); fewer sizes, a shorter start
 GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -39,7 +48,8 @@ CPU_ARGS = dict(device="cpu", attention_backend="torch_native", grammar_backend=
 
 
 def cuda_args(dtype: str, *, graphs: bool, plugin: bool, overlap: bool = False,
-              parity: bool = False, mem_fraction: float = 0.5) -> dict[str, Any]:
+              parity: bool = False, attention: str | None = None, dummy: bool = False,
+              mem_fraction: float = 0.5) -> dict[str, Any]:
     """Server arguments of one CUDA engine of the kit.
 
     dtype: "bfloat16" (throughput) or "float32" (parity).
@@ -47,18 +57,29 @@ def cuda_args(dtype: str, *, graphs: bool, plugin: bool, overlap: bool = False,
     plugin: the soft plugin samples (``soft_gumbel``, set by ``required_server_args``); a stock
         engine samples with PyTorch (flashinfer's sampler is not carried).
     overlap: SGLang's overlap scheduling (the plugin's default is off).
-    parity: fp32 comparisons: attention ``torch_native`` (no TF32 dots), else Triton.
+    parity: an fp32 comparison (its environment: :func:`engine_env`).
+    attention: the text attention backend; default ``torch_native`` for parity with graphs off
+        (no TF32 dots; SGLang turns graphs off for it), else ``triton`` (with parity: Triton's
+        dots in IEEE fp32 through ``TRITON_F32_DEFAULT=ieee``, and graphs allowed).
+    dummy: SGLang draws random weights itself (``load_format=dummy``): a shape without files.
     """
     if parity and dtype != "float32":
         raise ValueError(f"cuda_args: parity engines run in float32, got {dtype!r}")
+    if attention is None:
+        attention = "torch_native" if parity and not graphs else "triton"
+    if attention == "torch_native" and graphs:
+        raise ValueError("cuda_args: SGLang turns CUDA graphs off with torch_native attention; "
+                         "use triton for graphs on")
     args = dict(dtype=dtype, skip_server_warmup=True, mem_fraction_static=mem_fraction,
-                log_level="error", attention_backend="torch_native" if parity else "triton",
+                log_level="error", attention_backend=attention,
                 mm_attention_backend="sdpa", grammar_backend="none",
                 disable_cuda_graph=not graphs, disable_overlap_schedule=not overlap)
     if graphs:
         args["cuda_graph_bs"] = list(GRAPH_BATCH_SIZES)
     if not plugin:
         args["sampling_backend"] = "pytorch"
+    if dummy:
+        args["load_format"] = "dummy"
     return args
 
 
@@ -71,11 +92,13 @@ def cpu_args(**extra) -> dict[str, Any]:
     return args
 
 
-def engine_env(*, parity: bool, native_ops: bool) -> dict[str, str]:
+def engine_env(*, parity: bool, native_ops: bool, flashinfer: bool = False) -> dict[str, str]:
     """Environment for an engine's processes (SGLang's schedulers inherit it): native ops on or
-    off, flashinfer off (its JIT sources are not carried), and for fp32 parity TF32 off in cuBLAS,
-    cuDNN and Triton's ``tl.dot``."""
-    env = {NATIVE_OPS_ENV: "1" if native_ops else "0", "SGLANG_IS_FLASHINFER_AVAILABLE": "false"}
+    off, flashinfer off unless the engine's attention is flashinfer's (the kit carries the JIT
+    sources of its RMSNorm, attention and cascade modules, built on first use), and for fp32
+    parity TF32 off in cuBLAS, cuDNN and Triton's ``tl.dot``."""
+    env = {NATIVE_OPS_ENV: "1" if native_ops else "0",
+           "SGLANG_IS_FLASHINFER_AVAILABLE": "true" if flashinfer else "false"}
     if parity:
         env.update(NVIDIA_TF32_OVERRIDE="0", TRITON_F32_DEFAULT="ieee")
     return env

@@ -14,13 +14,11 @@ Stages (each independent; a stage whose packages are missing is skipped with the
      and peak memory against the naive per-step V×D form, Gumbel-density and replay throughput.
   c  one actor update through verl's FSDP2 engine on one GPU (a Qwen3-VL-2B-shaped language
      model): hard vs soft_fixed vs adaptsoft time and peak memory, each mode in its own process.
-  d  SGLang 0.5.12 with the soft plugin (the kit's sglang pack): tokens, records and likelihoods
-     against the embedded engine's fp32 and fp64 runs on the same weights and seeds (fp32, every
-     mode, TF32 off), the first divergence and per-step |Δ|, then SGLang vs embedded throughput.
   e  GRPO through verl with SGLang rollouts on one GPU (soft_spatial/lab/gpu/grpo.py): 2 steps with a
      checkpoint and a resume; time split, peak memory, replay consistency, controller sync.
-  f  soft decoding under SGLang's CUDA graphs (scripts/gpu/stage_f.py): graphs on/off throughput
-     against stock SGLang hard decoding, graphs-on/off parity in fp32.
+Stages d and f are the headline plan's jobs now (--plan headline): D/G (SGLang parity with the
+embedded engine, graphs off and on), F (throughput against stock SGLang), X/sync and
+X/overlap-parity (docs/gpu.md).
 
 The report is rewritten after every stage, so a run cut short keeps what finished. Timings
 synchronise the device and take the median of repeats after a warm-up.
@@ -36,10 +34,9 @@ import time
 import traceback
 from pathlib import Path
 
-from soft_spatial.lab.gpu import (actor_update, embedded, graphs, grpo, headline, soft_parity,
-                                  softthink_sizes)
+from soft_spatial.lab.gpu import actor_update, embedded, grpo, headline, softthink_sizes
 from soft_spatial.lab.gpu.measure import Ctx, Report, free_memory, versions
-from soft_spatial.lab.gpu.report import Skip, StageFailed
+from soft_spatial.lab.gpu.report import JobFailed, Skip, StageFailed
 
 __all__ = ["STAGES", "main"]
 
@@ -50,48 +47,57 @@ def stage_e(ctx: Ctx) -> list[str]:
     """Step 1 with its checkpoint, then a resume to step 2 (soft_spatial.lab.gpu.grpo), each run
     within ``$SOFT_SPATIAL_STAGE_E_TIMEOUT`` seconds of the stage's start (default 900)."""
     deadline = time.time() + float(os.environ.get("SOFT_SPATIAL_STAGE_E_TIMEOUT", 900))
-    _, lines = grpo.run(out=ctx.report.path.parent / "stage-e", work=ctx.workdir / "e",
-                        dry=ctx.dry_run, quick=ctx.quick, deadline_at=deadline, plan=grpo.RESUME)
-    return lines
+    spec = grpo.ESpec(dtype="bfloat16", weights="tiny", steps=2, resume=True)
+    try:
+        values = grpo.run(spec, out=ctx.report.path.parent / "stage-e", work=ctx.workdir / "e",
+                          dry=ctx.dry_run, deadline_at=deadline)
+    except JobFailed as e:
+        raise StageFailed(grpo.render(e.values)) from e
+    return grpo.render(values)
 
 
 STAGES = {"a": ("a. Embedded engine on CUDA (Qwen3-VL-8B shape)", embedded.stage_a),
           "b": ("b. softthink at real sizes", softthink_sizes.stage_b),
           "c": ("c. One actor update through verl's FSDP2 engine", actor_update.stage_c),
-          "d": ("d. SGLang soft rollout", soft_parity.stage_d),
-          "e": ("e. GRPO through verl with SGLang rollouts on one GPU", stage_e),
-          "f": ("f. SGLang soft decoding under CUDA graphs", graphs.stage_f)}
+          "e": ("e. GRPO through verl with SGLang rollouts on one GPU", stage_e)}
+MOVED = {"d": "D/references,D/fixed,D/adaptsoft,G/fixed,G/adaptsoft",
+         "f": "X/sync,F/stock-hard,F/plugin-fixed,F/plugin-adaptsoft,X/overlap-parity"}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 2)[2])
-    ap.add_argument("--stages", default="a,b,c,d,e,f", help="comma-separated stages (default all)")
+    ap.add_argument("--stages", default="a,b,c,e", help="comma-separated stages (default all)")
     ap.add_argument("--out", default="gpu-report.md", help="Markdown report path")
     ap.add_argument("--dry-run", action="store_true",
                     help="run every stage's logic on the CPU at tiny sizes (no GPU needed)")
     ap.add_argument("--quick", action="store_true", help="smaller real sizes (fewer steps)")
-    ap.add_argument("--drift", action="store_true",
-                    help="stage d: also measure the embedded engine's fp32 − fp64 drift per step "
-                         "over a longer horizon (the amplification the parity bound allows for)")
     ap.add_argument("--plan", choices=["headline"],
                     help="run a plan instead of stages: 'headline' is F, D and E in one device "
                          "call (soft_spatial/lab/gpu/headline.py); --out is then a directory")
-    ap.add_argument("--deadline", type=float, default=510.0,
-                    help="--plan: seconds every part must end within (default 510)")
+    ap.add_argument("--deadline", type=float, default=520.0,
+                    help="--plan: seconds every job must end within (default 520)")
     ap.add_argument("--work", help="--plan: scratch directory (default: a temporary one)")
     ap.add_argument("--only", help="--plan: comma-separated job keys to run (e.g. E/grpo)")
-    ap.add_argument("--no-extras", action="store_true", help="--plan: the headline jobs only")
+    ap.add_argument("--lease", help="--plan: LEASE.CALL, that call's jobs of docs/gpu.md's lease plan")
+    ap.add_argument("--set", action="append", default=[], metavar="JOB:KEY=VALUE",
+                    help="--plan: an extra Hydra override for an E job (repeatable)")
     a = ap.parse_args(argv)
     if a.plan:
         out = "gpu-headline" if a.out == "gpu-report.md" else a.out
         return headline.main(["--out", out, "--deadline", str(a.deadline)]
-                             + ["--dry-run"] * a.dry_run + ["--no-extras"] * a.no_extras
+                             + ["--dry-run"] * a.dry_run
                              + (["--work", a.work] if a.work else [])
-                             + (["--only", a.only] if a.only else []))
+                             + (["--only", a.only] if a.only else [])
+                             + (["--lease", a.lease] if a.lease else [])
+                             + [x for s in a.set for x in ("--set", s)])
     import torch
     stages = [s.strip() for s in a.stages.split(",") if s.strip()]
+    moved = [s for s in stages if s in MOVED]
+    if moved:
+        ap.error(f"stages {moved} are the headline plan's jobs now: --plan headline --only "
+                 + ",".join(MOVED[s] for s in moved) + " (docs/gpu.md)")
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         ap.error(f"unknown stages {unknown}; choose from {sorted(STAGES)}")
@@ -105,7 +111,7 @@ def main(argv=None) -> int:
               + (" (dry run: tiny sizes on the CPU)" if a.dry_run else "") + ".", ""]
     report = Report(Path(a.out), header)
     with tempfile.TemporaryDirectory(prefix="gpukit-") as tmp:
-        ctx = Ctx(a.dry_run, a.quick, device, report, Path(tmp), drift=a.drift)
+        ctx = Ctx(a.dry_run, a.quick, device, report, Path(tmp))
         failed = 0
         for s in stages:
             title, fn = STAGES[s]

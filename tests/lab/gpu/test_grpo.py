@@ -8,6 +8,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -145,8 +146,121 @@ def test_one_gpu_preset_colocates_sglang_with_memory_release():
     assert r.name == "sglang_soft" and r.free_cache_engine and r.engine_kwargs.sglang.enable_memory_saver
     assert cfg.actor_rollout_ref.actor.strategy == "fsdp2" and r.dtype == "bfloat16"
     assert cfg.trainer.save_freq == 1 and cfg.trainer.total_training_steps == 2
-    cmd = stage_e.train_command(Path("m"), Path("d"), Path("c"), 2, False, dry=False)
+    cmd = stage_e.train_command(stage_e.ESpec(), Path("m"), Path("d"), Path("c"), 2, False,
+                                dry=False)
     assert "cluster=gpu1" in cmd and "trainer.save_freq=-1" in cmd and "rollout=sglang" in cmd
+    assert f"reward.custom_reward_function.path={stage_e.smoke_reward_path()}" in cmd
+
+
+def _compose(spec: "stage_e.ESpec"):
+    """The training command's overrides of ``spec`` composed as training composes them."""
+    from train_helpers import compose_train
+    cmd = stage_e.train_command(spec, Path("m"), Path("d"), Path("c"), spec.steps, False,
+                                dry=False)
+    return compose_train(*[a for a in cmd[3:] if not a.startswith(("model.path", "data.",
+                                                                   "reward.", "trainer."))])
+
+
+def test_fp32_runs_sglang_the_actor_and_the_reference_in_fp32():
+    """E/fp32: SGLang's dtype, and FSDP2's mixed precision in fp32 for actor and reference, where
+    verl 0.9.1 skips autocast (FSDPEngine.forward_step: autocast only when param_dtype is not
+    fp32) and builds the module in model_dtype fp32."""
+    cfg = _compose(stage_e.ESpec(dtype="float32", weights="parity", steps=1))
+    a = cfg.actor_rollout_ref
+    assert a.rollout.dtype == "float32"
+    for role in (a.actor, a.ref):
+        mp = role.fsdp_config.mixed_precision
+        assert (mp.param_dtype, mp.reduce_dtype, mp.buffer_dtype) == ("fp32", "fp32", "fp32")
+        assert role.fsdp_config.model_dtype == "fp32"
+    bf16 = _compose(stage_e.ESpec(dtype="bfloat16")).actor_rollout_ref
+    assert bf16.rollout.dtype == "bfloat16" and bf16.actor.fsdp_config.get("mixed_precision") is None
+
+
+def test_verl_skips_autocast_exactly_when_param_dtype_is_fp32():
+    """The verl 0.9.1 lines E/fp32 relies on, read from its source."""
+    import inspect
+
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngine, FSDPEngineWithLMHead
+    src = inspect.getsource(FSDPEngineWithLMHead.forward_step)  # the soft engine's base
+    assert "autocast_dtype == torch.float32" in src and "nullcontext()" in src
+    assert "self._autocast_dtype = param_dtype" in inspect.getsource(FSDPEngine._build_fsdp_module)
+
+
+def test_stock_hard_is_verls_own_rollout_actor_and_loss():
+    cfg = _compose(stage_e.ESpec(experiment="hard", stock=True, weights="parity"))
+    a = cfg.actor_rollout_ref
+    assert cfg.soft_thinking.mode == "hard"
+    assert a.rollout.name == "sglang" and a.model.model_type == "language_model"
+    assert a.actor.policy_loss.loss_mode == "vanilla"
+    assert a.rollout.agent.default_agent_loop == "single_turn_agent"
+    kwargs = a.rollout.engine_kwargs.sglang
+    assert kwargs.sampling_backend == "pytorch" and "custom_weight_loader" not in kwargs
+    with pytest.raises(ValueError, match="stock verl trains hard only"):
+        stage_e.ESpec(stock=True)
+    # the CPU dry run keeps the soft engine (verl's own pins memory, CUDA only), the rest stock
+    dry = stage_e.train_command(stage_e.ESpec(experiment="hard", stock=True), Path("m"),
+                                Path("d"), Path("c"), 2, False, dry=True)
+    assert "actor_rollout_ref.rollout.name=sglang" in dry
+    assert not any(a.startswith(stage_e.STOCK_ENGINE) for a in dry)
+
+
+def test_extra_overrides_come_last_and_each_spec_differs_only_where_it_says():
+    base = stage_e.ESpec(dtype="bfloat16", weights="parity")
+    more = stage_e.ESpec.from_args({"dtype": "bfloat16", "weights": "parity",
+                                    "overrides": ["x.y=1"]})
+    a, b = (stage_e.train_command(s, Path("m"), Path("d"), Path("c"), 2, False, dry=False)
+            for s in (base, more))
+    assert b == a + ["x.y=1"]
+    fp32 = stage_e.train_command(stage_e.ESpec(dtype="float32", weights="parity"), Path("m"),
+                                 Path("d"), Path("c"), 2, False, dry=False)
+    assert [x for x in fp32 if x not in a] == stage_e.FP32_OVERRIDES
+    assert stage_e.ESpec(steps=2, resume=True).runs() == [(1, True, [0, 1]), (2, False, [1, 2])]
+    assert stage_e.ESpec(steps=1).runs() == [(1, False, [0, 1])]
+
+
+def test_parity_weights_are_fs_and_ds_init_untied():
+    from soft_spatial.models.shapes import QWEN3_VL_2B, parity_init
+    shape = stage_e.model_shape(stage_e.ESpec(weights="parity"), dry=False)
+    want = parity_init(QWEN3_VL_2B["hidden_size"])
+    assert (shape["init_std"], shape["head_init_std"]) == (want["init_std"], want["head_init_std"])
+    assert shape["tie_word_embeddings"] is False and shape["num_hidden_layers"] == 4
+    tiny = stage_e.model_shape(stage_e.ESpec(weights="tiny"), dry=False)
+    assert "init_std" not in tiny and tiny["vision_config"]["depth"] == 4
+
+
+def _metrics(**splits):
+    return {1: {k: v for k, v in splits.items()}}
+
+
+def test_the_verdict_reads_each_split_and_never_passes_a_missing_one():
+    spec = stage_e.ESpec(dtype="float32")
+    soft, hard, step0 = ("soft/replay_max_abs_diff_soft", "soft/replay_max_abs_diff_hard",
+                         "soft/replay_max_abs_diff_step0")
+    ok = stage_e.verdict(spec, {1: {soft: 3e-5, hard: 1e-6, step0: 0.0,
+                                    "soft/replay_max_abs_diff": 3e-5}}, dry=False)
+    assert ok["status"] == "pass" and ok["not_recorded"] == []
+    bad = stage_e.verdict(spec, {1: {soft: 3e-5, hard: 2e-3}, 2: {soft: 17.0}}, dry=False)
+    assert bad["status"] == "fail" and bad["first_beyond"] == (hard, 1, 2e-3)
+    # before the engine's split metrics exist: the soft split decides, the others are named
+    old = stage_e.verdict(spec, {1: {soft: 3e-5, "soft/replay_max_abs_diff": 3e-5}}, dry=False)
+    assert old["status"] == "pass" and old["not_recorded"] == [hard, step0]
+    none = stage_e.verdict(spec, {1: {"soft/replay_max_abs_diff": 3e-5}}, dry=False)
+    assert none["status"].startswith("undecided") and soft in none["not_recorded"]
+    bf16 = stage_e.verdict(stage_e.ESpec(), {1: {soft: 17.0}}, dry=False)
+    assert bf16["status"].startswith("recorded") and bf16["first_beyond"] is None
+    lines = "\n".join(stage_e._verdict_lines(old, None))
+    assert "| soft/replay_max_abs_diff_hard | hard steps | not recorded |" in lines
+
+
+def test_a_steps_price_is_adaptsoft_over_stock_hard_part_by_part():
+    soft = {"values": {"timing": {"2": {"timing_s/gen": 4.0, "timing_s/update_actor": 3.0,
+                                         stage_e.ALIGNMENT: 0.5}}}}
+    hard = {"values": {"timing": {"2": {"timing_s/gen": 2.0, "timing_s/update_actor": 3.0}}}}
+    rows = stage_e.step_price_rows({"E/bf16": soft, "E/hard": hard})
+    by = {r[0]: r for r in rows}
+    assert by["timing_s/gen (step 2)"][4] == 2.0 and by["timing_s/update_actor (step 2)"][4] == 1.0
+    assert by[f"{stage_e.ALIGNMENT} (step 2)"][3:] == ["not recorded", "–"]
+    assert stage_e.step_price_rows({"E/bf16": soft}) == []
 
 
 def test_checkpoint_fingerprint_reads_the_training_checkpoint(tmp_path):

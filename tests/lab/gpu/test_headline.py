@@ -1,19 +1,17 @@
 """The GPU kit's headline plan on the CPU, without SGLang: the shared server arguments name every
-backend (each CUDA engine of the plan, stage d and f, and configs/cluster/gpu1.yaml as verl would
-start SGLang), the live report, and the parent's containment: a child killed the way SGLang's
-SIGQUIT handler kills its engine's process tree is recorded as failed and the next job runs; a
-deadline reached mid-plan leaves every finished number. The whole plan's dry run with SGLang's
-real engine is tests/sglang_real/test_gpu_headline_dry_run.py."""
+backend (each CUDA engine of the plan and configs/cluster/gpu1.yaml as verl would start SGLang),
+the live report and its summaries (like-for-like ratios, overlap, parity, E), the command's job
+selection. The runner's containment is tests/lab/gpu/test_runner.py; the whole plan's dry run with
+SGLang's real engine is tests/sglang_real/test_gpu_headline_dry_run.py."""
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from soft_spatial.lab.gpu import graphs, headline, soft_parity
-from soft_spatial.lab.gpu.headline import Job
+from soft_spatial.lab.gpu.jobs import Job, plan
 from soft_spatial.lab.gpu.report import LiveReport
 from soft_spatial.lab.gpu.sglang_args import BACKENDS, cuda_args, unset_backends
 
@@ -24,27 +22,48 @@ CONFIGS = ROOT / "configs"
 def _plan_args() -> dict[str, tuple[dict, bool]]:
     """{job: (its CUDA server arguments, plugin)} for every SGLang engine of the plan."""
     out = {}
-    for job in headline.plan(extras=True):
+    for job in plan():
         a = job.args
         if a["kind"] == "engine":
-            spec = graphs.EngineSpec(a["engine"], a["mode"], a.get("graphs", True),
-                                     a.get("overlap", False), a.get("native", True))
+            spec = graphs.EngineSpec.from_args(a)
             out[job.key] = (graphs.server_args(spec, dry=False), spec.kind == "plugin")
         elif a["kind"] == "parity":
-            out[job.key] = (soft_parity.server_args(dry=False), True)
+            out[job.key] = (soft_parity.server_args(False, a.get("graphs", False)), True)
     return out
 
 
 def test_every_engine_of_the_plan_names_its_backends():
     composed = _plan_args()
-    assert {"F/stock-hard", "F/plugin-fixed", "D/fixed", "X/plugin-fixed-fused"} <= set(composed)
+    assert {"F/stock-hard", "F/plugin-fixed", "D/fixed", "G/fixed", "F/fused-plugin-fixed",
+            "F/8b-plugin-fixed"} <= set(composed)
     for key, (args, plugin) in composed.items():
         assert unset_backends(args, plugin=plugin) == [], key
         assert args["mm_attention_backend"] == "sdpa" and args["grammar_backend"] == "none", key
         if not args["disable_cuda_graph"]:  # captured for every batch the plan measures
             assert {1, 8, 64} <= set(args["cuda_graph_bs"]), key
     assert composed["D/fixed"][0]["attention_backend"] == "torch_native"  # no TF32 dots
+    assert composed["D/fixed"][0]["disable_cuda_graph"]  # SGLang turns them off with it anyway
+    g = composed["G/adaptsoft"][0]  # graphs on in fp32: Triton (IEEE dots by environment)
+    assert g["attention_backend"] == "triton" and not g["disable_cuda_graph"]
+    assert g["dtype"] == "float32"
     assert composed["F/stock-hard"][0]["sampling_backend"] == "pytorch"   # not flashinfer's
+    assert composed["F/8b-stock-hard"][0]["load_format"] == "dummy"  # the 8B shape, no files
+    assert "load_format" not in composed["F/stock-hard"][0]
+
+
+def _setting(args: dict) -> tuple:
+    return tuple(sorted((k, str(v)) for k, v in args.items() if k != "sampling_backend"))
+
+
+def test_each_plugin_f_job_has_a_stock_job_with_the_same_engine_arguments():
+    """Like for like: a plugin job and the stock hard job it is divided by differ only in the
+    plugin (the sampler), kernels, attention, overlap and model included."""
+    composed, jobs = _plan_args(), {j.key: j for j in plan()}
+    stock = {(_setting(args), jobs[k].args["kernels"]): k for k, (args, plugin) in composed.items()
+             if k.startswith("F/") and not plugin}
+    for key, (args, plugin) in composed.items():
+        if key.startswith("F/") and plugin and jobs[key].args["mode"] != "hard":
+            assert (_setting(args), jobs[key].args["kernels"]) in stock, key
 
 
 @pytest.mark.parametrize("drop", BACKENDS)
@@ -57,15 +76,11 @@ def test_a_backend_left_to_the_default_is_named(drop):
     assert unset_backends(args, plugin=False) == [f"{drop}='fa3'"]
 
 
-def test_the_stage_d_and_f_engines_name_their_backends():
-    for parity in (False, True):
-        args = soft_parity.sglang_server_args("float32" if parity else "bfloat16", "cuda", parity)
-        assert unset_backends(args, plugin=True) == [], args
-    for graphs_on in (False, True):
-        ctx = type("Ctx", (), {"device": "cuda"})()
-        for plugin in (False, True):
-            args = graphs.stage_server_args(ctx, "bfloat16", graphs_on, plugin=plugin)
-            assert unset_backends(args, plugin=plugin) == [], args
+def test_torch_native_attention_with_graphs_is_refused():
+    with pytest.raises(ValueError, match="turns CUDA graphs off"):
+        cuda_args("float32", graphs=True, plugin=True, parity=True, attention="torch_native")
+    with pytest.raises(ValueError, match="float32"):
+        cuda_args("bfloat16", graphs=False, plugin=True, parity=True)
 
 
 def test_gpu1_cluster_names_every_backend_as_verl_starts_sglang():
@@ -85,102 +100,72 @@ def test_gpu1_cluster_names_every_backend_as_verl_starts_sglang():
 
 
 # -- the live report ----------------------------------------------------------------------------
+def _f(engine, kernels, overlap, big, small, model="2b"):
+    return {"engine": engine, "kernels": kernels, "attention": "triton", "overlap": overlap,
+            "graphs": True, "model": model, "rows": {"big": 64, "small": 8}, "tps_big": big,
+            "tps_small": small}
+
+
 def test_each_record_is_a_json_line_and_rewrites_the_markdown(tmp_path):
     rep = LiveReport(tmp_path, headline.render)
     rep.start(["# title", ""])
-    rep.record("F", "stock-hard", "ok", values={"engine": "stock hard", "rows": {"big": 64, "small": 8},
-                                               "tps_big": 1000.0, "tps_small": 200.0})
+    rep.record("F", "stock-hard", "ok", values=_f("stock hard", "fused", True, 1000.0, 200.0))
     assert "stock-hard" in (tmp_path / "report.md").read_text()
-    rep.record("F", "plugin-fixed", "ok", values={"engine": "plugin fixed",
-                                                 "rows": {"big": 64, "small": 8},
-                                                 "tps_big": 950.0, "tps_small": 150.0})
+    rep.record("F", "stock-hard-overlap-off", "ok",
+               values=_f("stock hard", "fused", False, 800.0, 100.0))
+    rep.record("F", "plugin-fixed-overlap-on", "ok",
+               values=_f("plugin fixed", "fused", True, 950.0, 150.0))
+    rep.record("F", "plugin-fixed", "ok", values=_f("plugin fixed", "fused", False, 400.0, 99.0))
+    rep.record("F", "native-plugin-fixed", "ok", values=_f("plugin fixed", "native", False, 1.0, 1.0))
     text = (tmp_path / "report.md").read_text()
-    assert "| plugin fixed | 64 | 950 | 0.95 |" in text  # the ratio to stock hard
-    assert "| plugin fixed | 8 | 150 | 0.75 |" in text
+    # each plugin job divided by the stock job of its own kernels and overlap, never another's
+    assert ("| F/plugin-fixed-overlap-on | plugin fixed | fused | triton | on | 64 | 950 | "
+            "F/stock-hard | 0.95 | met |") in text
+    assert "| F/plugin-fixed-overlap-on | plugin fixed | fused | triton | on | 8 | 150 | " \
+           "F/stock-hard | 0.75 | missed |" in text
+    assert "| F/plugin-fixed | plugin fixed | fused | triton | off | 64 | 400 | " \
+           "F/stock-hard-overlap-off | 0.5 | missed |" in text
+    assert "| F/native-plugin-fixed | plugin fixed | native | triton | off | 64 | 1 | not run |" \
+        in text
+    # overlap on ÷ off per engine with the same kernels
+    assert "| stock hard | fused | triton | 2b | 1.25 | 2 |" in text
+    assert "| plugin fixed | fused | triton | 2b | 2.375 | 1.515 |" in text
     recs = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
-    assert [r["kind"] for r in recs] == ["header", "job", "job"]
+    assert [r["kind"] for r in recs] == ["header"] + ["job"] * 5
     assert all("time" in r and "elapsed_s" in r for r in recs[1:])
     with open(tmp_path / "results.jsonl", "a") as f:  # a writer killed mid-line
         f.write('{"kind": "job", "par')
-    assert len(rep.records()) == 3
+    assert len(rep.records()) == 6
 
 
 def test_jobs_travel_as_json():
-    for job in headline.plan(extras=True):
+    for job in plan():
         assert Job.from_dict(json.loads(json.dumps(job.to_dict()))) == job
-    keys = [j.key for j in headline.plan(extras=False)]
-    assert keys == ["model/build", "F/stock-hard", "F/stock-hard-overlap-off", "F/plugin-hard",
-                    "F/plugin-fixed", "D/references", "D/fixed", "D/adaptsoft", "E/grpo"]
 
 
-# -- containment and the deadline ---------------------------------------------------------------
-JOBS = textwrap.dedent('''
-    import os, signal, time
-
-    def ok(ctx, job):
-        return {"number": job.args["number"]}, [f"number {job.args['number']}"]
-
-    def sigquit_tree(ctx, job):
-        # what SGLang's SIGQUIT handler does after a scheduler fails: kill its process tree,
-        # the engine's own process (here: the child) included
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    def hang(ctx, job):
-        time.sleep(3600)
-''')
+def test_only_lease_and_set_select_jobs(capsys):
+    from soft_spatial.lab.gpu.jobs import LEASES
+    ap = headline._parser()
+    pick = lambda *argv: headline.select(ap, ap.parse_args(["--out", "x", *argv]))  # noqa: E731
+    assert [j.key for j in pick("--lease", "2.1")] == LEASES[1][0]
+    assert [j.key for j in pick("--only", "E/fp32,model/build")] == ["model/build", "E/fp32"]
+    jobs = pick("--only", "E/bf16,E/hard", "--set", "E/bf16:a.b=1", "--set", "E/bf16:c=2")
+    assert jobs[0].args["overrides"] == ["a.b=1", "c=2"] and "overrides" not in jobs[1].args
+    for bad in (["--only", "F/nope"], ["--lease", "4.1"], ["--only", "F/stock-hard", "--set",
+                                                           "F/stock-hard:a=1"],
+                ["--only", "E/bf16", "--set", "E/bf16"]):
+        with pytest.raises(SystemExit):
+            pick(*bad)
 
 
-def _jobs(tmp_path, monkeypatch, *spec) -> list[Job]:
-    (tmp_path / "fake_jobs.py").write_text(JOBS)
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    return [Job("T", name, cap, min_left=1.0,
-                args={"kind": "call", "call": f"fake_jobs:{fn}", "number": i})
-            for i, (name, fn, cap) in enumerate(spec)]
-
-
-def _latest(out: Path) -> dict:
-    recs = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
-    return {r["job"]: r for r in recs if r["kind"] == "job"}
-
-
-def test_a_child_killed_like_sglangs_sigquit_handler_is_failed_and_the_next_job_runs(
-        tmp_path, monkeypatch):
-    jobs = _jobs(tmp_path, monkeypatch, ("first", "ok", None), ("crash", "sigquit_tree", None),
-                 ("after", "ok", None))
-    out = tmp_path / "out"
-    rc = headline.run_plan(out, tmp_path / "work", 600, dry=True, jobs=jobs, poll_s=0.1)
-    latest = _latest(out)
-    assert rc == 1
-    assert latest["first"]["status"] == "ok" and latest["first"]["values"]["number"] == 0
-    assert latest["crash"]["status"] == "failed"
-    assert "the child process died" in latest["crash"]["lines"][0]
-    assert latest["after"]["status"] == "ok" and latest["after"]["values"]["number"] == 2
-    report = (out / "report.md").read_text()
-    assert "## T crash: failed" in report and "number 2" in report
-    assert sorted(p.name for p in out.iterdir()) <= sorted(
-        ["report.md", "results.jsonl", "log.txt", "nvidia-smi.txt", "stage-e.tar.gz"])
-
-
-def test_a_deadline_reached_mid_plan_keeps_every_finished_number(tmp_path, monkeypatch):
-    jobs = _jobs(tmp_path, monkeypatch, ("first", "ok", None), ("hangs", "hang", None),
-                 ("never", "ok", None))
-    out = tmp_path / "out"
-    rc = headline.run_plan(out, tmp_path / "work", 20, dry=True, jobs=jobs, poll_s=0.1)
-    latest = _latest(out)
-    assert rc == 1
-    assert latest["first"]["status"] == "ok" and latest["first"]["values"]["number"] == 0
-    assert latest["hangs"]["status"] == "timeout"
-    assert latest["hangs"]["lines"] == ["killed at the plan's deadline"]
-    assert "never" not in latest or latest["never"]["status"] == "skipped"
-    assert latest["end"]["values"]["not_ok"]["T/hangs"] == "timeout"
-    assert "number 0" in (out / "report.md").read_text()
-
-
-def test_a_job_past_its_cap_is_killed_and_the_plan_goes_on(tmp_path, monkeypatch):
-    jobs = _jobs(tmp_path, monkeypatch, ("hangs", "hang", 2.0), ("after", "ok", None))
-    out = tmp_path / "out"
-    headline.run_plan(out, tmp_path / "work", 600, dry=True, jobs=jobs, poll_s=0.1)
-    latest = _latest(out)
-    assert latest["hangs"]["status"] == "timeout"
-    assert latest["hangs"]["lines"] == ["killed at its cap of 2 s"]
-    assert latest["after"]["status"] == "ok"
+def test_the_e_summary_puts_each_split_under_its_name():
+    soft = {"soft/replay_max_abs_diff_soft": {"1": 2e-5}, "soft/replay_max_abs_diff_hard": {"1": None},
+            "soft/replay_max_abs_diff_step0": {"1": 1e-6}, "soft/replay_max_abs_diff": {"1": 2e-5}}
+    rec = {"part": "E", "job": "fp32", "status": "ok", "time": "t", "elapsed_s": 1.0, "kind": "job",
+           "values": {"spec": {"dtype": "float32", "weights": "parity"}, "graph_batches": None,
+                      "verdict": {"splits": soft, "status": "pass"}}}
+    text = "\n".join(headline.e_summary(headline.latest([rec])))
+    assert ("| job | status | dtype | weights | graphs | verdict | max soft steps | max hard steps | "
+            "max step 0 (the prompt alone) | max all steps |") in text
+    assert "| E/fp32 | ok | float32 | parity | – replayed / – eager | pass | 2e-05 | not recorded " \
+           "| 1e-06 | 2e-05 |" in text

@@ -103,7 +103,11 @@ def _flashinfer_wheel(tmp_path, norm_py=b'sources = ["norm.cu", "flashinfer_norm
         d + "spdlog/include/spdlog/spdlog.h": b""})
 
 
-def test_flashinfer_keeps_only_what_the_rmsnorm_build_reads(tmp_path):
+NORM_ONLY = {"jit/norm.py": ["csrc/norm.cu", "csrc/flashinfer_norm_binding.cu"]}
+
+
+def test_flashinfer_keeps_only_what_the_rmsnorm_build_reads(tmp_path, monkeypatch):
+    monkeypatch.setattr(kit, "FLASHINFER_JIT_SOURCES", NORM_ONLY)
     site = tmp_path / "site"
     kit.unpack_wheel(_flashinfer_wheel(tmp_path), site, kit.TRIM["flashinfer-python"])
     d = "flashinfer/data/"
@@ -116,10 +120,55 @@ def test_flashinfer_keeps_only_what_the_rmsnorm_build_reads(tmp_path):
         d + "cccl/cub/cub/cub.cuh", d + "cccl/cub/cub/block.cuh", d + "cccl/cub/cub/computed.cuh"}
 
 
-def test_flashinfer_refuses_a_jit_module_that_no_longer_names_its_sources(tmp_path):
+def test_flashinfer_refuses_a_jit_module_that_no_longer_names_its_sources(tmp_path, monkeypatch):
+    monkeypatch.setattr(kit, "FLASHINFER_JIT_SOURCES", NORM_ONLY)
     wheel = _flashinfer_wheel(tmp_path, norm_py=b'sources = ["rmsnorm.cu"]')
     with pytest.raises(SystemExit, match="no longer builds csrc/norm.cu"):
         kit.unpack_wheel(wheel, tmp_path / "site", kit.TRIM["flashinfer-python"])
+
+
+def test_flashinfer_attention_sources_travel_with_what_they_reach(tmp_path, monkeypatch):
+    """A second JIT module (attention: a .cu and a Jinja template, as flashinfer's batch decode
+    module copies and renders them) keeps its sources, its own headers and, whole, the vendored
+    root they reach (CUTLASS here), beside the RMSNorm closure."""
+    monkeypatch.setattr(kit, "FLASHINFER_JIT_SOURCES", dict(NORM_ONLY, **{
+        "jit/attention/modules.py": ["csrc/batch_decode.cu",
+                                     "csrc/batch_decode_kernel_inst.jinja"]}))
+    d = "flashinfer/data/"
+    wheel = _wheel(tmp_path, "flashinfer_python", {
+        "flashinfer/__init__.py": b"", "flashinfer/jit/norm.py": b'["norm.cu", '
+                                                                  b'"flashinfer_norm_binding.cu"]',
+        "flashinfer/jit/attention/modules.py": b'for f in ["batch_decode.cu"]: ...\n'
+                                               b'open("batch_decode_kernel_inst.jinja")',
+        d + "csrc/norm.cu": b"", d + "csrc/flashinfer_norm_binding.cu": b"",
+        d + "csrc/batch_decode.cu": b'#include <flashinfer/attention/decode.cuh>\n',
+        d + "csrc/batch_decode_kernel_inst.jinja": b'#include "batch_decode_config.inc"\n'
+                                                   b"#include <flashinfer/attention/state.cuh>\n",
+        d + "csrc/sampling.cu": b"",
+        d + "include/flashinfer/attention/decode.cuh": b"#include <cutlass/cutlass.h>\n",
+        d + "include/flashinfer/attention/state.cuh": b"",
+        d + "include/flashinfer/attention/prefill.cuh": b"",
+        d + "cutlass/include/cutlass/cutlass.h": b"",
+        d + "cutlass/include/cute/tensor.hpp": b"",
+        d + "spdlog/include/spdlog/spdlog.h": b""})
+    site = tmp_path / "site"
+    kit.unpack_wheel(wheel, site, kit.TRIM["flashinfer-python"])
+    kept = {p for p in _tree(site) if p.startswith(d)}
+    assert kept == {d + "csrc/norm.cu", d + "csrc/flashinfer_norm_binding.cu",
+                    d + "csrc/batch_decode.cu", d + "csrc/batch_decode_kernel_inst.jinja",
+                    d + "include/flashinfer/attention/decode.cuh",
+                    d + "include/flashinfer/attention/state.cuh",
+                    d + "cutlass/include/cutlass/cutlass.h", d + "cutlass/include/cute/tensor.hpp"}
+
+
+def test_the_kit_builds_flashinfers_attention_for_sglangs_backend():
+    """The modules SGLang's flashinfer attention backend builds on Hopper: decode, prefill (FA2
+    and sm90) and cascade's merge_state, by the file names flashinfer 0.6.11 copies."""
+    src = kit.FLASHINFER_JIT_SOURCES
+    assert {"csrc/batch_decode.cu", "csrc/batch_prefill.cu", "csrc/batch_prefill_sm90.cu"} \
+        <= set(src["jit/attention/modules.py"])
+    assert src["jit/cascade.py"] == ["csrc/cascade.cu", "csrc/flashinfer_cascade_binding.cu"]
+    assert not any(f.endswith("_kernel.cu") for f in src["jit/attention/modules.py"])  # generated
 
 
 def test_pack_is_reproducible_and_keeps_executable_bits(tmp_path):
@@ -290,10 +339,12 @@ def test_check_help(tmp_path):
 
 
 def test_check_dry_run_engine_and_softthink_stages(tmp_path):
-    res, report = _check(tmp_path, "--dry-run", "--stages", "a,b,d")
+    res, report = _check(tmp_path, "--dry-run", "--stages", "a,b")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "## a. Embedded engine" in report and "## b. softthink" in report
-    assert report.count("**ok**") == 2 and "**skipped**" in report  # d: no sglang in .venv
+    assert report.count("**ok**") == 2
+    res, _ = _check(tmp_path, "--dry-run", "--stages", "d")  # the plan's jobs now: said so
+    assert res.returncode == 2 and "--plan headline --only D/references" in res.stderr
     assert "Greedy limit (float32): 2/2 prompts decode the same" in report
     assert "| adaptsoft |" in report and "| 256 |" in report  # throughput and alignment tables
 
