@@ -17,7 +17,7 @@ settings are server-wide) live side by side, each SGLang engine in its own worke
 shutdown kills every child of the process that started it), its scheduler started with
 ``sleep_on_idle`` (an idle scheduler otherwise spins on a core and would slow the others). The
 four modes are measured in turns whose order rotates every repeat
-(`soft_spatial.lab.bench.interleaved`), one measurement being one whole batched ``generate``, after a
+(`soft_spatial.bench.workloads.interleaved`), one measurement being one whole batched ``generate``, after a
 warm-up per mode. Printed: min, median and spread ((max - min) / median) of the seconds per mode,
 the time ratios to SGLang hard (of minima, medians and paired per turn), tokens/s, and the
 throughput ratios SGLang soft / SGLang hard,
@@ -31,19 +31,19 @@ comparable to a tiny model's forward.
 
 CUDA graphs: unavailable on the CPU (SGLang 0.5.12 captures them only on CUDA; its CPU graph
 runner needs the intel_amx attention backend and sgl-kernel's CPU build), so every engine here
-decodes without them, and the output says so. On a GPU, ``--device cuda`` runs the graphs-on/off
-comparison instead (stock SGLang hard with graphs; the plugin's hard, fixed and adaptsoft with
-graphs on and off; 64 and 8 rows; the GPU kit's stage f, ``scripts/gpu/stage_f.py``), and with
-``--overlap`` also the plugin with overlap scheduling on vs off (stage f's part ``overlap``:
-throughput and fp32 parity):
+decodes without them, and the output says so. On a GPU, ``--device cuda`` runs the GPU kit's
+like-for-like F jobs instead (``scripts/gpu/check.py --plan headline --only ...``: stock SGLang
+hard against the plugin's fixed and adaptsoft, graphs on, 64 and 8 rows, docs/gpu.md), and with
+``--overlap`` also the plugin's overlap-on jobs and the fp32 overlap parity:
 
-    python scripts/bench_sglang.py --device cuda [--quick] [--overlap]
+    python scripts/bench_sglang.py --device cuda [--overlap]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -171,20 +171,20 @@ def main() -> None:
     ap.add_argument("--no-prefill", action="store_true",
                     help="skip the prefill counts (and the radix-cache-off engine)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
-                    help="cuda: CUDA graphs on vs off on a GPU (the GPU kit's stage f)")
-    ap.add_argument("--quick", action="store_true", help="--device cuda: 64 steps, not 128")
+                    help="cuda: the GPU kit's F jobs on a GPU (docs/gpu.md)")
     ap.add_argument("--overlap", action="store_true",
-                    help="--device cuda: also overlap scheduling on vs off (stage f's part)")
+                    help="--device cuda: also the plugin's overlap-on jobs and overlap parity")
     a = ap.parse_args()
     if a.device == "cuda":
-        sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
-        import stage_f
-        parts = "throughput,overlap" if a.overlap else "throughput"
-        sys.exit(stage_f.main(["--parts", parts, "--out", "bench-sglang-graphs.md"]
-                              + (["--quick"] if a.quick else [])))
+        jobs = ["model/build", "F/stock-hard-overlap-off", "F/plugin-fixed", "F/plugin-adaptsoft"]
+        jobs += ["F/stock-hard", "F/plugin-fixed-overlap-on", "F/plugin-adaptsoft-overlap-on",
+                 "X/overlap-parity"] if a.overlap else []
+        sys.exit(subprocess.call([sys.executable, str(ROOT / "scripts" / "gpu" / "check.py"),
+                                  "--plan", "headline", "--only", ",".join(jobs),
+                                  "--out", "bench-sglang-gpu", "--deadline", "3600"]))
     _reexec_with_overlay()
 
-    from soft_spatial.lab.bench import interleaved, ratio_lines
+    from soft_spatial.bench.workloads import interleaved, ratio_lines
     from soft_spatial.engines import LocalEngine
     from soft_spatial.models import build_tiny_model
     from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig

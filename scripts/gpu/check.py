@@ -4,12 +4,12 @@
     python3 scripts/gpu/check.py --stages a,b --out report.md                # chosen stages
     python scripts/gpu/check.py --plan headline --dry-run --out DIR          # the plan on the CPU
 
-The checks live in ``soft_spatial/lab/gpu/`` (the headline plan: ``headline.py``; the stages:
+The checks live in ``soft_spatial/bench/gpu/`` (the headline plan: ``headline.py``; the stages:
 ``stages.py``); docs/gpu.md says how a lent GPU machine runs them.
 """
 import sys
 
-from soft_spatial.lab.gpu.stages import main
+from soft_spatial.bench.gpu.stages import main
 
 if __name__ == "__main__":
     sys.exit(main())

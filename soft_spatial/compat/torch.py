@@ -15,7 +15,7 @@ def refuse_tensor_to_device(message: str):
 
     Touches the module attribute ``torch.tensor`` (torch 2.11 on the GPU machines, 2.14 here), for
     the block only: restored on exit, also after an exception. Used by the GPU kit's sampler check
-    (``lab/gpu/sampler_sync.py``); guarded by ``tests/compat/test_torch.py``."""
+    (``bench/gpu/sampler_sync.py``); guarded by ``tests/compat/test_torch.py``."""
     tensor = torch.tensor
 
     def host_tensor(*args, **kwargs):

@@ -26,7 +26,7 @@ SAVED = "verl.model_merger.base_model_merger:BaseModelMerger.save_hf_model_and_t
 BUILD = textwrap.dedent("""
     import os, sys, tempfile
     from soft_spatial.integration.platform import init_process_group, use_cpu_platform
-    from soft_spatial.lab.bench import make_train_engine
+    from soft_spatial.bench.workloads import make_train_engine
 
     model, out = sys.argv[1], sys.argv[2]
     use_cpu_platform()

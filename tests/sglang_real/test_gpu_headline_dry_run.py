@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from soft_spatial.lab.gpu.jobs import DRY_RUN
+from soft_spatial.bench.gpu.jobs import DRY_RUN
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The GPU kit's stage e (soft_spatial/lab/gpu/grpo.py) on the CPU: the plugin's weight loader logs the
+"""The GPU kit's stage e (soft_spatial/bench/gpu/grpo.py) on the CPU: the plugin's weight loader logs the
 fingerprint of the controller it installed, and the stage's dry run — ``python -m
 soft_spatial.train rollout=sglang experiment=adaptsoft`` to step 1 with a checkpoint, then a
 resume to step 2, verl's trainer with SGLang's real engine as the rollout — passes its checks

@@ -479,8 +479,8 @@ def test_decode_read_at_graph_capture_allocates_from_the_pool(engine):
 def test_sampler_never_waits_for_the_device(mode):
     """Prefill with a chunked row, two sampling settings, decodes, requests joining and leaving:
     on the meta device every host read of the device and every blocking copy raises
-    (soft_spatial/lab/gpu/sampler_sync.py; the GPU kit runs the same under CUDA's sync debug mode)."""
-    from soft_spatial.lab.gpu.sampler_sync import drive_sampler
+    (soft_spatial/bench/gpu/sampler_sync.py; the GPU kit runs the same under CUDA's sync debug mode)."""
+    from soft_spatial.bench.gpu.sampler_sync import drive_sampler
     assert drive_sampler("meta", mode) == 14
 
 
@@ -489,7 +489,7 @@ def test_sampler_never_waits_for_the_device(mode):
 def test_the_no_wait_check_catches_a_wait(monkeypatch, wait):
     """The check fails when the sampler waits (each way a wait creeps in, but list indexing,
     which only the CUDA check sees)."""
-    from soft_spatial.lab.gpu.sampler_sync import drive_sampler
+    from soft_spatial.bench.gpu.sampler_sync import drive_sampler
     from soft_spatial.engines.sglang import runtime as rt_mod
     original = rt_mod.sample_step
 

@@ -3,9 +3,9 @@ time and peak memory against the naive per-step V×D form; Gumbel-density, repla
 likelihood throughput."""
 from __future__ import annotations
 
-from soft_spatial.lab.bench import ALIGN_DENSE, ALIGN_K, alignment_inputs, naive_gref, naive_steps
-from soft_spatial.lab.gpu.measure import Ctx, PeakMemory, free_memory, timed
-from soft_spatial.lab.gpu.report import table
+from soft_spatial.bench.workloads import ALIGN_DENSE, ALIGN_K, alignment_inputs, naive_gref, naive_steps
+from soft_spatial.bench.gpu.measure import Ctx, PeakMemory, free_memory, timed
+from soft_spatial.bench.gpu.report import table
 
 __all__ = ["stage_b"]
 

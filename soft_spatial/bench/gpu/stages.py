@@ -14,7 +14,7 @@ Stages (each independent; a stage whose packages are missing is skipped with the
      and peak memory against the naive per-step V×D form, Gumbel-density and replay throughput.
   c  one actor update through verl's FSDP2 engine on one GPU (a Qwen3-VL-2B-shaped language
      model): hard vs soft_fixed vs adaptsoft time and peak memory, each mode in its own process.
-  e  GRPO through verl with SGLang rollouts on one GPU (soft_spatial/lab/gpu/grpo.py): 2 steps with a
+  e  GRPO through verl with SGLang rollouts on one GPU (soft_spatial/bench/gpu/grpo.py): 2 steps with a
      checkpoint and a resume; time split, peak memory, replay consistency, controller sync.
 Stages d and f are the headline plan's jobs now (--plan headline): D/G (SGLang parity with the
 embedded engine, graphs off and on), F (throughput against stock SGLang), X/sync and
@@ -34,9 +34,9 @@ import time
 import traceback
 from pathlib import Path
 
-from soft_spatial.lab.gpu import actor_update, embedded, grpo, headline, softthink_sizes
-from soft_spatial.lab.gpu.measure import Ctx, Report, free_memory, versions
-from soft_spatial.lab.gpu.report import JobFailed, Skip, StageFailed
+from soft_spatial.bench.gpu import actor_update, embedded, grpo, headline, softthink_sizes
+from soft_spatial.bench.gpu.measure import Ctx, Report, free_memory, versions
+from soft_spatial.bench.gpu.report import JobFailed, Skip, StageFailed
 
 __all__ = ["STAGES", "main"]
 
@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def stage_e(ctx: Ctx) -> list[str]:
-    """Step 1 with its checkpoint, then a resume to step 2 (soft_spatial.lab.gpu.grpo), each run
+    """Step 1 with its checkpoint, then a resume to step 2 (soft_spatial.bench.gpu.grpo), each run
     within ``$SOFT_SPATIAL_STAGE_E_TIMEOUT`` seconds of the stage's start (default 900)."""
     deadline = time.time() + float(os.environ.get("SOFT_SPATIAL_STAGE_E_TIMEOUT", 900))
     spec = grpo.ESpec(dtype="bfloat16", weights="tiny", steps=2, resume=True)
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller real sizes (fewer steps)")
     ap.add_argument("--plan", choices=["headline"],
                     help="run a plan instead of stages: 'headline' is F, D and E in one device "
-                         "call (soft_spatial/lab/gpu/headline.py); --out is then a directory")
+                         "call (soft_spatial/bench/gpu/headline.py); --out is then a directory")
     ap.add_argument("--deadline", type=float, default=520.0,
                     help="--plan: seconds every job must end within (default 520)")
     ap.add_argument("--work", help="--plan: scratch directory (default: a temporary one)")

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from soft_spatial.lab.gpu.report import LiveReport
+from soft_spatial.bench.gpu.report import LiveReport
 
 __all__ = ["KitContext", "env_vars", "free_memory", "wait_device_free", "shared_model", "MODEL_DIR",
            "CONTROLLER", "model_8b", "MODEL_8B_DIR", "measure_model", "render_model"]
@@ -89,7 +89,7 @@ def shared_model(ctx: KitContext) -> tuple[Path, Path, dict]:
     import torch
     from transformers import AutoConfig
 
-    from soft_spatial.lab.bench import random_controller
+    from soft_spatial.bench.workloads import random_controller
     from soft_spatial.models import build_tiny_model
     from soft_spatial.models.shapes import QWEN3_VL_2B, check_config, parity_init
     from soft_spatial.models.tiny import DEFAULT_HEAD_INIT_STD, DEFAULT_INIT_STD
@@ -128,7 +128,7 @@ def model_8b(ctx: KitContext) -> tuple[Path, Path, dict]:
     the tiny shape, the same way."""
     from transformers import AutoConfig, GenerationConfig
 
-    from soft_spatial.lab.bench import random_controller
+    from soft_spatial.bench.workloads import random_controller
     from soft_spatial.models.shapes import QWEN3_VL_8B, check_config
     from soft_spatial.models.tiny import build_processor, build_tokenizer, tiny_config
 

@@ -27,12 +27,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from soft_spatial.compat.sglang import GRAPH_LOG_ENV, read_graph_log
-from soft_spatial.lab.gpu.context import (KitContext, env_vars, free_memory, model_8b,
+from soft_spatial.bench.gpu.context import (KitContext, env_vars, free_memory, model_8b,
                                           shared_model, wait_device_free)
-from soft_spatial.lab.gpu.measure import MODES
-from soft_spatial.lab.gpu.prompts import text_prompts
-from soft_spatial.lab.gpu.report import JobFailed, table
-from soft_spatial.lab.gpu.sglang_args import (FUSED_ATTENTION, cpu_args, cuda_args, engine_env,
+from soft_spatial.bench.gpu.measure import MODES
+from soft_spatial.bench.gpu.prompts import text_prompts
+from soft_spatial.bench.gpu.report import JobFailed, table
+from soft_spatial.bench.gpu.sglang_args import (FUSED_ATTENTION, cpu_args, cuda_args, engine_env,
                                               unset_backends)
 from soft_spatial.models.shapes import QWEN3_VL_2B_TEXT
 
@@ -244,7 +244,7 @@ def measure_sync(ctx: KitContext, job) -> dict:
     """The soft sampler (``SoftRuntime.sample``) driven as SGLang drives it, under
     ``torch.cuda.set_sync_debug_mode("error")`` on a GPU (meta tensors in a dry run): the modes
     whose sampler waits (none expected)."""
-    from soft_spatial.lab.gpu.sampler_sync import drive_sampler
+    from soft_spatial.bench.gpu.sampler_sync import drive_sampler
     if ctx.dry_run:
         dev, vocab, hidden = "meta", 97, 16
     else:  # the Qwen vocabulary and the 2B shape's width

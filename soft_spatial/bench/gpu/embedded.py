@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import time
 
-from soft_spatial.lab.bench import random_controller
-from soft_spatial.lab.gpu.measure import MODES, Ctx, PeakMemory, free_memory, random_model, sync
-from soft_spatial.lab.gpu.prompts import image_prompts
-from soft_spatial.lab.gpu.report import table
+from soft_spatial.bench.workloads import random_controller
+from soft_spatial.bench.gpu.measure import MODES, Ctx, PeakMemory, free_memory, random_model, sync
+from soft_spatial.bench.gpu.prompts import image_prompts
+from soft_spatial.bench.gpu.report import table
 from soft_spatial.models.shapes import QWEN3_VL_8B
 
 __all__ = ["stage_a", "greedy_limit"]

@@ -1,4 +1,4 @@
-"""X/overlap-parity's comparison (soft_spatial/lab/gpu/overlap.py): the first difference between
+"""X/overlap-parity's comparison (soft_spatial/bench/gpu/overlap.py): the first difference between
 two runs' records by row, step and field, and its size. The job itself runs in the plan's dry run
 (tests/sglang_real/test_gpu_headline_dry_run.py)."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import torch
 
-from soft_spatial.lab.gpu import overlap
+from soft_spatial.bench.gpu import overlap
 
 
 def _completion(tokens, ids, scores, tau, soft, logprobs):

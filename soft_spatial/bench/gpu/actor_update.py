@@ -1,6 +1,6 @@
 """Stage c: one actor update through verl's FSDP2 engine on one GPU (a Qwen3-VL-2B-shaped language
 model): hard vs soft_fixed vs adaptsoft time and peak memory, each mode in its own process
-(``python -m soft_spatial.lab.gpu.actor_update MODE MODEL BATCH [--dry-run]`` prints its JSON)."""
+(``python -m soft_spatial.bench.gpu.actor_update MODE MODEL BATCH [--dry-run]`` prints its JSON)."""
 from __future__ import annotations
 
 import json
@@ -11,10 +11,10 @@ import sys
 import tempfile
 import time
 
-from soft_spatial.lab.bench import random_controller
-from soft_spatial.lab.gpu import parity
-from soft_spatial.lab.gpu.measure import Ctx, PeakMemory, free_memory, random_model, sync
-from soft_spatial.lab.gpu.report import Skip, StageFailed, table
+from soft_spatial.bench.workloads import random_controller
+from soft_spatial.bench.gpu import parity
+from soft_spatial.bench.gpu.measure import Ctx, PeakMemory, free_memory, random_model, sync
+from soft_spatial.bench.gpu.report import Skip, StageFailed, table
 from soft_spatial.models.shapes import QWEN3_VL_2B_TEXT
 
 __all__ = ["stage_c", "child_c"]
@@ -60,7 +60,7 @@ def stage_c(ctx: Ctx) -> list[str]:
     free_memory()
     results, errors = {}, {}
     for mode in ("hard", "soft_fixed", "adaptsoft"):
-        cmd = [sys.executable, "-m", "soft_spatial.lab.gpu.actor_update", mode, str(model_dir), str(batch)]
+        cmd = [sys.executable, "-m", "soft_spatial.bench.gpu.actor_update", mode, str(model_dir), str(batch)]
         if ctx.dry_run:
             cmd.append("--dry-run")
         res = subprocess.run(cmd, capture_output=True, text=True)
@@ -96,7 +96,7 @@ def child_c(mode: str, model_dir: str, batch_path: str, dry_run: bool) -> dict:
     import torch
     cpu = dry_run or not torch.cuda.is_available()
     os.environ.setdefault("VERL_PLATFORM", "cpu" if cpu else "nvidia")
-    from soft_spatial.lab import bench as H
+    from soft_spatial.bench import workloads as H
     from soft_spatial.plugin import register
     register()  # soft_grpo, the soft engine, the CPU platform (VERL_PLATFORM is set above)
 

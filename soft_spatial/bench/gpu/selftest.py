@@ -1,4 +1,4 @@
-"""Jobs that test the plan's runner itself (tests/lab/gpu/test_runner.py): each ``action`` does
+"""Jobs that test the plan's runner itself (tests/bench/gpu/test_runner.py): each ``action`` does
 what a real job may do to its process, so containment is tested on real processes without SGLang.
 
 * ``ok``: returns ``{"number": args["number"]}``;

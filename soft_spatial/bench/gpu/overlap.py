@@ -11,12 +11,12 @@ the control's decoding path or, on a GPU, differs by more than the control does.
 """
 from __future__ import annotations
 
-from soft_spatial.lab.gpu.context import KitContext, env_vars, shared_model
-from soft_spatial.lab.gpu.graphs import plugin_engine
-from soft_spatial.lab.gpu.prompts import text_prompts
-from soft_spatial.lab.gpu.report import JobFailed, table
-from soft_spatial.lab.gpu.sglang_args import cpu_args, cuda_args, engine_env
-from soft_spatial.lab.gpu.soft_parity import STATIC_KV_SPLITS
+from soft_spatial.bench.gpu.context import KitContext, env_vars, shared_model
+from soft_spatial.bench.gpu.graphs import plugin_engine
+from soft_spatial.bench.gpu.prompts import text_prompts
+from soft_spatial.bench.gpu.report import JobFailed, table
+from soft_spatial.bench.gpu.sglang_args import cpu_args, cuda_args, engine_env
+from soft_spatial.bench.gpu.soft_parity import STATIC_KV_SPLITS
 
 __all__ = ["measure", "render", "first_difference", "FIELDS"]
 

@@ -1,7 +1,7 @@
 """The GPU kit's headline plan on the CPU, without SGLang: the shared server arguments name every
 backend (each CUDA engine of the plan and configs/cluster/gpu1.yaml as verl would start SGLang),
 the live report and its summaries (like-for-like ratios, overlap, parity, E), the command's job
-selection. The runner's containment is tests/lab/gpu/test_runner.py; the whole plan's dry run with
+selection. The runner's containment is tests/bench/gpu/test_runner.py; the whole plan's dry run with
 SGLang's real engine is tests/sglang_real/test_gpu_headline_dry_run.py."""
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from soft_spatial.lab.gpu import graphs, headline, soft_parity
-from soft_spatial.lab.gpu.jobs import Job, plan
-from soft_spatial.lab.gpu.report import LiveReport
-from soft_spatial.lab.gpu.sglang_args import BACKENDS, cuda_args, unset_backends
+from soft_spatial.bench.gpu import graphs, headline, soft_parity
+from soft_spatial.bench.gpu.jobs import Job, plan
+from soft_spatial.bench.gpu.report import LiveReport
+from soft_spatial.bench.gpu.sglang_args import BACKENDS, cuda_args, unset_backends
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIGS = ROOT / "configs"
@@ -144,7 +144,7 @@ def test_jobs_travel_as_json():
 
 
 def test_only_lease_and_set_select_jobs(capsys):
-    from soft_spatial.lab.gpu.jobs import LEASES
+    from soft_spatial.bench.gpu.jobs import LEASES
     ap = headline._parser()
     pick = lambda *argv: headline.select(ap, ap.parse_args(["--out", "x", *argv]))  # noqa: E731
     assert [j.key for j in pick("--lease", "2.1")] == LEASES[1][0]

@@ -17,7 +17,7 @@ from soft_spatial.softthink import AdaptSoft
 from soft_spatial.softthink.controller import (FINGERPRINT_LOG_ENV, log_fingerprint,
                                                state_fingerprint)
 
-from soft_spatial.lab.gpu import grpo as stage_e
+from soft_spatial.bench.gpu import grpo as stage_e
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from soft_spatial.lab.gpu.context import free_memory  # noqa: F401  (re-exported for the stages)
+from soft_spatial.bench.gpu.context import free_memory  # noqa: F401  (re-exported for the stages)
 
 __all__ = ["MODES", "Ctx", "Report", "sync", "timed", "PeakMemory", "free_memory", "random_model",
            "versions"]

@@ -1,7 +1,7 @@
 """The headline plan: the GPU numbers of the next loans, each call a set of jobs, whatever breaks.
 
-    python -m soft_spatial.lab.gpu.headline --out OUT --deadline 520 --only KEYS      # on the GPU
-    python -m soft_spatial.lab.gpu.headline --out OUT --deadline 900 --dry-run        # CPU, tiny
+    python -m soft_spatial.bench.gpu.headline --out OUT --deadline 520 --only KEYS      # on the GPU
+    python -m soft_spatial.bench.gpu.headline --out OUT --deadline 900 --dry-run        # CPU, tiny
     (``scripts/gpu/check.py --plan headline ...`` is the same command)
 
 The jobs (:mod:`.jobs`; docs/gpu.md has the table and the lease plan):
@@ -35,10 +35,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from soft_spatial.lab.gpu import jobs as plan_jobs
-from soft_spatial.lab.gpu.measure import versions
-from soft_spatial.lab.gpu.report import table
-from soft_spatial.lab.gpu.runner import OutNotEmpty, child_main, latest, run_plan
+from soft_spatial.bench.gpu import jobs as plan_jobs
+from soft_spatial.bench.gpu.measure import versions
+from soft_spatial.bench.gpu.report import table
+from soft_spatial.bench.gpu.runner import OutNotEmpty, child_main, latest, run_plan
 
 __all__ = ["render", "main", "COMMIT_FILE", "commit", "header", "GOAL"]
 
@@ -94,7 +94,7 @@ def f_summary(val: dict[str, dict]) -> list[str]:
                          else ("met" if r >= GOAL else "missed")])
     if not rows:
         return ["**F**: no plugin number yet.", ""]
-    from soft_spatial.lab.gpu.sglang_args import FUSED_ATTENTION, FUSED_ATTENTION_WHY
+    from soft_spatial.bench.gpu.sglang_args import FUSED_ATTENTION, FUSED_ATTENTION_WHY
     return ["**F** — the plugin against stock SGLang hard with the same kernels, attention and "
             f"overlap (goal: fixed and adaptsoft ≥ {GOAL} ×). Attention {FUSED_ATTENTION} in "
             f"every job, not what SGLang and verl pick on Hopper: {FUSED_ATTENTION_WHY}.", "",
@@ -134,7 +134,7 @@ def parity_summary(val: dict[str, dict]) -> list[str]:
 
 
 def e_summary(latest_recs: dict[str, dict]) -> list[str]:
-    from soft_spatial.lab.gpu.grpo import REPLAY, e_summary_rows, step_price_rows
+    from soft_spatial.bench.gpu.grpo import REPLAY, e_summary_rows, step_price_rows
     rows = e_summary_rows(latest_recs)
     out = ["**E** — GRPO through verl with SGLang rollouts:", ""]
     if not rows:
@@ -172,7 +172,7 @@ def render(jobs: list[dict]) -> list[str]:
 
 # -- the command ------------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m soft_spatial.lab.gpu.headline",
+    ap = argparse.ArgumentParser(prog="python -m soft_spatial.bench.gpu.headline",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True,
                     help="directory that comes back (report, results, log); empty or new")
