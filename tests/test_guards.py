@@ -106,8 +106,6 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
     "launch/__main__.py": ("the launcher's commands share one file with the cluster",
                            ("tests/launch/test_cluster.py",)),
     "launch/plan.py": ("the launch plan, tested with the launcher", ("tests/launch/test_cluster.py",)),
-    "models/loading.py": ("model loading, used by every model test", ("tests/models/test_tiny.py",)),
-    "models/tokens.py": ("token-id helpers", ("tests/models/test_tiny.py",)),
     "rollout/agent_loop.py": ("verl's agent loop with the noise key: two real runs draw the same noise",
                               ("tests/e2e/test_noise_streams.py",)),
     "rollout/replica.py": ("verl's replica registry", ("tests/test_plugin.py",)),
