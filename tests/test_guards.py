@@ -19,7 +19,6 @@ _SGLANG = "SGLang's real modules: tests that need the overlay live in tests/sgla
 _GPU = ("a GPU kit stage (CUDA only): run by scripts/gpu/kit.py on a lent GPU; its CPU-side parts "
         "and the dry run are tested")
 _ANALYSIS = "a part of python -m soft_spatial.analysis, tested through the command's figures"
-_LOADER = "a benchmark loader: the loaders share their tests (schema, order, errors, paths)"
 _RUN = "runs inside verl's real trainer: exercised by every training run of the tests"
 
 #: module (relative to soft_spatial/) -> (why it has no test module named for it, the test files
@@ -36,20 +35,6 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
     "compat/verl/rollout.py": ("verl's internals are guarded in one file", ("tests/compat/test_verl.py",)),
     "compat/verl/trainer.py": ("verl's internals are guarded in one file",
                                ("tests/compat/test_verl.py", "tests/e2e/test_noise_streams.py")),
-    "data/checks.py": ("record checks, tested through every loader and extractor",
-                       ("tests/data/test_benchmarks.py", "tests/data/test_image_refs.py")),
-    "data/errors.py": ("the error type only", ("tests/data/test_benchmarks.py",)),
-    "data/fixtures.py": ("the synthetic fixtures every data test reads", ("tests/data/test_benchmarks.py",
-                                                                          "tests/data/test_layouts.py")),
-    "data/gold.py": ("the grading rule, tested as properties", ("tests/data/test_grading_properties.py",
-                                                                 "tests/data/test_reward.py")),
-    "data/inspect.py": ("layout detection", ("tests/data/test_layouts.py",)),
-    "data/mindcube.py": (_LOADER, ("tests/data/test_benchmarks.py", "tests/data/test_image_refs.py")),
-    "data/official_prompts.py": ("the benchmarks' own prompts", ("tests/data/test_prompt.py",)),
-    "data/omnispatial.py": (_LOADER, ("tests/data/test_benchmarks.py", "tests/data/test_image_refs.py")),
-    "data/record.py": ("the record type only", ("tests/data/test_benchmarks.py",)),
-    "data/spatialab.py": (_LOADER, ("tests/data/test_benchmarks.py", "tests/data/test_image_refs.py")),
-    "data/subsets.py": ("task-type subsets of the training parquet", ("tests/data/test_prepare.py",)),
     "engines/prompts.py": ("one rendering of prompts shared by every engine: tested through them",
                            ("tests/engines/test_local.py", "tests/engines/sglang/test_engine.py")),
     "engines/replay.py": ("replay is checked against the engines' own decoding",
