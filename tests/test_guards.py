@@ -85,10 +85,6 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
     "rollout/server.py": ("the local rollout server: parity with SGLang's",
                           ("tests/e2e/test_noise_streams.py", "tests/sglang_real/test_verl_server.py")),
     "rollout/sglang_server.py": (_SGLANG, ("tests/sglang_real/test_verl_server.py",)),
-    "softthink/kl.py": ("the KL term, tested inside the policy loss against independent formulas",
-                        ("tests/actor/test_loss.py",)),
-    "softthink/replay.py": ("straight-through replay, tested with the controller's training",
-                            ("tests/actor/test_adaptsoft_trainer.py", "tests/softthink/test_controller.py")),
     "stats.py": ("python -m soft_spatial.stats: its one subcommand's tests",
                  ("tests/lab/stats/test_entropy.py", "tests/e2e/test_stats_entropy_usage.py")),
 }
