@@ -19,7 +19,6 @@ _SGLANG = "SGLang's real modules: tests that need the overlay live in tests/sgla
 _GPU = ("a GPU kit stage (CUDA only): run by scripts/gpu/kit.py on a lent GPU; its CPU-side parts "
         "and the dry run are tested")
 _ANALYSIS = "a part of python -m soft_spatial.analysis, tested through the command's figures"
-_RUN = "runs inside verl's real trainer: exercised by every training run of the tests"
 
 #: module (relative to soft_spatial/) -> (why it has no test module named for it, the test files
 #: that exercise it instead). Kept exact by the tests below: an entry whose module gained its own
@@ -55,8 +54,10 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
                                                            "tests/e2e/test_eval_signals.py")),
     "integration/platform.py": ("the CPU platform every verl test runs on", ("tests/compat/test_verl.py",
                                                                              "tests/test_plugin.py")),
-    "integration/task_runner.py": (_RUN, ("tests/e2e/test_train_cpu.py", "tests/test_ablation.py")),
-    "integration/worker.py": (_RUN, ("tests/e2e/test_train_cpu.py", "tests/e2e/test_multinode_train.py")),
+    "integration/task_runner.py": ("verl's TaskRunner with the soft worker and trainer swapped in: each of its methods "
+                                   "runs in the TaskRunner actor of a real training run (no part of it runs alone): "
+                                   "test_train_cpu.py::test_train_resume_export_and_evaluate",
+                                   ("tests/e2e/test_train_cpu.py", "tests/test_ablation.py")),
     "lab/ablation.py": ("python -m soft_spatial.ablation's sweep", ("tests/test_ablation.py",)),
     "lab/analysis/cli.py": (_ANALYSIS, ("tests/test_analysis.py",)),
     "lab/analysis/data.py": (_ANALYSIS, ("tests/test_analysis.py",)),
@@ -79,12 +80,8 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
     "lab/gpu/stages.py": (_GPU, ("tests/lab/gpu/test_grpo.py", "tests/sglang_real/test_gpu_kit_stage_f.py")),
     "lab/report.py": ("the learning experiment's report", ("tests/lab/test_learn.py",)),
     "lab/stats/cli.py": ("python -m soft_spatial.stats", ("tests/lab/stats/test_entropy.py",)),
-    "rollout/agent_loop.py": ("verl's agent loop with the noise key: two real runs draw the same noise",
-                              ("tests/e2e/test_noise_streams.py",)),
-    "rollout/replica.py": ("verl's replica registry", ("tests/test_plugin.py",)),
-    "rollout/server.py": ("the local rollout server: parity with SGLang's",
-                          ("tests/e2e/test_noise_streams.py", "tests/sglang_real/test_verl_server.py")),
-    "rollout/sglang_server.py": (_SGLANG, ("tests/sglang_real/test_verl_server.py",)),
+    "rollout/sglang_server.py": (_SGLANG + " (it subclasses verl's SGLang server and adapter: importing it "
+                                           "imports sglang)", ("tests/sglang_real/test_verl_server.py",)),
     "stats.py": ("python -m soft_spatial.stats: its one subcommand's tests",
                  ("tests/lab/stats/test_entropy.py", "tests/e2e/test_stats_entropy_usage.py")),
 }
