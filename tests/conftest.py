@@ -12,6 +12,11 @@ Treat the directories as read-only: they are shared by every test of the session
 * `tiny_qwen2_5_vl`: Qwen2.5-VL, the real Qwen vocabulary.
 * `tiny_qwen3_text_small`: text-only Qwen3ForCausalLM, small vocabulary, no processor.
 
+The synthetic benchmark files of `soft_spatial.data.fixtures` (a `FixtureSet`):
+
+* `fixture_set`: written once per session; read-only (copy a benchmark before changing a file).
+* `fx`: a fresh copy for one test, under its `tmp_path`, to edit at will.
+
 All have hidden size 64, 2 layers, a Qwen3-VL-Thinking style chat template (the generation prompt
 ends with `<|im_start|>assistant\\n<think>\\n`) and eos ids [`<|im_end|>`, `<|endoftext|>`].
 """
@@ -61,6 +66,22 @@ def tiny_qwen2_5_vl(tmp_path_factory):
 def tiny_qwen3_text_small(tmp_path_factory):
     """Tiny text-only Qwen3 causal LM with the small test vocabulary (see module docstring)."""
     return _build(tmp_path_factory, "tiny_qwen3_text_small", family="qwen3", vocab="small")
+
+
+@pytest.fixture(scope="session")
+def fixture_set(tmp_path_factory):
+    """The synthetic benchmarks, shared by the session: read-only (see module docstring)."""
+    from soft_spatial.data.fixtures import write_fixtures
+
+    return write_fixtures(tmp_path_factory.mktemp("fixture_set"))
+
+
+@pytest.fixture()
+def fx(tmp_path):
+    """The synthetic benchmarks, written for this test alone under ``tmp_path/fixtures``."""
+    from soft_spatial.data.fixtures import write_fixtures
+
+    return write_fixtures(tmp_path / "fixtures")
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,6 @@ _SGLANG = "SGLang's real modules: tests that need the overlay live in tests/sgla
 _GPU = ("a GPU kit stage (CUDA only): run by scripts/gpu/kit.py on a lent GPU; its CPU-side parts "
         "and the dry run are tested")
 _ANALYSIS = "a part of python -m soft_spatial.analysis, tested through the command's figures"
-_LOADER = "a benchmark loader: the loaders share their tests (schema, order, errors, paths)"
-_RUN = "runs inside verl's real trainer: exercised by every training run of the tests"
 _COMMAND = "a command's entry point (an import and a call): its code has the tests named"
 
 #: module (relative to soft_spatial/) -> (why it has no test module named for it, the test files
@@ -37,20 +35,6 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
     "compat/verl/rollout.py": ("verl's internals are guarded in one file", ("tests/compat/test_verl.py",)),
     "compat/verl/trainer.py": ("verl's internals are guarded in one file",
                                ("tests/compat/test_verl.py", "tests/e2e/test_noise_streams.py")),
-    "data/checks.py": ("record checks, tested through every loader and extractor",
-                       ("tests/data/test_benchmarks.py", "tests/data/test_image_refs.py")),
-    "data/errors.py": ("the error type only", ("tests/data/test_benchmarks.py",)),
-    "data/fixtures.py": ("the synthetic fixtures every data test reads", ("tests/data/test_benchmarks.py",
-                                                                          "tests/data/test_layouts.py")),
-    "data/gold.py": ("the grading rule, tested as properties", ("tests/data/test_grading_properties.py",
-                                                                 "tests/data/test_reward.py")),
-    "data/inspect.py": ("layout detection", ("tests/data/test_layouts.py",)),
-    "data/mindcube.py": (_LOADER, ("tests/data/test_benchmarks.py", "tests/data/test_image_refs.py")),
-    "data/official_prompts.py": ("the benchmarks' own prompts", ("tests/data/test_prompt.py",)),
-    "data/omnispatial.py": (_LOADER, ("tests/data/test_benchmarks.py", "tests/data/test_image_refs.py")),
-    "data/record.py": ("the record type only", ("tests/data/test_benchmarks.py",)),
-    "data/spatialab.py": (_LOADER, ("tests/data/test_benchmarks.py", "tests/data/test_image_refs.py")),
-    "data/subsets.py": ("task-type subsets of the training parquet", ("tests/data/test_prepare.py",)),
     "engines/prompts.py": ("one rendering of prompts shared by every engine: tested through them",
                            ("tests/engines/test_local.py", "tests/engines/sglang/test_engine.py")),
     "engines/replay.py": ("replay is checked against the engines' own decoding",
@@ -63,16 +47,7 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
                                   ("tests/engines/sglang/test_engine.py",)),
     "engines/sglang/server_args.py": ("the SGLang backend's CPU-side parts share one file",
                                       ("tests/engines/sglang/test_engine.py",)),
-    "eval/report.py": ("the summary table, tested through the command", ("tests/eval/test_main.py",)),
-    "eval/runkey.py": ("resume and refusal, tested through the command", ("tests/eval/test_main.py",)),
-    "eval/runner.py": ("evaluation's loop, tested through the command", ("tests/eval/test_main.py",)),
-    "infra/atomic.py": ("atomic writes: a refused or interrupted command leaves nothing half-written",
-                        ("tests/e2e/test_data_prepare_signals.py", "tests/data/test_prepare.py")),
-    "infra/cache.py": ("the tokenizer cache", ("tests/models/test_qwen_tokenizer.py",)),
     "infra/hydra_args.py": ("renamed Hydra groups on real command lines", ("tests/e2e/test_settings_names.py",)),
-    "infra/hydra_record.py": ("Hydra's record, written only once a command is accepted",
-                              ("tests/e2e/test_train_refused.py",)),
-    "infra/ray_env.py": ("the forwarded environment, tested with the launcher", ("tests/launch/test_cluster.py",)),
     "infra/ray_session.py": ("a local Ray session never outlives its driver: real processes",
                              ("tests/test_train.py", "tests/e2e/test_train_signals.py")),
     "infra/run_dir.py": ("resume step and metrics of a run directory", ("tests/test_train.py",)),
@@ -80,8 +55,12 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
                                                            "tests/e2e/test_eval_signals.py")),
     "integration/platform.py": ("the CPU platform every verl test runs on", ("tests/compat/test_verl.py",
                                                                              "tests/test_plugin.py")),
-    "integration/task_runner.py": (_RUN, ("tests/e2e/test_train_cpu.py", "tests/lab/paper/test_ablation.py")),
-    "integration/worker.py": (_RUN, ("tests/e2e/test_train_cpu.py", "tests/e2e/test_multinode_train.py")),
+    "integration/task_runner.py": ("verl's TaskRunner with the soft worker and trainer swapped in: each of its methods "
+                                   "runs in the TaskRunner actor of a real training run (no part of it runs alone): "
+                                   "test_train_cpu.py::test_train_resume_export_and_evaluate",
+                                   ("tests/e2e/test_train_cpu.py", "tests/lab/paper/test_ablation.py")),
+    "rollout/sglang_server.py": (_SGLANG + " (it subclasses verl's SGLang server and adapter: importing it "
+                                           "imports sglang)", ("tests/sglang_real/test_verl_server.py",)),
     "lab/paper/analysis/data.py": (_ANALYSIS, ("tests/lab/paper/analysis/test_cli.py",)),
     "lab/paper/analysis/plotting.py": (_ANALYSIS, ("tests/lab/paper/analysis/test_cli.py",)),
     "lab/paper/analysis/spread.py": (_ANALYSIS, ("tests/lab/paper/analysis/test_cli.py",)),
@@ -104,21 +83,6 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
     "bench/gpu/selftest.py": ("jobs that test the plan's runner itself", ("tests/bench/gpu/test_runner.py",)),
     "lab/learning/report.py": ("the learning experiment's report", ("tests/lab/learning/test_experiment.py",)),
     "lab/paper/calibration/cli.py": ("python -m soft_spatial.stats", ("tests/lab/paper/calibration/test_entropy.py",)),
-    "launch/__main__.py": ("the launcher's commands share one file with the cluster",
-                           ("tests/launch/test_cluster.py",)),
-    "launch/plan.py": ("the launch plan, tested with the launcher", ("tests/launch/test_cluster.py",)),
-    "models/loading.py": ("model loading, used by every model test", ("tests/models/test_tiny.py",)),
-    "models/tokens.py": ("token-id helpers", ("tests/models/test_tiny.py",)),
-    "rollout/agent_loop.py": ("verl's agent loop with the noise key: two real runs draw the same noise",
-                              ("tests/e2e/test_noise_streams.py",)),
-    "rollout/replica.py": ("verl's replica registry", ("tests/test_plugin.py",)),
-    "rollout/server.py": ("the local rollout server: parity with SGLang's",
-                          ("tests/e2e/test_noise_streams.py", "tests/sglang_real/test_verl_server.py")),
-    "rollout/sglang_server.py": (_SGLANG, ("tests/sglang_real/test_verl_server.py",)),
-    "softthink/kl.py": ("the KL term, tested inside the policy loss against independent formulas",
-                        ("tests/actor/test_loss.py",)),
-    "softthink/replay.py": ("straight-through replay, tested with the controller's training",
-                            ("tests/actor/test_adaptsoft_trainer.py", "tests/softthink/test_controller.py")),
     "stats.py": (_COMMAND, ("tests/lab/paper/calibration/test_entropy.py",
                             "tests/e2e/test_stats_entropy_usage.py")),
     "ablation.py": (_COMMAND, ("tests/lab/paper/test_ablation.py",)),

@@ -48,9 +48,11 @@ def _as_list(value) -> list[int]:
 
 def stop_token_ids(config, tokenizer, generation_config=None) -> list[int]:
     """The ids that end a generated response, in order, without duplicates: the generation
-    config's eos ids (else the model config's), then the model config's and the tokenizer's."""
-    return list(dict.fromkeys(eos_token_ids(generation_config or config)
-                              + eos_token_ids(config, tokenizer)))
+    config's eos ids, then the model config's and the tokenizer's. A generation config without
+    eos ids (a generation_config.json holding only sampling defaults) adds none; ValueError only
+    when no source has one."""
+    first = _as_list(getattr(generation_config, "eos_token_id", None))
+    return list(dict.fromkeys(first + eos_token_ids(config, tokenizer)))
 
 
 def eos_token_ids(source, tokenizer=None) -> list[int]:

@@ -6,28 +6,19 @@ from __future__ import annotations
 import unicodedata
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from soft_spatial.data.extract import extract_answer, extract_ours, extract_spatialab, parse_choice
 from soft_spatial.data.extract import extract_mindcube_official, extract_omnispatial_official
-from soft_spatial.data.gold import gold_letter, parse_letter
 from soft_spatial.data.reward import compute_score, format_ok
-
-PROPERTY = settings(max_examples=150, deadline=None, derandomize=True)
-OPTIONS = ["left", "right", "in front", "behind"]
-EXTRA = {"options": OPTIONS}
-LETTER = st.sampled_from("ABCD")
+from grading import EXTRA, LETTER, OPTIONS, PROPERTY, credit
 
 
 def ours_and_stand_in(response: str) -> set:
     """What our protocol reads, by each of its entry points (they must agree)."""
     return {extract_ours(response, OPTIONS), extract_spatialab(response, OPTIONS),
             extract_answer("omnispatial", response, "ours", options=OPTIONS)}
-
-
-def credit(response: str, gold: str) -> float:
-    return compute_score("omnispatial", response, gold, EXTRA)["acc"]
 
 
 def any_case(words: str) -> st.SearchStrategy[str]:
@@ -176,26 +167,3 @@ def test_official_extractors_follow_their_protocol_not_our_negation_rule(letter,
     assert extract_omnispatial_official(response) == letter
     assert extract_mindcube_official(response) == letter
     assert extract_ours("r</think>" + response, OPTIONS) is None
-
-
-GOLD_FORMS = st.tuples(st.sampled_from(["{}", " {} ", "{}.", "({})", "{})", "[{}]", "Option {}", "option: {}",
-                                        "\u00a0{}\u00a0"]), LETTER, st.booleans()).map(
-    lambda t: (t[0].format(t[1] if t[2] else t[1].lower()), t[1]))
-
-
-@PROPERTY
-@given(GOLD_FORMS, LETTER)
-def test_unambiguous_gold_forms_are_read_as_their_letter(gold, response_letter):
-    written, letter = gold
-    assert parse_letter(written) == gold_letter(written, OPTIONS) == letter
-    assert credit(f"r</think>{response_letter}", written) == float(letter == response_letter)
-
-
-@PROPERTY
-@given(st.one_of(st.integers(-3, 30), st.integers(0, 30).map(str), st.sampled_from(
-    ["B or C", "B, C", "BC", "(B", "**B**", "", " ", "none", "E", "Z", "B. right", "1.", "option 2"])))
-def test_ambiguous_gold_answers_are_refused_naming_the_value(gold):
-    with pytest.raises(ValueError, match="gold answer"):
-        compute_score("omnispatial", "r</think>B", gold, {**EXTRA, "id": "q1"})
-    with pytest.raises(ValueError, match="gold answer"):
-        gold_letter(gold, OPTIONS)

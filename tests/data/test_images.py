@@ -14,16 +14,11 @@ import pytest
 from PIL import Image
 
 from soft_spatial.data import DataFormatError, load_benchmark
-from soft_spatial.data.fixtures import FixtureSet, write_fixtures
+from soft_spatial.data.fixtures import FixtureSet
 from soft_spatial.eval import evaluate
 from soft_spatial.eval import runner
 from soft_spatial.eval.runner import EvalConfig
 from soft_spatial.softthink import SoftThinkingConfig
-
-
-@pytest.fixture()
-def fx(tmp_path: Path) -> FixtureSet:
-    return write_fixtures(tmp_path / "fixtures")
 
 
 def _jpeg(seed: int, size: tuple[int, int] = (64, 48)) -> bytes:

@@ -21,15 +21,9 @@ import pytest
 from PIL import Image
 
 from soft_spatial.data import DataFormatError, QuestionRecord, load_benchmark
-from soft_spatial.data.fixtures import FixtureSet, write_fixtures
-from soft_spatial.data.inspect import main as inspect_main
+from soft_spatial.data.fixtures import FixtureSet
 from soft_spatial.data.layouts import detect
 from soft_spatial.data.official_prompts import MINDCUBE_QUESTION_HEADER
-
-
-@pytest.fixture()
-def fx(tmp_path: Path) -> FixtureSet:
-    return write_fixtures(tmp_path / "fixtures")
 
 
 def _pixels(image) -> bytes:
@@ -323,19 +317,6 @@ def test_wrong_benchmark_and_unknown_columns(fx: FixtureSet, tmp_path: Path):
     with pytest.raises(DataFormatError, match="match no known layout") as info:
         load_benchmark("mindcube", path)
     assert str(path) in str(info.value)
-
-
-def test_inspect_cli(fx: FixtureSet, capsys):
-    inspect_main([str(fx.omnispatial)])
-    out = capsys.readouterr().out
-    assert "layout: omnispatial-release" in out and "records: 10" in out
-    assert "  Perspective_Taking: 3\n    Egocentric: 1\n    Allocentric: 1\n    Hypothetical: 1" in out
-    assert "  id: 0_0" in out and "  option B: right" in out and "  answer: B (right)" in out
-    inspect_main([str(fx.mindcube), "--benchmark", "mindcube"])
-    out = capsys.readouterr().out
-    assert "layout: mindcube-raw" in out and "records: 6" in out
-    assert "  among: 2\n  around: 2\n  rotation: 1\n  translation: 1" in out
-    assert "image 2: " + str(fx.mindcube / "other_all_image/among/group001/left.png") in out
 
 
 # --- preparation and evaluation take any layout ------------------------------------------------------

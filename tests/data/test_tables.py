@@ -9,13 +9,8 @@ from pathlib import Path
 import pytest
 
 from soft_spatial.data import DataFormatError, load_benchmark
-from soft_spatial.data.fixtures import FixtureSet, write_fixtures
+from soft_spatial.data.fixtures import FixtureSet
 from soft_spatial.data.tables import read_table
-
-
-@pytest.fixture()
-def fx(tmp_path: Path) -> FixtureSet:
-    return write_fixtures(tmp_path / "fixtures")
 
 
 def _latin1(path: Path, text: str) -> int:

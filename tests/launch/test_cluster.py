@@ -1,10 +1,10 @@
 """Multi-node launch: soft_spatial/launch/ (python -m soft_spatial.launch) and slurm/*.sbatch.
 
-Fast tests call the launcher's functions (argument parsing, node list, GPU specs, ports, the launch
-plan, Hydra overrides, environment forwarding) and run the sbatch file once in --dry-run mode with
-simulated Slurm variables (nothing is started or created). Tests marked `slow` start real Ray
-processes on this machine: a head and a worker "node" (two raylets, told apart by custom resources),
-the `launch` driver path, and Slurm mode through a stub `srun`. The `two_node_ray_cluster` fixture is
+Fast tests stop a launch and a run by name and run the sbatch file once in --dry-run mode with
+simulated Slurm variables (nothing is started or created); the command line is tested in
+tests/launch/test_main.py, the launch plan in tests/launch/test_plan.py. Tests marked `slow` start
+real Ray processes on this machine: a head and a worker "node" (two raylets, told apart by custom
+resources), the `launch` driver path, and Slurm mode through a stub `srun`. The `two_node_ray_cluster` fixture is
 the entry point for tests that need a two-node cluster (e.g. a training step across both nodes).
 """
 
@@ -28,28 +28,13 @@ from pathlib import Path
 import pytest
 
 from soft_spatial.launch import __main__ as cli
+from launch_helpers import FORWARDED_PLUGIN, PLUGIN, ROOT, clean_env, slurm_env
 from soft_spatial.launch import cluster, plan
-from soft_spatial.infra.ray_env import FORWARD_ENV, forwarded_env, plugin_env
 
-ROOT = Path(__file__).resolve().parents[2]
 SHELL_FILES = [ROOT / "slurm" / "train.sbatch", ROOT / "slurm" / "eval.sbatch", ROOT / "slurm" / "env.sh"]
-FORWARD_PREFIX = plan.FORWARD_PREFIX
-PLUGIN = "soft_spatial.plugin"
-# How the launcher forwards VERL_USE_EXTERNAL_MODULES=soft_spatial.plugin to the training command.
-FORWARDED_PLUGIN = f"{FORWARD_PREFIX}VERL_USE_EXTERNAL_MODULES='{PLUGIN}'"
 
 
 # --- helpers ------------------------------------------------------------------------------------------
-def clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without Slurm/Ray/launcher/forwarded variables, the venv's bin
-    first on PATH and this checkout first on PYTHONPATH (so that Ray's workers import it too)."""
-    drop_prefixes = ("SLURM_", "SOFT_SPATIAL_", "RAY_", "SGLANG_")
-    drop = {"DRY_RUN", "RUN_DIR", *FORWARD_ENV}
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop_prefixes) and k not in drop}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONPATH"] = str(ROOT)
-    env.update(extra)
-    return env
 
 
 def run_launcher(*args: str, env: dict[str, str], timeout: float = 60):
@@ -102,206 +87,7 @@ def assert_no_processes_left(run_dir: Path) -> None:
     assert marker_pids(run_dir) == [], "Ray processes of the run are still alive"
 
 
-def slurm_env(**extra: str) -> dict[str, str]:
-    """Two simulated Slurm nodes gpu-a and gpu-b with 4 GPUs and 16 CPUs each (job 123)."""
-    slurm = {
-        "SLURM_JOB_ID": "123",
-        "SLURM_NNODES": "2",
-        "SOFT_SPATIAL_NODELIST": "gpu-a gpu-b",
-        "SLURM_GPUS_PER_NODE": "4",
-        "SLURM_CPUS_PER_TASK": "16",
-    }
-    return clean_env(**{**slurm, **extra})
-
-
-def dry_plan(*argv: str, env: dict[str, str], run_dir: Path | None = None) -> plan.Plan:
-    """The launch plan for ``argv`` in ``env`` (a dry run: nothing is resolved on this machine)."""
-    opts = cli.parse_args(["--dry-run", *argv], env)
-    plan.resolve_resources(opts, env)
-    run = cluster.Run(opts, dict(env), run_dir or ROOT / "runs" / "123")
-    run.setup_auth(create=True)
-    return plan.plan_launch(opts, run.environ, run.run_dir)
-
-
-def starts(p: plan.Plan) -> tuple[list[str], list[str]]:
-    """(head argv, worker argv) of a two-node plan."""
-    (head_name, head), (worker_name, worker) = p.starts
-    assert head_name.startswith("head-") and worker_name.startswith("worker-")
-    return head, worker
-
-
-# --- argument parsing -----------------------------------------------------------------------------------
-def test_options_anywhere_environment_defaults_and_command():
-    env = {"SOFT_SPATIAL_RAY_PORT": "7000", "DRY_RUN": "1", "SOFT_SPATIAL_WAIT_TIMEOUT": "12"}
-    opts = cli.parse_args(["--num-cpus", "8", "launch", "--nodes", "2", "--no-trainer-args",
-                              "--port", "7100", "--", "python", "-m", "x", "--port", "1"], env)
-    assert (opts.subcommand, opts.num_cpus, opts.nodes, opts.port) == ("launch", 8, 2, 7100)
-    assert opts.cmd == ["python", "-m", "x", "--port", "1"]  # after --: the command's own
-    assert opts.dry_run and not opts.trainer_args and opts.timeout == 12.0
-    assert cli.parse_args(["wait"], env).port == 7000  # the environment is the default
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["launch"], "needs a command after --"),
-    (["--num-gpus", "four", "head"], "--num-gpus must be a number"),
-    (["--local-nodes", "0", "launch", "--", "x"], "--local-nodes must be >= 1"),
-])
-def test_bad_options_are_clear_errors(argv, message):
-    with pytest.raises(plan.LaunchError, match=message):
-        cli.parse_args(argv, {})
-
-
-def test_unknown_option_and_two_subcommands_exit_2(capsys):
-    for argv in (["--bogus", "head"], ["head", "worker"], []):
-        with pytest.raises(SystemExit) as e:
-            cli.parse_args(argv, {})
-        assert e.value.code == 2
-
-
-# --- node list, GPUs, ports --------------------------------------------------------------------------
-@pytest.mark.parametrize("raw", ["gpu-a", "gpu-a gpu-b", "gpu-a,gpu-b,gpu-c", " gpu-a\ngpu-b  gpu-c\n"])
-def test_node_list_override(raw):
-    assert plan.node_list({"SOFT_SPATIAL_NODELIST": raw}) == raw.replace(",", " ").split()
-
-
-@pytest.mark.parametrize("expr, nodes", [("gpu-a", ["gpu-a"]), ("gpu-a,gpu-b", ["gpu-a", "gpu-b"]),
-                                         ("n[001-002,010]", ["n001", "n002", "n010"])])
-def test_node_list_from_slurm_job_nodelist(tmp_path, expr, nodes):
-    """SLURM_JOB_NODELIST expanded here as `scontrol show hostnames` does (no scontrol on PATH);
-    tests/launch/test_hostlist.py has the expansion's cases."""
-    env = {"PATH": str(tmp_path), "SLURM_JOB_NODELIST": expr, "SLURM_NNODES": str(len(nodes))}
-    assert plan.node_list(env) == nodes
-
-
-def test_node_list_must_match_slurm_nnodes():
-    for var in plan.NODELIST_VARS:  # the override is checked too (issue 34)
-        with pytest.raises(plan.LaunchError, match=f"{var}='gpu-\\[1-2\\]' gives 2 nodes but SLURM_NNODES=3"):
-            plan.node_list({var: "gpu-[1-2]", "SLURM_NNODES": "3"})
-
-
-def test_nodes_subcommand_prints_the_list(capsys):
-    assert cli.main(["nodes"], {"SOFT_SPATIAL_NODELIST": "a,b"}) == 0
-    assert capsys.readouterr().out.split() == ["count=2", "node[0]=a", "node[1]=b"]
-
-
-@pytest.mark.parametrize("spec, count", [("4", 4), ("h100:4", 4), ("gpu:h100:4", 4),
-                                         ("a100:2,h100:2", 4), ("gpu:2(IDX:0-1)", 2), ("h100", None)])
-def test_gpu_count_from_slurm_spec(spec, count):
-    assert plan.gpu_count_from_spec(spec) == count
-
-
-def test_gpus_and_cpus_from_slurm_then_cuda_visible_devices():
-    opts = cli.parse_args(["head"], {})
-    plan.resolve_resources(opts, {"SLURM_GPUS_ON_NODE": "gpu:h100:2", "SLURM_CPUS_ON_NODE": "6",
-                                    "CUDA_VISIBLE_DEVICES": "0,1,2"})
-    assert (opts.num_gpus, opts.trainer_gpus, opts.num_cpus) == (2, 2, 6)
-    opts = cli.parse_args(["head", "--trainer-gpus-per-node", "1"], {})
-    plan.resolve_resources(opts, {"CUDA_VISIBLE_DEVICES": "0,1,2"})
-    assert (opts.num_gpus, opts.trainer_gpus) == (3, 1)
-
-
-def test_free_port_keeps_a_free_default_and_replaces_a_taken_one():
-    with socket.socket() as taken:
-        taken.bind(("", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        other = plan.free_port(port)
-        assert other != port and other > 0
-    assert plan.free_port(port) == port
-
-
-def test_ports_outside_slurm_avoid_taken_defaults_and_agent_port_per_raylet():
-    with socket.socket() as taken:
-        taken.bind(("", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        opts = cli.parse_args(["head", "--client-port", str(port)], {})
-        plan.resolve_ports(opts, "head", in_slurm=False)
-        assert opts.client_port == port  # given explicitly: kept
-        opts.port = None
-        plan.DEFAULT_PORTS["port"], saved = port, plan.DEFAULT_PORTS["port"]
-        try:
-            plan.resolve_ports(opts, "head", in_slurm=False)
-        finally:
-            plan.DEFAULT_PORTS["port"] = saved
-        assert opts.port != port
-    worker = cli.parse_args(["worker"], {})
-    plan.resolve_ports(worker, "worker", in_slurm=False)
-    assert worker.agent_port not in (None, plan.DEFAULT_AGENT_PORT)
-    slurm = cli.parse_args(["head"], {})
-    plan.resolve_ports(slurm, "head", in_slurm=True)  # Slurm nodes are ours: Ray's defaults
-    assert (slurm.port, slurm.client_port, slurm.agent_port) == (6379, 10001, None)
-
-
-# --- the launch plan ------------------------------------------------------------------------------------
-def test_plan_two_slurm_nodes():
-    """Head on gpu-a, worker on gpu-b (srun -w), both with Slurm's resources and one token; the
-    driver runs on the head with the trainer overrides."""
-    p = dry_plan("--head-ip", "10.1.2.3", "launch", "--", "python", "-m", "soft_spatial.train",
-             "experiment=no_entropy", env=slurm_env(VERL_USE_EXTERNAL_MODULES=PLUGIN))
-    assert (p.mode, p.nnodes, p.address, p.expected) == ("slurm", 2, "10.1.2.3:6379", ["gpu-a", "gpu-b"])
-    head, worker = starts(p)
-    for argv, node in ((head, "gpu-a"), (worker, "gpu-b")):
-        assert argv[:6] == ["srun", "--nodes=1", "--ntasks=1", "-w", node, "--export=ALL"]
-        assert "--num-gpus=4" in argv and "--num-cpus=16" in argv
-        assert f"VERL_USE_EXTERNAL_MODULES={PLUGIN}" in argv
-        assert f"{plan.MARKER}={ROOT}/runs/123" in argv
-        assert f"RAY_AUTH_TOKEN_PATH={ROOT}/runs/123/ray/auth_token" in argv
-    assert "--node-ip-address=10.1.2.3" in head and "--port=6379" in head
-    assert "--address=10.1.2.3:6379" in worker and "--head" not in worker
-    i = p.driver.index("python")
-    assert p.driver[i:i + 4] == ["python", "-m", "soft_spatial.train", "experiment=no_entropy"]
-    assert "trainer.nnodes=2" in p.driver and "trainer.n_gpus_per_node=4" in p.driver
-    assert f"trainer.default_local_dir={ROOT}/runs/123/checkpoints" in p.driver
-    assert FORWARDED_PLUGIN in p.driver
-    if plan.this_host() != "gpu-a":
-        assert p.driver[:7] == ["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", "gpu-a",
-                                "--export=ALL"]
-
-
-def test_plan_unresolvable_head_and_user_overrides_win():
-    p = dry_plan("launch", "--", "python", "-m", "soft_spatial.train", "trainer.nnodes=1",
-             "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=other",
-             env=slurm_env(SLURM_GPUS_PER_NODE="gpu:h100:4", VERL_USE_EXTERNAL_MODULES=PLUGIN))
-    head, worker = starts(p)
-    assert "--num-gpus=4" in head and "--address=<ip-of-gpu-a>:6379" in worker
-    assert not [a for a in head if a.startswith("--node-ip-address")]
-    assert [a for a in p.driver if a.startswith("trainer.nnodes")] == ["trainer.nnodes=1"]
-    assert not [a for a in p.driver if a.startswith(f"{FORWARD_PREFIX}VERL_USE_EXTERNAL_MODULES")]
-    assert "trainer.n_gpus_per_node=4" in p.driver
-
-
-def test_plan_resource_and_srun_overrides():
-    p = dry_plan("--num-gpus", "2", "--num-cpus", "8", "--trainer-gpus-per-node", "1", "--port", "7000",
-             "--object-store-memory", "1000", "--temp-dir", "/tmp/r", "launch", "--", "python",
-             env=slurm_env(SOFT_SPATIAL_SRUN_ARGS="--gres=gpu:4 --mem=0", SOFT_SPATIAL_HEAD_NODE="gpu-b"))
-    head, worker = starts(p)
-    assert head[4] == "gpu-b" and worker[4] == "gpu-a"  # SOFT_SPATIAL_HEAD_NODE
-    for argv in (head, worker):
-        assert "--num-gpus=2" in argv and "--num-cpus=8" in argv
-        assert argv[7:9] == ["--gres=gpu:4", "--mem=0"]
-        assert "--object-store-memory=1000" in argv and "--temp-dir=/tmp/r" in argv
-    assert p.address == "<ip-of-gpu-b>:7000" and "trainer.n_gpus_per_node=1" in p.driver
-
-
-def test_plan_local_two_nodes():
-    """Outside Slurm, --local-nodes 2 plans two raylets on this machine with separate resources."""
-    p = dry_plan("--num-cpus", "1", "--local-nodes", "2", "--resources", '{"x": 2}', "launch", "--",
-             "python", "-c", "pass", env=clean_env())
-    head, worker = starts(p)
-    assert [n for n, _ in p.starts] == ["head-local0", "worker-local1"]
-    assert "srun" not in head + worker
-    assert '--resources={"x": 2, "local_node_0": 1}' in head
-    assert '--resources={"x": 2, "local_node_1": 1}' in worker
-    assert "trainer.nnodes=2" in p.driver and "trainer.n_gpus_per_node=0" in p.driver
-
-
-def test_plan_existing_cluster_starts_nothing():
-    p = dry_plan("--address", "1.2.3.4:6000", "--nodes", "3", "launch", "--no-trainer-args", "--", "ev",
-             env=clean_env())
-    assert (p.mode, p.nnodes, p.address, p.starts, p.driver) == ("existing", 3, "1.2.3.4:6000", [], ["ev"])
-
-
+# --- the sbatch file's dry run, nodes by name, stopping -----------------------------------------------
 def test_dry_run_through_sbatch_creates_nothing():
     """`bash slurm/train.sbatch` with DRY_RUN=1 on 2 simulated nodes prints the plan, exits 0 and
     creates nothing."""
@@ -316,66 +102,6 @@ def test_dry_run_through_sbatch_creates_nothing():
     assert cmds[2][:2] == ["env", "RAY_ADDRESS=10.1.2.3:6379"] and "experiment=no_entropy" in cmds[2]
     assert "trainer.nnodes=2" in cmds[2]
     assert not (ROOT / "runs" / "dry-run-test").exists()
-
-
-# --- environment forwarding and Hydra overrides ---------------------------------------------------------
-def test_one_forwarded_list_for_training_replicas_and_launcher():
-    env = {"VERL_USE_EXTERNAL_MODULES": "other.mod", "HF_HUB_OFFLINE": "1", "PYTHONPATH": "/p",
-           "SOFT_SPATIAL_FORWARD_ENV": "NCCL_DEBUG, WANDB_MODE", "NCCL_DEBUG": "INFO", "WANDB_MODE": "",
-           "UNLISTED": "x"}
-    assert forwarded_env(env) == {"VERL_USE_EXTERNAL_MODULES": "other.mod", "HF_HUB_OFFLINE": "1",
-                                  "PYTHONPATH": "/p", "NCCL_DEBUG": "INFO"}
-    assert plugin_env("cpu", env) == {**forwarded_env(env), "TOKENIZERS_PARALLELISM": "false",
-                                      "VERL_USE_EXTERNAL_MODULES": f"other.mod,{PLUGIN}",
-                                      "VERL_PLATFORM": "cpu"}
-    assert plugin_env("cuda", {})["VERL_USE_EXTERNAL_MODULES"] == PLUGIN
-    with pytest.raises(ValueError, match="bad variable name 'A-B'"):
-        forwarded_env({"SOFT_SPATIAL_FORWARD_ENV": "A-B"})
-    p = dry_plan("launch", "--", "python", env=slurm_env(**env))
-    head, _ = starts(p)
-    assert {a.split("=", 1)[0] for a in head[6:] if "=" in a and not a.startswith("-")} == {
-        plan.MARKER, *forwarded_env(env), "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"}
-    assert sorted(a for a in p.driver if a.startswith(FORWARD_PREFIX)) == sorted(
-        f"{FORWARD_PREFIX}{k}={plan.hydra_quote(v)}" for k, v in forwarded_env(env).items())
-
-
-def test_forwarded_env_round_trips_through_hydra():
-    """Forwarded values reach the config as the same strings (commas, colons, quotes, backslashes,
-    `${`, and digits that Hydra would otherwise read as numbers)."""
-    parser_mod = pytest.importorskip("hydra.core.override_parser.overrides_parser")
-    omegaconf = pytest.importorskip("omegaconf")
-    values = {
-        "VERL_USE_EXTERNAL_MODULES": "soft_spatial.plugin,other.mod",
-        "PYTHONPATH": "/a/b:/c d",
-        "HF_HUB_OFFLINE": "1",
-        "MY_VAR": "it's a \\ test \\' ${x} end\\",
-        "OTHER": "true",
-        "NL": "two\nlines \\\\'",
-    }
-    forwarded = plan.trainer_overrides([], 1, 0, Path("/r"), values)[3:]
-    parser = parser_mod.OverridesParser.create()
-    parsed = {o.key_or_group.rsplit(".", 1)[1]: o.value() for o in parser.parse_overrides(forwarded)}
-    resolved = omegaconf.OmegaConf.to_container(omegaconf.OmegaConf.create(parsed), resolve=True)
-    assert resolved == values
-    assert plan.hydra_value("/plain/path-1.x") == "/plain/path-1.x"
-    assert plan.hydra_value("/a b") == "'/a b'"
-
-
-def test_appended_overrides_compose_with_verl_config():
-    """The overrides launch appends compose with verl's own config tree (ppo_trainer)."""
-    pytest.importorskip("verl.trainer.config")
-    from hydra import compose, initialize_config_module
-
-    p = dry_plan("launch", "--", "python", "-m", "soft_spatial.train",
-             env=slurm_env(VERL_USE_EXTERNAL_MODULES=PLUGIN, HF_HUB_OFFLINE="1"))
-    overrides = p.driver[p.driver.index("soft_spatial.train") + 1:]
-    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
-        cfg = compose(config_name="ppo_trainer", overrides=overrides)
-    assert cfg.trainer.nnodes == 2 and cfg.trainer.n_gpus_per_node == 4
-    assert cfg.trainer.default_local_dir == f"{ROOT}/runs/123/checkpoints"
-    env_vars = dict(cfg.ray_kwargs.ray_init.runtime_env.env_vars)
-    assert env_vars == {"VERL_USE_EXTERNAL_MODULES": PLUGIN, "HF_HUB_OFFLINE": "1",
-                        "PYTHONPATH": str(ROOT)}
 
 
 def test_missing_nodes_named_by_short_name():

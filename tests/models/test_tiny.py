@@ -1,4 +1,4 @@
-"""Tiny model factory, loading, and token-id helpers (soft_spatial.models.tiny / loading / tokens)."""
+"""Tiny model factory (soft_spatial.models.tiny): configs, tokenizers, weights and the model families."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from PIL import Image
 from soft_spatial.models import (
     QWEN_ADDED_TOKENS,
     build_tiny_model,
-    eos_token_ids,
     load_model,
     think_end_id,
     think_start_id,
@@ -193,49 +192,6 @@ def test_cli_text_family(tmp_path):
     assert tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False) == (
         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n"
     )
-
-
-def test_load_model(tiny_qwen3_vl_small, tiny_qwen3_text_small, tmp_path):
-    model, processor, tok = load_model(tiny_qwen3_vl_small, dtype=torch.bfloat16)
-    assert type(model).__name__ == "Qwen3VLForConditionalGeneration" and not model.training
-    assert model.dtype == torch.bfloat16 and model.config._attn_implementation == "sdpa"
-    assert type(processor).__name__ == "Qwen3VLProcessor" and tok is processor.tokenizer
-    model, processor, tok = load_model(tiny_qwen3_text_small)
-    assert type(model).__name__ == "Qwen3ForCausalLM" and processor is None and not model.training
-    assert model.dtype == torch.float32 and think_end_id(tok) == tok.convert_tokens_to_ids("</think>")
-
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        load_model(tmp_path / "missing")
-    with pytest.raises(ValueError, match="not a model directory"):
-        load_model(tmp_path)
-
-
-def test_think_ids_and_eos(tiny_qwen3_vl_small, tiny_qwen3_text_small):
-    from transformers import AutoConfig, PreTrainedTokenizerFast
-
-    tok = tiny.build_tokenizer("small")
-    for path in (tiny_qwen3_vl_small, tiny_qwen3_text_small):
-        assert eos_token_ids(path) == [tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
-    config = AutoConfig.from_pretrained(tiny_qwen3_vl_small)
-    assert eos_token_ids(config) == [tok.eos_token_id]  # from text_config
-    with pytest.raises(ValueError, match="no eos_token_id"):
-        eos_token_ids(None)
-
-    bare = PreTrainedTokenizerFast(tokenizer_object=_without_added_tokens(tiny.small_tokenizer_backend()),
-                                   name_or_path="bare-bpe")
-    with pytest.raises(ValueError, match=r"'</think>' is not a single token in tokenizer 'bare-bpe'"):
-        think_end_id(bare)
-    with pytest.raises(ValueError, match="<think>"):
-        think_start_id(bare)
-
-
-def _without_added_tokens(backend):
-    """The same BPE with no added tokens (so `</think>` splits into pieces)."""
-    from tokenizers import Tokenizer
-
-    data = json.loads(backend.to_str())
-    data["added_tokens"] = []
-    return Tokenizer.from_str(json.dumps(data))
 
 
 def test_small_vocab_with_a_task_corpus():
