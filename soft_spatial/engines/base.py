@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 from collections.abc import Callable, Iterator, Sequence
 
-from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig, SoftTrace
+from soft_spatial.softthink import ControllerState, SamplingConfig, SoftThinkingConfig, SoftTrace
 
 # A prompt is a chat (list of {"role", "content"} messages; content may hold {"type": "image",
 # "image": PIL.Image | path} items), a list of token ids (text only), or
@@ -119,8 +119,8 @@ class Engine(Protocol):
         """Copy (a subset of) policy weights in, by their Hugging Face names."""
         ...
 
-    def set_controller(self, controller: Any) -> None:
-        """Install AdaptSoft weights; every engine takes its state ``{"config", "state_dict"}``."""
+    def set_controller(self, controller: ControllerState | None) -> None:
+        """Install AdaptSoft's state (None: no controller)."""
         ...
 
     def close(self) -> None:

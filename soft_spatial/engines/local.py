@@ -39,6 +39,7 @@ from soft_spatial.models.tokens import single_token_id, stop_token_ids, unusable
 from soft_spatial.softthink import (
     AdaptSoft,
     AdaptSoftConfig,
+    ControllerState,
     DensityConfig,
     SamplingConfig,
     SoftThinkingConfig,
@@ -162,19 +163,17 @@ class LocalEngine:
                                  f"{tuple(own[k].shape)}")
             own[k].copy_(v.to(own[k].device, own[k].dtype))
 
-    def set_controller(self, controller: AdaptSoft | dict | str | Path | None) -> None:
-        """Install AdaptSoft: a module, its state dict, a checkpoint path (:meth:`AdaptSoft.save`),
-        or None to remove it. A state dict (or ``{"config", "state_dict"}``) is loaded into the
-        current controller, or into a new one when none is installed or its config differs."""
+    def set_controller(self, controller: AdaptSoft | ControllerState | str | Path | None) -> None:
+        """Install AdaptSoft: a module, its :class:`ControllerState` (loaded into the current
+        controller when that one was built the same way, else into a new one), a checkpoint path
+        (:meth:`AdaptSoft.save`), or None to remove it."""
         if controller is None:
             self.controller = None
             return
         if isinstance(controller, (str, Path)):
             controller = AdaptSoft.load(controller)
-        elif isinstance(controller, dict):
-            controller = AdaptSoft.from_state(
-                controller, into=self.controller,
-                default_config=dict(AdaptSoftConfig().__dict__, hidden_size=self.hidden_size))
+        elif isinstance(controller, ControllerState):
+            controller = AdaptSoft.from_state(controller, into=self.controller)
         if controller.hidden_size != self.hidden_size:
             raise ValueError(f"AdaptSoft was built for hidden size {controller.hidden_size}, "
                              f"{self.name} has {self.hidden_size}")

@@ -57,7 +57,7 @@ def check_controller(cfg: DictConfig) -> None:
         raise FileNotFoundError(f"controller={cfg.controller}: no such file (the AdaptSoft "
                                 f"checkpoint adaptsoft.pt of a training run or an exported model)")
     paper = dataclasses.asdict(AdaptSoftConfig())
-    trained = AdaptSoft.read_checkpoint(cfg.controller)["config"]
+    trained = dataclasses.asdict(AdaptSoft.read_checkpoint(cfg.controller).config)
     conflicts = [f"adaptsoft.{k}={v} (checkpoint: {trained[k]})"
                  for k, v in cfg.get("adaptsoft", {}).items()
                  if k in trained and k in paper and v != paper[k] and v != trained[k]]

@@ -31,7 +31,7 @@ from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
 from soft_spatial.compat.verl.engine import loss_config
 from soft_spatial.infra.atomic import write_text
 from soft_spatial.integration.platform import init_process_group
-from soft_spatial.softthink import AdaptSoft
+from soft_spatial.softthink import AdaptSoft, ControllerState
 from soft_spatial.softthink.controller import log_fingerprint
 from soft_spatial.softthink.settings import SoftSettings
 
@@ -96,7 +96,7 @@ class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
             self.loss_fn = partial(soft_ppo_loss, config=actor_config, kl=s.kl)
             self.actor.set_loss_fn(self.loss_fn)
 
-    def controller_state(self):
+    def controller_state(self) -> ControllerState | None:
         actor_engine = getattr(self.actor, "engine", None)  # verl's training engine
         trainer = getattr(actor_engine, "adaptsoft", None)
         if trainer is None:
@@ -109,6 +109,6 @@ class SoftActorRolloutRefWorker(ActorRolloutRefWorker):
         if self.rollout is not None and hasattr(self.rollout, "update_controller"):
             state = self.controller_state()
             if state is not None:  # what is sent, for the GPU kit's check (a no-op by default)
-                log_fingerprint("trainer", state["state_dict"], step=global_steps)
+                log_fingerprint("trainer", state.weights, step=global_steps)
             await self.rollout.update_controller(state)
         return result

@@ -14,7 +14,6 @@ Both are registered by :mod:`soft_spatial.plugin` under ``rollout.name=local_sof
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import ray
 import torch
@@ -24,6 +23,7 @@ from verl.workers.rollout.replica import RolloutReplica
 
 from soft_spatial.compat.verl.rollout import set_replica_server
 from soft_spatial.infra.ray_env import forwarded_env
+from soft_spatial.softthink import ControllerState
 from soft_spatial.softthink.settings import SoftSettings
 
 from soft_spatial.rollout.server import LocalSoftServer
@@ -105,7 +105,7 @@ class LocalSoftServerAdapter(BaseRollout):
         if self.is_leader and state:
             await self._handle().update_weights.remote(state)
 
-    async def update_controller(self, state: dict[str, Any] | None):
-        """Send AdaptSoft's weights (``{"config", "state_dict"}``) to the server."""
+    async def update_controller(self, state: ControllerState | None):
+        """Send AdaptSoft's state to the server."""
         if self.is_leader and state is not None:
             await self._handle().set_controller.remote(state)

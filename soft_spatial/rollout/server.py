@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import torch
 
 from soft_spatial.engines.local import LocalEngine
-from soft_spatial.softthink import AdaptSoft, SamplingConfig
+from soft_spatial.softthink import AdaptSoft, ControllerState, SamplingConfig
 from soft_spatial.softthink.noise import NoiseKey, pop_noise_param, request_seed
 from soft_spatial.softthink.settings import SoftSettings, sampling_config
 from soft_spatial.softthink.trace import TRACE_FIELD
@@ -169,8 +169,8 @@ class LocalSoftServer:
         self.weight_version += 1
         return self.weight_version
 
-    def set_controller(self, state: dict[str, Any]) -> None:
-        """AdaptSoft weights from the trainer (``{"config", "state_dict"}`` or a state dict)."""
+    def set_controller(self, state: ControllerState) -> None:
+        """AdaptSoft's state from the trainer."""
         self.engine.set_controller(state)
 
     # -- lifecycle hooks verl calls on every server (nothing to free on the CPU) -------------

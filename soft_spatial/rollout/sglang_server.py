@@ -23,7 +23,6 @@ Imports verl's SGLang modules (hence sglang): load it through the lazy registrat
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 import ray
 from verl.workers.rollout.sglang_rollout.async_sglang_server import SGLangHttpServer, SGLangReplica
@@ -44,6 +43,7 @@ from soft_spatial.engines.sglang.client import (
 )
 from soft_spatial.engines.sglang.server_args import CONTROLLER_LOADER
 from soft_spatial.models.tokens import single_token_id, unusable_token_ids
+from soft_spatial.softthink import ControllerState
 from soft_spatial.softthink.noise import pop_noise_param, request_row_seed
 from soft_spatial.softthink.settings import SoftSettings, sampling_config
 from soft_spatial.softthink.trace import TRACE_FIELD
@@ -133,7 +133,7 @@ class SGLangSoftReplica(SGLangReplica):
 class SGLangSoftServerAdapter(ServerAdapter):
     """Weight sync as verl's SGLang adapter, plus the AdaptSoft controller."""
 
-    async def update_controller(self, state: dict[str, Any] | None):
+    async def update_controller(self, state: ControllerState | None):
         if state is None:
             return
         engine = await server_adapter_engine(self)

@@ -20,7 +20,7 @@ from soft_spatial.softthink.alignment import (AlignmentScaler, SparseGrad, align
 from soft_spatial.softthink.config import (AdaptSoftConfig, AlignmentConfig, DensityConfig, KLConfig,
                                            ReplayCheckConfig, SamplingConfig,
                      SoftThinkingConfig, check_field_types, from_mapping)
-from soft_spatial.softthink.controller import AdaptSoft
+from soft_spatial.softthink.controller import AdaptSoft, ControllerState
 from soft_spatial.softthink.density import (StepLikelihood, candidate_logp, gumbel_log_density,
                       log_density_gap, soft_step_log_density, step_likelihood,
                       step_log_likelihood, token_log_prob)
@@ -33,7 +33,7 @@ from soft_spatial.softthink.noise import NoiseKey, noise_uniforms, seed_tensor
 from soft_spatial.softthink.trace import SoftTrace, TraceRecorder, collate_traces, uncollate_traces
 
 __all__ = [
-    "AdaptSoft", "AdaptSoftConfig", "AlignmentConfig", "AlignmentScaler", "DensityConfig",
+    "AdaptSoft", "AdaptSoftConfig", "ControllerState", "AlignmentConfig", "AlignmentScaler", "DensityConfig",
     "SamplingConfig", "SoftThinkingConfig", "SoftTrace", "SparseGrad", "TraceRecorder",
     "alignment_loss", "alignment_scores", "all_gather_rows", "candidate_logp", "candidates",
     "center_per_rollout", "check_field_types", "collate_traces", "controller_surrogate",

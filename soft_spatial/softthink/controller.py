@@ -26,12 +26,55 @@ from soft_spatial.infra.atomic import atomic_open
 from soft_spatial.softthink.config import AdaptSoftConfig
 from soft_spatial.softthink.mixture import normalized_entropy
 
-__all__ = ["AdaptSoft", "ENTROPY_EPS", "FINGERPRINT_LOG_ENV", "log_fingerprint",
-           "state_fingerprint"]
+__all__ = ["AdaptSoft", "ControllerState", "ENTROPY_EPS", "FINGERPRINT_LOG_ENV",
+           "log_fingerprint", "state_fingerprint"]
 
 FINGERPRINT_LOG_ENV = "SOFT_SPATIAL_CONTROLLER_LOG"  # a directory: log_fingerprint writes there
 
 ENTROPY_EPS = 1e-6  # ε_H in Ĥ_s = (Ĥ − μ_H)/(σ_H + ε_H)
+
+
+@dataclasses.dataclass(frozen=True)
+class ControllerState:
+    """An AdaptSoft controller as data: what builds it (``hidden_size`` and its
+    :class:`AdaptSoftConfig`) and its weights (the state dict, projection P included). What a
+    checkpoint stores, weight sync sends to the rollout servers and every engine installs;
+    :meth:`AdaptSoft.to_state` and :meth:`AdaptSoft.from_state` convert.
+
+    On disk and on the wire it is the blob ``{"config": {hidden_size, **AdaptSoftConfig},
+    "state_dict": {name: tensor}}`` (:meth:`to_blob`, :meth:`from_blob`), which
+    ``torch.load(weights_only=True)`` reads: plain containers and tensors only."""
+
+    hidden_size: int
+    config: AdaptSoftConfig
+    weights: dict[str, Tensor]
+
+    def to_blob(self) -> dict:
+        """The blob (detached CPU tensors)."""
+        return {"config": dict(hidden_size=self.hidden_size, **dataclasses.asdict(self.config)),
+                "state_dict": {k: v.detach().cpu() for k, v in self.weights.items()}}
+
+    @classmethod
+    def from_blob(cls, blob, source: str = "the controller state") -> "ControllerState":
+        """The state of a blob written by :meth:`to_blob`; anything else is an error naming
+        ``source`` (a file, the weight-sync tensor) and what is wrong."""
+        if not isinstance(blob, Mapping) or not isinstance(blob.get("config"), Mapping) \
+                or not isinstance(blob.get("state_dict"), Mapping):
+            raise ValueError(f"{source}: not an AdaptSoft state (expected a dict with a 'config' "
+                             f"dict and a 'state_dict' dict)")
+        cfg = dict(blob["config"])
+        hidden = cfg.pop("hidden_size", None)
+        if not isinstance(hidden, int) or isinstance(hidden, bool):
+            raise ValueError(f"{source}: config.hidden_size must be an int, got {hidden!r}")
+        try:
+            config = AdaptSoftConfig(**cfg)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{source}: bad controller config: {e}") from None
+        weights = dict(blob["state_dict"])
+        bad = [k for k, v in weights.items() if not isinstance(v, Tensor)]
+        if bad:
+            raise ValueError(f"{source}: state_dict entries that are not tensors: {bad[:5]}")
+        return cls(hidden, config, weights)
 
 
 class AdaptSoft(nn.Module):
@@ -142,41 +185,33 @@ class AdaptSoft(nn.Module):
         beside the state dict so a checkpoint rebuilds itself with ``AdaptSoft(**config)``."""
         return dict(hidden_size=self.hidden_size, **dataclasses.asdict(self.config))
 
-    def to_state(self) -> dict:
-        """``{"config", "state_dict"}`` (detached CPU copies): what checkpoints store and weight
-        sync sends; :meth:`from_state` rebuilds the controller from it."""
-        return {"config": self.config_dict(),
-                "state_dict": {k: v.detach().cpu().clone() for k, v in self.state_dict().items()}}
+    def to_state(self) -> ControllerState:
+        """This controller as data (detached CPU copies of its weights)."""
+        return ControllerState(self.hidden_size, self.config,
+                               {k: v.detach().cpu().clone() for k, v in self.state_dict().items()})
 
     @classmethod
-    def from_state(cls, state: dict, into: "AdaptSoft" | None = None,
-                   default_config: dict | None = None) -> "AdaptSoft":
-        """The controller of ``state`` (``{"config", "state_dict"}`` or a bare state dict).
-
-        The weights are loaded into ``into`` (in place) when it is given and ``state`` has no
-        config or the same one; otherwise into a new controller built from the config (or
-        ``default_config`` for a bare state dict)."""
-        sd = state.get("state_dict", state)
-        cfg = state.get("config") if "state_dict" in state else None
-        if into is None or (cfg and cfg != into.config_dict()):
-            cfg = cfg or default_config
-            if not cfg:
-                raise ValueError("AdaptSoft.from_state: no controller to load into and no config "
-                                 "given")
-            into = cls(**cfg)
-        into.load_state_dict(sd)
+    def from_state(cls, state: ControllerState, into: "AdaptSoft" | None = None) -> "AdaptSoft":
+        """The controller of ``state``: its weights loaded into ``into`` (in place) when that
+        controller was built the same way (hidden size and config), else into a new one."""
+        if not isinstance(state, ControllerState):
+            raise TypeError(f"AdaptSoft.from_state takes a ControllerState, got "
+                            f"{type(state).__name__}")
+        if into is None or (into.hidden_size, into.config) != (state.hidden_size, state.config):
+            into = cls(state.hidden_size, state.config)
+        into.load_state_dict(state.weights)
         return into
 
     def save(self, path, extra: dict | None = None) -> None:
-        """Write ``{"config", "state_dict", **extra}`` to ``path`` with torch.save (atomically:
+        """Write :meth:`to_state`'s blob (and ``extra``) to ``path`` with torch.save (atomically:
         a temporary file renamed into place)."""
         with atomic_open(path, "wb") as f:
-            torch.save({**self.to_state(), **(extra or {})}, f)
+            torch.save({**self.to_state().to_blob(), **(extra or {})}, f)
 
     @staticmethod
-    def read_checkpoint(path, map_location="cpu") -> dict:
-        """``{"config", "state_dict"}`` of a file written by :meth:`save` or of a training
-        checkpoint's ``adaptsoft.pt``; an unreadable file is an error naming it."""
+    def read_checkpoint(path, map_location="cpu") -> ControllerState:
+        """The controller state of a file written by :meth:`save` or of a training checkpoint's
+        ``adaptsoft.pt``; an unreadable file is an error naming it."""
         try:
             blob = torch.load(path, map_location=map_location, weights_only=True)
         except FileNotFoundError:
@@ -186,11 +221,7 @@ class AdaptSoft(nn.Module):
                              f"({type(e).__name__}: {e})") from e
         if isinstance(blob, dict) and "controller_config" in blob and "controller" in blob:
             blob = {"config": blob["controller_config"], "state_dict": blob["controller"]}
-        if not isinstance(blob, dict) or "config" not in blob or "state_dict" not in blob:
-            raise ValueError(f"{path}: not an AdaptSoft checkpoint (expected keys 'config' and "
-                             f"'state_dict', or a training checkpoint's 'controller_config' and "
-                             f"'controller')")
-        return blob
+        return ControllerState.from_blob(blob, source=str(path))
 
     @classmethod
     def load(cls, path, map_location="cpu") -> "AdaptSoft":

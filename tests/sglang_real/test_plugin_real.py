@@ -137,7 +137,7 @@ def test_controller_weight_loader(installed):
     ctrl = _random_controller()
     seen = []
     model = SimpleNamespace(load_weights=lambda w: seen.extend(n for n, _ in w))
-    blob = encode_controller({"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()})
+    blob = encode_controller(ctrl.to_state())
     installed.hooks.load_weights(model, [(CONTROLLER_NAME, blob), ("lm_head.weight",
                                                                      torch.zeros(2, 2))])
     assert seen == ["lm_head.weight"]
@@ -158,7 +158,7 @@ def test_real_sampler_parity_with_sample_step(installed, sgl, density, monkeypat
     from sglang.srt.layers.sampler import create_sampler
     ctrl = _random_controller()
     installed.hooks.load_weights(None, [(CONTROLLER_NAME, encode_controller(
-        {"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()}))])
+        ctrl.to_state()))])
     rt = installed.rt
     monkeypatch.setattr(rt.setup.soft, "density", density)
     soft, k, v, te = rt.setup.soft.soft_thinking, rt.setup.soft.soft_thinking.top_k, sgl.vocab, sgl.think_end

@@ -46,7 +46,7 @@ def test_controller_update_takes_effect_on_the_next_request(engine, reference, c
     from soft_spatial.softthink import AdaptSoft
     before = engine.generate(PROMPTS[:2], soft_thinking=SOFT, sampling=SAMPLING, seed=3)
     new = trained_controller(64, seed=8)
-    state = {"config": new.config_dict(), "state_dict": new.state_dict()}
+    state = new.to_state()
     try:
         engine.set_controller(state)  # update_weights_from_tensor + the plugin's loader
         for local in (reference.l32, reference.l64):
@@ -56,7 +56,7 @@ def test_controller_update_takes_effect_on_the_next_request(engine, reference, c
         assert all(not g.trace.tau[:1].equal(b.trace.tau[:1]) for g, b in zip(got, before))
     finally:
         old = AdaptSoft.load(controller)
-        old_state = {"config": old.config_dict(), "state_dict": old.state_dict()}
+        old_state = old.to_state()
         engine.set_controller(old_state)
         for local in (reference.l32, reference.l64):
             local.set_controller(old_state)

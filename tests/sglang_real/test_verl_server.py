@@ -108,7 +108,7 @@ def test_verl_server_matches_local_soft_server(server_factory, tiny_qwen3_vl_sma
     eng = local.engine
     eng.lm_head = BiasedHead(eng.lm_head, think_end_id(eng.tokenizer), 8.0)
     ctrl = trained_controller(eng.hidden_size, seed=5)
-    state = {"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()}
+    state = ctrl.to_state()
     if mode == "adaptsoft":
         local.set_controller(state)
 
@@ -207,8 +207,7 @@ def test_update_controller_reaches_the_weight_loader(monkeypatch):
     monkeypatch.setattr(mod, "to_ipc_device", lambda t: t)
     monkeypatch.setattr(patch_torch, "monkey_patch_torch_reductions", lambda: None)
     ctrl = trained_controller(64, seed=9)
-    asyncio.run(adapter.update_controller({"config": ctrl.config_dict(),
-                                           "state_dict": ctrl.state_dict()}))
+    asyncio.run(adapter.update_controller(ctrl.to_state()))
     (req,) = sent
     assert req.load_format == CONTROLLER_LOADER and len(req.serialized_named_tensors) == 2
     rt = SoftRuntime(SchedulerSetup(soft=SoftSettings(soft_thinking=SoftThinkingConfig(mode="adaptsoft"),

@@ -1,10 +1,12 @@
 """AdaptSoft (docs/design.md §2.4, §2.5, §2.7): init, features, ablations, straight-through
 replay."""
 
+import io
+
 import pytest
 import torch
 
-from soft_spatial.softthink import AdaptSoft, AdaptSoftConfig, normalized_entropy
+from soft_spatial.softthink import AdaptSoft, AdaptSoftConfig, ControllerState, normalized_entropy
 
 
 def trained_like(ctrl, seed=0):
@@ -150,20 +152,39 @@ def test_unreadable_checkpoints_are_named(tmp_path):
 
 
 def test_to_state_from_state_round_trip_and_reuse():
-    """from_state(to_state()) rebuilds the controller; it loads in place into a controller of the
-    same config, builds a new one for another config, and needs a config for a bare state dict."""
+    """from_state(to_state()) rebuilds the controller; it loads in place into a controller built
+    the same way and builds a new one for another config; the state's blob round-trips through
+    torch.save / weights-only torch.load."""
     a, b = AdaptSoft(hidden_size=16, seed=1), AdaptSoft(hidden_size=16, seed=2)
     state = a.to_state()
-    assert all(v.device.type == "cpu" and not v.requires_grad for v in state["state_dict"].values())
+    assert isinstance(state, ControllerState) and state.hidden_size == 16 and state.config == a.config
+    assert all(v.device.type == "cpu" and not v.requires_grad for v in state.weights.values())
     rebuilt = AdaptSoft.from_state(state)
     assert rebuilt.config_dict() == a.config_dict()
     assert all(torch.equal(v, a.state_dict()[k]) for k, v in rebuilt.state_dict().items())
     same_cfg = AdaptSoft(hidden_size=16, seed=1)
     assert AdaptSoft.from_state(state, into=same_cfg) is same_cfg
     assert AdaptSoft.from_state(state, into=b) is not b  # the seed differs: a new controller
-    bare = AdaptSoft.from_state(dict(a.state_dict()), into=b)
-    assert bare is b and torch.equal(b.fc1.weight, a.fc1.weight)
-    with pytest.raises(ValueError, match="no config"):
+    assert AdaptSoft.from_state(state, into=AdaptSoft(hidden_size=32, seed=1)).hidden_size == 16
+    buf = io.BytesIO()
+    torch.save(state.to_blob(), buf)
+    back = ControllerState.from_blob(torch.load(io.BytesIO(buf.getvalue()), weights_only=True))
+    assert (back.hidden_size, back.config) == (state.hidden_size, state.config)
+    assert back.weights.keys() == state.weights.keys()
+    assert all(torch.equal(back.weights[k], v) for k, v in state.weights.items())
+    with pytest.raises(TypeError, match="ControllerState"):
         AdaptSoft.from_state(dict(a.state_dict()))
-    built = AdaptSoft.from_state(dict(a.state_dict()), default_config=a.config_dict())
-    assert torch.equal(built.fc1.weight, a.fc1.weight)
+
+
+@pytest.mark.parametrize("blob, message", [
+    ([1, 2], "not an AdaptSoft state"),
+    ({"config": {"hidden_size": 16}}, "not an AdaptSoft state"),
+    ({"config": {"width": 8}, "state_dict": {}}, "hidden_size must be an int"),
+    ({"config": {"hidden_size": 16, "tau0": 0.3, "delta": 0.4}, "state_dict": {}}, "delta"),
+    ({"config": {"hidden_size": 16, "colour": 1}, "state_dict": {}}, "colour"),
+    ({"config": {"hidden_size": 16}, "state_dict": {"fc1.weight": [1.0]}}, "not tensors"),
+])
+def test_a_blob_that_is_not_a_controller_state_is_named(blob, message):
+    with pytest.raises(ValueError, match=message) as err:
+        ControllerState.from_blob(blob, source="ckpt.pt")
+    assert "ckpt.pt" in str(err.value)

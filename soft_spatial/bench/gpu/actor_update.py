@@ -54,7 +54,7 @@ def stage_c(ctx: Ctx) -> list[str]:
     batch = ctx.workdir / "actor_batch.pt"
     torch.save({"prompts": [prompts[o.prompt_index] for o in outs],
                 "outs": parity.dump_completions(outs),
-                "controller": {"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()}},
+                "controller": ctrl.to_state().to_blob()},
                batch)
     del eng, model
     free_memory()
@@ -102,7 +102,7 @@ def child_c(mode: str, model_dir: str, batch_path: str, dry_run: bool) -> dict:
 
     from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
     from soft_spatial.actor.loss import soft_ppo_loss
-    from soft_spatial.softthink import AdaptSoft, SoftTrace
+    from soft_spatial.softthink import AdaptSoft, ControllerState, SoftTrace
     from soft_spatial.integration.platform import init_process_group
 
     init_method = "file://" + tempfile.mktemp()
@@ -122,8 +122,7 @@ def child_c(mode: str, model_dir: str, batch_path: str, dry_run: bool) -> dict:
                            else "soft_language_model", cpu=cpu, param_dtype=precision,
                            gradient_checkpointing=not cpu)
     if mode == "adaptsoft":
-        ctrl = AdaptSoft(**data["controller"]["config"])
-        ctrl.load_state_dict(data["controller"]["state_dict"])
+        ctrl = AdaptSoft.from_state(ControllerState.from_blob(data["controller"], source=batch_path))
         engine.configure_soft(adaptsoft=AdaptSoftTrainer(copy.deepcopy(ctrl), seed=1,
                                                          device=0 if not cpu else "cpu"))
     dev = "cpu" if cpu else "cuda"

@@ -285,7 +285,7 @@ def checkpoint_fingerprint(ckpt: Path, step: int) -> str | None:
     from soft_spatial.softthink import AdaptSoft
     from soft_spatial.softthink.controller import state_fingerprint
     found = sorted((Path(ckpt) / f"global_step_{step}").rglob("adaptsoft.pt"))
-    return state_fingerprint(AdaptSoft.read_checkpoint(found[0])["state_dict"]) if found else None
+    return state_fingerprint(AdaptSoft.read_checkpoint(found[0]).weights) if found else None
 
 
 def step_metrics(path: Path) -> dict:

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 import torch
 
-from soft_spatial.softthink import SamplingConfig
+from soft_spatial.softthink import ControllerState, SamplingConfig
 from soft_spatial.softthink.trace import TRACE_KEYS
 
 __all__ = ["PARAM_KEY", "collapse_image_pads", "PromptPrefill", "PREFILL_ONLY", "INFO_PREFIX", "INFO_KEYS",
@@ -154,14 +154,16 @@ def split_records(acc: dict[str, list] | None, n_tokens: int
     return trace, [float(x) for x in acc[info_key("loglik")]]
 
 
-def encode_controller(state: dict[str, Any]) -> torch.Tensor:
-    """AdaptSoft ``{"config", "state_dict"}`` → one uint8 tensor (travels like a weight)."""
+def encode_controller(state: ControllerState) -> torch.Tensor:
+    """AdaptSoft's state → one uint8 tensor (its blob, ``torch.save``d: travels like a weight)."""
     buf = io.BytesIO()
-    torch.save({"config": state.get("config"),
-                "state_dict": {k: v.detach().cpu() for k, v in state["state_dict"].items()}}, buf)
+    torch.save(state.to_blob(), buf)
     return torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
 
 
-def decode_controller(blob: torch.Tensor) -> dict[str, Any]:
+def decode_controller(blob: torch.Tensor) -> ControllerState:
+    """The state :func:`encode_controller` sent (read weights-only: a tensor from elsewhere
+    runs no code)."""
     data = bytes(blob.detach().to("cpu", torch.uint8).numpy().tobytes())
-    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    return ControllerState.from_blob(torch.load(io.BytesIO(data), map_location="cpu",
+                                                weights_only=True), source="the controller update")

@@ -37,7 +37,7 @@ from soft_spatial.engines.sglang.client import (
 from soft_spatial.engines.sglang.server_args import CONTROLLER_LOADER, SchedulerSetup, required_server_args
 from soft_spatial.models.loading import load_processing
 from soft_spatial.models.tokens import single_token_id, stop_token_ids, unusable_token_ids
-from soft_spatial.softthink import (AdaptSoftConfig, DensityConfig, SamplingConfig, SoftThinkingConfig,
+from soft_spatial.softthink import (AdaptSoftConfig, ControllerState, DensityConfig, SamplingConfig, SoftThinkingConfig,
                                     SoftTrace)
 from soft_spatial.softthink.noise import row_seed
 from soft_spatial.softthink.settings import SoftSettings
@@ -262,8 +262,8 @@ class SGLangEngine:
         flushed (its KV was computed with the old weights)."""
         self._update([(k, v.detach()) for k, v in state_dict.items()], None, True)
 
-    def set_controller(self, controller: dict[str, Any]) -> None:
-        """Install AdaptSoft weights ``{"config", "state_dict"}`` in every scheduler process,
+    def set_controller(self, controller: ControllerState) -> None:
+        """Install AdaptSoft's state in every scheduler process,
         through the plugin's custom weight loader (as training does); requests scheduled from
         now on use them."""
         self._update([(CONTROLLER_NAME, encode_controller(controller))], CONTROLLER_LOADER, False)

@@ -42,7 +42,8 @@ import torch
 from torch import Tensor
 
 from soft_spatial.engines.step import sample_step
-from soft_spatial.softthink import AdaptSoft, AdaptSoftConfig, SamplingConfig, record_weights, soft_embedding
+from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, ControllerState, SamplingConfig,
+                                    record_weights, soft_embedding)
 from soft_spatial.softthink.noise import noise_uniforms, request_row_seed, seed_tensor
 
 from soft_spatial.engines.sglang.client import INFO_KEYS, PARAM_KEY, info_key
@@ -270,8 +271,8 @@ class SoftRuntime:
     def feature_dim(self) -> int:
         return self.controller.feature_dim if self.controller else AdaptSoftConfig().proj_dim + 1
 
-    def set_controller(self, state: dict[str, Any]) -> None:
-        """AdaptSoft weights ``{"config", "state_dict"}`` (or a bare state dict) from training."""
+    def set_controller(self, state: ControllerState) -> None:
+        """AdaptSoft's state from training (or from a checkpoint at start-up)."""
         ctrl = AdaptSoft.from_state(state, into=self.controller)
         if ctrl.hidden_size != self.setup.hidden_size:
             raise ValueError(f"AdaptSoft hidden size {ctrl.hidden_size} != policy hidden size "

@@ -38,7 +38,7 @@ def test_fingerprint_is_the_sha256_of_names_shapes_and_values():
     assert state_fingerprint(sd) == _reference(sd)
     assert state_fingerprint(dict(reversed(list(sd.items())))) == state_fingerprint(sd)  # order
     # the trainer's CPU copy, an fp64 copy and the rollout's module: the same values, one print
-    assert state_fingerprint(ctrl.to_state()["state_dict"]) == state_fingerprint(sd)
+    assert state_fingerprint(ctrl.to_state().weights) == state_fingerprint(sd)
     assert state_fingerprint(AdaptSoft(hidden_size=16, width=8, seed=3).double().state_dict()) \
         == state_fingerprint(sd)
     # the same bytes under another name or shape are another state
@@ -66,7 +66,7 @@ def test_log_fingerprint_writes_only_when_asked(tmp_path, monkeypatch):
     assert log_fingerprint("trainer", ctrl) is None
     monkeypatch.setenv(FINGERPRINT_LOG_ENV, str(tmp_path / "log"))
     assert log_fingerprint("trainer", None) is None
-    fp = log_fingerprint("trainer", ctrl.to_state()["state_dict"], step=3)
+    fp = log_fingerprint("trainer", ctrl.to_state().weights, step=3)
     assert log_fingerprint("rollout", ctrl) == fp == state_fingerprint(ctrl.state_dict())
     trainer, rollout = stage_e.read_sync_log(tmp_path / "log")
     assert [(r["side"], r["step"], r["sha256"]) for r in trainer] == [("trainer", 3, fp)]
@@ -92,7 +92,7 @@ def test_controller_wire_round_trip_keeps_the_fingerprint():
     before = state_fingerprint(rt.controller.state_dict())
     state = sent.to_state()
     rt.set_controller(decode_controller(encode_controller(state)))
-    assert state_fingerprint(rt.controller.state_dict()) == state_fingerprint(state["state_dict"])
+    assert state_fingerprint(rt.controller.state_dict()) == state_fingerprint(state.weights)
     assert state_fingerprint(rt.controller.state_dict()) != before
 
 

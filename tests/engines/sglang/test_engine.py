@@ -173,7 +173,7 @@ def test_runtime_parity_with_local_engine(engine, mode, graphs, monkeypatch):
     outs, steps, mixes = run_local(engine, PROMPTS, soft_thinking, sampling, seeds, monkeypatch)
     rt = SoftRuntime(settings_for(engine, soft_thinking))
     if mode == "adaptsoft":
-        rt.set_controller({"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()})
+        rt.set_controller(ctrl.to_state())
     read, sample = (lambda b, plain: rt.decode_inputs(slots(b), engine.embed, plain)), rt.sample
     if graphs:
         replay = GraphReplay(rt, engine.embed, 61, engine.hidden_size)
@@ -284,10 +284,10 @@ def test_request_params_match_local_soft_sampling():
 
 def test_controller_blob_roundtrip():
     ctrl = trained_controller(16)
-    state = {"config": ctrl.config_dict(), "state_dict": ctrl.state_dict()}
+    state = ctrl.to_state()
     back = decode_controller(encode_controller(state))
-    assert back["config"] == state["config"]
-    assert all(torch.equal(back["state_dict"][n], v) for n, v in state["state_dict"].items())
+    assert (back.hidden_size, back.config) == (state.hidden_size, state.config)
+    assert all(torch.equal(back.weights[n], v) for n, v in state.weights.items())
 
 
 def test_settings_roundtrip_and_required_server_args(monkeypatch):
