@@ -29,12 +29,19 @@ and reports an accuracy next to the level a task that does not leak would give:
   permutation-invariant set model from every candidate's order-free features to the quarter).
 
 :func:`audit` runs them all; :func:`leaks` lists those above their level + ``slack`` (5 points).
+On a written benchmark (probes trained on its train split, everything scored on its test split)::
+
+    python -m soft_spatial.data.path_audit runs/paths/seed0/data [--json audit.json]
 """
 from __future__ import annotations
 
+import argparse
 import functools
+import json
 import math
 import random
+from dataclasses import asdict
+from pathlib import Path
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -43,7 +50,7 @@ import torch
 __all__ = ["PathScene", "scene_of_item", "HEURISTICS", "heuristic_hits", "commit_and_track",
            "commit_track_then_clamped", "leak_profile", "order_free_features", "lookahead_features",
            "StartProbe", "AnswerProbe", "PROBES", "PROBE_STEPS", "AuditRow", "audit", "leaks",
-           "shuffled_truth", "ceiling_formula"]
+           "shuffled_truth", "ceiling_formula", "audit_table", "main"]
 
 MOVE_STEP = {"north": (0, -1), "east": (1, 0), "south": (0, 1), "west": (-1, 0)}
 MOVES = tuple(MOVE_STEP)
@@ -440,3 +447,54 @@ def ceiling_formula(m: int) -> float:
     """v1's assumed hard ceiling 1/m + (1 − 1/m)/3, in % (what ``commit_and_track`` with a random
     commit gives when every wrong path ends outside the answer's quarter)."""
     return 100.0 * (1 / m + (1 - 1 / m) / 3) if m else math.nan
+
+
+def audit_table(rows: Sequence[AuditRow],
+                profile: Mapping[int, Mapping[str, float]] | None = None) -> str:
+    """Markdown: one row per audit, a column per m (accuracy, and the level in brackets), then
+    :func:`leak_profile`'s numbers."""
+    profile = profile or {}
+    ms = sorted({r.m for r in rows})
+    cell = {(r.audit, r.m): r for r in rows}
+    lines = ["| audit | " + " | ".join(f"m = {m}" for m in ms) + " |", "|---|" + "---|" * len(ms)]
+    for name in dict.fromkeys(r.audit for r in rows):
+        lines.append(f"| {name} | " + " | ".join(
+            f"{cell[name, m].accuracy:.1f} [{cell[name, m].level:.1f}]" if (name, m) in cell else "-"
+            for m in ms) + " |")
+    for key in dict.fromkeys(k for p in profile.values() for k in p):
+        lines.append(f"| {key} | " + " | ".join(
+            f"{profile[m][key]:.1f}" if m in profile else "-" for m in ms) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> list[AuditRow]:
+    from soft_spatial.data.synthetic import read_rows
+
+    p = argparse.ArgumentParser(prog="python -m soft_spatial.data.path_audit",
+                                description="Leak audits of a written benchmark's path questions.")
+    p.add_argument("root", type=Path, help="the benchmark (OmniSpatial-train/ and OmniSpatial-test/)")
+    p.add_argument("--json", type=Path, help="write the rows here too")
+    p.add_argument("--steps", type=int, default=PROBE_STEPS, help="Adam steps of each probe")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    split = {}
+    for name in ("train", "test"):
+        release = a.root / f"OmniSpatial-{name}"
+        if not (release / "data.json").is_file():
+            p.error(f"{release / 'data.json'} does not exist (write the benchmark first)")
+        split[name] = [PathScene.from_row(r) for r in read_rows(release).values()
+                       if r.get("synthetic_task", "").startswith("path_")]
+        if not split[name]:
+            p.error(f"{release / 'data.json'} holds no path questions")
+    rows = audit(split["train"], split["test"], a.seed, steps=a.steps)
+    print(audit_table(rows, leak_profile(split["test"])), end="")
+    found = leaks(rows)
+    print(f"\n{len(found)} audits more than 5 points above their level: "
+          + (", ".join(f"{r.audit} (m = {r.m})" for r in found) or "none"))
+    if a.json:
+        a.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -4,6 +4,7 @@ closed form holds, and the learned probes finding a planted leak and no leak in 
 The audits applied to the generator: tests/data/test_synthetic_paths.py."""
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -13,7 +14,8 @@ from soft_spatial.data.path_audit import (HEURISTICS, AuditRow, PathScene, Start
                                           audit, ceiling_formula, commit_and_track,
                                           commit_track_then_clamped, heuristic_hits, leak_profile,
                                           leaks, lookahead_features, order_free_features,
-                                          shuffled_truth)
+                                          main, shuffled_truth)
+from soft_spatial.data.synthetic import SyntheticConfig, write_benchmark
 
 MOVES = ("north", "east", "south", "west")
 
@@ -138,3 +140,17 @@ def test_shuffled_truth_and_the_leak_profile():
     profile = leak_profile(scenes)[2]
     true_first = 100 * sum(s.first_bump(s.true_branch) == 1 for s in scenes) / len(scenes)
     assert profile["true_first_move_bump"] == pytest.approx(true_first)
+
+
+def test_the_command_audits_a_written_benchmark_and_refuses_a_missing_one(tmp_path, capsys):
+    cfg = SyntheticConfig(size=192, tasks=("path_known", "path_two", "path_three"), describe=True)
+    write_benchmark(tmp_path / "b", 24, 12, seed=0, cfg=cfg)
+    rows = main([str(tmp_path / "b"), "--json", str(tmp_path / "a.json"), "--steps", "3"])
+    out = capsys.readouterr().out
+    assert "| earliest_bump | - | " in out and "true_first_move_bump" in out
+    assert "audits more than 5 points above their level" in out
+    saved = json.loads((tmp_path / "a.json").read_text())
+    assert [r["audit"] for r in saved] == [r.audit for r in rows] and {r["n"] for r in saved} == {4}
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "missing")])
+    assert "missing/OmniSpatial-train/data.json does not exist" in capsys.readouterr().err
