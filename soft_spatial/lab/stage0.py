@@ -4,9 +4,9 @@ the two-view warm start *read* a superposition when it is handed one?
 ``python -m soft_spatial.lab.stage0 SEED_DIR`` on a ``budget=paths`` seed directory (its data and
 its two-view warm start, ``lab.learn``'s layout) writes ``SEED_DIR/stage0/stage0.{md,json}``:
 
-1. the gate evaluations of the two-view warm start at T = 1.0 (hard, fixed τ 0.1/0.5/0.9: the
-   names, directories and commands ``lab.learn``'s gate stage uses, so it skips them later) and
-   its G1, G2, G4; the same two at T = 0.6 (d);
+1. the gate evaluations of the two-view warm start at T = 1.0 (hard and fixed τ 0.9: the names,
+   directories and commands ``lab.learn``'s gate stage uses, so it skips them later) and its G1,
+   G2, G4; the same two at T = 0.6 (d);
 2. the decodes of :mod:`soft_spatial.lab.oracle_decode` at fixed τ 0.9: ``oracle_mixture`` (a) on
    every m, ``oracle_guess`` (the single-guess control) and ``plain`` (no oracle) on m = 2, 3,
    mean@8, sample j of question i seeded as ``python -m soft_spatial.eval seed=0`` seeds it
@@ -49,8 +49,9 @@ __all__ = ["Stage0Config", "DECODES", "additive_code", "bump_accuracy_teacher_fo
 #: decode -> (oracle kind, the m it runs on)
 DECODES = {"oracle_mixture": ("mixture", (1, 2, 3)), "oracle_guess": ("guess", (2, 3)),
            "plain": ("none", (2, 3))}
-#: the warm-start evaluations Stage 0 reads: the two-view gate evaluations (T = 1.0) and (d)
-MIX_GATES = {n: v for n, v in GATE_EVALS.items() if v[0] == "mix"}
+#: the two-view warm start's gate evaluations Stage 0 reads (G1, G2, G4 and the hard decode of the
+#: rule), run again at T = 0.6 for (d)
+MIX_GATES = {n: v for n, v in GATE_EVALS.items() if n in ("mix_hard", "mix_fixed_0.9")}
 
 
 @dataclass(frozen=True)
@@ -234,8 +235,6 @@ def evaluations(cfg: Stage0Config) -> dict[str, Path]:
                                 (cfg.low_temperature, f"stage0_T{cfg.low_temperature:g}_")):
         exp = _experiment(cfg, temperature)
         for name, (view, mode, tau) in MIX_GATES.items():
-            if prefix != "gate_" and tau not in (None, cfg.tau):
-                continue
             extra = [f"soft_thinking.fixed_tau={tau}"] if tau is not None else []
             out[prefix + name] = exp.evaluate(prefix + name, exp.warm_dir(view), mode, extra=extra)
     return out

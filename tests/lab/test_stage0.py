@@ -14,7 +14,7 @@ from soft_spatial.data.synthetic import (SyntheticConfig, corpus, path_phrases, 
                                          write_benchmark)
 from soft_spatial.eval.runner import read_results
 from soft_spatial.lab.stage0 import (DECODES, Stage0Config, additive_code, bootstrap_diff,
-                                     bump_accuracy_free, decide, never_closed, run)
+                                     bump_accuracy_free, decide, evaluations, never_closed, run)
 from soft_spatial.models import build_tiny_model
 
 PATHS = ("path_known", "path_two", "path_three")
@@ -93,8 +93,7 @@ def _fake_eval(path, rows, right):
 def test_the_command_at_a_tiny_size_reports_what_its_files_hold(seed_dir, tmp_path):
     rows = read_rows(seed_dir / "data" / "OmniSpatial-test")
     two = [q for q, r in rows.items() if len(r["branches"]) == 2]
-    names = ["gate_mix_hard", "gate_mix_fixed_0.1", "gate_mix_fixed_0.5", "gate_mix_fixed_0.9",
-             "stage0_T0.6_mix_hard", "stage0_T0.6_mix_fixed_0.9"]
+    names = ["gate_mix_hard", "gate_mix_fixed_0.9", "stage0_T0.6_mix_hard", "stage0_T0.6_mix_fixed_0.9"]
     evals = {n: _fake_eval(tmp_path / n, rows, set(two[:1]) if n == "gate_mix_hard" else set())
              for n in names}
     cfg = Stage0Config(str(seed_dir), samples=2, max_new_tokens=10, limit=1, permutations=10)
@@ -125,3 +124,23 @@ def test_a_missing_warm_start_is_named(tmp_path):
         (tmp_path / "data" / "OmniSpatial-test").mkdir(parents=True)
         (tmp_path / "data" / "OmniSpatial-test" / "data.json").write_text("[]")
         run(Stage0Config(str(tmp_path)), evals={})
+
+
+def test_the_evaluations_are_lab_learns_gate_evaluations_and_d_at_t_0_6(tmp_path, monkeypatch):
+    from soft_spatial.lab import learn
+
+    calls = []
+
+    def fake(self, name, model, mode, controller=None, extra=()):
+        calls.append((name, model.name, mode, list(extra), self.cfg.eval.temperature,
+                      self.cfg.eval.samples, self.cfg.eval.max_new_tokens))
+        return self.out / "eval" / name
+
+    monkeypatch.setattr(learn.Experiment, "evaluate", fake)
+    out = evaluations(Stage0Config(str(tmp_path / "seed0")))
+    assert calls == [
+        ("gate_mix_hard", "warmstart", "hard", [], 1.0, 8, 48),
+        ("gate_mix_fixed_0.9", "warmstart", "fixed", ["soft_thinking.fixed_tau=0.9"], 1.0, 8, 48),
+        ("stage0_T0.6_mix_hard", "warmstart", "hard", [], 0.6, 8, 48),
+        ("stage0_T0.6_mix_fixed_0.9", "warmstart", "fixed", ["soft_thinking.fixed_tau=0.9"], 0.6, 8, 48)]
+    assert out["gate_mix_hard"] == tmp_path / "seed0" / "eval" / "gate_mix_hard"
