@@ -12,12 +12,10 @@ import pytest
 import torch
 
 from soft_spatial.data import build_messages, load_omnispatial
-from soft_spatial.data.prompt import SYSTEM_PROMPT
-from soft_spatial.data.synthetic import SyntheticConfig, corpus, path_phrases, read_rows, write_benchmark
+from soft_spatial.data.synthetic import SyntheticConfig, read_rows, write_benchmark
 from soft_spatial.engines.local import LocalEngine
 from soft_spatial.lab.oracle_decode import OracleSpec, cross_cells, decode, oracle_plan
 from soft_spatial.lab.path_views import PathTruth
-from soft_spatial.models import build_tiny_model
 from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
 from soft_spatial.softthink.noise import noise_uniforms, row_seed, seed_tensor
 
@@ -25,18 +23,12 @@ PATHS = ("path_known", "path_two", "path_three")
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, tiny_paths_model):
     root = tmp_path_factory.mktemp("oracle")
     write_benchmark(root / "data", train=3, test=3, seed=0,
                     cfg=SyntheticConfig(size=192, tasks=PATHS, options=(4,), describe=True,
                                         option_order="canonical"))
-    build_tiny_model(root / "model", family="qwen3_vl", vocab="small", corpus=corpus(tasks=PATHS),
-                     bpe_size=640, phrases=[SYSTEM_PROMPT, *path_phrases(PATHS)], hidden_size=32,
-                     intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                     num_key_value_heads=1, head_dim=16,
-                     vision_config={"hidden_size": 16, "intermediate_size": 32, "depth": 1,
-                                    "out_hidden_size": 32})
-    engine = LocalEngine.from_pretrained(root / "model")
+    engine = LocalEngine.from_pretrained(tiny_paths_model)
     records = load_omnispatial(root / "data", "test")
     rows = read_rows(root / "data" / "OmniSpatial-test")
     # the two-start question

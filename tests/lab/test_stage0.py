@@ -9,13 +9,10 @@ import shutil
 import numpy as np
 import pytest
 
-from soft_spatial.data.prompt import SYSTEM_PROMPT
-from soft_spatial.data.synthetic import (SyntheticConfig, corpus, path_phrases, read_rows,
-                                         write_benchmark)
+from soft_spatial.data.synthetic import SyntheticConfig, read_rows, write_benchmark
 from soft_spatial.eval.runner import read_results
 from soft_spatial.lab.stage0 import (DECODES, Stage0Config, additive_code, bootstrap_diff,
                                      bump_accuracy_free, decide, evaluations, never_closed, run)
-from soft_spatial.models import build_tiny_model
 
 PATHS = ("path_known", "path_two", "path_three")
 
@@ -62,18 +59,12 @@ def test_the_paired_bootstrap_the_rule_and_never_closed():
 
 
 @pytest.fixture(scope="module")
-def seed_dir(tmp_path_factory):
+def seed_dir(tmp_path_factory, tiny_paths_model):
     root = tmp_path_factory.mktemp("stage0") / "seed0"
     write_benchmark(root / "data", train=3, test=6, seed=0,
                     cfg=SyntheticConfig(size=192, tasks=PATHS, options=(4,), describe=True,
                                         option_order="canonical"))
-    build_tiny_model(root / "models" / "warmstart", family="qwen3_vl", vocab="small",
-                     corpus=corpus(tasks=PATHS), bpe_size=640,
-                     phrases=[SYSTEM_PROMPT, *path_phrases(PATHS)], hidden_size=32,
-                     intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                     num_key_value_heads=1, head_dim=16,
-                     vision_config={"hidden_size": 16, "intermediate_size": 32, "depth": 1,
-                                    "out_hidden_size": 32})
+    shutil.copytree(tiny_paths_model, root / "models" / "warmstart")
     return root
 
 
