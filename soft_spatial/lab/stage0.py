@@ -44,7 +44,8 @@ from soft_spatial.lab.warmstart import WarmStartConfig, encode
 from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
 
 __all__ = ["Stage0Config", "DECODES", "additive_code", "bump_accuracy_teacher_forced",
-           "bump_accuracy_free", "never_closed", "bootstrap_diff", "decide", "run", "main"]
+           "bump_accuracy_free", "never_closed", "bootstrap_diff", "bootstrap_did", "decide", "run",
+           "main"]
 
 #: decode -> (oracle kind, the m it runs on)
 DECODES = {"oracle_mixture": ("mixture", (1, 2, 3)), "oracle_guess": ("guess", (2, 3)),
@@ -175,9 +176,12 @@ def bump_accuracy_teacher_forced(model, processor, records, rows: Mapping[str, M
 
 
 # -- (e), accuracies and the rule ------------------------------------------------------------------
-def never_closed(samples: Sequence[Mapping]) -> float:
-    """% of samples whose think block never closes."""
-    return 100.0 * float(np.mean([not r["think_closed"] for r in samples])) if samples else float("nan")
+def never_closed(samples: Sequence[Mapping], think_end: str = SoftThinkingConfig.think_end) -> float:
+    """% of samples whose think block never closes: ``think_end`` is not in their text (the
+    engine's ``think_closed`` is recorded in soft modes only, never for a hard sample)."""
+    if not samples:
+        return float("nan")
+    return 100.0 * float(np.mean([think_end not in r["text"] for r in samples]))
 
 
 def per_question(samples: Sequence[Mapping], rows: Mapping[str, Mapping], m: int) -> dict[str, float]:
@@ -199,6 +203,21 @@ def bootstrap_diff(a: Mapping[str, float], b: Mapping[str, float], draws: int = 
     boot = d[rng.integers(0, len(d), size=(draws, len(d)))].mean(1)
     return {"diff": float(d.mean()), "lo": float(np.quantile(boot, 0.025)),
             "hi": float(np.quantile(boot, 0.975)), "n": len(qs)}
+
+
+def bootstrap_did(a1: Mapping[str, float], b1: Mapping[str, float], a2: Mapping[str, float],
+                  b2: Mapping[str, float], draws: int = 10000, seed: int = 0) -> dict:
+    """(a − b) on one set of questions minus (a − b) on another (points), each paired within its
+    set, the sets resampled independently: mean and bootstrap 95% CI."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for a, b in ((a2, b2), (a1, b1)):
+        qs = sorted(set(a) & set(b))
+        d = np.array([a[q] - b[q] for q in qs]) * 100.0
+        parts.append((d.mean(), d[rng.integers(0, len(d), size=(draws, len(d)))].mean(1)))
+    boot = parts[0][1] - parts[1][1]
+    return {"diff": float(parts[0][0] - parts[1][0]), "lo": float(np.quantile(boot, 0.025)),
+            "hi": float(np.quantile(boot, 0.975))}
 
 
 def decide(delta: float, min_gain: float) -> dict:
@@ -338,6 +357,8 @@ def measure(cfg: Stage0Config, evals: Mapping[str, Path], engine, records, rows,
                                       ("oracle_mixture", "oracle_guess", by_q["oracle_mixture"][m],
                                        by_q["oracle_guess"][m]))
                  if qa and qb}
+    # not registered, reported: the oracle's gain on m = 2 net of its cost on m = 1
+    did = bootstrap_did(by_q["oracle_mixture"][1], hard_q[1], by_q["oracle_mixture"][2], hard_q[2])
     say("3 readouts: the additive code, bump accuracy")
     cell_ids = [engine.tokenizer.encode(" " + c, add_special_tokens=False)[0] for c in _cells()]
     code = {which: additive_code(w.weight[cell_ids].detach().numpy(), cfg.permutations)
@@ -350,6 +371,7 @@ def measure(cfg: Stage0Config, evals: Mapping[str, Path], engine, records, rows,
     result = {
         "config": asdict(cfg), "decision": decide(delta["diff"], cfg.min_gain), "delta": delta,
         "accuracy": {"evaluations": acc, "decodes": dec_acc}, "contrasts": contrasts,
+        "did_unregistered": did,
         "regenerated_gates": regen,
         "g2_low_temperature": {"temperature": cfg.low_temperature,
                                "hard": acc[low + "mix_hard"], "soft": acc[low + f"mix_fixed_{cfg.tau:g}"],
@@ -376,6 +398,9 @@ def report(result: Mapping) -> str:
     lines += ["", "| contrast (points) | Δ | 95% CI | n |", "|---|---|---|---|"]
     for name, c in result["contrasts"].items():
         lines.append(f"| {name} | {c['diff']:+.1f} | [{c['lo']:+.1f}, {c['hi']:+.1f}] | {c['n']} |")
+    did = result["did_unregistered"]
+    lines += ["", f"Not registered, deciding nothing: (oracle mixture − hard) on m = 2 minus the same on "
+              f"m = 1 = {did['diff']:+.1f} [{did['lo']:+.1f}, {did['hi']:+.1f}]."]
     g = result["regenerated_gates"]
     low = result["g2_low_temperature"]
     lines += ["", f"Regenerated warm start at T = 1.0: G1 {g['G1']:.1f}, G2 {g['G2']:+.1f}, G4 "

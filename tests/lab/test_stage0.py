@@ -11,7 +11,7 @@ import pytest
 
 from soft_spatial.data.synthetic import SyntheticConfig, read_rows, write_benchmark
 from soft_spatial.eval.runner import read_results
-from soft_spatial.lab.stage0 import (DECODES, Stage0Config, additive_code, bootstrap_diff,
+from soft_spatial.lab.stage0 import (DECODES, Stage0Config, additive_code, bootstrap_did, bootstrap_diff,
                                      bump_accuracy_free, decide, evaluations, never_closed, run)
 
 PATHS = ("path_known", "path_two", "path_three")
@@ -53,9 +53,21 @@ def test_the_paired_bootstrap_the_rule_and_never_closed():
     d = bootstrap_diff(a, b)
     assert d["diff"] == pytest.approx(50.0) and d["n"] == 50 and d["lo"] < 50 < d["hi"]
     assert bootstrap_diff(a, a) == {"diff": 0.0, "lo": 0.0, "hi": 0.0, "n": 50}
+    did = bootstrap_did(b, b, a, b)  # m = 1: no difference; m = 2: +50
+    assert did["diff"] == pytest.approx(50.0) and did["lo"] < 50 < did["hi"]
+    assert bootstrap_did(a, b, a, b)["diff"] == pytest.approx(0.0)
     assert decide(10.0, 10.0)["stage1"] and not decide(9.99, 10.0)["stage1"]
     assert "the line closes" in decide(3.0, 10.0)["verdict"]
-    assert never_closed([{"think_closed": True}, {"think_closed": False}]) == 50.0
+    assert never_closed([{"think_closed": True, "text": "a1 </think> A"},
+                         {"think_closed": False, "text": "a1 b2 c3"}]) == 50.0
+
+
+def test_never_closed_reads_the_text_for_the_engines_hard_samples_say_nothing():
+    """The engine records where the think block closed only in soft modes: a hard sample's
+    ``think_closed`` is False even when its text closes the block (found on the first Stage-0
+    run: 100% "never closed" for every hard evaluation, 0.04% by the text)."""
+    hard = [{"think_closed": False, "text": "north a1 : a1 northwest\n</think>\n\nA"}] * 3
+    assert never_closed(hard + [{"think_closed": False, "text": "north a1 north"}]) == 25.0
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +88,8 @@ def _fake_eval(path, rows, right):
         words = ["north", row["branches"][row["true_branch"]]["cells"][0], ":"]
         for j in range(2):
             lines.append({"question_id": qid, "question_index": i, "sample": j,
-                          "correct": qid in right, "think_closed": j == 0, "text": " ".join(words)})
+                          "correct": qid in right, "think_closed": False,
+                          "text": " ".join(words) + ("\n</think>\n\nA" if j == 0 else "")})
     (path / "samples.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     return path
 
