@@ -11,6 +11,8 @@ Treat the directories as read-only: they are shared by every test of the session
   tokens at 512..537; 576 logit rows, so rows 538..575 have no token). The fastest VL model.
 * `tiny_qwen2_5_vl`: Qwen2.5-VL, the real Qwen vocabulary.
 * `tiny_qwen3_text_small`: text-only Qwen3ForCausalLM, small vocabulary, no processor.
+* `tiny_paths_model`: Qwen3-VL (hidden 32) whose small BPE is trained on the synthetic path tasks'
+  words, the 36 cell names added as whole tokens (what `lab.learn budget=paths` builds, smaller).
 
 The synthetic benchmark files of `soft_spatial.data.fixtures` (a `FixtureSet`):
 
@@ -66,6 +68,21 @@ def tiny_qwen2_5_vl(tmp_path_factory):
 def tiny_qwen3_text_small(tmp_path_factory):
     """Tiny text-only Qwen3 causal LM with the small test vocabulary (see module docstring)."""
     return _build(tmp_path_factory, "tiny_qwen3_text_small", family="qwen3", vocab="small")
+
+
+@pytest.fixture(scope="session")
+def tiny_paths_model(tmp_path_factory):
+    """Tiny Qwen3-VL for the path tasks (see module docstring)."""
+    from soft_spatial.data.prompt import SYSTEM_PROMPT
+    from soft_spatial.data.synthetic import PATH_TASKS, corpus, path_phrases
+
+    return _build(tmp_path_factory, "tiny_paths_model", family="qwen3_vl", vocab="small",
+                  corpus=corpus(tasks=PATH_TASKS), bpe_size=640,
+                  phrases=[SYSTEM_PROMPT, *path_phrases(PATH_TASKS)], hidden_size=32,
+                  intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                  num_key_value_heads=1, head_dim=16,
+                  vision_config={"hidden_size": 16, "intermediate_size": 32, "depth": 1,
+                                 "out_hidden_size": 32})
 
 
 @pytest.fixture(scope="session")
