@@ -12,7 +12,7 @@ Treat the directories as read-only: they are shared by every test of the session
 * `tiny_qwen2_5_vl`: Qwen2.5-VL, the real Qwen vocabulary.
 * `tiny_qwen3_text_small`: text-only Qwen3ForCausalLM, small vocabulary, no processor.
 * `tiny_paths_model`: Qwen3-VL (hidden 32) whose small BPE is trained on the synthetic path tasks'
-  words, the 36 cell names added as whole tokens (what `lab.learn budget=paths` builds, smaller).
+  words, the 36 cell names added as whole tokens (what `lab.learning budget=paths` builds, smaller).
 
 The synthetic benchmark files of `soft_spatial.data.fixtures` (a `FixtureSet`):
 

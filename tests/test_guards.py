@@ -91,6 +91,7 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
                      ("tests/lab/learning/test_experiment.py",)),
     "lab/learning/__main__.py": (_COMMAND, ("tests/lab/learning/test_experiment.py",
                                             "tests/e2e/test_softness_phase0.py")),
+    "lab/softness/__main__.py": (_COMMAND, ("tests/lab/softness/test_decision.py",)),
 }
 
 

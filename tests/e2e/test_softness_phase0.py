@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from soft_spatial.lab.gates import GATE_EVALS
+from soft_spatial.lab.softness.gates import GATE_EVALS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ real entry points (config: ``configs/learn.yaml``; ``budget=demo`` trains adapts
 
 ``budget=paths`` is the softness experiment (docs/learning.md): the path-tracking questions, three
 warm starts (two-view ``mix``, hard-only, no-chain; lab/learning/path_views.py), and before any GRPO
-Phase 0's gates (5g below, lab/gates.py: the warm starts decoded hard and at fixed τ 0.1/0.5/0.9)
+Phase 0's gates (5g below, lab/softness/gates.py: the warm starts decoded hard and at fixed τ 0.1/0.5/0.9)
 -> out/gates.md. A failed gate stops the run before GRPO (the registered rule). Its arms
 (``modes=[hard,soft_fixed,soft_fixed_hi,adaptsoft]``) start from the two-view warm start; the
 adaptsoft arm's μ_H/σ_H are re-estimated on that warm start first (``python -m soft_spatial.stats
@@ -214,7 +214,7 @@ class LearnConfig:
     eval: EvalSpec = field(default_factory=EvalSpec)
     gates: bool = False
     """Phase 0 of the softness experiment before any GRPO: evaluate the warm starts of views
-    mix, hard and nochain and apply the registered gates (lab/gates.py); a failed gate stops
+    mix, hard and nochain and apply the registered gates (lab/softness/gates.py); a failed gate stops
     the run before the arms."""
     high_tau: float = 0.9
     """τ of the ``soft_fixed_hi`` arm (the control for a higher mean τ) and of gate G2."""
@@ -438,7 +438,7 @@ class Experiment:
             redo_on=("settings.inputs.model.",) if trained else ())
 
     def gate_stages(self) -> dict[str, Keyed]:
-        from soft_spatial.lab.gates import GATE_EVALS
+        from soft_spatial.lab.softness.gates import GATE_EVALS
 
         return {name: self.eval_stage(f"gate_{name}", self.warm_stage(view), mode,
                                       extra=[f"soft_thinking.fixed_tau={tau}"] if tau is not None
@@ -670,11 +670,11 @@ class Experiment:
         return out
 
     def gates(self) -> dict:
-        """Phase 0: the warm starts evaluated as :data:`~soft_spatial.lab.gates.GATE_EVALS` asks,
+        """Phase 0: the warm starts evaluated as :data:`~soft_spatial.lab.softness.gates.GATE_EVALS` asks,
         and the registered gates applied -> ``gates.md``, ``gates.json``."""
         from soft_spatial.data.synthetic import read_rows
-        from soft_spatial.lab.branches import accuracy_by, branch_readouts
-        from soft_spatial.lab.gates import GATE_EVALS, measure_gates, write_gates
+        from soft_spatial.lab.softness.branches import accuracy_by, branch_readouts
+        from soft_spatial.lab.softness.gates import GATE_EVALS, measure_gates, write_gates
 
         self.say("5g gates: the warm starts before any GRPO")
         evals = {name: self._evaluate(stage, self.warm_dir(GATE_EVALS[name][0]))

@@ -20,9 +20,9 @@ from soft_spatial.eval.runner import read_results
 from soft_spatial.infra.run_dir import read_metrics  # the one reader of metrics.jsonl (re-exported)
 from soft_spatial.lab.paper.analysis.data import load_metrics
 from soft_spatial.lab.paper.analysis.training import plot_tau_over_training
-from soft_spatial.lab.effects import Z975, paired_mean
+from soft_spatial.lab.softness.effects import Z975, paired_mean, trend
 
-__all__ = ["read_metrics", "per_question", "paired_difference", "write_report", "trend",
+__all__ = ["read_metrics", "per_question", "paired_difference", "write_report",
            "step_times", "CATEGORY_ORDER", "STEP_TIMES"]
 
 CATEGORY_ORDER = ("relative_position", "depth_order", "egocentric", "mental_rotation", "counting")
@@ -56,23 +56,6 @@ def paired_difference(before: Mapping[int, dict], after: Mapping[int, dict],
     a = 100 * sum(after[q]["acc"] for q in qs) / n
     return {"n": n, "before": b, "after": a, "diff": 100 * mean, "lo": 100 * (mean - half),
             "hi": 100 * (mean + half)}
-
-
-def trend(values: Sequence[float]) -> dict:
-    """Mean of the first and the last quarter of a per-step series and its least-squares slope
-    per step with a 95% CI (normal approximation)."""
-    n = len(values)
-    if n < 4:
-        return {"first": None, "last": None, "slope": None, "slope_lo": None, "slope_hi": None}
-    q = max(1, n // 4)
-    xs = list(range(n))
-    mx, my = sum(xs) / n, sum(values) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, values)) / sxx
-    resid = [y - (my + slope * (x - mx)) for x, y in zip(xs, values)]
-    se = math.sqrt(sum(r * r for r in resid) / (n - 2) / sxx)
-    return {"first": sum(values[:q]) / q, "last": sum(values[-q:]) / q, "slope": slope,
-            "slope_lo": slope - Z975 * se, "slope_hi": slope + Z975 * se}
 
 
 #: verl's per-step timings (seconds) the report shows, with their column names

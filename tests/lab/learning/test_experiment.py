@@ -28,7 +28,7 @@ from soft_spatial.infra.procs import alive, find_pids
 from soft_spatial.infra.provenance import OutputKeyMismatch
 from soft_spatial.lab.learning.experiment import (BEFORE_MODE, EVAL_MODE, Experiment, LearnConfig, WarmStartSpec,
                                     run_experiment)
-from soft_spatial.lab.learning.report import (paired_difference, per_question, read_metrics, trend, write_report)
+from soft_spatial.lab.learning.report import paired_difference, per_question, read_metrics, write_report
 
 ROOT = Path(__file__).resolve().parents[3]
 PROG = [sys.executable, "-m", "soft_spatial.lab.learning"]
@@ -52,16 +52,6 @@ def test_paired_difference_matches_an_independent_computation():
     assert (r["lo"], r["hi"]) == pytest.approx((lo, hi))
     assert r["after"] - r["before"] == pytest.approx(r["diff"])
     assert paired_difference(before, after, [])["diff"] is None
-
-
-def test_trend_slope_and_interval():
-    ys = [0.1 + 0.02 * i + 0.01 * ((-1) ** i) for i in range(20)]
-    t = trend(ys)
-    fit = stats.linregress(np.arange(20), ys)
-    assert t["slope"] == pytest.approx(fit.slope)
-    assert t["slope_hi"] - t["slope"] == pytest.approx(1.959963984540054 * fit.stderr)
-    assert t["first"] == pytest.approx(np.mean(ys[:5])) and t["last"] == pytest.approx(np.mean(ys[-5:]))
-    assert trend([1.0, 2.0])["slope"] is None
 
 
 def test_read_metrics_keeps_the_last_line_of_a_step(tmp_path):

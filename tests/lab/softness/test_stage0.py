@@ -1,4 +1,4 @@
-"""Stage 0's measurements (soft_spatial/lab/stage0.py) against hand-built inputs, and the whole
+"""Stage 0's measurements (soft_spatial/lab/softness/stage0.py) against hand-built inputs, and the whole
 command at a tiny size (a random tiny model standing in for the warm start, its gate evaluations
 written by hand): the numbers it reports are the ones its files hold."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from soft_spatial.data.synthetic import SyntheticConfig, read_rows, write_benchmark
 from soft_spatial.eval.runner import read_results
-from soft_spatial.lab.stage0 import (DECODES, Stage0Config, additive_code, bootstrap_did, bootstrap_diff,
+from soft_spatial.lab.softness.stage0 import (DECODES, Stage0Config, additive_code, bootstrap_did, bootstrap_diff,
                                      bump_accuracy_free, decide, evaluations, never_closed, run)
 
 PATHS = ("path_known", "path_two", "path_three")
@@ -131,7 +131,7 @@ def test_a_missing_warm_start_is_named(tmp_path):
 
 
 def test_the_evaluations_are_lab_learns_gate_evaluations_and_d_at_t_0_6(tmp_path, monkeypatch):
-    from soft_spatial.lab import learn
+    from soft_spatial.lab.learning import experiment as learn
 
     calls = []
 

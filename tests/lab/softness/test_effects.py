@@ -1,4 +1,4 @@
-"""soft_spatial.lab.effects against independent references: pass@k by enumerating every subset,
+"""soft_spatial.lab.softness.effects against independent references: pass@k by enumerating every subset,
 the t quantiles and the paired t statistic by SciPy, the random-effects interval by its coverage
 in simulation and DerSimonian–Laird's τ² by its moment equation."""
 import itertools
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from soft_spatial.lab.effects import (difference_in_differences, paired_mean, pass_at_k,
-                                      pool_random_effects, t_quantile_975)
+from soft_spatial.lab.softness.effects import (difference_in_differences, paired_mean, pass_at_k,
+                                               pool_random_effects, t_quantile_975, trend)
 
 
 @pytest.mark.parametrize("n", [1, 2, 4, 8])
@@ -80,3 +80,13 @@ def test_paired_mean_is_scipys_paired_t_and_diff_in_diff_is_two_differences():
     assert did.variance == pytest.approx(np.var(amb, ddof=1) / len(amb) + np.var(ctrl, ddof=1) / len(ctrl))
     with pytest.raises(ValueError, match="at least 2 questions"):
         paired_mean({1: 1.0}, {1: 0.0})
+
+
+def test_trend_slope_and_interval():
+    ys = [0.1 + 0.02 * i + 0.01 * ((-1) ** i) for i in range(20)]
+    t = trend(ys)
+    fit = stats.linregress(np.arange(20), ys)
+    assert t["slope"] == pytest.approx(fit.slope)
+    assert t["slope_hi"] - t["slope"] == pytest.approx(1.959963984540054 * fit.stderr)
+    assert t["first"] == pytest.approx(np.mean(ys[:5])) and t["last"] == pytest.approx(np.mean(ys[-5:]))
+    assert trend([1.0, 2.0])["slope"] is None

@@ -5,9 +5,9 @@ The loop decodes one prompt's ``n`` samples as :class:`~soft_spatial.engines.loc
 does (the engine's public pieces: its model, embedding and banned ids, :func:`sample_step`, the
 row seeds and counter-based uniforms of :mod:`soft_spatial.softthink.noise`, the records' mixture
 inputs), so without an oracle it draws the same samples as ``engine.generate`` on that prompt
-alone (tests/lab/test_oracle_decode.py). With an oracle, the input after every **branch step** —
+alone (tests/lab/softness/test_oracle_decode.py). With an oracle, the input after every **branch step** —
 a position word of a step s ≤ t*, counted along the sample's own chain as
-:func:`soft_spatial.lab.branches.step_types` counts it — is replaced:
+:func:`soft_spatial.lab.softness.branches.step_types` counts it — is replaced:
 
 * ``mixture``: the true live mixture, built as the warm start's soft view builds it
   (:func:`soft_spatial.lab.learning.path_views.soft_view_targets`: the m live cells after move s and
@@ -35,7 +35,7 @@ from torch import Tensor
 
 from soft_spatial.engines.prompts import render_chat
 from soft_spatial.engines.step import sample_step
-from soft_spatial.lab.branches import step_types
+from soft_spatial.lab.softness.branches import step_types
 from soft_spatial.lab.learning.path_views import PathTruth, soft_view_targets
 from soft_spatial.lab.learning.warmstart import WarmStartConfig
 from soft_spatial.models.rope import decode_position_ids, prefill_position_ids
@@ -145,7 +145,7 @@ def decode(engine, messages, row: Mapping, soft_thinking: SoftThinkingConfig,
     ``row_seed(seed, j)`` as ``engine.generate(..., seeds=[seed])`` seeds it.
 
     ``branch_step(words, t*)``: the s whose branch step the last word is, or None (default: the
-    position words of steps s ≤ t*, :func:`~soft_spatial.lab.branches.step_types`). ``debug``
+    position words of steps s ≤ t*, :func:`~soft_spatial.lab.softness.branches.step_types`). ``debug``
     keeps each sample's logits and inputs (:class:`Decoded`)."""
     branch_step = branch_step or _branch_step
     tok, dev, k = engine.tokenizer, engine.device, soft_thinking.top_k

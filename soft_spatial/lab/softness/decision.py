@@ -25,10 +25,10 @@ from pathlib import Path
 
 from soft_spatial.data.synthetic import PATH_CANDIDATES, read_rows
 from soft_spatial.eval.runner import read_results
-from soft_spatial.lab.branches import accuracy_by, branch_readouts, readout_table
-from soft_spatial.lab.effects import (Pooled, difference_in_differences, paired_mean,
+from soft_spatial.lab.softness.branches import accuracy_by, branch_readouts, readout_table
+from soft_spatial.lab.softness.effects import (trend, Pooled, difference_in_differences, paired_mean,
                                       pass_at_k, pool_random_effects)
-from soft_spatial.lab.learning.report import read_metrics, trend
+from soft_spatial.infra.run_dir import read_metrics
 
 __all__ = ["CEILING", "Rules", "question_accuracy", "seed_effects", "pool", "decide", "main"]
 
@@ -221,7 +221,7 @@ def write(seeds: Sequence[dict], out: Path, rules: Rules = Rules()) -> dict:
     lines += ["", f"**Decision: {decision['outcome']}** — " + "; ".join(decision["reasons"]), ""]
     for s in seeds:
         if s.get("branches"):
-            lines += [f"Branch steps, {Path(s['seed_dir']).name} (lab/branches.py):", "",
+            lines += [f"Branch steps, {Path(s['seed_dir']).name} (lab/softness/branches.py):", "",
                       readout_table(s["branches"])]
     result = {"seeds": seeds, "pooled": {k: asdict(v) if v else None for k, v in pooled.items()},
               "decision": decision, "rules": asdict(rules), "ceiling": CEILING}

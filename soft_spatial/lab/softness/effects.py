@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Z975", "pass_at_k", "t_quantile_975", "Pooled", "pool_random_effects", "Paired", "paired_mean",
+__all__ = ["trend", "Z975", "pass_at_k", "t_quantile_975", "Pooled", "pool_random_effects", "Paired", "paired_mean",
            "difference_in_differences"]
 
 Z975 = 1.959963984540054
@@ -109,3 +109,20 @@ def difference_in_differences(arm: Mapping, hard: Mapping, ambiguous: set) -> Pa
     amb = paired_mean(arm, hard, [q for q in arm if q in ambiguous])
     ctrl = paired_mean(arm, hard, [q for q in arm if q not in ambiguous])
     return Paired(amb.mean - ctrl.mean, amb.variance + ctrl.variance, amb.n + ctrl.n)
+
+
+def trend(values: Sequence[float]) -> dict:
+    """Mean of the first and the last quarter of a per-step series and its least-squares slope
+    per step with a 95% CI (normal approximation)."""
+    n = len(values)
+    if n < 4:
+        return {"first": None, "last": None, "slope": None, "slope_lo": None, "slope_hi": None}
+    q = max(1, n // 4)
+    xs = list(range(n))
+    mx, my = sum(xs) / n, sum(values) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, values)) / sxx
+    resid = [y - (my + slope * (x - mx)) for x, y in zip(xs, values)]
+    se = math.sqrt(sum(r * r for r in resid) / (n - 2) / sxx)
+    return {"first": sum(values[:q]) / q, "last": sum(values[-q:]) / q, "slope": slope,
+            "slope_lo": slope - Z975 * se, "slope_hi": slope + Z975 * se}

@@ -1,4 +1,4 @@
-"""The oracle decode of Stage 0 (soft_spatial/lab/oracle_decode.py) at tiny sizes: without an
+"""The oracle decode of Stage 0 (soft_spatial/lab/softness/oracle_decode.py) at tiny sizes: without an
 oracle it draws exactly the engine's samples; with one, the input after each branch step is the
 live mixture built from the soft view's candidates with the rollout's own uniforms and τ
 (checked against a float64 formula), the model reads exactly those inputs (an uncached forward
@@ -14,7 +14,7 @@ import torch
 from soft_spatial.data import build_messages, load_omnispatial
 from soft_spatial.data.synthetic import SyntheticConfig, read_rows, write_benchmark
 from soft_spatial.engines.local import LocalEngine
-from soft_spatial.lab.oracle_decode import OracleSpec, cross_cells, decode, oracle_plan
+from soft_spatial.lab.softness.oracle_decode import OracleSpec, cross_cells, decode, oracle_plan
 from soft_spatial.lab.learning.path_views import PathTruth
 from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
 from soft_spatial.softthink.noise import noise_uniforms, row_seed, seed_tensor

@@ -1,13 +1,13 @@
 """The softness experiment's Stage 0 (docs/learning.md, "Stage 0, registered before it runs"): can
 the two-view warm start *read* a superposition when it is handed one?
 
-``python -m soft_spatial.lab.stage0 SEED_DIR`` on a ``budget=paths`` seed directory (its data and
-its two-view warm start, ``lab.learn``'s layout) writes ``SEED_DIR/stage0/stage0.{md,json}``:
+``python -m soft_spatial.lab.softness.stage0 SEED_DIR`` on a ``budget=paths`` seed directory (its data and
+its two-view warm start, ``lab.learning``'s layout) writes ``SEED_DIR/stage0/stage0.{md,json}``:
 
 1. the gate evaluations of the two-view warm start at T = 1.0 (hard and fixed τ 0.9: the names,
-   directories and commands ``lab.learn``'s gate stage uses, so it skips them later) and its G1,
+   directories and commands ``lab.learning``'s gate stage uses, so it skips them later) and its G1,
    G2, G4; the same two at T = 0.6 (d);
-2. the decodes of :mod:`soft_spatial.lab.oracle_decode` at fixed τ 0.9: ``oracle_mixture`` (a) on
+2. the decodes of :mod:`soft_spatial.lab.softness.oracle_decode` at fixed τ 0.9: ``oracle_mixture`` (a) on
    every m, ``oracle_guess`` (the single-guess control) and ``plain`` (no oracle) on m = 2, 3,
    mean@8, sample j of question i seeded as ``python -m soft_spatial.eval seed=0`` seeds it
    (``samples_<decode>.jsonl``, resumable by question);
@@ -36,9 +36,9 @@ import torch
 from soft_spatial.data import build_messages, extract_answer, load_omnispatial
 from soft_spatial.data.synthetic import read_rows
 from soft_spatial.eval.runner import read_results
-from soft_spatial.lab.branches import path_rows, step_types
-from soft_spatial.lab.gates import GATE_EVALS, first_guess, path_accuracy
-from soft_spatial.lab.oracle_decode import OracleSpec, decode
+from soft_spatial.lab.softness.branches import path_rows, step_types
+from soft_spatial.lab.softness.gates import GATE_EVALS, first_guess, path_accuracy
+from soft_spatial.lab.softness.oracle_decode import OracleSpec, decode
 from soft_spatial.lab.learning.path_views import PathTruth, trace_words, word_positions
 from soft_spatial.lab.learning.warmstart import WarmStartConfig, encode
 from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
@@ -231,7 +231,7 @@ def decide(delta: float, min_gain: float) -> dict:
 
 # -- the runs --------------------------------------------------------------------------------------
 def _experiment(cfg: Stage0Config, temperature: float):
-    """``lab.learn``'s Experiment over the seed directory with the budget's settings (its
+    """``lab.learning``'s Experiment over the seed directory with the budget's settings (its
     evaluation command, names and directories), sampling at ``temperature``."""
     from hydra import compose, initialize_config_dir
 
@@ -247,7 +247,7 @@ def _experiment(cfg: Stage0Config, temperature: float):
 
 
 def evaluations(cfg: Stage0Config) -> dict[str, Path]:
-    """The two-view warm start's gate evaluations at T = 1.0 (``gate_<name>``, as ``lab.learn``
+    """The two-view warm start's gate evaluations at T = 1.0 (``gate_<name>``, as ``lab.learning``
     names them) and, for (d), hard and fixed τ at T = ``low_temperature``."""
     out = {}
     for temperature, prefix in ((cfg.temperature, "gate_"),
@@ -458,9 +458,9 @@ def run(cfg: Stage0Config, evals: Mapping[str, Path] | None = None, say=print) -
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(prog="python -m soft_spatial.lab.stage0",
+    p = argparse.ArgumentParser(prog="python -m soft_spatial.lab.softness.stage0",
                                 description=__doc__.splitlines()[0])
-    p.add_argument("seed_dir", help="a budget=paths seed directory (lab.learn's out)")
+    p.add_argument("seed_dir", help="a budget=paths seed directory (lab.learning's out)")
     p.add_argument("--limit", type=int, default=None, help="questions per m (a smoke run)")
     p.add_argument("--permutations", type=int, default=Stage0Config.permutations)
     p.add_argument("--threads", type=int, default=1,

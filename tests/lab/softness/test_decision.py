@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from soft_spatial.lab.softness import CEILING, decide, main, seed_effects
+from soft_spatial.lab.softness.decision import CEILING, decide, main, seed_effects
 
 TASK = {1: "path_known", 2: "path_two", 3: "path_three"}
 ARMS = ("hard", "soft_fixed", "soft_fixed_hi", "adaptsoft")

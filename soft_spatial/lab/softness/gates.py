@@ -22,7 +22,7 @@ from pathlib import Path
 
 from soft_spatial.data.synthetic import PATH_CANDIDATES
 from soft_spatial.eval.runner import read_results
-from soft_spatial.lab.branches import path_rows, readout_table, t_star_table
+from soft_spatial.lab.softness.branches import path_rows, readout_table, t_star_table
 
 __all__ = ["GateRules", "Gate", "path_accuracy", "first_guess", "measure_gates", "gate_table",
            "GATE_EVALS"]
@@ -146,7 +146,7 @@ def gate_table(result: dict) -> str:
     text = "\n".join(lines) + "\n"
     if result.get("branches"):
         text += ("\nThe two-view warm start's soft decodes at the branch steps (position words "
-                 "of steps s <= t*; lab/branches.py):\n\n" + readout_table(result["branches"]))
+                 "of steps s <= t*; lab/softness/branches.py):\n\n" + readout_table(result["branches"]))
     if result.get("by_t_star"):
         text += "\nAccuracy by (m, t*):\n\n" + t_star_table(result["by_t_star"])
     return text

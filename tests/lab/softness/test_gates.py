@@ -1,4 +1,4 @@
-"""Phase 0's gates (soft_spatial/lab/gates.py): accuracies by m, the hard first guess and each
+"""Phase 0's gates (soft_spatial/lab/softness/gates.py): accuracies by m, the hard first guess and each
 registered rule on evaluation files written here with known contents, boundaries included."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from soft_spatial.lab.gates import (GATE_EVALS, GateRules, first_guess, gate_table, measure_gates,
+from soft_spatial.lab.softness.gates import (GATE_EVALS, GateRules, first_guess, gate_table, measure_gates,
                                     path_accuracy)
 
 TASK = {1: "path_known", 2: "path_two", 3: "path_three"}
@@ -89,7 +89,7 @@ def test_each_gate_applies_its_registered_rule(tmp_path, case, passed):
 
 def test_the_rules_are_the_registered_ones():
     """The numbers of docs/learning.md's gate table."""
-    text = (Path(__file__).resolve().parents[2] / "docs" / "learning.md").read_text()
+    text = (Path(__file__).resolve().parents[3] / "docs" / "learning.md").read_text()
     r = GateRules()
     assert f"| {r.g1_range[0]:g} ≤ accuracy ≤ {r.g1_range[1]:g} |" in text
     assert f"| ≥ +{r.g2_min_gain:g} |" in text

@@ -1,4 +1,4 @@
-"""The path traces' mechanism readouts (soft_spatial/lab/branches.py) on evaluation files written
+"""The path traces' mechanism readouts (soft_spatial/lab/softness/branches.py) on evaluation files written
 here through eval's own writer, with mixture weights chosen so every readout is known by hand."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from soft_spatial.eval.steps import steps_row
-from soft_spatial.lab.branches import accuracy_by, branch_readouts, step_types
+from soft_spatial.lab.softness.branches import accuracy_by, branch_readouts, step_types
 
 
 class WordTokenizer:
