@@ -92,6 +92,7 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
     "lab/learning/__main__.py": (_COMMAND, ("tests/lab/learning/test_experiment.py",
                                             "tests/e2e/test_softness_phase0.py")),
     "lab/softness/__main__.py": (_COMMAND, ("tests/lab/softness/test_decision.py",)),
+    "data/synthetic/__main__.py": (_COMMAND, ("tests/data/synthetic/test_cli.py",)),
 }
 
 
