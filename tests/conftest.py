@@ -19,12 +19,17 @@ The synthetic benchmark files of `soft_spatial.data.fixtures` (a `FixtureSet`):
 
 All have hidden size 64, 2 layers, a Qwen3-VL-Thinking style chat template (the generation prompt
 ends with `<|im_start|>assistant\\n<think>\\n`) and eos ids [`<|im_end|>`, `<|endoftext|>`].
+
+`short_temp_dir`: a fresh directory with a short path under /tmp for a test's Ray cluster
+(`--temp-dir`), removed after the test.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 
 import pytest
 
@@ -103,3 +108,11 @@ def process_group():
     yield
     if created:
         dist.destroy_process_group()
+
+
+@pytest.fixture
+def short_temp_dir():
+    # Ray's unix sockets live under --temp-dir: keep the path short (108-byte socket path limit).
+    path = tempfile.mkdtemp(prefix="ssr-", dir="/tmp")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
