@@ -8,8 +8,11 @@ it imports them, and they import each other in no cycle.
 
 The tiers (bottom to top): a module of tier n may import its own component and components of
 tiers < n, never a sibling of its own tier (so ``engines`` and ``actor`` stay independent, and
-``softthink`` ← ``engines`` ← ``rollout``, ``softthink`` ← ``actor``). ``TIERS`` is the one map;
-docs/design.md §4 shows it in a ``layers`` block, and a test keeps the two equal.
+``softthink`` ← ``engines`` ← ``rollout``, ``softthink`` ← ``actor``). Each folder of ``lab/`` is a
+component of its own, ``lab.<room>`` (one experiment or study per room, built on the rooms below
+it); ``lab``'s own modules (``lab/__init__.py``, the ``lab/learn.py`` alias) are the component
+``lab``. ``TIERS`` is the one map; docs/design.md §4 shows it in a ``layers`` block, and a test keeps
+the two equal.
 """
 from __future__ import annotations
 
@@ -30,9 +33,11 @@ TIERS = [
     {"integration", "eval"},  # verl wiring (platform, worker, trainer, task runner); evaluation
     {"plugin", "export"},  # registration in every verl process; the Hugging Face export
     {"train", "launch"},  # commands: training, the cluster launcher
-    {"lab", "bench"},  # experiments on the commands (does the method work?); engineering checks
-    # (is it right and fast? benchmark workloads, the GPU kit): siblings, so neither imports the other
-    {"ablation", "stats", "analysis"},  # the lab's commands
+    {"lab.paper", "bench"},  # the paper's tables and figures; engineering checks (is it right and fast?
+    # benchmark workloads, the GPU kit): siblings, so neither imports the other
+    {"lab.learning"},  # the learning experiment (does the method learn?): its runner and warm starts
+    {"lab.softness"},  # the softness experiment, built on the learning experiment's runner
+    {"lab", "ablation", "stats", "analysis"},  # the lab's commands (and its map, lab/__init__.py)
 ]
 TIER = {component: n for n, tier in enumerate(TIERS) for component in tier}
 
@@ -72,7 +77,12 @@ def imports(mods: dict) -> dict:
 
 
 def component(module: str) -> str:
-    return module.split(".")[1]
+    """A module's component: its folder under soft_spatial/ (or its own name at the top), and for
+    a module in a folder of ``lab/`` that room, ``lab.<room>``."""
+    parts = module.split(".")
+    if parts[1] == "lab" and len(parts) > 2 and (PACKAGE / "lab" / parts[2]).is_dir():
+        return f"lab.{parts[2]}"
+    return parts[1]
 
 
 def upward_imports(graph: dict) -> list:
@@ -137,7 +147,7 @@ def test_the_map_reader_sees_a_difference():
     block = "```layers\n" + "".join(f"{n} | {', '.join(sorted(t))} | x\n" for n, t in enumerate(TIERS)) + "```\n"
     assert documented_tiers(block) == TIERS
     assert documented_tiers(block.replace("rollout |", "rollout, extra |")) != TIERS
-    assert documented_tiers(block.replace("bench, lab |", "bench |")) != TIERS
+    assert documented_tiers(block.replace("bench, lab.paper |", "bench |")) != TIERS
 
 
 def test_every_component_has_a_tier():
@@ -159,6 +169,14 @@ def test_the_checks_catch_an_upward_import_and_a_cycle():
     assert cycles(graph) == [["soft_spatial.engines.local", "soft_spatial.rollout.server"]]
     sibling = {"soft_spatial.actor.train_engine": {"soft_spatial.engines.step": 1}}
     assert upward_imports(sibling)  # engines and actor are siblings
+    # the lab's rooms: the learning runner importing the softness experiment (as it did) goes up
+    room = {"soft_spatial.lab.learning.experiment": {"soft_spatial.lab.softness.gates": 1},
+            "soft_spatial.lab.softness.stage0": {"soft_spatial.lab.learning.experiment": 2}}
+    assert upward_imports(room) == [
+        f"soft_spatial.lab.learning.experiment (line 1) imports soft_spatial.lab.softness.gates: "
+        f"lab.learning (tier {TIER['lab.learning']}) may not import lab.softness (tier {TIER['lab.softness']})"]
+    assert component("soft_spatial.lab.learn") == "lab" and component("soft_spatial.lab") == "lab"
+    assert component("soft_spatial.lab.paper.analysis.cli") == "lab.paper"
 
 
 if __name__ == "__main__":
