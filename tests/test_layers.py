@@ -139,6 +139,70 @@ def documented_tiers(text: str) -> list:
     return tiers
 
 
+#: a module named in the tree: a bare ``name.py`` (not the tail of a path, ``integration/collate.py``,
+#: nor a pattern, ``test_*.py``)
+_MODULE = re.compile(r"(?<![\w./*-])([A-Za-z_]\w*\.py)\b")
+
+
+def documented_modules(text: str) -> dict:
+    """The tree in a document's fenced ``tree`` block (docs/design.md §4, "Who lives where"):
+    ``{folder relative to soft_spatial/ ("" for the top): {module file names}}``. Under the
+    ``soft_spatial/`` line, a line at indentation 2 opens a folder (its first word, ending in ``/``)
+    or holds modules of the top; every bare ``name.py`` in the text up to the next such line is a
+    module of that folder. A line at indentation 0 other than ``soft_spatial/`` ends the package."""
+    blocks = re.findall(r"^```tree\n(.*?)^```", text, re.M | re.S)
+    assert len(blocks) == 1, f"want one ```tree block, found {len(blocks)}"
+    tree, folder, inside = {}, None, False
+    for line in blocks[0].splitlines():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        words = line.split()
+        if indent == 0:
+            inside, folder = words[0] == "soft_spatial/", None
+            continue
+        if not inside:
+            continue
+        if indent == 2:
+            folder = words[0] if words[0].endswith("/") else ""
+            line = line.strip()[len(folder):]
+            tree.setdefault(folder, set())
+        assert folder is not None, f"a module line before any folder: {line!r}"
+        tree[folder] |= {m for m in _MODULE.findall(line) if m != "__init__.py"}
+    return tree
+
+
+def tree_problems(tree: dict) -> list:
+    """Every module of the package missing from ``tree``, every module or folder it names that
+    does not exist (``__init__.py`` files aside: a folder stands for its own)."""
+    actual = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"}
+    named = {folder + m for folder, ms in tree.items() for m in ms}
+    return ([f"missing from the tree: soft_spatial/{m}" for m in sorted(actual - named)]
+            + [f"named in the tree, not in the package: soft_spatial/{m}" for m in sorted(named - actual)]
+            + [f"a folder the package does not have: soft_spatial/{f}" for f in sorted(tree)
+               if f and not (PACKAGE / f).is_dir()])
+
+
+def test_the_design_tree_lists_every_module():
+    assert tree_problems(documented_modules(DESIGN.read_text(encoding="utf-8"))) == []
+
+
+def test_the_tree_reader_sees_a_missing_and_an_invented_module():
+    text = DESIGN.read_text(encoding="utf-8")
+    assert "tether.py (a child command" in text and "  compat/verl/  " in text
+    broken = (text.replace("tether.py (a child command", "tether (a child command")
+              .replace("  compat/verl/  verl by area:", "  compat/verl/  verl by area: magic.py,")
+              .replace("  bench/gpu/  ", "  bench/cpu/  "))
+    problems = tree_problems(documented_modules(broken))
+    assert "missing from the tree: soft_spatial/infra/tether.py" in problems
+    assert "named in the tree, not in the package: soft_spatial/compat/verl/magic.py" in problems
+    assert "a folder the package does not have: soft_spatial/bench/cpu/" in problems
+    # a module of another folder named with its folder, and a pattern, are not this folder's
+    tree = documented_modules("```tree\nsoft_spatial/\n  eval/   runner.py, see integration/collate.py "
+                              "and tests/eval/test_*.py\n  train.py  the command\nconfigs/  x.py\n```\n")
+    assert tree == {"eval/": {"runner.py"}, "": {"train.py"}}
+
+
 def test_the_design_shows_the_same_map():
     assert documented_tiers(DESIGN.read_text(encoding="utf-8")) == TIERS
 
