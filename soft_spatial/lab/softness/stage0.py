@@ -1,12 +1,13 @@
 """The softness experiment's Stage 0 (docs/learning.md, "Stage 0, registered before it runs"): can
 the two-view warm start *read* a superposition when it is handed one?
 
-``python -m soft_spatial.lab.softness.stage0 SEED_DIR`` on a ``budget=paths`` seed directory (its data and
-its two-view warm start, ``lab.learning``'s layout) writes ``SEED_DIR/stage0/stage0.{md,json}``:
+``python -m soft_spatial.lab.softness.stage0 SEED_DIR`` on a ``budget=paths`` seed directory (its
+data and its two-view warm start, as ``python -m soft_spatial.lab.softness run`` lays it out)
+writes ``SEED_DIR/stage0/stage0.{md,json}``:
 
 1. the gate evaluations of the two-view warm start at T = 1.0 (hard and fixed τ 0.9: the names,
-   directories and commands ``lab.learning``'s gate stage uses, so it skips them later) and its G1,
-   G2, G4; the same two at T = 0.6 (d);
+   directories and commands Phase 0's gate stage uses, :mod:`.phase0`, so it skips them later) and
+   its G1, G2, G4; the same two at T = 0.6 (d);
 2. the decodes of :mod:`soft_spatial.lab.softness.oracle_decode` at fixed τ 0.9: ``oracle_mixture`` (a) on
    every m, ``oracle_guess`` (the single-guess control) and ``plain`` (no oracle) on m = 2, 3,
    mean@8, sample j of question i seeded as ``python -m soft_spatial.eval seed=0`` seeds it
@@ -231,11 +232,12 @@ def decide(delta: float, min_gain: float) -> dict:
 
 # -- the runs --------------------------------------------------------------------------------------
 def _experiment(cfg: Stage0Config, temperature: float):
-    """``lab.learning``'s Experiment over the seed directory with the budget's settings (its
-    evaluation command, names and directories), sampling at ``temperature``."""
+    """The learning runner's Experiment over the seed directory with the budget's settings and
+    Phase 0's stages (its evaluation command, names and directories), sampling at ``temperature``."""
     from hydra import compose, initialize_config_dir
 
     from soft_spatial.lab.learning.experiment import CONFIG_DIR, Experiment, LearnConfig
+    from soft_spatial.lab.softness.phase0 import GATES
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         raw = compose("learn", overrides=["budget=paths", f"seed={cfg.eval_seed}",
@@ -243,12 +245,12 @@ def _experiment(cfg: Stage0Config, temperature: float):
                                           f"eval.samples={cfg.samples}",
                                           f"eval.temperature={temperature}",
                                           f"eval.max_new_tokens={cfg.max_new_tokens}"])
-    return Experiment(LearnConfig.from_omegaconf(raw))
+    return Experiment(LearnConfig.from_omegaconf(raw), GATES)
 
 
 def evaluations(cfg: Stage0Config) -> dict[str, Path]:
-    """The two-view warm start's gate evaluations at T = 1.0 (``gate_<name>``, as ``lab.learning``
-    names them) and, for (d), hard and fixed τ at T = ``low_temperature``."""
+    """The two-view warm start's gate evaluations at T = 1.0 (``gate_<name>``, as Phase 0 names
+    them) and, for (d), hard and fixed τ at T = ``low_temperature``."""
     out = {}
     for temperature, prefix in ((cfg.temperature, "gate_"),
                                 (cfg.low_temperature, f"stage0_T{cfg.low_temperature:g}_")):
@@ -439,7 +441,7 @@ def run(cfg: Stage0Config, evals: Mapping[str, Path] | None = None, say=print) -
     for need in (data / "OmniSpatial-test" / "data.json", warm / "model.safetensors"):
         if not need.is_file():
             raise FileNotFoundError(f"stage0: {need} does not exist (run python -m "
-                                    f"soft_spatial.lab.learning budget=paths out={seed_dir} first)")
+                                    f"soft_spatial.lab.softness run budget=paths out={seed_dir} first)")
     cfg.out.mkdir(parents=True, exist_ok=True)
     from soft_spatial.engines.local import LocalEngine
 
@@ -460,7 +462,7 @@ def run(cfg: Stage0Config, evals: Mapping[str, Path] | None = None, say=print) -
 def main(argv: Sequence[str] | None = None) -> dict:
     p = argparse.ArgumentParser(prog="python -m soft_spatial.lab.softness.stage0",
                                 description=__doc__.splitlines()[0])
-    p.add_argument("seed_dir", help="a budget=paths seed directory (lab.learning's out)")
+    p.add_argument("seed_dir", help="a budget=paths seed directory (the run command's out=)")
     p.add_argument("--limit", type=int, default=None, help="questions per m (a smoke run)")
     p.add_argument("--permutations", type=int, default=Stage0Config.permutations)
     p.add_argument("--threads", type=int, default=1,

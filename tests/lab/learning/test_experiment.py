@@ -74,16 +74,19 @@ def test_a_bad_setting_is_refused_before_any_stage_naming_its_key(override, key)
         _config(override)
 
 
-@pytest.mark.parametrize("override", ["modes=[adaptsfot]", "data.train=-5"])
-def test_a_refused_command_writes_nothing(tmp_path, override):
+@pytest.mark.parametrize("override, named", [
+    ("modes=[adaptsfot]", "modes"), ("data.train=-5", "data.train"),
+    # the softness experiment's budget moved to its own command, which adds its gates
+    ("budget=paths", "run python -m soft_spatial.lab.softness run budget=paths")])
+def test_a_refused_command_writes_nothing(tmp_path, override, named):
     """Issue 44 items 14-15: the command refuses at once, in one line naming the key, and writes
-    nothing: not even Hydra's run directory (it was out=, made before any check)."""
+    nothing: not even Hydra's run directory (it was out=, made before any check). A budget another
+    command runs is refused naming that command (issue 45: budget=paths)."""
     out = tmp_path / "learn"
     res = subprocess.run([*PROG, f"out={out}", override], capture_output=True, text=True,
                          timeout=300, cwd=tmp_path)
     assert res.returncode == 1, res.stderr[-3000:]
-    key = override.split("=")[0]
-    assert res.stderr.strip().count("\n") == 0 and key in res.stderr, res.stderr[-3000:]
+    assert res.stderr.strip().count("\n") == 0 and named in res.stderr, res.stderr[-3000:]
     assert "Traceback" not in res.stderr
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
 
@@ -226,6 +229,60 @@ def test_a_stage_is_trusted_only_if_these_settings_made_it(tmp_path, stand_ins):
     with pytest.raises(OutputKeyMismatch, match="has no key"):
         run_experiment(_config(f"out={out}", *TINY, "train.steps=3"))
     assert stand_ins.calls == []
+
+
+class BeforeArms:
+    """A `BeforeGRPO` hook as an experiment built on this one hands it over: one evaluation of the
+    arms' warm start at fixed τ = ``tau``, made through the runner's keyed stages; ``go`` says
+    whether GRPO may proceed."""
+
+    def __init__(self, go: bool = True, tau: float = 0.5):
+        self.go, self.tau, self.ran = go, tau, 0
+
+    def check(self, cfg: LearnConfig) -> None:
+        if cfg.eval.samples < 2:
+            raise ValueError(f"eval.samples must be >= 2 for these stages, got {cfg.eval.samples}")
+
+    def stages(self, exp: Experiment) -> list:
+        return [exp.eval_stage("extra", exp.warm_stage(exp.cfg.warmstart.views[0]), "fixed",
+                               extra=[f"soft_thinking.fixed_tau={self.tau}"])]
+
+    def run(self, exp: Experiment) -> bool:
+        self.ran += 1
+        exp.evaluate_keyed(self.stages(exp)[0], exp.warm)
+        return self.go
+
+
+def test_stages_handed_to_the_runner_run_before_grpo_keyed_as_its_own(tmp_path, stand_ins):
+    """Issue 45: the runner knows an experiment built on it only through `BeforeGRPO`. Its stages
+    run after the parquet and before any arm; when they say no, nothing of GRPO runs; run again,
+    complete ones are skipped and the arms follow once they say yes; their keys are checked
+    before anything runs (another τ is refused, naming it); a configuration they cannot run on
+    is refused before anything is written, and without them an experiment with no arm is."""
+    out = tmp_path / "learn"
+    stop = BeforeArms(go=False)
+    assert run_experiment(_config(f"out={out}", *TINY), stop) == {}
+    assert stand_ins.calls == ["data", "model", "warmstart", "prepare", "prepare", "eval_extra"]
+    assert stop.ran == 1 and not (out / "runs").exists() and not (out / "report.md").exists()
+    assert (out / "eval/extra.key.json").is_file()
+
+    stand_ins.calls.clear()
+    results = run_experiment(_config(f"out={out}", *TINY), BeforeArms(go=True))
+    assert stand_ins.calls == ["eval_warmstart_hard", "train_hard", "export_hard", "eval_hard_trained"]
+    assert results["modes"]["hard"]["overall"]["n"] == 3
+    before = _snapshot(out)
+
+    stand_ins.calls.clear()
+    other = BeforeArms(tau=0.7)
+    with pytest.raises(OutputKeyMismatch, match=r"fixed_tau=0.5.*->.*fixed_tau=0.7"):
+        run_experiment(_config(f"out={out}", *TINY), other)
+    assert other.ran == 0 and stand_ins.calls == [] and _snapshot(out) == before
+    with pytest.raises(ValueError, match="eval.samples"):
+        Experiment(_config(f"out={out}", *TINY, "eval.samples=1"), BeforeArms())
+    with pytest.raises(ValueError, match="modes"):
+        Experiment(_config(f"out={out}", "modes=[]"))
+    assert Experiment(_config(f"out={out}", "modes=[]"), BeforeArms()).stages()[-1].what == "eval extra"
+    assert stand_ins.calls == [] and _snapshot(out) == before
 
 
 def test_a_changed_upstream_stage_changes_every_key_below_it():
