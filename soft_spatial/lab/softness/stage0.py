@@ -261,13 +261,20 @@ def evaluations(cfg: Stage0Config) -> dict[str, Path]:
     return out
 
 
+DECODE_SAMPLE_TOP_K = 5
+"""The decodes' discrete sampling filter (:attr:`SamplingConfig.top_k`: the 5 most likely tokens at
+discrete steps), the one Stage 0's registered numbers were measured with; not K, the mixture's
+candidates (:attr:`SoftThinkingConfig.top_k`)."""
+
+
 def run_decode(cfg: Stage0Config, name: str, engine, records, rows, say=print) -> Path:
     """One of :data:`DECODES` over the test questions of its m (resumable by question)."""
     kind, ms = DECODES[name]
     path = cfg.out / f"samples_{name}.jsonl"
     done = {r["question_id"] for r in read_results(path)}
     soft = SoftThinkingConfig(mode="fixed", fixed_tau=cfg.tau)
-    sampling = SamplingConfig(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, top_k=5)
+    sampling = SamplingConfig(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
+                              top_k=DECODE_SAMPLE_TOP_K)
     spec = OracleSpec(kind, cfg.warm_seed, cfg.distractor_mass)
     todo = [(i, rec) for i, rec in enumerate(records)
             if len(rows[rec.id]["branches"]) in ms and rec.id not in done]
