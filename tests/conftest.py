@@ -18,15 +18,25 @@ The synthetic benchmark files of `soft_spatial.data.fixtures` (a `FixtureSet`):
 
 * `fixture_set`: written once per session; read-only (copy a benchmark before changing a file).
 * `fx`: a fresh copy for one test, under its `tmp_path`, to edit at will.
+* `train_parquet`: the OmniSpatial fixture as one verl parquet for `tiny_qwen3_vl_small`'s processor,
+  written once per session; read-only.
 
 All have hidden size 64, 2 layers, a Qwen3-VL-Thinking style chat template (the generation prompt
 ends with `<|im_start|>assistant\\n<think>\\n`) and eos ids [`<|im_end|>`, `<|endoftext|>`].
+
+`eval_dir`: an evaluation directory whose 12 traces have known τ, Ĥ and correctness
+(tests/support/analysis_helpers.py), written for one test; `(directory, truth)`.
+
+`short_temp_dir`: a fresh directory with a short path under /tmp for a test's Ray cluster
+(`--temp-dir`), removed after the test.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 
 import pytest
 
@@ -101,6 +111,23 @@ def fx(tmp_path):
     return write_fixtures(tmp_path / "fixtures")
 
 
+@pytest.fixture(scope="session")
+def train_parquet(tmp_path_factory, tiny_qwen3_vl_small):
+    """The OmniSpatial fixture as verl parquet, shared by the session: read-only (see module docstring)."""
+    from transformers import AutoProcessor
+
+    from soft_spatial.data import load_benchmark
+    from soft_spatial.data.fixtures import write_fixtures
+    from soft_spatial.data.prepare import write_parquet
+
+    root = tmp_path_factory.mktemp("stats")
+    fx = write_fixtures(root / "fixtures")
+    out = root / "train.parquet"
+    proc = AutoProcessor.from_pretrained(str(tiny_qwen3_vl_small), local_files_only=True)
+    write_parquet(load_benchmark("omnispatial", fx.omnispatial), out, proc, progress=False)
+    return out
+
+
 @pytest.fixture(scope="module")
 def process_group():
     """A 1-process gloo group on verl's CPU platform (for the real FSDP engines), per module."""
@@ -120,3 +147,19 @@ def process_group():
     yield
     if created:
         dist.destroy_process_group()
+
+
+@pytest.fixture
+def short_temp_dir():
+    # Ray's unix sockets live under --temp-dir: keep the path short (108-byte socket path limit).
+    path = tempfile.mkdtemp(prefix="ssr-", dir="/tmp")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture()
+def eval_dir(tmp_path, tiny_qwen3_vl_small):
+    """An evaluation directory with 12 traces: τ falls with Ĥ plus noise; lengths 6..50."""
+    from analysis_helpers import write_eval_dir
+
+    return write_eval_dir(tmp_path, tiny_qwen3_vl_small)

@@ -1,5 +1,6 @@
 """The repository documents itself: every "§" citation resolves to a numbered section of a document
-in the repository (docs/design.md unless another document is named), and nothing points outside it.
+in the repository (docs/design.md unless another document is named), every test a document cites by
+path (``tests/<path>.py``, ``tests/<path>.py::<name>``) exists, and nothing points outside it.
 
 Citation rules (what the scanner below enforces):
 * a document is named by its repository path, ``docs/design.md §2.6``, ``docs/notes/benchmarks.md §2.2``;
@@ -132,6 +133,42 @@ def test_nothing_refers_outside_the_repository():
         data = path.read_bytes()
         hits += [f"{rel}: {s}" for s in OUTSIDE if s.encode() in data]
     assert not hits, "files that refer outside the repository:\n" + "\n".join(hits)
+
+
+TEST_REF = re.compile(r"(?<![\w/.])(tests/[\w/]+\.py)(?:::(\w+))?")
+
+
+def stale_test_refs(text: str) -> list:
+    """The ``tests/<path>.py`` files, and ``tests/<path>.py::<name>`` tests or names, that ``text`` cites
+    and the repository does not have (a test moved or renamed without its citations)."""
+    bad = []
+    for m in TEST_REF.finditer(text):
+        path = ROOT / m.group(1)
+        if not path.is_file():
+            bad.append(m.group(0))
+        elif m.group(2) and not re.search(rf"^(?:(?:async )?def|class) {m.group(2)}\b|^{m.group(2)}\s*[:=]",
+                                          path.read_text(encoding="utf-8"), re.M):
+            bad.append(m.group(0))
+    return bad
+
+
+def test_every_cited_test_exists():
+    bad = []
+    for rel, path in repo_files():
+        if path.suffix == ".md" and (rel.parts[0] == "docs" or rel == Path("README.md")):
+            bad += [f"{rel}: {ref}" for ref in stale_test_refs(path.read_text(encoding="utf-8"))]
+    assert not bad, "documents cite tests that do not exist:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("text, bad", [
+    ("(`tests/test_docs.py::test_every_cited_test_exists`, `tests/test_docs.py`)", []),
+    ("`tests/test_docs.py::TEST_REF` and `tests/test_docs.py::stale_test_refs`", []),
+    ("`tests/test_docs.py::test_gone`", ["tests/test_docs.py::test_gone"]),
+    ("moved: tests/nowhere/test_x.py::test_y", ["tests/nowhere/test_x.py::test_y"]),
+    ("a folder (`tests/e2e/`) and a helper (`tests/support/barrier.py`)", []),
+])
+def test_the_test_citation_check_sees_a_moved_test(text, bad):
+    assert stale_test_refs(text) == bad
 
 
 README_MAX_LINES = 200

@@ -16,82 +16,51 @@ PACKAGE = ROOT / "soft_spatial"
 TESTS = ROOT / "tests"
 
 _SGLANG = "SGLang's real modules: tests that need the overlay live in tests/sglang_real/"
-_GPU = ("a GPU kit stage (CUDA only): run by scripts/gpu/kit.py on a lent GPU; its CPU-side parts "
-        "and the dry run are tested")
-_ANALYSIS = "a part of python -m soft_spatial.analysis, tested through the command's figures"
 _COMMAND = "a command's entry point (an import and a call): its code has the tests named"
+_CHECK = ("stage {} of scripts/gpu/check.py (CUDA at full size on a lent GPU): only the command runs it, "
+          "on the CPU at tiny sizes with --dry-run: tests/bench/gpu/test_stages.py::{}")
+_PLAN = ("the headline plan's {} jobs (an SGLang engine each, CUDA on a lent GPU): only the plan's runner "
+         "runs them, on SGLang's real CPU engine with --dry-run: "
+         "tests/sglang_real/test_gpu_headline_dry_run.py::test_the_headline_plan_runs_whole_on_the_cpu; their "
+         "server arguments for every engine of the plan: tests/bench/gpu/test_headline.py")
 
-#: module (relative to soft_spatial/) -> (why it has no test module named for it, the test files
-#: that exercise it instead). Kept exact by the tests below: an entry whose module gained its own
+#: module (relative to soft_spatial/) -> (why it has no test module named for it, and which test runs it;
+#: the test files that exercise it instead). Only modules that an end-to-end run alone can exercise, or
+#: that are an import and a call. Kept exact by the tests below: an entry whose module gained its own
 #: guard file, or that names a test file that is gone, fails.
 UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
     "compat/sglang.py": (_SGLANG, ("tests/sglang_real/test_compat_sglang.py",
                                    "tests/sglang_real/test_graph_capture.py")),
-    "compat/verl/checks.py": ("verl's internals are guarded in one file",
-                              ("tests/compat/test_verl.py",)),
-    "compat/verl/engine.py": ("verl's internals are guarded in one file", ("tests/compat/test_verl.py",)),
-    "compat/verl/merger.py": ("verl's merger loads a real checkpoint: an end-to-end guarantee",
-                              ("tests/e2e/test_export_safety.py", "tests/e2e/test_hostile_pickles.py")),
-    "compat/verl/rollout.py": ("verl's internals are guarded in one file", ("tests/compat/test_verl.py",)),
-    "compat/verl/trainer.py": ("verl's internals are guarded in one file",
-                               ("tests/compat/test_verl.py", "tests/e2e/test_noise_streams.py")),
-    "engines/prompts.py": ("one rendering of prompts shared by every engine: tested through them",
-                           ("tests/engines/test_local.py", "tests/engines/sglang/test_engine.py")),
-    "engines/replay.py": ("replay is checked against the engines' own decoding",
-                          ("tests/engines/test_local.py", "tests/actor/test_train_engine.py")),
-    "engines/sglang/client.py": ("the SGLang backend's CPU-side parts share one file",
-                                 ("tests/engines/sglang/test_engine.py",)),
     "engines/sglang/hooks.py": (_SGLANG, ("tests/sglang_real/test_plugin_real.py",
                                           "tests/sglang_real/test_graph_capture.py")),
-    "engines/sglang/runtime.py": ("the SGLang backend's CPU-side parts share one file",
-                                  ("tests/engines/sglang/test_engine.py",)),
-    "engines/sglang/server_args.py": ("the SGLang backend's CPU-side parts share one file",
-                                      ("tests/engines/sglang/test_engine.py",)),
-    "infra/hydra_args.py": ("renamed Hydra groups on real command lines", ("tests/e2e/test_settings_names.py",)),
-    "infra/ray_session.py": ("a local Ray session never outlives its driver: real processes",
-                             ("tests/test_train.py", "tests/e2e/test_train_signals.py")),
-    "infra/run_dir.py": ("resume step and metrics of a run directory", ("tests/test_train.py",)),
-    "infra/signals.py": ("real signals to real commands", ("tests/e2e/test_train_signals.py",
-                                                           "tests/e2e/test_eval_signals.py")),
-    "integration/platform.py": ("the CPU platform every verl test runs on", ("tests/compat/test_verl.py",
-                                                                             "tests/test_plugin.py")),
+    "rollout/sglang_server.py": (_SGLANG + " (it subclasses verl's SGLang server and adapter: importing it "
+                                           "imports sglang)", ("tests/sglang_real/test_verl_server.py",)),
     "integration/task_runner.py": ("verl's TaskRunner with the soft worker and trainer swapped in: each of its methods "
                                    "runs in the TaskRunner actor of a real training run (no part of it runs alone): "
                                    "test_train_cpu.py::test_train_resume_export_and_evaluate",
                                    ("tests/e2e/test_train_cpu.py", "tests/lab/paper/test_ablation.py")),
-    "rollout/sglang_server.py": (_SGLANG + " (it subclasses verl's SGLang server and adapter: importing it "
-                                           "imports sglang)", ("tests/sglang_real/test_verl_server.py",)),
-    "lab/paper/analysis/data.py": (_ANALYSIS, ("tests/lab/paper/analysis/test_cli.py",)),
-    "lab/paper/analysis/plotting.py": (_ANALYSIS, ("tests/lab/paper/analysis/test_cli.py",)),
-    "lab/paper/analysis/spread.py": (_ANALYSIS, ("tests/lab/paper/analysis/test_cli.py",)),
-    "lab/paper/analysis/tau_entropy.py": (_ANALYSIS, ("tests/lab/paper/analysis/test_cli.py",)),
-    "lab/paper/analysis/trace_html.py": (_ANALYSIS, ("tests/lab/paper/analysis/test_cli.py",)),
-    "lab/paper/analysis/training.py": (_ANALYSIS, ("tests/lab/paper/analysis/test_cli.py",)),
-    "bench/gpu/actor_update.py": (_GPU, ("tests/bench/gpu/test_headline.py",)),
-    "bench/gpu/context.py": (_GPU, ("tests/bench/gpu/test_headline.py",)),
-    "bench/gpu/embedded.py": (_GPU, ("tests/bench/gpu/test_headline.py",)),
-    "bench/gpu/graphs.py": (_GPU, ("tests/bench/gpu/test_headline.py",
-                                   "tests/sglang_real/test_gpu_headline_dry_run.py")),
-    "bench/gpu/measure.py": (_GPU, ("tests/bench/gpu/test_headline.py",)),
-    "bench/gpu/prompts.py": (_GPU, ("tests/bench/gpu/test_headline.py",)),
-    "bench/gpu/report.py": (_GPU, ("tests/bench/gpu/test_headline.py",)),
-    "bench/gpu/sampler_sync.py": (_GPU, ("tests/engines/sglang/test_engine.py",)),
-    "bench/gpu/sglang_args.py": (_GPU, ("tests/bench/gpu/test_headline.py",)),
-    "bench/gpu/soft_parity.py": (_GPU, ("tests/bench/gpu/test_headline.py",)),
-    "bench/gpu/softthink_sizes.py": (_GPU, ("tests/bench/gpu/test_headline.py",)),
-    "bench/gpu/stages.py": (_GPU, ("tests/bench/gpu/test_grpo.py", "tests/sglang_real/test_gpu_kit_stage_e.py")),
-    "bench/gpu/selftest.py": ("jobs that test the plan's runner itself", ("tests/bench/gpu/test_runner.py",)),
-    "lab/learning/report.py": ("the learning experiment's report", ("tests/lab/learning/test_experiment.py",)),
-    "lab/paper/calibration/cli.py": ("python -m soft_spatial.stats", ("tests/lab/paper/calibration/test_entropy.py",)),
-    "stats.py": (_COMMAND, ("tests/lab/paper/calibration/test_entropy.py",
+    "bench/gpu/embedded.py": (_CHECK.format("a", "test_check_dry_run_engine_and_softthink_stages"),
+                              ("tests/bench/gpu/test_stages.py",)),
+    "bench/gpu/softthink_sizes.py": (_CHECK.format("b", "test_check_dry_run_engine_and_softthink_stages"),
+                                     ("tests/bench/gpu/test_stages.py",)),
+    "bench/gpu/actor_update.py": (_CHECK.format("c", "test_check_dry_run_actor_update_stage (slow)"),
+                                  ("tests/bench/gpu/test_stages.py",)),
+    "bench/gpu/graphs.py": (_PLAN.format("F and X/sync"), ("tests/sglang_real/test_gpu_headline_dry_run.py",
+                                                           "tests/bench/gpu/test_headline.py")),
+    "bench/gpu/soft_parity.py": (_PLAN.format("D and G"), ("tests/sglang_real/test_gpu_headline_dry_run.py",
+                                                           "tests/bench/gpu/test_headline.py")),
+    "bench/gpu/selftest.py": ("jobs that exist to be run by the plan's runner in its watched child process (they "
+                              "kill or hang that process): every test of tests/bench/gpu/test_runner.py runs them",
+                              ("tests/bench/gpu/test_runner.py",)),
+    "stats.py": (_COMMAND, ("tests/lab/paper/calibration/test_cli.py",
                             "tests/e2e/test_stats_entropy_usage.py")),
     "ablation.py": (_COMMAND, ("tests/lab/paper/test_ablation.py",)),
     "analysis.py": (_COMMAND, ("tests/lab/paper/analysis/test_cli.py",)),
     "lab/learn.py": (_COMMAND + " (the learning experiment's former name)",
                      ("tests/lab/learning/test_experiment.py",)),
-    "lab/learning/__main__.py": (_COMMAND, ("tests/lab/learning/test_experiment.py",
-                                            "tests/e2e/test_softness_phase0.py")),
-    "lab/softness/__main__.py": (_COMMAND, ("tests/lab/softness/test_decision.py",)),
+    "lab/learning/__main__.py": (_COMMAND, ("tests/lab/learning/test_experiment.py",)),
+    "lab/softness/__main__.py": (_COMMAND + " (run or the decision, by the first argument)",
+                                 ("tests/lab/softness/test_phase0.py", "tests/e2e/test_softness_phase0.py")),
     "data/synthetic/__main__.py": (_COMMAND, ("tests/data/synthetic/test_cli.py",)),
 }
 

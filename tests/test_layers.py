@@ -8,8 +8,11 @@ it imports them, and they import each other in no cycle.
 
 The tiers (bottom to top): a module of tier n may import its own component and components of
 tiers < n, never a sibling of its own tier (so ``engines`` and ``actor`` stay independent, and
-``softthink`` ← ``engines`` ← ``rollout``, ``softthink`` ← ``actor``). ``TIERS`` is the one map;
-docs/design.md §4 shows it in a ``layers`` block, and a test keeps the two equal.
+``softthink`` ← ``engines`` ← ``rollout``, ``softthink`` ← ``actor``). Each folder of ``lab/`` is a
+component of its own, ``lab.<room>`` (one experiment or study per room, built on the rooms below
+it); ``lab``'s own modules (``lab/__init__.py``, the ``lab/learn.py`` alias) are the component
+``lab``. ``TIERS`` is the one map; docs/design.md §4 shows it in a ``layers`` block, and a test keeps
+the two equal.
 """
 from __future__ import annotations
 
@@ -30,9 +33,11 @@ TIERS = [
     {"integration", "eval"},  # verl wiring (platform, worker, trainer, task runner); evaluation
     {"plugin", "export"},  # registration in every verl process; the Hugging Face export
     {"train", "launch"},  # commands: training, the cluster launcher
-    {"lab", "bench"},  # experiments on the commands (does the method work?); engineering checks
-    # (is it right and fast? benchmark workloads, the GPU kit): siblings, so neither imports the other
-    {"ablation", "stats", "analysis"},  # the lab's commands
+    {"lab.paper", "bench"},  # the paper's tables and figures; engineering checks (is it right and fast?
+    # benchmark workloads, the GPU kit): siblings, so neither imports the other
+    {"lab.learning"},  # the learning experiment (does the method learn?): its runner and warm starts
+    {"lab.softness"},  # the softness experiment, built on the learning experiment's runner
+    {"lab", "ablation", "stats", "analysis"},  # the lab's commands (and its map, lab/__init__.py)
 ]
 TIER = {component: n for n, tier in enumerate(TIERS) for component in tier}
 
@@ -72,7 +77,12 @@ def imports(mods: dict) -> dict:
 
 
 def component(module: str) -> str:
-    return module.split(".")[1]
+    """A module's component: its folder under soft_spatial/ (or its own name at the top), and for
+    a module in a folder of ``lab/`` that room, ``lab.<room>``."""
+    parts = module.split(".")
+    if parts[1] == "lab" and len(parts) > 2 and (PACKAGE / "lab" / parts[2]).is_dir():
+        return f"lab.{parts[2]}"
+    return parts[1]
 
 
 def upward_imports(graph: dict) -> list:
@@ -129,6 +139,70 @@ def documented_tiers(text: str) -> list:
     return tiers
 
 
+#: a module named in the tree: a bare ``name.py`` (not the tail of a path, ``integration/collate.py``,
+#: nor a pattern, ``test_*.py``)
+_MODULE = re.compile(r"(?<![\w./*-])([A-Za-z_]\w*\.py)\b")
+
+
+def documented_modules(text: str) -> dict:
+    """The tree in a document's fenced ``tree`` block (docs/design.md §4, "Who lives where"):
+    ``{folder relative to soft_spatial/ ("" for the top): {module file names}}``. Under the
+    ``soft_spatial/`` line, a line at indentation 2 opens a folder (its first word, ending in ``/``)
+    or holds modules of the top; every bare ``name.py`` in the text up to the next such line is a
+    module of that folder. A line at indentation 0 other than ``soft_spatial/`` ends the package."""
+    blocks = re.findall(r"^```tree\n(.*?)^```", text, re.M | re.S)
+    assert len(blocks) == 1, f"want one ```tree block, found {len(blocks)}"
+    tree, folder, inside = {}, None, False
+    for line in blocks[0].splitlines():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        words = line.split()
+        if indent == 0:
+            inside, folder = words[0] == "soft_spatial/", None
+            continue
+        if not inside:
+            continue
+        if indent == 2:
+            folder = words[0] if words[0].endswith("/") else ""
+            line = line.strip()[len(folder):]
+            tree.setdefault(folder, set())
+        assert folder is not None, f"a module line before any folder: {line!r}"
+        tree[folder] |= {m for m in _MODULE.findall(line) if m != "__init__.py"}
+    return tree
+
+
+def tree_problems(tree: dict) -> list:
+    """Every module of the package missing from ``tree``, every module or folder it names that
+    does not exist (``__init__.py`` files aside: a folder stands for its own)."""
+    actual = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"}
+    named = {folder + m for folder, ms in tree.items() for m in ms}
+    return ([f"missing from the tree: soft_spatial/{m}" for m in sorted(actual - named)]
+            + [f"named in the tree, not in the package: soft_spatial/{m}" for m in sorted(named - actual)]
+            + [f"a folder the package does not have: soft_spatial/{f}" for f in sorted(tree)
+               if f and not (PACKAGE / f).is_dir()])
+
+
+def test_the_design_tree_lists_every_module():
+    assert tree_problems(documented_modules(DESIGN.read_text(encoding="utf-8"))) == []
+
+
+def test_the_tree_reader_sees_a_missing_and_an_invented_module():
+    text = DESIGN.read_text(encoding="utf-8")
+    assert "tether.py (a child command" in text and "  compat/verl/  " in text
+    broken = (text.replace("tether.py (a child command", "tether (a child command")
+              .replace("  compat/verl/  verl by area:", "  compat/verl/  verl by area: magic.py,")
+              .replace("  bench/gpu/  ", "  bench/cpu/  "))
+    problems = tree_problems(documented_modules(broken))
+    assert "missing from the tree: soft_spatial/infra/tether.py" in problems
+    assert "named in the tree, not in the package: soft_spatial/compat/verl/magic.py" in problems
+    assert "a folder the package does not have: soft_spatial/bench/cpu/" in problems
+    # a module of another folder named with its folder, and a pattern, are not this folder's
+    tree = documented_modules("```tree\nsoft_spatial/\n  eval/   runner.py, see integration/collate.py "
+                              "and tests/eval/test_*.py\n  train.py  the command\nconfigs/  x.py\n```\n")
+    assert tree == {"eval/": {"runner.py"}, "": {"train.py"}}
+
+
 def test_the_design_shows_the_same_map():
     assert documented_tiers(DESIGN.read_text(encoding="utf-8")) == TIERS
 
@@ -137,7 +211,7 @@ def test_the_map_reader_sees_a_difference():
     block = "```layers\n" + "".join(f"{n} | {', '.join(sorted(t))} | x\n" for n, t in enumerate(TIERS)) + "```\n"
     assert documented_tiers(block) == TIERS
     assert documented_tiers(block.replace("rollout |", "rollout, extra |")) != TIERS
-    assert documented_tiers(block.replace("bench, lab |", "bench |")) != TIERS
+    assert documented_tiers(block.replace("bench, lab.paper |", "bench |")) != TIERS
 
 
 def test_every_component_has_a_tier():
@@ -159,6 +233,14 @@ def test_the_checks_catch_an_upward_import_and_a_cycle():
     assert cycles(graph) == [["soft_spatial.engines.local", "soft_spatial.rollout.server"]]
     sibling = {"soft_spatial.actor.train_engine": {"soft_spatial.engines.step": 1}}
     assert upward_imports(sibling)  # engines and actor are siblings
+    # the lab's rooms: the learning runner importing the softness experiment (as it did) goes up
+    room = {"soft_spatial.lab.learning.experiment": {"soft_spatial.lab.softness.gates": 1},
+            "soft_spatial.lab.softness.stage0": {"soft_spatial.lab.learning.experiment": 2}}
+    assert upward_imports(room) == [
+        f"soft_spatial.lab.learning.experiment (line 1) imports soft_spatial.lab.softness.gates: "
+        f"lab.learning (tier {TIER['lab.learning']}) may not import lab.softness (tier {TIER['lab.softness']})"]
+    assert component("soft_spatial.lab.learn") == "lab" and component("soft_spatial.lab") == "lab"
+    assert component("soft_spatial.lab.paper.analysis.cli") == "lab.paper"
 
 
 if __name__ == "__main__":

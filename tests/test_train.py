@@ -1,14 +1,13 @@
-"""The training entry point around verl: checks before Ray starts, the run directory (lock, metrics
-kept across resumes, Hydra's files), and the local Ray session that never outlives its driver.
-All fast: nothing here starts Ray or verl's trainer (the slow resume test in tests/e2e/test_train_cpu.py
-runs the real thing)."""
-import json
+"""The training entry point around verl: checks before Ray starts, the run directory (lock, a
+finished run, a resume refused before Ray, Hydra's files), the trainer's budget and checkpoint
+order, and the local Ray directory. All fast: nothing here starts Ray or verl's trainer (the slow
+resume test in tests/e2e/test_train_cpu.py runs the real thing). The run directory's resume step
+and metrics: tests/infra/test_run_dir.py; the local Ray session that never outlives its driver:
+tests/infra/test_ray_session.py."""
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -19,10 +18,7 @@ from hydra import compose, initialize_config_dir
 from soft_spatial.infra.dirlock import DirLock, DirLockedError
 from soft_spatial.train import CONFIG_DIR, preflight, run
 from soft_spatial.infra import ray_session
-from soft_spatial.infra.run_dir import SUPERSEDED, keep_metrics_until, resume_step
-
-ROOT = Path(__file__).resolve().parents[1]
-
+from train_helpers import metrics_lines
 
 def compose_train(*overrides, hydra=False):
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
@@ -296,13 +292,6 @@ def test_a_run_that_cannot_resume_as_asked_is_refused_before_ray(tiny_qwen3_vl_s
         assert _tree(out) == before and len(no_ray) == 1, name
 
 
-def test_resume_path_names_a_missing_folder(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"trainer.resume_from_path=.*global_step_3: no such checkpoint"):
-        resume_step(tmp_path, "resume_path", str(tmp_path / "global_step_3"))
-    with pytest.raises(ValueError, match=r"resume_from_path=.../global_step_N, got '.*global_step_x'"):
-        resume_step(tmp_path, "resume_path", str(tmp_path / "global_step_x"))
-
-
 @pytest.fixture(scope="module")
 def trainer_module():
     from soft_spatial.integration.platform import use_cpu_platform
@@ -348,7 +337,7 @@ def test_a_step_is_checkpointed_after_its_metrics_are_logged(trainer_module, tmp
     from soft_spatial.softthink.settings import SETTINGS_FILE, SoftSettings
     events = []
 
-    def verl_loop(self):  # the order of verl 0.9.1's fit (checked by tests/compat/test_verl.py)
+    def verl_loop(self):  # the order of verl 0.9.1's fit (checked by tests/compat/verl/test_checks.py)
         from verl.utils.tracking import Tracking
         logger = Tracking(project_name="p", experiment_name="e", default_backend=[])
         for step in range(1, self.total_training_steps + 1):
@@ -371,293 +360,10 @@ def test_a_step_is_checkpointed_after_its_metrics_are_logged(trainer_module, tmp
     assert tracking.Tracking.log is not None and tracking.Tracking.__name__ == "Tracking"  # restored
 
 
-# -- metrics survive a resume ----------------------------------------------------------------------
-def metrics_lines(steps, tag):
-    return "".join(json.dumps({"step": s, "data": {"tag": tag}}) + "\n" for s in steps)
-
-
-def test_verl_file_logger_appends(tmp_path, monkeypatch):
-    from verl.utils import tracking
-
-    from soft_spatial.compat.verl.trainer import append_file_logger
-    path = tmp_path / "metrics.jsonl"
-    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
-    monkeypatch.setattr(tracking, "FileLogger", tracking.FileLogger)  # restored after the test
-    path.write_text(metrics_lines([1, 2], "before"))
-    upstream = tracking.FileLogger("p", "e")  # verl 0.9.1 truncates: the reason for the patch
-    upstream.finish()
-    assert path.read_text() == ""
-    path.write_text(metrics_lines([1, 2], "before"))
-    append_file_logger()
-    append_file_logger()  # idempotent
-    logger = tracking.FileLogger("p", "e")  # what Tracking builds for the "file" backend
-    logger.log({"tag": "after"}, step=3)
-    logger.finish()
-    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3]
     # the upstream internals this relies on: tests/compat/test_verl.py (check_internals)
 
 
-def test_resume_keeps_the_metrics_up_to_the_checkpoint(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    # a run killed after logging step 5 whose last checkpoint is step 4, plus a torn line
-    path.write_text(metrics_lines([1, 2, 3, 4, 5], "first") + '{"step": 6, "da')
-    assert keep_metrics_until(path, 4) == 2
-    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3, 4]
-    superseded = (tmp_path / SUPERSEDED).read_text().splitlines()
-    assert json.loads(superseded[0])["step"] == 5 and superseded[1] == '{"step": 6, "da'
-    assert keep_metrics_until(path, 4) == 0  # nothing more to move
-    assert keep_metrics_until(tmp_path / "absent.jsonl", 3) == 0
-
-
-def test_one_reader_of_the_metrics_merges_a_steps_lines_and_names_a_bad_line(tmp_path):
-    """infra/run_dir.py reads metrics.jsonl for the learning experiment's report and the analysis."""
-    from soft_spatial.infra.run_dir import read_metrics
-    from soft_spatial.lab.learning import report
-    from soft_spatial.lab.paper.analysis import data
-    assert report.read_metrics is read_metrics and data.read_metrics is read_metrics
-    path = tmp_path / "metrics.jsonl"
-    lines = [{"step": 1, "data": {"a": 1}}, {"step": 2, "data": {"a": 2, "b": 2}},
-             {"step": 2, "data": {"val/x": 3}},  # verl's validation line at a resumed step
-             {"step": 2, "data": {"a": 4}}]  # the step logged again: the later value wins
-    path.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"step": 3, "da')  # torn: dropped
-    assert read_metrics(path) == [{"step": 1, "a": 1}, {"step": 2, "a": 4, "b": 2, "val/x": 3}]
-    assert read_metrics(tmp_path / "absent.jsonl") == []
-    path.write_text(json.dumps(lines[0]) + "\n{not json\n" + json.dumps(lines[1]) + "\n")
-    with pytest.raises(ValueError, match=f"{path}: line 2: invalid JSON"):
-        read_metrics(path)
-    path.write_text(json.dumps(lines[0]) + "\n" + json.dumps({"step": 2, "data": [1]}) + "\n")
-    with pytest.raises(ValueError, match=f"{path}: line 2: not a metrics line of verl's file logger"):
-        read_metrics(path)
-
-
-def test_resume_step_follows_verl(tmp_path):
-    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
-    assert resume_step(tmp_path, "auto") == 0
-    (tmp_path / "latest_checkpointed_iteration.txt").write_text("3")  # tracker, no directory
-    assert find_latest_ckpt_path(str(tmp_path)) is None  # verl would train from step 0: refused
-    with pytest.raises(FileNotFoundError, match="global_step_3 is missing"):
-        resume_step(tmp_path, "auto")
-    (tmp_path / "global_step_4").mkdir()
-    (tmp_path / "latest_checkpointed_iteration.txt").write_text("4")
-    assert resume_step(tmp_path, "auto") == 4
-    assert find_latest_ckpt_path(str(tmp_path)).endswith("global_step_4")  # verl agrees
-    assert resume_step(tmp_path, "disable") == 0
-    (tmp_path / "global_step_2").mkdir()
-    assert resume_step(tmp_path, "resume_path", str(tmp_path / "global_step_2")) == 2
-    with pytest.raises(ValueError, match="resume_from_path"):
-        resume_step(tmp_path, "resume_path", None)
-    # the entry point of a CPU run has VERL_PLATFORM=cpu and no CPU platform plugin loaded:
-    # importing verl's checkpoint module there fails, so resume_step must not
-    res = subprocess.run([sys.executable, "-c", "import sys; from soft_spatial.infra.run_dir "
-                          "import resume_step; print(resume_step(sys.argv[1], 'auto'))",
-                          str(tmp_path)], capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, VERL_PLATFORM="cpu"))
-    assert res.returncode == 0 and res.stdout.split()[-1] == "4", res.stderr[-2000:]
-
-
-# -- a local Ray session never outlives its driver --------------------------------------------------
-DRIVER = r"""
-import os, subprocess, sys, time
-from soft_spatial.infra import ray_session
-path = ray_session.run_ray_dir()
-ray_session.start_watchdog(path)
-# stand-ins for Ray's processes, each in its own session (so it survives the driver): one with
-# the run dir on its command line (GCS, raylet), one with it only in its inherited RAY_TMPDIR,
-# one with only its log open there (the agents and workers rename themselves,
-# "ray::DashboardAgent", and Ray's setproctitle wipes their command line and environment)
-SLEEP = "import sys, time; print(file=sys.stderr, flush=True); time.sleep(600)"  # exec'd, waits
-agent = subprocess.Popen([sys.executable, "-c", SLEEP, str(path)], start_new_session=True,
-                         stderr=subprocess.PIPE)
-by_env = subprocess.Popen([sys.executable, "-c", SLEEP], start_new_session=True,
-                          stderr=subprocess.PIPE, env=dict(os.environ, RAY_TMPDIR=str(path)))
-renamed = subprocess.Popen([sys.executable, "-c", SLEEP], start_new_session=True,
-                           stderr=subprocess.PIPE, stdout=open(path / "agent.out", "w"))
-for p in (agent, by_env, renamed):
-    p.stderr.readline()
-print(path, agent.pid, by_env.pid, renamed.pid, flush=True)
-time.sleep(600)
-"""
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def wait_gone(pid, within=60.0):
-    """True once ``pid`` is gone (a state check with a generous bound, not a timing assertion)."""
-    deadline = time.monotonic() + within
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return not alive(pid)
-
-
-def test_the_watchdog_kills_the_session_of_a_killed_driver(tmp_path):
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True,
-                              cwd=ROOT)
-    path, *agents = driver.stdout.readline().split()
-    agents = [int(a) for a in agents]
-    try:
-        assert all(alive(a) for a in agents)
-        assert set(agents) <= set(ray_session.session_pids(Path(path)))
-        driver.send_signal(signal.SIGKILL)
-        driver.wait()
-        for agent in agents:
-            assert wait_gone(agent), f"agent {agent} of {path} outlived its driver"
-        assert _dir_removed_eventually(Path(path))
-    finally:
-        for agent in agents:
-            if alive(agent):
-                os.kill(agent, signal.SIGKILL)
-
-
-def _dir_removed_eventually(path, within=30.0):
-    deadline = time.monotonic() + within
-    while path.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return not path.exists()
-
-
-def test_session_pids_do_not_mix_up_runs_whose_names_share_a_prefix(tmp_path):
-    path = tmp_path / "123-456"
-    sleep = "print(flush=True); import time; time.sleep(600)"
-    other = subprocess.Popen([sys.executable, "-c", sleep, f"{path}7/ray"], stdout=subprocess.PIPE,
-                             env=dict(os.environ, RAY_TMPDIR=f"{path}7"))
-    mine = subprocess.Popen([sys.executable, "-c", sleep, f"{path}/ray"], stdout=subprocess.PIPE)
-    (tmp_path / "123-4567").mkdir()
-    other_log = subprocess.Popen([sys.executable, "-c", sleep], stdout=subprocess.PIPE,
-                                 stderr=open(tmp_path / "123-4567" / "log", "w"))
-    try:
-        for p in (other, mine, other_log):
-            p.stdout.readline()  # started
-        assert ray_session.session_pids(path) == [mine.pid]
-    finally:
-        for p in (other, mine, other_log):
-            p.kill()
-            p.wait()
-
-
-def test_session_pids_never_list_the_driver_that_owns_the_directory(tmp_path, monkeypatch):
-    """The driver holds Ray's driver logs open below its directory, and its watchdog fires while
-    the driver is still exiting: it must not SIGKILL its own driver (a finished run exited -9)."""
-    monkeypatch.setattr(ray_session, "runs_root", lambda: tmp_path)
-    hold = ("import sys, time; f = open(sys.argv[1], 'w'); print(flush=True); time.sleep(600)")
-    # this test's process is the driver: its directory, a log file it holds open, one agent
-    path = ray_session.run_ray_dir(os.getpid())
-    log = open(path / "driver.log", "w")
-    agent = subprocess.Popen([sys.executable, "-c", hold, str(path / "agent.log")],
-                             stdout=subprocess.PIPE)
-    try:
-        agent.stdout.readline()  # started, its log open
-        assert ray_session.session_pids(path) == [agent.pid]
-        # seen from another process (the watchdog), this process is still not listed
-        out = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
-                              "from soft_spatial.infra import ray_session; "
-                              "print(ray_session.session_pids(Path(sys.argv[1])))", str(path)],
-                             capture_output=True, text=True, cwd=ROOT, check=True)
-        assert out.stdout.strip() == str([agent.pid])
-    finally:
-        log.close()
-        agent.kill()
-        agent.wait()
-
-
-RAY_DRIVER = r"""
-import os, time
-import ray
-from soft_spatial.infra import ray_session
-path = ray_session.run_ray_dir()
-os.environ[ray_session.RAY_TMPDIR] = str(path)  # as soft_spatial.train does
-watchdog = ray_session.start_watchdog(path)
-ray.init(num_cpus=1, include_dashboard=False)
-
-
-@ray.remote
-def pid():
-    return os.getpid()
-
-
-worker = ray.get(pid.remote())
-print(path, watchdog.pid, worker, flush=True)
-time.sleep(600)
-"""
-
-
-def _children():
-    tree = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError):
-                continue
-            tree.setdefault(ppid, []).append(int(entry.name))
-    return tree
-
-
-def _descendants(pid):
-    tree, out, todo = _children(), [], [pid]
-    while todo:
-        for child in tree.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-@pytest.mark.slow
-def test_the_reaper_leaves_no_process_of_a_sigkilled_drivers_real_ray_session():
-    """A driver starts a real local Ray and is SIGKILLed with its watchdog; the reaper (run at
-    the next training start) must end every process the driver had started, the agents that
-    renamed themselves included (they have no trace of the run on their command line)."""
-    from soft_spatial.infra.procs import start_time
-    driver = subprocess.Popen([sys.executable, "-c", RAY_DRIVER], stdout=subprocess.PIPE, text=True,
-                              cwd=ROOT, env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"))
-    started = []
-    try:
-        path, watchdog, worker = driver.stdout.readline().split()
-        path, watchdog = Path(path), int(watchdog)
-        started = [(p, start_time(p)) for p in _descendants(driver.pid) if p != watchdog]
-        titles = {p: Path(f"/proc/{p}/cmdline").read_bytes() for p, _ in started}
-        renamed = [p for p, t in titles.items()
-                   if t.startswith(b"ray::") and b"Agent" in t and str(path).encode() not in t]
-        assert renamed and int(worker) in titles  # the agents, renamed; a worker
-        os.kill(watchdog, signal.SIGKILL)  # the watchdog died too (e.g. killed with the group)
-        driver.kill()
-        driver.wait()
-        killed = ray_session.reap_orphans()
-        left = [p for p, t in started if alive(p) and start_time(p) == t]
-        assert not left, {p: titles[p][:60] for p in left}
-        assert set(renamed) <= set(killed) and not path.exists()
-    finally:
-        driver.kill()
-        for p, t in started:
-            if alive(p) and start_time(p) == t:
-                os.kill(p, signal.SIGKILL)
-
-
-def test_reap_orphans_kills_sessions_whose_driver_is_gone(tmp_path):
-    root = tmp_path / "ssray"
-    orphan = root / "999999999-12345"  # no such driver
-    live = ray_session.run_ray_dir()  # this process: alive
-    mine = root / live.name
-    mine.mkdir(parents=True)
-    orphan.mkdir(parents=True)
-    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", str(d)])
-             for d in (orphan, mine)]
-    try:
-        killed = ray_session.reap_orphans(root)
-        procs[0].wait(timeout=30)
-        assert killed == [procs[0].pid] and not orphan.exists()
-        assert procs[1].poll() is None and mine.exists()  # a live driver's session is kept
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        ray_session.kill_session(live)
+# -- the local Ray directory is this user's alone (the session itself: tests/infra/test_ray_session.py) --
 
 
 def test_the_local_ray_directory_is_this_users_alone(tiny_qwen3_vl_small, parquet, tmp_path, monkeypatch,

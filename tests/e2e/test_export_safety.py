@@ -186,12 +186,3 @@ def test_a_signal_ends_the_merger_and_leaves_no_partial_output(ckpt, tmp_path, s
         assert not (tmp_path / "export.partial").exists() and not out.exists()
     finally:
         _end(proc, *[merger] * bool(merger))
-
-
-def test_what_the_weights_only_merge_relies_on_in_verl_is_unchanged():
-    """soft_spatial/compat/verl/merger.py: verl's merger CLI, and its shard loads through the
-    ``torch.load`` module attribute (the tests above check the behaviour)."""
-    os.environ.setdefault("VERL_PLATFORM", "cpu")
-    from soft_spatial.compat.verl.merger import check_merger
-
-    assert check_merger() == []

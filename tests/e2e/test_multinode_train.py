@@ -13,9 +13,7 @@ import sys
 
 import pytest
 
-from launch.test_cluster import ROOT, parse_check, short_temp_dir, two_node_cluster
-
-__all__ = ["short_temp_dir"]  # the fixture, re-used from tests/launch/test_cluster.py
+from launch_helpers import ROOT, parse_check, two_node_cluster
 
 WRAPPER = r'''
 import json, sys

@@ -4,12 +4,13 @@ seed a function of the run's schedule, so two runs draw the same noise.
 * ``noise_uniforms`` against an independent pure-Python splitmix64, its grid and its spread;
 * the embedded engine and SoftRuntime (the SGLang sampler) under batch orders, batch
   composition, staggered arrivals, chunked prefill, prompt sharing and re-prefill;
-* the noise keys: agent loop → server, the trainer's tagging, and the local_soft server giving
-  the same rollouts whatever the request ids and arrival order.
+* the trainer's tagging of every row with its noise key (that the agent loop sends it and the
+  local_soft server gives the same rollouts whatever the request ids and arrival order:
+  tests/rollout/test_agent_loop.py, tests/rollout/test_server.py);
+* two training runs drawing identical rollouts (slow).
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from types import SimpleNamespace
@@ -23,8 +24,7 @@ from splitmix_ref import GOLDEN, MASK, mix64, uniforms
 from soft_spatial.engines.sglang.client import PARAM_KEY, request_params
 from soft_spatial.engines.sglang.runtime import SoftRuntime
 from soft_spatial.engines.sglang.server_args import SchedulerSetup
-from soft_spatial.softthink.noise import (NOISE_KEY, NOISE_PARAM, NOISE_ROWS, NoiseKey, noise_param,
-                                          request_row_seed, row_seed)
+from soft_spatial.softthink.noise import NOISE_KEY, NOISE_ROWS, NoiseKey, request_row_seed, row_seed
 from soft_spatial.softthink.settings import SoftSettings
 from soft_spatial.softthink import (AdaptSoftConfig, SamplingConfig, SoftThinkingConfig,
                                     noise_uniforms, seed_tensor)
@@ -238,16 +238,7 @@ def test_runtime_reprefill_resumes_at_the_requests_step(monkeypatch):
     assert torch.equal(back[0], ref[3])
 
 
-# -- noise keys: agent loop, trainer, local_soft server -----------------------------------------
-def test_agent_loop_sends_the_rows_noise_key():
-    from soft_spatial.rollout.agent_loop import with_noise_key
-
-    params = {"temperature": 1.0}
-    row = {NOISE_KEY: "train3.0/17", NOISE_ROWS: np.int64(256), "raw_prompt": []}
-    assert with_noise_key(params, row) == {"temperature": 1.0,
-                                           NOISE_PARAM: {"key": "train3.0/17", "rows": 256}}
-    assert params == {"temperature": 1.0}  # not modified
-    assert with_noise_key(params, {"raw_prompt": []}) is params
+# -- noise keys: the trainer's tagging ---------------------------------------------------------
 
 
 class FakeManager:
@@ -298,37 +289,6 @@ def test_trainer_tags_every_row_with_a_schedule_key():
     assert all((b[NOISE_ROWS] == 0).all() for b in many)
     seeds = {request_row_seed(0, k) for k in flat}
     assert len(seeds) == len(flat)
-
-
-def test_local_server_rollouts_do_not_depend_on_request_ids_or_arrival(tiny_qwen3_vl_small):
-    """The same generation batch sent twice, with fresh random request ids, rows arriving in a
-    different order and in bursts wider than the batching window: identical rollouts (the
-    server seeds from the noise key and decodes the whole batch in key order)."""
-    pytest.importorskip("verl")
-    from soft_spatial.rollout.server import LocalSoftServer
-
-    server = LocalSoftServer(str(tiny_qwen3_vl_small), response_length=8, prompt_length=64,
-                             settings=SoftSettings.from_dict({"soft_thinking": {"mode": "fixed"}, "seed": 3,
-                                                              "max_batch_rows": 4}))
-    prompts = [[5, 9, 13, 40], [7, 8], [11, 12, 13, 14, 15, 16], [5, 9, 13, 40],
-               [21, 22, 23], [7, 8]]
-    n = len(prompts)
-
-    async def send(order, gaps):
-        async def one(i, delay):
-            await asyncio.sleep(delay)
-            params = {"temperature": 1.0, **noise_param(NoiseKey(False, 1, 0, i), n)}
-            return i, await server.generate(uuid.uuid4().hex, prompts[i], params)
-        done = await asyncio.gather(*[one(i, g) for i, g in zip(order, gaps)])
-        return {i: o for i, o in done}
-
-    a = asyncio.run(send(range(n), [0.0] * n))
-    b = asyncio.run(send([5, 2, 0, 4, 1, 3], [0.0, 0.1, 0.1, 0.25, 0.25, 0.4]))
-    for i in range(n):
-        assert a[i].token_ids == b[i].token_ids
-        assert a[i].log_probs == b[i].log_probs
-        assert a[i].extra_fields["soft_trace"] == b[i].extra_fields["soft_trace"]
-    assert a[0].extra_fields["soft_trace"] != a[3].extra_fields["soft_trace"]  # same prompt
 
 
 # -- end to end ------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """The softness experiment's Phase 0 through its command at a tiny budget (``python -m
-soft_spatial.lab.learning budget=paths``): path data, the three warm starts (two-view, hard-only,
+soft_spatial.lab.softness run budget=paths``): path data, the three warm starts (two-view, hard-only,
 no-chain), the six gate evaluations and the gate table; a failed gate stops the run before GRPO;
 the same command run again redoes nothing and writes the same table."""
 from __future__ import annotations
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_phase0_runs_the_gates_and_stops_before_grpo_then_reruns_as_a_no_op(tmp_path):
     out = tmp_path / "paths"
-    cmd = [sys.executable, "-m", "soft_spatial.lab.learning", "budget=paths", f"out={out}",
+    cmd = [sys.executable, "-m", "soft_spatial.lab.softness", "run", "budget=paths", f"out={out}",
            "data.train=24", "data.test=9", "model.hidden_size=32", "model.intermediate_size=64",
            "model.num_hidden_layers=1", "model.head_dim=16", "model.vision_hidden_size=16",
            "model.vision_depth=1", "warmstart.steps=2", "warmstart.batch_size=4",

@@ -9,28 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = ("use it (the first arguments of python -m soft_spatial.train or python -m soft_spatial.eval, "
           "before other overrides): ")
-
-
-@pytest.fixture(scope="module")
-def train_parquet(tmp_path_factory, tiny_qwen3_vl_small):
-    from transformers import AutoProcessor
-
-    from soft_spatial.data import load_benchmark
-    from soft_spatial.data.fixtures import write_fixtures
-    from soft_spatial.data.prepare import write_parquet
-
-    root = tmp_path_factory.mktemp("stats")
-    fx = write_fixtures(root / "fixtures")
-    out = root / "train.parquet"
-    proc = AutoProcessor.from_pretrained(str(tiny_qwen3_vl_small), local_files_only=True)
-    write_parquet(load_benchmark("omnispatial", fx.omnispatial), out, proc, progress=False)
-    return out
 
 
 def _estimate(capsys, model, parquet, work, *extra) -> tuple[list[str], str]:

@@ -4,14 +4,13 @@ Fast tests stop a launch and a run by name and run the sbatch file once in --dry
 simulated Slurm variables (nothing is started or created); the command line is tested in
 tests/launch/test_main.py, the launch plan in tests/launch/test_plan.py. Tests marked `slow` start
 real Ray processes on this machine: a head and a worker "node" (two raylets, told apart by custom
-resources), the `launch` driver path, and Slurm mode through a stub `srun`. The `two_node_ray_cluster` fixture is
-the entry point for tests that need a two-node cluster (e.g. a training step across both nodes).
+resources), the `launch` driver path, and Slurm mode through a stub `srun`. The cluster's helpers
+(`two_node_cluster`, ...) are in tests/support/launch_helpers.py, for every test that needs a
+two-node cluster (e.g. a training step across both nodes: tests/e2e/test_multinode_train.py).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import shlex
 import shutil
@@ -19,17 +18,17 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from soft_spatial.launch import __main__ as cli
-from launch_helpers import FORWARDED_PLUGIN, PLUGIN, ROOT, clean_env, slurm_env
-from soft_spatial.launch import cluster, plan
+from launch_helpers import (FORWARDED_PLUGIN, PLUGIN, ROOT, assert_no_processes_left, clean_env,
+                            kill_leftovers, marker_pids, parse_check, run_launcher, slurm_env,
+                            small_ray_options, two_node_cluster)
+from soft_spatial.launch import cluster
 
 SHELL_FILES = [ROOT / "slurm" / "train.sbatch", ROOT / "slurm" / "eval.sbatch", ROOT / "slurm" / "env.sh"]
 
@@ -37,54 +36,10 @@ SHELL_FILES = [ROOT / "slurm" / "train.sbatch", ROOT / "slurm" / "eval.sbatch", 
 # --- helpers ------------------------------------------------------------------------------------------
 
 
-def run_launcher(*args: str, env: dict[str, str], timeout: float = 60):
-    """``python -m soft_spatial.launch ARGS`` in a subprocess (the way slurm/*.sbatch run it)."""
-    return subprocess.run([sys.executable, "-m", "soft_spatial.launch", *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("", 0))
         return s.getsockname()[1]
-
-
-def marker_pids(run_dir: Path) -> list[int]:
-    """Live processes carrying the launcher's marker for run_dir (every Ray process it started)."""
-    marker = f"{plan.MARKER}={run_dir}".encode()
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if marker in (proc / "environ").read_bytes().split(b"\0"):
-                state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                if state != "Z":
-                    pids.append(int(proc.name))
-        except OSError:
-            continue
-    return pids
-
-
-def kill_leftovers(run_dir: Path, extra_pids: list[int] = ()) -> None:
-    """Last-resort cleanup after a failed test: TERM, then KILL, the run's own processes by pid."""
-    pids = set(marker_pids(run_dir)) | set(extra_pids)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
-            time.sleep(0.2)
-
-
-def assert_no_processes_left(run_dir: Path) -> None:
-    deadline = time.monotonic() + 10
-    while marker_pids(run_dir) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert marker_pids(run_dir) == [], "Ray processes of the run are still alive"
 
 
 # --- the sbatch file's dry run, nodes by name, stopping -----------------------------------------------
@@ -201,67 +156,6 @@ CHECK_PY = textwrap.dedent(
     sys.exit(int(os.environ.get("CHECK_EXIT", "0")))
     """
 )
-
-
-def parse_check(script: Path, res: subprocess.CompletedProcess) -> dict:
-    """What the check script ``script`` wrote next to itself (its ``.json``)."""
-    out = script.with_suffix(".json")
-    assert out.is_file(), f"{script} wrote no {out.name}:\n{res.stdout[-4000:]}{res.stderr[-4000:]}"
-    return json.loads(out.read_text())
-
-
-@dataclass
-class RayCluster:
-    """A Ray cluster started by ``python -m soft_spatial.launch`` on this machine."""
-
-    run_dir: Path
-    address: str
-    env: dict[str, str]
-    options: list[str] = field(default_factory=list)
-
-    def launcher(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return run_launcher(*self.options, *args, env=self.env, timeout=timeout)
-
-
-def small_ray_options(run_dir: Path, temp_dir: str, num_cpus: int = 1) -> list[str]:
-    """Options that keep a test cluster small: few CPUs, no dashboard, 100 MB object store."""
-    return [
-        "--run-dir", str(run_dir), "--temp-dir", temp_dir, "--no-dashboard",
-        "--num-cpus", str(num_cpus), "--object-store-memory", str(100 * 1024 * 1024),
-        "--timeout", "120",
-    ]  # fmt: skip
-
-
-@pytest.fixture
-def short_temp_dir():
-    # Ray's unix sockets live under --temp-dir: keep the path short (108-byte socket path limit).
-    path = tempfile.mkdtemp(prefix="ssr-", dir="/tmp")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def two_node_cluster(run_dir: Path, temp_dir: str, head_cpus: int = 1, **env_extra: str):
-    """Head (resource node_a, ``head_cpus`` CPUs) + worker (node_b, 1 CPU) as two raylets on this
-    machine, started with the launcher's `head`/`worker` subcommands and torn down with `stop`;
-    asserts that no process of the run survives. Yields the head's :class:`RayCluster`."""
-    env = clean_env(VERL_USE_EXTERNAL_MODULES=PLUGIN, **env_extra)
-    head = RayCluster(run_dir, "", env, small_ray_options(run_dir, temp_dir, head_cpus))
-    worker = RayCluster(run_dir, "", env, small_ray_options(run_dir, temp_dir))
-    try:
-        for c, args in ((head, ("head", "--resources", '{"node_a": 1}')),
-                        (worker, ("worker", "--resources", '{"node_b": 1}'))):
-            res = c.launcher(*args)
-            assert res.returncode == 0, res.stdout + res.stderr
-        head.address = (run_dir / "ray" / "address").read_text().strip()
-        res = head.launcher("wait", "--nodes", "2")
-        assert res.returncode == 0, res.stdout + res.stderr
-        yield head
-        res = head.launcher("stop")
-        assert res.returncode == 0, res.stdout + res.stderr
-        assert_no_processes_left(run_dir)
-    finally:
-        kill_leftovers(run_dir)
 
 
 @pytest.fixture

@@ -4,9 +4,10 @@ SoftTrace stays aligned with the response verl keeps (cut to ``response_length``
 fails naming what is missing."""
 import asyncio
 
+import numpy as np
 import pytest
 
-from soft_spatial.softthink.noise import NOISE_KEY, NOISE_ROWS, noise_param
+from soft_spatial.softthink.noise import NOISE_KEY, NOISE_PARAM, NOISE_ROWS, noise_param
 from soft_spatial.softthink.trace import TRACE_FIELD
 
 RESPONSE_LENGTH = 5
@@ -71,3 +72,14 @@ def test_a_missing_or_short_trace_fails_naming_it(tokenizer):
         run(tokenizer, Server(7, 3), {})
     with pytest.raises(RuntimeError, match=f"returned no '{TRACE_FIELD}'.*rollout.name=local_soft"):
         run(tokenizer, Server(4, 4, trace=False), {})
+
+
+def test_agent_loop_sends_the_rows_noise_key():
+    from soft_spatial.rollout.agent_loop import with_noise_key
+
+    params = {"temperature": 1.0}
+    row = {NOISE_KEY: "train3.0/17", NOISE_ROWS: np.int64(256), "raw_prompt": []}
+    assert with_noise_key(params, row) == {"temperature": 1.0,
+                                           NOISE_PARAM: {"key": "train3.0/17", "rows": 256}}
+    assert params == {"temperature": 1.0}  # not modified
+    assert with_noise_key(params, {"raw_prompt": []}) is params

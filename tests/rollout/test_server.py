@@ -2,9 +2,10 @@
 batch whose rows carry noise keys is decoded once all its rows are in, in key order, seeded from
 the keys, one engine call per set of sampling params; each answer is verl's TokenOutput with the
 response's records, one per token, and the weight version it was sampled with; a failed batch
-fails each of its requests and the server goes on. (That two arrival orders give the same
-rollouts: tests/e2e/test_noise_streams.py.)"""
+fails each of its requests and the server goes on; fresh request ids and another arrival order give
+the same rollouts. (That two training runs draw the same rollouts: tests/e2e/test_noise_streams.py.)"""
 import asyncio
+import uuid
 
 import pytest
 
@@ -83,3 +84,34 @@ def test_a_weight_update_is_counted_and_a_failed_batch_fails_each_of_its_request
     assert all(len(out[i].token_ids) > 0 for i in (0, 1))
     with pytest.raises(ValueError, match="does not support video"):
         asyncio.run(server.generate("v", PROMPTS[0], {}, video_data=[object()]))
+
+
+def test_local_server_rollouts_do_not_depend_on_request_ids_or_arrival(tiny_qwen3_vl_small):
+    """The same generation batch sent twice, with fresh random request ids, rows arriving in a
+    different order and in bursts wider than the batching window: identical rollouts (the
+    server seeds from the noise key and decodes the whole batch in key order)."""
+    pytest.importorskip("verl")
+    from soft_spatial.rollout.server import LocalSoftServer
+
+    server = LocalSoftServer(str(tiny_qwen3_vl_small), response_length=8, prompt_length=64,
+                             settings=SoftSettings.from_dict({"soft_thinking": {"mode": "fixed"}, "seed": 3,
+                                                              "max_batch_rows": 4}))
+    prompts = [[5, 9, 13, 40], [7, 8], [11, 12, 13, 14, 15, 16], [5, 9, 13, 40],
+               [21, 22, 23], [7, 8]]
+    n = len(prompts)
+
+    async def send(order, gaps):
+        async def one(i, delay):
+            await asyncio.sleep(delay)
+            params = {"temperature": 1.0, **noise_param(NoiseKey(False, 1, 0, i), n)}
+            return i, await server.generate(uuid.uuid4().hex, prompts[i], params)
+        done = await asyncio.gather(*[one(i, g) for i, g in zip(order, gaps)])
+        return {i: o for i, o in done}
+
+    a = asyncio.run(send(range(n), [0.0] * n))
+    b = asyncio.run(send([5, 2, 0, 4, 1, 3], [0.0, 0.1, 0.1, 0.25, 0.25, 0.4]))
+    for i in range(n):
+        assert a[i].token_ids == b[i].token_ids
+        assert a[i].log_probs == b[i].log_probs
+        assert a[i].extra_fields["soft_trace"] == b[i].extra_fields["soft_trace"]
+    assert a[0].extra_fields["soft_trace"] != a[3].extra_fields["soft_trace"]  # same prompt

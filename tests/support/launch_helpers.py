@@ -1,9 +1,17 @@
-"""Helpers of the launcher tests (tests/launch/): a clean environment, simulated Slurm nodes and the
-launch plan of a dry run."""
+"""Helpers of the launcher tests (tests/launch/, tests/e2e/test_multinode_train.py): a clean
+environment, simulated Slurm nodes, the launch plan of a dry run, and a real two-node Ray cluster
+on this machine started and stopped with the launcher (its processes found by the launcher's
+marker and ended by pid)."""
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
+import subprocess
 import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from soft_spatial.infra.ray_env import FORWARD_ENV
@@ -59,3 +67,100 @@ def starts(p: plan.Plan) -> tuple[list[str], list[str]]:
     (head_name, head), (worker_name, worker) = p.starts
     assert head_name.startswith("head-") and worker_name.startswith("worker-")
     return head, worker
+
+
+def run_launcher(*args: str, env: dict[str, str], timeout: float = 60):
+    """``python -m soft_spatial.launch ARGS`` in a subprocess (the way slurm/*.sbatch run it)."""
+    return subprocess.run([sys.executable, "-m", "soft_spatial.launch", *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def marker_pids(run_dir: Path) -> list[int]:
+    """Live processes carrying the launcher's marker for run_dir (every Ray process it started)."""
+    marker = f"{plan.MARKER}={run_dir}".encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if marker in (proc / "environ").read_bytes().split(b"\0"):
+                state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def kill_leftovers(run_dir: Path, extra_pids: list[int] = ()) -> None:
+    """Last-resort cleanup after a failed test: TERM, then KILL, the run's own processes by pid."""
+    pids = set(marker_pids(run_dir)) | set(extra_pids)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+            time.sleep(0.2)
+
+
+def assert_no_processes_left(run_dir: Path) -> None:
+    deadline = time.monotonic() + 10
+    while marker_pids(run_dir) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert marker_pids(run_dir) == [], "Ray processes of the run are still alive"
+
+
+def parse_check(script: Path, res: subprocess.CompletedProcess) -> dict:
+    """What the check script ``script`` wrote next to itself (its ``.json``)."""
+    out = script.with_suffix(".json")
+    assert out.is_file(), f"{script} wrote no {out.name}:\n{res.stdout[-4000:]}{res.stderr[-4000:]}"
+    return json.loads(out.read_text())
+
+
+@dataclass
+class RayCluster:
+    """A Ray cluster started by ``python -m soft_spatial.launch`` on this machine."""
+
+    run_dir: Path
+    address: str
+    env: dict[str, str]
+    options: list[str] = field(default_factory=list)
+
+    def launcher(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return run_launcher(*self.options, *args, env=self.env, timeout=timeout)
+
+
+def small_ray_options(run_dir: Path, temp_dir: str, num_cpus: int = 1) -> list[str]:
+    """Options that keep a test cluster small: few CPUs, no dashboard, 100 MB object store."""
+    return [
+        "--run-dir", str(run_dir), "--temp-dir", temp_dir, "--no-dashboard",
+        "--num-cpus", str(num_cpus), "--object-store-memory", str(100 * 1024 * 1024),
+        "--timeout", "120",
+    ]  # fmt: skip
+
+
+@contextlib.contextmanager
+def two_node_cluster(run_dir: Path, temp_dir: str, head_cpus: int = 1, **env_extra: str):
+    """Head (resource node_a, ``head_cpus`` CPUs) + worker (node_b, 1 CPU) as two raylets on this
+    machine, started with the launcher's `head`/`worker` subcommands and torn down with `stop`;
+    asserts that no process of the run survives. Yields the head's :class:`RayCluster`."""
+    env = clean_env(VERL_USE_EXTERNAL_MODULES=PLUGIN, **env_extra)
+    head = RayCluster(run_dir, "", env, small_ray_options(run_dir, temp_dir, head_cpus))
+    worker = RayCluster(run_dir, "", env, small_ray_options(run_dir, temp_dir))
+    try:
+        for c, args in ((head, ("head", "--resources", '{"node_a": 1}')),
+                        (worker, ("worker", "--resources", '{"node_b": 1}'))):
+            res = c.launcher(*args)
+            assert res.returncode == 0, res.stdout + res.stderr
+        head.address = (run_dir / "ray" / "address").read_text().strip()
+        res = head.launcher("wait", "--nodes", "2")
+        assert res.returncode == 0, res.stdout + res.stderr
+        yield head
+        res = head.launcher("stop")
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert_no_processes_left(run_dir)
+    finally:
+        kill_leftovers(run_dir)

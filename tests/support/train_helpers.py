@@ -1,5 +1,6 @@
 """Helpers of the training tests: compose the training config, prepare verl parquet from the
-OmniSpatial fixture, run ``python -m soft_spatial.train`` and check one step's metrics."""
+OmniSpatial fixture, run ``python -m soft_spatial.train`` and check one step's metrics; the lines
+verl's file logger writes to ``metrics.jsonl``."""
 import json
 import os
 import subprocess
@@ -69,3 +70,8 @@ def assert_one_step(m: dict, preset: str) -> None:
         assert m["actor/adaptsoft/grad_norm"] > 0  # the controller was trained
         if preset != "no_alignment":
             assert m["actor/adaptsoft/alpha_rms"] > 0
+
+
+def metrics_lines(steps, tag):
+    """``metrics.jsonl`` lines of verl's file logger for ``steps``, each ``{"tag": tag}``."""
+    return "".join(json.dumps({"step": s, "data": {"tag": tag}}) + "\n" for s in steps)

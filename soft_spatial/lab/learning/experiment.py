@@ -15,13 +15,15 @@ real entry points (config: ``configs/learn.yaml``; ``budget=demo`` trains adapts
                  out/reward.png, out/tau.png, out/results.json
     8 analysis   python -m soft_spatial.analysis all on the adaptsoft run -> out/analysis
 
-``budget=paths`` is the softness experiment (docs/learning.md): the path-tracking questions, three
-warm starts (two-view ``mix``, hard-only, no-chain; lab/learning/path_views.py), and before any GRPO
-Phase 0's gates (5g below, lab/softness/gates.py: the warm starts decoded hard and at fixed τ 0.1/0.5/0.9)
--> out/gates.md. A failed gate stops the run before GRPO (the registered rule). Its arms
-(``modes=[hard,soft_fixed,soft_fixed_hi,adaptsoft]``) start from the two-view warm start; the
-adaptsoft arm's μ_H/σ_H are re-estimated on that warm start first (``python -m soft_spatial.stats
-entropy`` -> out/stats/entropy.yaml).
+**Experiments built on this one** run it through another command that hands the runner stages of
+their own (`BeforeGRPO`: keyed outputs made after the parquet and before any GRPO, and whether GRPO
+may proceed); the runner knows them only through that hook. A budget names the command that runs
+it (``command``): ``budget=paths`` (the path-tracking questions, three warm starts: two-view
+``mix``, hard-only, no-chain; lab/learning/path_views.py) is the softness experiment's, run by
+``python -m soft_spatial.lab.softness run budget=paths``, and this command refuses it, naming that
+one. Its arms start from the two-view warm start; the adaptsoft arm's μ_H/σ_H are re-estimated on
+that warm start first (``entropy_prompts``: ``python -m soft_spatial.stats entropy`` ->
+out/stats/entropy.yaml).
 
 **A stage is done only if these settings made it.** Every stage's output has a key
 (`infra.provenance`): the settings it depends on and its inputs' keys (so a changed upstream stage
@@ -31,7 +33,7 @@ skipped when its output is complete and resumed otherwise (training from its las
 evaluation from its JSONL, the warm start from its saved state); another key is refused, naming
 each setting that differs, before anything is written. Outputs that follow another output by
 contract are made again instead: the export and the evaluations of a trained policy when its
-training went on (``train.steps`` raised), the gates, the report and the analysis. An output
+training went on (``train.steps`` raised), the report and the analysis. An output
 without a key (written before keys were kept) is refused with how to proceed (docs/development.md,
 Reliability). One command at a time per ``out`` (``out/.lock``); the settings are checked before
 anything is written, so a refused command leaves no trace.
@@ -52,6 +54,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Protocol
 
 from soft_spatial.infra import tether
 from soft_spatial.infra.dirlock import DirLock, DirLockedError
@@ -60,7 +63,8 @@ from soft_spatial.infra.provenance import (OutputKeyMismatch, compare, differenc
 from soft_spatial.infra.signals import command
 from soft_spatial.lab.learning.warmstart_settings import VIEWS, WarmStartSettings
 
-__all__ = ["LearnConfig", "Experiment", "StageFailed", "EVAL_MODE", "run_experiment", "main"]
+__all__ = ["LearnConfig", "Experiment", "BeforeGRPO", "Keyed", "stage_key", "StageFailed", "EVAL_MODE",
+           "run_experiment", "main"]
 
 PROG = "python -m soft_spatial.lab.learning"
 CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
@@ -212,24 +216,21 @@ class LearnConfig:
     warmstart: WarmStartSpec = field(default_factory=WarmStartSpec)
     train: TrainSpec = field(default_factory=TrainSpec)
     eval: EvalSpec = field(default_factory=EvalSpec)
-    gates: bool = False
-    """Phase 0 of the softness experiment before any GRPO: evaluate the warm starts of views
-    mix, hard and nochain and apply the registered gates (lab/softness/gates.py); a failed gate stops
-    the run before the arms."""
+    command: str = PROG
+    """The command that runs this configuration: a budget of an experiment built on this one names
+    that experiment's command (configs/budget/paths.yaml), which adds its stages (`BeforeGRPO`);
+    any other command refuses the budget, naming this one."""
     high_tau: float = 0.9
-    """τ of the ``soft_fixed_hi`` arm (the control for a higher mean τ) and of gate G2."""
+    """τ of the ``soft_fixed_hi`` arm (the control for a higher mean τ)."""
     entropy_prompts: int = 0
     """Prompts the adaptsoft arm's μ_H/σ_H are re-estimated on, on the arms' warm start
     (budget=paths: 128); 0 keeps the configured values (the 8B model's)."""
 
     def __post_init__(self):
         unknown = [m for m in self.modes if m not in EVAL_MODE]
-        if unknown or not (self.modes or self.gates) or len(set(self.modes)) != len(self.modes):
+        if unknown or len(set(self.modes)) != len(self.modes):
             raise ValueError(f"modes must be distinct arms among {list(EVAL_MODE)}, got "
                              f"{self.modes}")
-        if self.gates and not {"mix", "hard", "nochain"} <= set(self.warmstart.views):
-            raise ValueError(f"gates need the warm starts of views mix, hard and nochain, "
-                             f"got warmstart.views={self.warmstart.views}")
         _need(bool(self.out), "out", self.out, "a directory")
         _need(self.seed >= 0, "seed", self.seed, ">= 0")
         _need(0 < self.high_tau <= 1, "high_tau", self.high_tau, "in (0, 1]")
@@ -314,7 +315,7 @@ class Keyed:
         raise AssertionError("unreachable: compare raised")  # pragma: no cover
 
 
-def _key(settings: dict, **inputs: Keyed) -> dict:
+def stage_key(settings: dict, **inputs: Keyed) -> dict:
     """A key of ``settings`` and of the settings behind each input's key."""
     return make_key({**settings, "inputs": {n: k.key["settings"] for n, k in inputs.items()}})
 
@@ -339,11 +340,37 @@ def run_tau0(runs) -> float:
     return (SoftSettings.load(found) if found else SoftSettings()).adaptsoft.tau0
 
 
-class Experiment:
-    """The stages of the learning experiment over one output directory (module docstring)."""
+class BeforeGRPO(Protocol):
+    """Stages that a command built on this experiment adds after the parquet and before any GRPO
+    (the softness experiment's Phase 0 gates, lab/softness/phase0.py): the runner knows them only
+    through this. They are keyed as the runner's own (`Keyed`, made through `Experiment.start`,
+    `Experiment.finish`, `Experiment.evaluate`), so `Experiment.preflight` compares their keys
+    before anything runs and a re-run skips what is complete."""
 
-    def __init__(self, cfg: LearnConfig):
+    def check(self, cfg: LearnConfig) -> None:
+        """Refuse a configuration these stages cannot run on: a ValueError naming the setting."""
+
+    def stages(self, exp: Experiment) -> list[Keyed]:
+        """Their keyed outputs, in the order `run` makes them."""
+
+    def run(self, exp: Experiment) -> bool:
+        """Make them (each skipped when complete under its key); whether GRPO may proceed (when
+        not, the run stops there, and this has said why)."""
+
+
+class Experiment:
+    """The stages of the learning experiment over one output directory (module docstring), with
+    ``before_grpo``'s stages after the parquet. A configuration with nothing to run (no arm, no
+    such stages) or one ``before_grpo`` cannot run on is refused here (ValueError naming the
+    setting), before anything is written."""
+
+    def __init__(self, cfg: LearnConfig, before_grpo: BeforeGRPO | None = None):
+        if not cfg.modes and before_grpo is None:
+            raise ValueError(f"modes must name at least one arm among {list(EVAL_MODE)}, got []")
+        if before_grpo is not None:
+            before_grpo.check(cfg)
         self.cfg = cfg
+        self.before_grpo = before_grpo
         self.out = Path(cfg.out).resolve()
         self.logs = self.out / "logs"
         self.data = self.out / "data"
@@ -381,7 +408,7 @@ class Experiment:
             tail = "".join(log.read_text(errors="replace").splitlines(True)[-30:])
             raise StageFailed(f"{name} failed (exit {child.returncode}); log {log}:\n{tail}")
 
-    def _start(self, stage: Keyed) -> str:
+    def start(self, stage: Keyed) -> str:
         """Before a stage makes its output: whether it is to run (its output absent, incomplete
         or made again). A stage that keeps its output across runs records its key first (its
         resume then belongs to it); the output of a redone stage is removed first."""
@@ -395,19 +422,19 @@ class Experiment:
         return verdict
 
     @staticmethod
-    def _finish(stage: Keyed) -> None:
+    def finish(stage: Keyed) -> None:
         """After a derived stage completed: its key, which says it is complete."""
         if stage.derived:
             record(stage.key_path, stage.key)
 
     # -- the keys ------------------------------------------------------------------------------
     def data_stage(self) -> Keyed:
-        return Keyed("1 data", self.data, _key({"seed": self.cfg.seed, **asdict(self.cfg.data)}))
+        return Keyed("1 data", self.data, stage_key({"seed": self.cfg.seed, **asdict(self.cfg.data)}))
 
     def model_stage(self) -> Keyed:
         c = self.cfg
         return Keyed("2 model", self.init_model,
-                     _key({"seed": c.seed, "tasks": c.data.tasks, **asdict(c.model)}))
+                     stage_key({"seed": c.seed, "tasks": c.data.tasks, **asdict(c.model)}))
 
     def warm_dir(self, view: str) -> Path:
         """The warm start of ``view``: ``models/warmstart`` for the first view, else
@@ -418,36 +445,24 @@ class Experiment:
     def warm_stage(self, view: str) -> Keyed:
         w = self.cfg.warmstart
         return Keyed(f"3 warm start {view}", self.warm_dir(view),
-                     _key({**w.weight_settings(), "view": view, "seed": self.cfg.seed},
-                          data=self.data_stage(), model=self.model_stage()))
+                     stage_key({**w.weight_settings(), "view": view, "seed": self.cfg.seed},
+                               data=self.data_stage(), model=self.model_stage()))
 
     def parquet_stage(self) -> Keyed:
         return Keyed("4 parquet", self.parquet,
-                     _key({}, data=self.data_stage(),
-                          processor=self.warm_stage(self.cfg.warmstart.views[0])))
+                     stage_key({}, data=self.data_stage(),
+                               processor=self.warm_stage(self.cfg.warmstart.views[0])))
 
     def eval_stage(self, name: str, model: Keyed, mode: str, controller: bool = False,
                    extra: Sequence[str] = (), trained: bool = False) -> Keyed:
         """An evaluation of ``model`` (not ``eval.samples``: more samples extend a run, as the
         evaluation's own key has it); a trained policy's is made again when the policy changed."""
         e = self.cfg.eval
-        return Keyed(f"eval {name}", self.out / "eval" / name, _key(
+        return Keyed(f"eval {name}", self.out / "eval" / name, stage_key(
             {"mode": mode, "controller": controller, "extra": list(extra),
              "temperature": e.temperature, "max_new_tokens": e.max_new_tokens,
              "seed": self.cfg.seed}, data=self.data_stage(), model=model),
             redo_on=("settings.inputs.model.",) if trained else ())
-
-    def gate_stages(self) -> dict[str, Keyed]:
-        from soft_spatial.lab.softness.gates import GATE_EVALS
-
-        return {name: self.eval_stage(f"gate_{name}", self.warm_stage(view), mode,
-                                      extra=[f"soft_thinking.fixed_tau={tau}"] if tau is not None
-                                      else [])
-                for name, (view, mode, tau) in GATE_EVALS.items()}
-
-    def gates_stage(self) -> Keyed:
-        return Keyed("5g gates", self.out / "gates.json", _key({}, **self.gate_stages()),
-                     redo_on=ANY)
 
     def before_stage(self, mode: str) -> Keyed:
         name = f"warmstart_{BEFORE_MODE[EVAL_MODE[mode]]}"
@@ -460,16 +475,16 @@ class Experiment:
         if c.entropy_prompts <= 0 or "adaptsoft" not in c.modes:
             return None
         return Keyed("5e entropy", self.out / "stats" / "entropy.yaml",
-                     _key({"prompts": c.entropy_prompts, "train_overrides": c.train.overrides},
-                          warm=self.warm_stage(c.warmstart.views[0]),
-                          parquet=self.parquet_stage()))
+                     stage_key({"prompts": c.entropy_prompts, "train_overrides": c.train.overrides},
+                               warm=self.warm_stage(c.warmstart.views[0]),
+                               parquet=self.parquet_stage()))
 
     def train_stage(self, mode: str) -> Keyed:
         """A training run's identity (not ``train.steps``: a run trained further keeps it, as
         ``python -m soft_spatial.train`` resumes it; not ``train.save_freq``)."""
         c = self.cfg
         entropy = self.entropy_stage() if mode == "adaptsoft" else None
-        return Keyed(f"6 train {mode}", self.out / "runs" / mode / "checkpoints", _key(
+        return Keyed(f"6 train {mode}", self.out / "runs" / mode / "checkpoints", stage_key(
             {"mode": mode, "preset": PRESET.get(mode, mode), "seed": c.seed,
              "arm": self.arm_overrides(mode), "overrides": c.train.overrides},
             warm=self.warm_stage(c.warmstart.views[0]), parquet=self.parquet_stage(),
@@ -477,7 +492,7 @@ class Experiment:
 
     def export_stage(self, mode: str) -> Keyed:
         return Keyed(f"6 export {mode}", self.out / "runs" / mode / "final",
-                     _key({"step": self.cfg.train.steps}, train=self.train_stage(mode)),
+                     stage_key({"step": self.cfg.train.steps}, train=self.train_stage(mode)),
                      redo_on=ANY)
 
     def after_stages(self, mode: str) -> list[Keyed]:
@@ -500,19 +515,19 @@ class Experiment:
             inputs[f"{m}_before"] = self.before_stage(m)
             inputs[f"{m}_after"] = self.after_stages(m)[0]
         return Keyed("7 report", self.out / "report.md",
-                     _key({"seed": c.seed, "budget": c.budget_name}, **inputs), redo_on=ANY)
+                     stage_key({"seed": c.seed, "budget": c.budget_name}, **inputs), redo_on=ANY)
 
     def analysis_stage(self) -> Keyed:
         return Keyed("8 analysis", self.out / "analysis",
-                     _key({}, after=self.after_stages("adaptsoft")[0]), redo_on=ANY)
+                     stage_key({}, after=self.after_stages("adaptsoft")[0]), redo_on=ANY)
 
     def stages(self) -> list[Keyed]:
         """Every keyed output this configuration makes, in the order the run makes them."""
         c = self.cfg
         out = [self.data_stage(), self.model_stage(),
                *(self.warm_stage(v) for v in c.warmstart.views), self.parquet_stage()]
-        if c.gates:
-            out += [*self.gate_stages().values(), self.gates_stage()]
+        if self.before_grpo is not None:
+            out += self.before_grpo.stages(self)
         out += [self.before_stage(m) for m in c.modes]
         if self.entropy_stage():
             out.append(self.entropy_stage())
@@ -553,7 +568,7 @@ class Experiment:
     # -- stages --------------------------------------------------------------------------------
     def make_data(self) -> None:
         stage = self.data_stage()
-        if self._start(stage) == SAME and (self.data / "OmniSpatial-test" / "data.json").is_file():
+        if self.start(stage) == SAME and (self.data / "OmniSpatial-test" / "data.json").is_file():
             return self.say("1 data: done")
         d = self.cfg.data
         tmp = self.data.with_name("data.tmp")
@@ -588,7 +603,7 @@ class Experiment:
 
     def make_model(self) -> None:
         stage = self.model_stage()
-        if self._start(stage) == SAME and (self.init_model / "config.json").is_file():
+        if self.start(stage) == SAME and (self.init_model / "config.json").is_file():
             return self.say("2 model: done")
         m = self.cfg.model
         self.say(f"2 model: tiny Qwen3-VL, hidden {m.hidden_size}, {m.num_hidden_layers} layers")
@@ -600,7 +615,7 @@ class Experiment:
         for view in w.views:
             stage = self.warm_stage(view)
             out, name = stage.output, stage.output.name
-            if self._start(stage) == SAME and (out / "model.safetensors").is_file():
+            if self.start(stage) == SAME and (out / "model.safetensors").is_file():
                 self.say(f"3 warm start {view}: done")
                 continue
             self.say(f"3 warm start {view}: {w.steps} supervised steps of {w.batch_size}, lr "
@@ -615,7 +630,7 @@ class Experiment:
                     child, self.logs / f"{name}.log", "warm start step"))
 
     def make_parquet(self) -> None:
-        self._start(self.parquet_stage())
+        self.start(self.parquet_stage())
         self.parquet.mkdir(parents=True, exist_ok=True)
         for split in ("train", "test"):
             out = self.parquet / f"{split}.parquet"
@@ -645,17 +660,17 @@ class Experiment:
         experiment) on the test split as ``eval/<name>``, keyed (`eval_stage`) and resumable;
         returns its directory."""
         made = self.keyed_model(model)
-        return self._evaluate(self.eval_stage(name, made, mode, controller is not None, extra,
-                                              trained=made.derived), model, controller)
+        return self.evaluate_keyed(self.eval_stage(name, made, mode, controller is not None, extra,
+                                                   trained=made.derived), model, controller)
 
-    def _evaluate(self, stage: Keyed, model: Path, controller: Path | None = None) -> Path:
+    def evaluate_keyed(self, stage: Keyed, model: Path, controller: Path | None = None) -> Path:
         """The evaluation ``stage`` of ``model`` (skipped when complete under its key)."""
         e = self.cfg.eval
         out = stage.output
         settings = stage.key["settings"]
         summary = out / "summary.json"
         n = self.cfg.data.test * e.samples
-        if self._start(stage) == SAME and summary.is_file() and json.loads(summary.read_text())[
+        if self.start(stage) == SAME and summary.is_file() and json.loads(summary.read_text())[
                 "benchmarks"]["omnispatial"]["samples"] == n:
             return out
         name = out.name
@@ -669,32 +684,6 @@ class Experiment:
             f"seed={self.cfg.seed}", f"output_dir={out}", *settings["extra"]])
         return out
 
-    def gates(self) -> dict:
-        """Phase 0: the warm starts evaluated as :data:`~soft_spatial.lab.softness.gates.GATE_EVALS` asks,
-        and the registered gates applied -> ``gates.md``, ``gates.json``."""
-        from soft_spatial.data.synthetic import read_rows
-        from soft_spatial.lab.softness.branches import accuracy_by, branch_readouts
-        from soft_spatial.lab.softness.gates import GATE_EVALS, measure_gates, write_gates
-
-        self.say("5g gates: the warm starts before any GRPO")
-        evals = {name: self._evaluate(stage, self.warm_dir(GATE_EVALS[name][0]))
-                 for name, stage in self.gate_stages().items()}
-        stage = self.gates_stage()
-        if not (self._start(stage) == SAME and stage.output.is_file()):
-            rows = read_rows(self.data / "OmniSpatial-test")
-            result = measure_gates(evals, rows)
-            from transformers import AutoTokenizer
-
-            tok = AutoTokenizer.from_pretrained(self.warm)
-            result["branches"] = {n: branch_readouts(d, rows, tok) for n, d in evals.items()
-                                  if GATE_EVALS[n][1] == "fixed"}
-            result["by_t_star"] = {n: accuracy_by(Path(d) / "samples.jsonl", rows)["t_star"]
-                                   for n, d in evals.items()}
-            write_gates(self.out, result)
-            self._finish(stage)
-        print((self.out / "gates.md").read_text(), flush=True)
-        return json.loads((self.out / "gates.json").read_text())
-
     def entropy_overrides(self) -> list[str]:
         """μ_H/σ_H of the arms' warm start (``python -m soft_spatial.stats entropy`` on the
         training prompts, the untrained controller's τ₀), as training overrides."""
@@ -702,7 +691,7 @@ class Experiment:
         if stage is None:
             return []
         out, n = stage.output, self.cfg.entropy_prompts
-        if not (self._start(stage) == SAME and out.is_file()):
+        if not (self.start(stage) == SAME and out.is_file()):
             self.say(f"5e entropy: mu_H, sigma_H of the warm start over {n} prompts")
             self._run("entropy", _python() + [
                 "-m", "soft_spatial.stats", "entropy", "--prompts", n, "--name", "warmstart",
@@ -726,7 +715,7 @@ class Experiment:
         t = self.cfg.train
         stage = self.train_stage(mode)
         ckpt = stage.output
-        if self._start(stage) == SAME and self.trained_steps(mode) >= t.steps:
+        if self.start(stage) == SAME and self.trained_steps(mode) >= t.steps:
             self.say(f"6 train {mode}: done")
             return ckpt
         self.say(f"6 train {mode}: {t.steps} GRPO steps through verl "
@@ -791,11 +780,11 @@ class Experiment:
         """The final checkpoint as one model directory (``python -m soft_spatial.export``:
         verl's merger, the controller and the run's soft settings)."""
         stage = self.export_stage(mode)
-        if self._start(stage) == SAME and stage.output.is_dir():
+        if self.start(stage) == SAME and stage.output.is_dir():
             return stage.output
         self._run(f"export_{mode}", _python() + [
             "-m", "soft_spatial.export", ckpt, stage.output, "--overwrite"])
-        self._finish(stage)
+        self.finish(stage)
         return stage.output
 
     def report(self, runs: dict) -> dict:
@@ -804,13 +793,13 @@ class Experiment:
 
         stage = self.report_stage()
         results = self.out / "results.json"
-        if self._start(stage) == SAME and results.is_file() and stage.output.is_file():
+        if self.start(stage) == SAME and results.is_file() and stage.output.is_file():
             self.say("7 report: done")
         else:
             self.say("7 report")
             write_report(self.out, runs, self.data, tau0=run_tau0(runs), seed=self.cfg.seed,
                          budget=self.cfg.budget_name)
-            self._finish(stage)
+            self.finish(stage)
         print((self.out / "report.md").read_text())
         return json.loads(results.read_text())
 
@@ -820,12 +809,12 @@ class Experiment:
         from soft_spatial.lab.paper.analysis.cli import main as analysis
 
         stage = self.analysis_stage()
-        if self._start(stage) == SAME and stage.output.is_dir():
+        if self.start(stage) == SAME and stage.output.is_dir():
             return self.say("8 analysis: done")
         self.say("8 analysis: python -m soft_spatial.analysis all (adaptsoft)")
         analysis(["all", "--metrics", str(run["metrics"]), "--eval", str(run["after"]),
                   "--out", str(stage.output), "--min-steps", "3"])
-        self._finish(stage)
+        self.finish(stage)
 
     def run(self) -> dict:
         """Every stage, in order (the caller holds the lock and ran `preflight`)."""
@@ -836,24 +825,22 @@ class Experiment:
         self.make_model()
         self.make_warmstart()
         self.make_parquet()
-        if c.gates and not self.gates()["passed"]:
-            self.say(f"a gate failed (table {self.out / 'gates.md'}): the registered rule stops "
-                     f"the protocol before GRPO")
-            return {"gates": json.loads((self.out / "gates.json").read_text())}
+        if self.before_grpo is not None and not self.before_grpo.run(self):
+            return {}  # the hook said why
         if not c.modes:
             self.say("done: no arms asked for")
             return {}
         from soft_spatial.softthink.settings import CONTROLLER_FILE
 
         self.say("5 eval: the warm start")
-        before = {m: self._evaluate(self.before_stage(m), self.warm) for m in c.modes}
+        before = {m: self.evaluate_keyed(self.before_stage(m), self.warm) for m in c.modes}
         entropy = self.entropy_overrides()
         runs = {}
         for mode in c.modes:
             ckpt = self.train(mode, entropy if mode == "adaptsoft" else ())
             final = self.merge(mode, ckpt)
             controller = final / CONTROLLER_FILE if EVAL_MODE[mode] == "adaptsoft" else None
-            after = [self._evaluate(stage, final, controller if i == 0 else None)
+            after = [self.evaluate_keyed(stage, final, controller if i == 0 else None)
                      for i, stage in enumerate(self.after_stages(mode))]
             runs[mode] = {"before": before[mode], "after": after[0],
                           "metrics": ckpt / "metrics.jsonl"}
@@ -865,33 +852,48 @@ class Experiment:
         return results
 
 
-def run_experiment(cfg: LearnConfig) -> dict:
+def run_experiment(cfg: LearnConfig, before_grpo: BeforeGRPO | None = None) -> dict:
     """Check every stage's key (nothing written when one is refused), take ``out``'s lock (a
     second command into it is refused naming the first), check again under it, and run."""
-    exp = Experiment(cfg)
+    return _run_checked(Experiment(cfg, before_grpo))
+
+
+def _run_checked(exp: Experiment) -> dict:
     exp.preflight()
     with DirLock(exp.out, "learning experiment output directory"):
         exp.preflight()  # another command may have written between the first check and the lock
         return exp.run()
 
 
-def main() -> None:
+def refuse_other_command(cfg: LearnConfig, prog: str) -> None:
+    """Refuse a configuration whose budget another command runs (``command``), naming it."""
+    if cfg.command != prog:
+        raise ValueError(f"budget={cfg.budget_name} is not run by this command: run "
+                         f"{cfg.command} budget={cfg.budget_name} [seed=S] [out=DIR] [key=value ...] "
+                         f"(the budget's command, configs/budget/{cfg.budget_name}.yaml)")
+
+
+def main(prog: str = PROG, before_grpo: BeforeGRPO | None = None) -> None:
+    """The command ``prog`` over Hydra's command line (``configs/learn.yaml`` and its overrides):
+    this experiment, with ``before_grpo``'s stages when a command built on it hands them over."""
     import hydra
 
     @hydra.main(config_path=str(CONFIG_DIR), config_name="learn", version_base=None)
     def _main(cfg) -> None:
-        try:
+        try:  # a bad setting: refused before anything is written
             config = LearnConfig.from_omegaconf(cfg)
-        except ValueError as e:  # a bad setting: refused before anything is written
-            raise SystemExit(f"{PROG}: {e}") from None
+            refuse_other_command(config, prog)
+            exp = Experiment(config, before_grpo)
+        except ValueError as e:
+            raise SystemExit(f"{prog}: {e}") from None
         try:
-            run_experiment(config)
+            _run_checked(exp)
         except (OutputKeyMismatch, DirLockedError, StageFailed) as e:
-            raise SystemExit(f"{PROG}: {e}") from None
+            raise SystemExit(f"{prog}: {e}") from None
 
     # SIGTERM (Slurm's time limit, timeout, kill) as Ctrl-C: the running stage is stopped (its
     # tether), every finished stage and resumable state kept; one line, exit 143 (130)
-    with command(PROG, "every finished stage is kept; the same command resumes from them"):
+    with command(prog, "every finished stage is kept; the same command resumes from them"):
         _main()
 
 

@@ -20,7 +20,7 @@ from soft_spatial.eval.runner import read_results
 from soft_spatial.infra.run_dir import read_metrics  # the one reader of metrics.jsonl (re-exported)
 from soft_spatial.lab.paper.analysis.data import load_metrics
 from soft_spatial.lab.paper.analysis.training import plot_tau_over_training
-from soft_spatial.lab.softness.effects import Z975, paired_mean, trend
+from soft_spatial.lab.learning.effects import Z975, paired_mean, trend
 
 __all__ = ["read_metrics", "per_question", "paired_difference", "write_report",
            "step_times", "CATEGORY_ORDER", "STEP_TIMES"]

@@ -1,13 +1,14 @@
 """The softness experiment's Phase 1 analysis and its registered decision (docs/learning.md).
 
 ``python -m soft_spatial.lab.softness SEED_DIR [SEED_DIR ...] --out DIR`` reads each seed's
-``python -m soft_spatial.lab.learning budget=paths`` output directory and writes ``DIR/softness.md``
-and ``DIR/softness.json``:
+``python -m soft_spatial.lab.softness run budget=paths`` output directory (:mod:`.phase0`) and
+writes ``DIR/softness.md`` and ``DIR/softness.json``:
 
-* per seed and pooled over seeds (random effects, Hartung–Knapp 95% CI; :mod:`.effects`): the
-  primary Δ = adaptsoft − hard on the ambiguous items (m ≥ 2), paired by question (each question's
-  accuracy the mean over its samples, in points); the secondary pairs soft_fixed − hard,
-  adaptsoft − soft_fixed, adaptsoft − soft_fixed_hi; the difference-in-differences against m = 1;
+* per seed and pooled over seeds (random effects, Hartung–Knapp 95% CI;
+  :mod:`soft_spatial.lab.learning.effects`): the primary Δ = adaptsoft − hard on the ambiguous
+  items (m ≥ 2), paired by question (each question's accuracy the mean over its samples, in
+  points); the secondary pairs soft_fixed − hard, adaptsoft − soft_fixed, adaptsoft −
+  soft_fixed_hi; the difference-in-differences against m = 1;
 * adaptsoft against the hard ceilings (66.7 at m = 2, 55.6 at m = 3), the share of its advantage
   left when its export is decoded hard, pass@1/4/8 per arm on the ambiguous items;
 * training health per arm (KL, never-closed responses) and whether the hard arm learns (its reward
@@ -25,10 +26,10 @@ from pathlib import Path
 
 from soft_spatial.data.synthetic import PATH_CANDIDATES, read_rows
 from soft_spatial.eval.runner import read_results
-from soft_spatial.lab.softness.branches import accuracy_by, branch_readouts, readout_table
-from soft_spatial.lab.softness.effects import (trend, Pooled, difference_in_differences, paired_mean,
-                                      pass_at_k, pool_random_effects)
 from soft_spatial.infra.run_dir import read_metrics
+from soft_spatial.lab.learning.effects import (Pooled, difference_in_differences, paired_mean, pass_at_k,
+                                               pool_random_effects, trend)
+from soft_spatial.lab.softness.branches import accuracy_by, branch_readouts, readout_table
 
 __all__ = ["CEILING", "Rules", "question_accuracy", "seed_effects", "pool", "decide", "main"]
 
@@ -233,12 +234,13 @@ def write(seeds: Sequence[dict], out: Path, rules: Rules = Rules()) -> dict:
 def main(argv: Sequence[str] | None = None) -> dict:
     p = argparse.ArgumentParser(prog="python -m soft_spatial.lab.softness",
                                 description=__doc__.splitlines()[0])
-    p.add_argument("seeds", nargs="+", type=Path, help="learn output directories, one per seed")
+    p.add_argument("seeds", nargs="+", type=Path,
+                   help="budget=paths output directories (the run command's out=), one per seed")
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
     missing = [str(d) for d in a.seeds if not (d / "eval").is_dir()]
     if missing:
-        raise SystemExit(f"no eval/ in {missing}: run python -m soft_spatial.lab.learning "
+        raise SystemExit(f"no eval/ in {missing}: run python -m soft_spatial.lab.softness run "
                          f"budget=paths with the arms there first")
     result = write([seed_effects(d) for d in a.seeds], a.out)
     print((a.out / "softness.md").read_text())

@@ -132,7 +132,7 @@ def measure_gates(evals: Mapping[str, str | Path], rows: Mapping[str, dict],
 
 def gate_table(result: dict) -> str:
     """The gates and the per-m accuracies as markdown; with ``branches`` and ``by_t_star`` in
-    ``result`` (what :meth:`soft_spatial.lab.learning.experiment.Experiment.gates` adds), their tables too."""
+    ``result`` (what :meth:`soft_spatial.lab.softness.phase0.Phase0Gates.run` adds), their tables too."""
     lines = ["| gate | measured | passes when | result |", "|---|---|---|---|"]
     lines += [f"| {g['name']} | {g['measured']} | {g['rule']} | "
               f"{'pass' if g['passed'] else 'FAIL'} |" for g in result["gates"]]

@@ -1,12 +1,13 @@
 """The softness experiment's Stage 0 (docs/learning.md, "Stage 0, registered before it runs"): can
 the two-view warm start *read* a superposition when it is handed one?
 
-``python -m soft_spatial.lab.softness.stage0 SEED_DIR`` on a ``budget=paths`` seed directory (its data and
-its two-view warm start, ``lab.learning``'s layout) writes ``SEED_DIR/stage0/stage0.{md,json}``:
+``python -m soft_spatial.lab.softness.stage0 SEED_DIR`` on a ``budget=paths`` seed directory (its
+data and its two-view warm start, as ``python -m soft_spatial.lab.softness run`` lays it out)
+writes ``SEED_DIR/stage0/stage0.{md,json}``:
 
 1. the gate evaluations of the two-view warm start at T = 1.0 (hard and fixed τ 0.9: the names,
-   directories and commands ``lab.learning``'s gate stage uses, so it skips them later) and its G1,
-   G2, G4; the same two at T = 0.6 (d);
+   directories and commands Phase 0's gate stage uses, :mod:`.phase0`, so it skips them later) and
+   its G1, G2, G4; the same two at T = 0.6 (d);
 2. the decodes of :mod:`soft_spatial.lab.softness.oracle_decode` at fixed τ 0.9: ``oracle_mixture`` (a) on
    every m, ``oracle_guess`` (the single-guess control) and ``plain`` (no oracle) on m = 2, 3,
    mean@8, sample j of question i seeded as ``python -m soft_spatial.eval seed=0`` seeds it
@@ -232,11 +233,12 @@ def decide(delta: float, min_gain: float) -> dict:
 
 # -- the runs --------------------------------------------------------------------------------------
 def _experiment(cfg: Stage0Config, temperature: float):
-    """``lab.learning``'s Experiment over the seed directory with the budget's settings (its
-    evaluation command, names and directories), sampling at ``temperature``."""
+    """The learning runner's Experiment over the seed directory with the budget's settings and
+    Phase 0's stages (its evaluation command, names and directories), sampling at ``temperature``."""
     from hydra import compose, initialize_config_dir
 
     from soft_spatial.lab.learning.experiment import CONFIG_DIR, Experiment, LearnConfig
+    from soft_spatial.lab.softness.phase0 import GATES
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         raw = compose("learn", overrides=["budget=paths", f"seed={cfg.eval_seed}",
@@ -244,12 +246,12 @@ def _experiment(cfg: Stage0Config, temperature: float):
                                           f"eval.samples={cfg.samples}",
                                           f"eval.temperature={temperature}",
                                           f"eval.max_new_tokens={cfg.max_new_tokens}"])
-    return Experiment(LearnConfig.from_omegaconf(raw))
+    return Experiment(LearnConfig.from_omegaconf(raw), GATES)
 
 
 def evaluations(cfg: Stage0Config) -> dict[str, Path]:
-    """The two-view warm start's gate evaluations at T = 1.0 (``gate_<name>``, as ``lab.learning``
-    names them) and, for (d), hard and fixed τ at T = ``low_temperature``."""
+    """The two-view warm start's gate evaluations at T = 1.0 (``gate_<name>``, as Phase 0 names
+    them) and, for (d), hard and fixed τ at T = ``low_temperature``."""
     out = {}
     for temperature, prefix in ((cfg.temperature, "gate_"),
                                 (cfg.low_temperature, f"stage0_T{cfg.low_temperature:g}_")):
@@ -260,13 +262,20 @@ def evaluations(cfg: Stage0Config) -> dict[str, Path]:
     return out
 
 
+DECODE_SAMPLE_TOP_K = 5
+"""The decodes' discrete sampling filter (:attr:`SamplingConfig.top_k`: the 5 most likely tokens at
+discrete steps), the one Stage 0's registered numbers were measured with; not K, the mixture's
+candidates (:attr:`SoftThinkingConfig.top_k`)."""
+
+
 def run_decode(cfg: Stage0Config, name: str, engine, records, rows, say=print) -> Path:
     """One of :data:`DECODES` over the test questions of its m (resumable by question)."""
     kind, ms = DECODES[name]
     path = cfg.out / f"samples_{name}.jsonl"
     done = {r["question_id"] for r in read_results(path)}
     soft = SoftThinkingConfig(mode="fixed", fixed_tau=cfg.tau)
-    sampling = SamplingConfig(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, top_k=5)
+    sampling = SamplingConfig(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
+                              top_k=DECODE_SAMPLE_TOP_K)
     spec = OracleSpec(kind, cfg.warm_seed, cfg.distractor_mass)
     todo = [(i, rec) for i, rec in enumerate(records)
             if len(rows[rec.id]["branches"]) in ms and rec.id not in done]
@@ -440,7 +449,7 @@ def run(cfg: Stage0Config, evals: Mapping[str, Path] | None = None, say=print) -
     for need in (data / "OmniSpatial-test" / "data.json", warm / "model.safetensors"):
         if not need.is_file():
             raise FileNotFoundError(f"stage0: {need} does not exist (run python -m "
-                                    f"soft_spatial.lab.learning budget=paths out={seed_dir} first)")
+                                    f"soft_spatial.lab.softness run budget=paths out={seed_dir} first)")
     cfg.out.mkdir(parents=True, exist_ok=True)
     from soft_spatial.engines.local import LocalEngine
 
@@ -461,7 +470,7 @@ def run(cfg: Stage0Config, evals: Mapping[str, Path] | None = None, say=print) -
 def main(argv: Sequence[str] | None = None) -> dict:
     p = argparse.ArgumentParser(prog="python -m soft_spatial.lab.softness.stage0",
                                 description=__doc__.splitlines()[0])
-    p.add_argument("seed_dir", help="a budget=paths seed directory (lab.learning's out)")
+    p.add_argument("seed_dir", help="a budget=paths seed directory (the run command's out=)")
     p.add_argument("--limit", type=int, default=None, help="questions per m (a smoke run)")
     p.add_argument("--permutations", type=int, default=Stage0Config.permutations)
     p.add_argument("--threads", type=int, default=1,

@@ -1,8 +1,9 @@
-"""The GPU kit's headline plan on the CPU, without SGLang: the shared server arguments name every
-backend (each CUDA engine of the plan and configs/cluster/gpu1.yaml as verl would start SGLang),
-the live report and its summaries (like-for-like ratios, overlap, parity, E), the command's job
-selection. The runner's containment is tests/bench/gpu/test_runner.py; the whole plan's dry run with
-SGLang's real engine is tests/sglang_real/test_gpu_headline_dry_run.py."""
+"""The GPU kit's headline plan on the CPU, without SGLang: every CUDA engine of the plan names every
+backend, each plugin job has a stock job with the same engine arguments, jobs travel as JSON, the
+command's job selection, the E summary. The shared server arguments: tests/bench/gpu/test_sglang_args.py;
+the live report and its like-for-like ratios: test_report.py; the runner's containment:
+test_runner.py; the whole plan's dry run with SGLang's real engine:
+tests/sglang_real/test_gpu_headline_dry_run.py."""
 from __future__ import annotations
 
 import json
@@ -12,8 +13,7 @@ import pytest
 
 from soft_spatial.bench.gpu import graphs, headline, soft_parity
 from soft_spatial.bench.gpu.jobs import Job, plan
-from soft_spatial.bench.gpu.report import LiveReport
-from soft_spatial.bench.gpu.sglang_args import BACKENDS, cuda_args, unset_backends
+from soft_spatial.bench.gpu.sglang_args import unset_backends
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIGS = ROOT / "configs"
@@ -66,78 +66,7 @@ def test_each_plugin_f_job_has_a_stock_job_with_the_same_engine_arguments():
             assert (_setting(args), jobs[key].args["kernels"]) in stock, key
 
 
-@pytest.mark.parametrize("drop", BACKENDS)
-def test_a_backend_left_to_the_default_is_named(drop):
-    args = cuda_args("bfloat16", graphs=True, plugin=False)
-    args.pop(drop)
-    assert unset_backends(args, plugin=False) == [f"{drop}=None"]
-    args = cuda_args("bfloat16", graphs=True, plugin=False, **{})
-    args[drop] = "fa3"  # a backend the kit does not carry
-    assert unset_backends(args, plugin=False) == [f"{drop}='fa3'"]
-
-
-def test_torch_native_attention_with_graphs_is_refused():
-    with pytest.raises(ValueError, match="turns CUDA graphs off"):
-        cuda_args("float32", graphs=True, plugin=True, parity=True, attention="torch_native")
-    with pytest.raises(ValueError, match="float32"):
-        cuda_args("bfloat16", graphs=False, plugin=True, parity=True)
-
-
-def test_gpu1_cluster_names_every_backend_as_verl_starts_sglang():
-    """configs/cluster/gpu1.yaml composed as training composes it, then the plugin's required
-    arguments: what verl 0.9.1's SGLang server passes to ServerArgs (it pops attention_backend
-    and mm_attention_backend from engine_kwargs and defaults them when absent)."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from soft_spatial.engines.sglang.server_args import required_server_args
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
-        cfg = compose(config_name="train", overrides=["cluster=gpu1", "rollout=sglang"])
-    kwargs = OmegaConf.to_container(cfg.actor_rollout_ref.rollout.engine_kwargs.sglang)
-    args = required_server_args(kwargs)
-    assert unset_backends(args, plugin=True) == [], args
-    assert args["sampling_backend"] == "soft_gumbel"
-
-
-# -- the live report ----------------------------------------------------------------------------
-def _f(engine, kernels, overlap, big, small, model="2b"):
-    return {"engine": engine, "kernels": kernels, "attention": "triton", "overlap": overlap,
-            "graphs": True, "model": model, "rows": {"big": 64, "small": 8}, "tps_big": big,
-            "tps_small": small}
-
-
-def test_each_record_is_a_json_line_and_rewrites_the_markdown(tmp_path):
-    rep = LiveReport(tmp_path, headline.render)
-    rep.start(["# title", ""])
-    rep.record("F", "stock-hard", "ok", values=_f("stock hard", "fused", True, 1000.0, 200.0))
-    assert "stock-hard" in (tmp_path / "report.md").read_text()
-    rep.record("F", "stock-hard-overlap-off", "ok",
-               values=_f("stock hard", "fused", False, 800.0, 100.0))
-    rep.record("F", "plugin-fixed-overlap-on", "ok",
-               values=_f("plugin fixed", "fused", True, 950.0, 150.0))
-    rep.record("F", "plugin-fixed", "ok", values=_f("plugin fixed", "fused", False, 400.0, 99.0))
-    rep.record("F", "native-plugin-fixed", "ok", values=_f("plugin fixed", "native", False, 1.0, 1.0))
-    text = (tmp_path / "report.md").read_text()
-    # each plugin job divided by the stock job of its own kernels and overlap, never another's
-    assert ("| F/plugin-fixed-overlap-on | plugin fixed | fused | triton | on | 64 | 950 | "
-            "F/stock-hard | 0.95 | met |") in text
-    assert "| F/plugin-fixed-overlap-on | plugin fixed | fused | triton | on | 8 | 150 | " \
-           "F/stock-hard | 0.75 | missed |" in text
-    assert "| F/plugin-fixed | plugin fixed | fused | triton | off | 64 | 400 | " \
-           "F/stock-hard-overlap-off | 0.5 | missed |" in text
-    assert "| F/native-plugin-fixed | plugin fixed | native | triton | off | 64 | 1 | not run |" \
-        in text
-    # overlap on ÷ off per engine with the same kernels
-    assert "| stock hard | fused | triton | 2b | 1.25 | 2 |" in text
-    assert "| plugin fixed | fused | triton | 2b | 2.375 | 1.515 |" in text
-    recs = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
-    assert [r["kind"] for r in recs] == ["header"] + ["job"] * 5
-    assert all("time" in r and "elapsed_s" in r for r in recs[1:])
-    with open(tmp_path / "results.jsonl", "a") as f:  # a writer killed mid-line
-        f.write('{"kind": "job", "par')
-    assert len(rep.records()) == 6
-
-
+# -- the plan's jobs and the summaries -----------------------------------------------------------
 def test_jobs_travel_as_json():
     for job in plan():
         assert Job.from_dict(json.loads(json.dumps(job.to_dict()))) == job

@@ -1,7 +1,7 @@
 """The GPU kit's CPU-side parts: trimming wheels into a site (on small fake wheels), the #include
 closure that keeps flashinfer's RMSNorm build sources, reproducible xz packs, the per-call size
-budget, splitting and reassembly across device calls, checksum refusal, idempotent install; and
-check.py's --help and --dry-run (each stage's logic at tiny sizes on the CPU). No network."""
+budget, splitting and reassembly across device calls, checksum refusal, idempotent install. No network.
+(check.py's --help and --dry-run: tests/bench/gpu/test_stages.py.)"""
 import json
 import os
 import shutil
@@ -324,35 +324,3 @@ def test_corrupt_piece_is_named_and_nothing_changes(tmp_path):
     assert f"{part.name}: sha256 mismatch" in res.stderr
     assert sorted(p.name for p in (store / "pieces").iterdir()) == before
     assert not (store / "sglang").exists()
-
-
-def _check(tmp_path, *args):
-    out = tmp_path / "report.md"
-    res = subprocess.run([sys.executable, str(ROOT / "scripts/gpu/check.py"), *args, "--out",
-                          str(out)], capture_output=True, text=True, cwd=tmp_path)
-    return res, (out.read_text() if out.exists() else "")
-
-
-def test_check_help(tmp_path):
-    res, _ = _check(tmp_path, "--help")
-    assert res.returncode == 0 and "--dry-run" in res.stdout and "Stages" in res.stdout
-
-
-def test_check_dry_run_engine_and_softthink_stages(tmp_path):
-    res, report = _check(tmp_path, "--dry-run", "--stages", "a,b")
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert "## a. Embedded engine" in report and "## b. softthink" in report
-    assert report.count("**ok**") == 2
-    res, _ = _check(tmp_path, "--dry-run", "--stages", "d")  # the plan's jobs now: said so
-    assert res.returncode == 2 and "--plan headline --only D/references" in res.stderr
-    assert "Greedy limit (float32): 2/2 prompts decode the same" in report
-    assert "| adaptsoft |" in report and "| 256 |" in report  # throughput and alignment tables
-
-
-@pytest.mark.slow
-def test_check_dry_run_actor_update_stage(tmp_path):
-    res, report = _check(tmp_path, "--dry-run", "--stages", "c")
-    assert res.returncode == 0, res.stderr[-3000:] + report
-    assert "**ok**" in report
-    for mode in ("hard", "soft_fixed", "adaptsoft"):
-        assert f"| {mode} |" in report

@@ -1,12 +1,11 @@
-"""The learning experiment: the report's statistics against independent computations, the typed
-config and its refusals, the stages' keys (each stage trusted only if these settings made it: the
-stages' commands replaced by stand-ins that write what the real ones write), the command's lock and
-its stages' processes under real signals (held at a barrier in the data stage's child), and (slow)
-a reduced run end to end."""
+"""The learning experiment: the typed config and its refusals, the stages' keys (each stage trusted
+only if these settings made it: the stages' commands replaced by stand-ins that write what the
+real ones write), the command's lock and its stages' processes under real signals (held at a
+barrier in the data stage's child), and (slow) a reduced run end to end. (The report's
+statistics: tests/lab/learning/test_report.py.)"""
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import subprocess
@@ -14,21 +13,18 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from scipy import stats
 
 import barrier  # noqa: E402
 
 from soft_spatial.data import synthetic
-from soft_spatial.data.synthetic import write_benchmark
 from soft_spatial.infra.procs import alive, find_pids
 from soft_spatial.infra.provenance import OutputKeyMismatch
 from soft_spatial.lab.learning.experiment import (BEFORE_MODE, EVAL_MODE, Experiment, LearnConfig, WarmStartSpec,
                                     run_experiment)
-from soft_spatial.lab.learning.report import paired_difference, per_question, read_metrics, write_report
+from soft_spatial.lab.learning.report import read_metrics
 
 ROOT = Path(__file__).resolve().parents[3]
 PROG = [sys.executable, "-m", "soft_spatial.lab.learning"]
@@ -38,66 +34,6 @@ def _config(*overrides: str) -> LearnConfig:
     """configs/learn.yaml composed as the command composes it, then checked."""
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
         return LearnConfig.from_omegaconf(compose(config_name="learn", overrides=list(overrides)))
-
-
-def test_paired_difference_matches_an_independent_computation():
-    rng = np.random.default_rng(0)
-    before = {q: {"acc": float(a), "category": "c"} for q, a in enumerate(rng.integers(0, 5, 200) / 4)}
-    after = {q: {"acc": min(1.0, v["acc"] + float(rng.integers(0, 2)) / 4), "category": "c"}
-             for q, v in before.items()}
-    r = paired_difference(before, after)
-    d = np.array([after[q]["acc"] - before[q]["acc"] for q in range(200)]) * 100
-    lo, hi = stats.norm.interval(0.95, loc=d.mean(), scale=d.std(ddof=1) / math.sqrt(len(d)))
-    assert r["n"] == 200 and r["diff"] == pytest.approx(d.mean())
-    assert (r["lo"], r["hi"]) == pytest.approx((lo, hi))
-    assert r["after"] - r["before"] == pytest.approx(r["diff"])
-    assert paired_difference(before, after, [])["diff"] is None
-
-
-def test_read_metrics_keeps_the_last_line_of_a_step(tmp_path):
-    p = tmp_path / "metrics.jsonl"
-    lines = [{"step": 1, "data": {"r": 0.1}}, {"step": 2, "data": {"r": 0.2}},
-             {"step": 2, "data": {"r": 0.3}}]  # a resumed run logs step 2 again
-    p.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"step": 3, "da')
-    assert read_metrics(p) == [{"step": 1, "r": 0.1}, {"step": 2, "r": 0.3}]
-    assert read_metrics(tmp_path / "missing.jsonl") == []
-
-
-def _samples(path: Path, correct: dict, subcategory: str = "Localization"):
-    path.mkdir(parents=True)
-    rows = [{"benchmark": "omnispatial", "question_index": q, "sample": s, "category": "x",
-             "subcategory": subcategory, "correct": c}
-            for q, cs in correct.items() for s, c in enumerate(cs)]
-    (path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-
-def test_report_table_checks_and_figures(tmp_path):
-    bench = tmp_path / "bench"
-    write_benchmark(bench, train=10, test=10, seed=0)
-    _samples(tmp_path / "before", {0: [0, 0], 1: [1, 0], 2: [0, 0]})
-    _samples(tmp_path / "after", {0: [1, 1], 1: [1, 1], 2: [1, 0]})
-    assert per_question(tmp_path / "after" / "samples.jsonl")[2] == {
-        "acc": 0.5, "category": "relative_position", "n": 2}
-    metrics = tmp_path / "metrics.jsonl"
-    metrics.write_text("".join(json.dumps({"step": i + 1, "data": {
-        "critic/score/mean": 0.1 * i, "reward/acc_mean": 0.05 * i, "soft/tau_mean": 0.5,
-        "soft/tau_min": 0.4 - 0.01 * i, "soft/tau_max": 0.6, "actor/adaptsoft/alpha_rms": 1e-3,
-        "actor/adaptsoft/grad_norm": 0.1, "actor/grad_norm": 1.0,
-        "timing_s/step": 60.0 if i == 0 else 10.0 + i, "timing_s/gen": 5.0}}) + "\n" for i in range(8)))
-    res = write_report(tmp_path, {"adaptsoft": {"before": tmp_path / "before",
-                                                "after": tmp_path / "after", "metrics": metrics}},
-                       bench, tau0=0.5, seed=0, budget="demo")
-    o = res["modes"]["adaptsoft"]["overall"]
-    assert o["before"] == pytest.approx(100 / 6) and o["after"] == pytest.approx(500 / 6)
-    md = (tmp_path / "report.md").read_text()
-    assert "| adaptsoft | 16.7 | 83.3 | +66.7 [+34.0, +99.3] |" in md  # d = (1, .5, .5)
-    assert md.count("- [x]") == 4 and "| 8 | 0.500 | 0.330 | 0.600 |" in md
-    # step 1 (start-up) aside: steps 2..8 took 11..17 s, median 14; the rollout 5 s every step
-    assert res["modes"]["adaptsoft"]["step_time_s"] == {"steps_timed": 7, "timing_s/step": 14.0,
-                                                        "timing_s/gen": 5.0}
-    assert "| adaptsoft | 14.0 | 5.0 | – | – | – | 7 |" in md
-    for png in ("reward.png", "tau.png"):
-        assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
 
 
 def test_learn_config_is_typed_and_checked():
@@ -138,16 +74,19 @@ def test_a_bad_setting_is_refused_before_any_stage_naming_its_key(override, key)
         _config(override)
 
 
-@pytest.mark.parametrize("override", ["modes=[adaptsfot]", "data.train=-5"])
-def test_a_refused_command_writes_nothing(tmp_path, override):
+@pytest.mark.parametrize("override, named", [
+    ("modes=[adaptsfot]", "modes"), ("data.train=-5", "data.train"),
+    # the softness experiment's budget moved to its own command, which adds its gates
+    ("budget=paths", "run python -m soft_spatial.lab.softness run budget=paths")])
+def test_a_refused_command_writes_nothing(tmp_path, override, named):
     """Issue 44 items 14-15: the command refuses at once, in one line naming the key, and writes
-    nothing: not even Hydra's run directory (it was out=, made before any check)."""
+    nothing: not even Hydra's run directory (it was out=, made before any check). A budget another
+    command runs is refused naming that command (issue 45: budget=paths)."""
     out = tmp_path / "learn"
     res = subprocess.run([*PROG, f"out={out}", override], capture_output=True, text=True,
                          timeout=300, cwd=tmp_path)
     assert res.returncode == 1, res.stderr[-3000:]
-    key = override.split("=")[0]
-    assert res.stderr.strip().count("\n") == 0 and key in res.stderr, res.stderr[-3000:]
+    assert res.stderr.strip().count("\n") == 0 and named in res.stderr, res.stderr[-3000:]
     assert "Traceback" not in res.stderr
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
 
@@ -292,6 +231,60 @@ def test_a_stage_is_trusted_only_if_these_settings_made_it(tmp_path, stand_ins):
     assert stand_ins.calls == []
 
 
+class BeforeArms:
+    """A `BeforeGRPO` hook as an experiment built on this one hands it over: one evaluation of the
+    arms' warm start at fixed τ = ``tau``, made through the runner's keyed stages; ``go`` says
+    whether GRPO may proceed."""
+
+    def __init__(self, go: bool = True, tau: float = 0.5):
+        self.go, self.tau, self.ran = go, tau, 0
+
+    def check(self, cfg: LearnConfig) -> None:
+        if cfg.eval.samples < 2:
+            raise ValueError(f"eval.samples must be >= 2 for these stages, got {cfg.eval.samples}")
+
+    def stages(self, exp: Experiment) -> list:
+        return [exp.eval_stage("extra", exp.warm_stage(exp.cfg.warmstart.views[0]), "fixed",
+                               extra=[f"soft_thinking.fixed_tau={self.tau}"])]
+
+    def run(self, exp: Experiment) -> bool:
+        self.ran += 1
+        exp.evaluate_keyed(self.stages(exp)[0], exp.warm)
+        return self.go
+
+
+def test_stages_handed_to_the_runner_run_before_grpo_keyed_as_its_own(tmp_path, stand_ins):
+    """Issue 45: the runner knows an experiment built on it only through `BeforeGRPO`. Its stages
+    run after the parquet and before any arm; when they say no, nothing of GRPO runs; run again,
+    complete ones are skipped and the arms follow once they say yes; their keys are checked
+    before anything runs (another τ is refused, naming it); a configuration they cannot run on
+    is refused before anything is written, and without them an experiment with no arm is."""
+    out = tmp_path / "learn"
+    stop = BeforeArms(go=False)
+    assert run_experiment(_config(f"out={out}", *TINY), stop) == {}
+    assert stand_ins.calls == ["data", "model", "warmstart", "prepare", "prepare", "eval_extra"]
+    assert stop.ran == 1 and not (out / "runs").exists() and not (out / "report.md").exists()
+    assert (out / "eval/extra.key.json").is_file()
+
+    stand_ins.calls.clear()
+    results = run_experiment(_config(f"out={out}", *TINY), BeforeArms(go=True))
+    assert stand_ins.calls == ["eval_warmstart_hard", "train_hard", "export_hard", "eval_hard_trained"]
+    assert results["modes"]["hard"]["overall"]["n"] == 3
+    before = _snapshot(out)
+
+    stand_ins.calls.clear()
+    other = BeforeArms(tau=0.7)
+    with pytest.raises(OutputKeyMismatch, match=r"fixed_tau=0.5.*->.*fixed_tau=0.7"):
+        run_experiment(_config(f"out={out}", *TINY), other)
+    assert other.ran == 0 and stand_ins.calls == [] and _snapshot(out) == before
+    with pytest.raises(ValueError, match="eval.samples"):
+        Experiment(_config(f"out={out}", *TINY, "eval.samples=1"), BeforeArms())
+    with pytest.raises(ValueError, match="modes"):
+        Experiment(_config(f"out={out}", "modes=[]"))
+    assert Experiment(_config(f"out={out}", "modes=[]"), BeforeArms()).stages()[-1].what == "eval extra"
+    assert stand_ins.calls == [] and _snapshot(out) == before
+
+
 def test_a_changed_upstream_stage_changes_every_key_below_it():
     """A stage's key holds its inputs' settings: another warm start changes the parquet's,
     evaluations', training's and report's keys, not the data's or the model's."""
@@ -415,18 +408,3 @@ def test_reduced_learning_run_changes_policy_and_controller(tmp_path):
         assert _snapshot(out) == files
 
 
-def test_step_times_are_medians_without_the_first_step():
-    import random
-    import statistics
-
-    from soft_spatial.lab.learning.report import step_times
-    rng = random.Random(0)
-    for n in range(1, 12):
-        rows = [{"step": i + 1, "timing_s/step": rng.uniform(1, 50), "timing_s/ref": rng.uniform(0, 5)}
-                for i in range(n)]
-        timed = rows[1:] if n > 1 else rows
-        got = step_times(rows)
-        assert got["steps_timed"] == len(timed)
-        for key in ("timing_s/step", "timing_s/ref"):
-            assert got[key] == pytest.approx(statistics.median(r[key] for r in timed))
-        assert "timing_s/gen" not in got

@@ -1,4 +1,6 @@
-"""The effect sizes of the softness experiment (docs/learning.md, "the decision"): pass@k from n
+"""Effect sizes of the lab's experiments: a paired mean and a per-step trend with their intervals
+(the learning experiment's report, lab/learning/report.py), and what the softness experiment's
+decision builds on them (docs/learning.md, "the decision"; lab/softness/decision.py): pass@k from n
 samples, a paired difference pooled over seeds (random effects, Hartung–Knapp), and the
 difference-in-differences against the unambiguous control. Plain Python: no SciPy at run time.
 """

@@ -1,4 +1,4 @@
-"""soft_spatial.lab.softness.effects against independent references: pass@k by enumerating every subset,
+"""soft_spatial.lab.learning.effects against independent references: pass@k by enumerating every subset,
 the t quantiles and the paired t statistic by SciPy, the random-effects interval by its coverage
 in simulation and DerSimonian–Laird's τ² by its moment equation."""
 import itertools
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from soft_spatial.lab.softness.effects import (difference_in_differences, paired_mean, pass_at_k,
+from soft_spatial.lab.learning.effects import (difference_in_differences, paired_mean, pass_at_k,
                                                pool_random_effects, t_quantile_975, trend)
 
 

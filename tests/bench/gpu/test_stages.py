@@ -1,0 +1,44 @@
+"""The GPU kit's per-stage command (soft_spatial/bench/gpu/stages.py, run as scripts/gpu/check.py):
+--help, and --dry-run, which runs each stage's logic at tiny sizes on the CPU: a (the embedded
+engine, bench/gpu/embedded.py), b (softthink at real sizes, softthink_sizes.py), c (one actor
+update through verl's FSDP2 engine, actor_update.py; slow); d and f now point at the headline
+plan's jobs. On a GPU the same stages run at full size."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _check(tmp_path, *args):
+    out = tmp_path / "report.md"
+    res = subprocess.run([sys.executable, str(ROOT / "scripts/gpu/check.py"), *args, "--out",
+                          str(out)], capture_output=True, text=True, cwd=tmp_path)
+    return res, (out.read_text() if out.exists() else "")
+
+
+def test_check_help(tmp_path):
+    res, _ = _check(tmp_path, "--help")
+    assert res.returncode == 0 and "--dry-run" in res.stdout and "Stages" in res.stdout
+
+
+def test_check_dry_run_engine_and_softthink_stages(tmp_path):
+    res, report = _check(tmp_path, "--dry-run", "--stages", "a,b")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "## a. Embedded engine" in report and "## b. softthink" in report
+    assert report.count("**ok**") == 2
+    res, _ = _check(tmp_path, "--dry-run", "--stages", "d")  # the plan's jobs now: said so
+    assert res.returncode == 2 and "--plan headline --only D/references" in res.stderr
+    assert "Greedy limit (float32): 2/2 prompts decode the same" in report
+    assert "| adaptsoft |" in report and "| 256 |" in report  # throughput and alignment tables
+
+
+@pytest.mark.slow
+def test_check_dry_run_actor_update_stage(tmp_path):
+    res, report = _check(tmp_path, "--dry-run", "--stages", "c")
+    assert res.returncode == 0, res.stderr[-3000:] + report
+    assert "**ok**" in report
+    for mode in ("hard", "soft_fixed", "adaptsoft"):
+        assert f"| {mode} |" in report
