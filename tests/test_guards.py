@@ -61,6 +61,7 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
     "lab/learning/__main__.py": (_COMMAND, ("tests/lab/learning/test_experiment.py",)),
     "lab/softness/__main__.py": (_COMMAND + " (run or the decision, by the first argument)",
                                  ("tests/lab/softness/test_phase0.py", "tests/e2e/test_softness_phase0.py")),
+    "data/synthetic/__main__.py": (_COMMAND, ("tests/data/synthetic/test_cli.py",)),
 }
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 from collections.abc import Callable, Iterator, Sequence
 
+from soft_spatial.models.tokens import single_token_id
 from soft_spatial.softthink import ControllerState, SamplingConfig, SoftThinkingConfig, SoftTrace
 
 # A prompt is a chat (list of {"role", "content"} messages; content may hold {"type": "image",
@@ -77,8 +78,9 @@ class Completion:
     """One sampled response.
 
     ``token_ids`` are the emitted tokens (the spine during soft thinking), ``trace`` has one record
-    per token. ``think_end`` is the index of the ``</think>`` token in ``token_ids`` (None if the
-    spine never emitted it: then every step was soft). ``logprobs`` is each step's likelihood under
+    per token. ``think_end`` is where the think block closed, in every mode: the index of the first
+    ``</think>`` in ``token_ids`` (:func:`think_end_index`; in soft modes the last soft step), None
+    if the spine never emitted it (in soft modes every step was then soft). ``logprobs`` is each step's likelihood under
     the rollout policy: the Gumbel log-density of the recorded scores at soft steps (0 when the
     noise scale is 0), the token log-probability at T at discrete steps. ``debug`` holds optional per-step tensors
     (mixture weights, candidate log-probs) when the engine was asked for them.
@@ -98,6 +100,31 @@ class Completion:
     @property
     def think_closed(self) -> bool:
         return self.think_end is not None
+
+
+def think_end_token(tokenizer, soft_thinking: SoftThinkingConfig) -> int | None:
+    """Id of ``soft_thinking.think_end`` (``</think>``), the token whose first emission closes the
+    think block in every mode. Soft modes switch to discrete decoding on it and need it as one
+    token (ValueError naming the tokenizer); in hard mode a tokenizer without such a token has no
+    think block to close (None)."""
+    try:
+        return single_token_id(tokenizer, soft_thinking.think_end)
+    except ValueError:
+        if soft_thinking.is_soft:
+            raise
+        return None
+
+
+def think_end_index(token_ids: Sequence[int], think_end_id: int | None) -> int | None:
+    """Where the think block closed: the index of the first ``think_end_id`` in ``token_ids``, None
+    if it never appears (or there is no such token). One reading for every mode and engine
+    (:attr:`Completion.think_end`, the rollout servers' ``soft_think_closed``)."""
+    if think_end_id is None:
+        return None
+    for i, token in enumerate(token_ids):
+        if token == think_end_id:
+            return i
+    return None
 
 
 @runtime_checkable

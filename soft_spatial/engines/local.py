@@ -30,12 +30,13 @@ import torch
 from torch import Tensor
 
 from soft_spatial.engines.base import (FINISH_LENGTH, FINISH_STOP, Completion, Prompt, check_prompt_ids,
-                                       progress_bar, prompt_limit, prompt_seeds)
+                                       progress_bar, prompt_limit, prompt_seeds, think_end_index,
+                                       think_end_token)
 from soft_spatial.engines.prompts import load_image, render_chat
 from soft_spatial.engines.step import sample_step
 from soft_spatial.models.loading import load_model
 from soft_spatial.models.rope import decode_position_ids, is_mrope, mm_token_types, prefill_position_ids
-from soft_spatial.models.tokens import single_token_id, stop_token_ids, unusable_token_ids
+from soft_spatial.models.tokens import stop_token_ids, unusable_token_ids
 from soft_spatial.softthink import (
     AdaptSoft,
     AdaptSoftConfig,
@@ -94,8 +95,6 @@ class _RowState:
     """Steps generated so far."""
     finish: str = FINISH_LENGTH
     """Why it ended: the length limit until it emits an end-of-sequence token."""
-    think_end: int | None = None
-    """The step at which it emitted the think-end token (None: not yet, or never)."""
 
 
 class LocalEngine:
@@ -292,8 +291,7 @@ class LocalEngine:
         if soft_thinking.mode == "adaptsoft" and self.controller is None:
             raise ValueError("mode 'adaptsoft' needs a controller: pass controller= or call "
                              "set_controller()")
-        think_end = (single_token_id(self.tokenizer, soft_thinking.think_end)
-                     if soft_thinking.is_soft else None)
+        think_end = think_end_token(self.tokenizer, soft_thinking)
         limit = prompt_limit(self.max_prompt_length, self.context_length, sampling)
         prepared = [self._prepare(i, p, limit) for i, p in enumerate(prompts)]
         seeds = prompt_seeds(len(prompts), seed, seeds)
@@ -357,17 +355,15 @@ class LocalEngine:
                     d = torch.zeros(len(rows), k, device=dev, dtype=rec[key].dtype)
                     d[active] = rec[key]
                     dbg[key].append(d.cpu())
-            # 5. Each live row's state: its length, where it closed its think block, whether it
-            # stopped.
+            # 5. Each live row's state: its length, whether it stopped; soft rows that emitted
+            # </think> decode discretely from the next step.
             done = torch.zeros(b, dtype=torch.bool, device=dev)
             for j, (r, tok) in enumerate(zip(active.tolist(), token.tolist())):
                 row = rows[r]
                 row.length = step + 1
-                if think_end is not None and thinking[r] and tok == think_end:
-                    row.think_end = step
                 if tok in self.eos_ids:
                     row.finish, done[j] = FINISH_STOP, True
-            if think_end is not None:
+            if think_end is not None and soft_thinking.is_soft:
                 thinking[active] &= token != think_end  # the </think> step itself was soft
             if step + 1 == sampling.max_new_tokens:
                 break
@@ -399,7 +395,8 @@ class LocalEngine:
             c = Completion(prompt_index=prompt_idx[row.prompt], sample_index=row.sample,
                            prompt_ids=list(prepared[row.prompt].ids), token_ids=toks,
                            text=self.tokenizer.decode(toks, skip_special_tokens=True),
-                           trace=traces[r], finish_reason=row.finish, think_end=row.think_end,
+                           trace=traces[r], finish_reason=row.finish,
+                           think_end=think_end_index(toks, think_end),
                            logprobs=loglik_all[r, : row.length].tolist())
             if debug:
                 c.debug = {key: torch.stack(v, 1)[r, : row.length] for key, v in dbg.items()}

@@ -30,6 +30,7 @@ from verl.workers.rollout.sglang_rollout.sglang_rollout import ServerAdapter
 
 from soft_spatial.compat.sglang import collect_records, tensor_update_request
 from soft_spatial.compat.verl.rollout import server_adapter_engine, to_ipc_device
+from soft_spatial.engines.base import think_end_index, think_end_token
 from soft_spatial.engines.sglang import SchedulerSetup, required_server_args
 from soft_spatial.engines.sglang.client import (
     CONTROLLER_NAME,
@@ -73,6 +74,8 @@ class SGLangSoftHttpServer(SGLangHttpServer):
         # rollout.custom holds SoftSettings.to_dict(), written by the entry point (train.preflight)
         self.setup = scheduler_setup(SoftSettings.from_rollout(self.config),
                                      self.model_config.hf_config, self.model_config.tokenizer)
+        # where a response closed its think block, in every mode (the soft switch is the setup's)
+        self.think_end = think_end_token(self.model_config.tokenizer, self.setup.soft.soft_thinking)
         self._traces = TraceAccumulator()
         sgl_args = (self.config.engine_kwargs or {}).get("sglang") or {}
         # the n samples of a prompt share its prefill through the radix cache (PromptPrefill)
@@ -115,12 +118,11 @@ class SGLangSoftHttpServer(SGLangHttpServer):
         finally:
             acc = self._traces.pop(request_id)
         trace, loglik = split_records(acc, len(out.token_ids))
-        think_end = self.setup.think_end_id
         out.log_probs = loglik
         out.extra_fields = dict(out.extra_fields or {})
         out.extra_fields[TRACE_FIELD] = trace
-        out.extra_fields["soft_think_closed"] = think_end is not None and any(
-            s and ids[0] == think_end for ids, s in zip(trace["topk_ids"], trace["soft"]))
+        out.extra_fields["soft_think_closed"] = think_end_index(out.token_ids,
+                                                                self.think_end) is not None
         return out
 
 

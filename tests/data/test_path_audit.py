@@ -1,7 +1,7 @@
 """The path tasks' audits (soft_spatial/data/path_audit.py) at tiny sizes: the heuristics against
 scenes worked out by hand, the hard ceiling's simulation against its closed form where the
 closed form holds, and the learned probes finding a planted leak and no leak in random labels.
-The audits applied to the generator: tests/data/test_synthetic_paths.py."""
+The audits applied to the generator: tests/data/synthetic/test_paths.py."""
 from __future__ import annotations
 
 import json

@@ -91,3 +91,35 @@ def test_local_engine_is_an_engine(tiny_qwen3_text_small):
     assert isinstance(engine, Engine)
     engine.close()
     engine.close()  # idempotent
+
+
+class _Tokenizer:
+    """``encode`` of a tokenizer that has ``</think>`` as one token (id 7) and nothing else."""
+
+    def encode(self, text, add_special_tokens=False):
+        return [7] if text == "</think>" else [3, 4, 5]
+
+    name_or_path = "stub"
+
+
+@pytest.mark.parametrize("mode", ["hard", "fixed", "adaptsoft"])
+def test_the_think_end_token_is_read_in_every_mode(mode):
+    """Every mode knows the token that closes the think block; without it as one token a soft mode
+    cannot switch (error), hard decoding has no think block to close (None)."""
+    from soft_spatial.engines.base import think_end_token
+    from soft_spatial.softthink import SoftThinkingConfig
+    assert think_end_token(_Tokenizer(), SoftThinkingConfig(mode=mode)) == 7
+    missing = SoftThinkingConfig(mode=mode, think_end="<nothink>")
+    if mode == "hard":
+        assert think_end_token(_Tokenizer(), missing) is None
+    else:
+        with pytest.raises(ValueError, match="not a single token"):
+            think_end_token(_Tokenizer(), missing)
+
+
+def test_think_end_index_is_the_first_think_end():
+    from soft_spatial.engines.base import think_end_index
+    assert think_end_index([1, 7, 2, 7], 7) == 1
+    assert think_end_index([7], 7) == 0
+    assert think_end_index([1, 2, 3], 7) is None and think_end_index([], 7) is None
+    assert think_end_index([1, 7], None) is None

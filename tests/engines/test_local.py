@@ -123,6 +123,23 @@ def test_think_end_step_is_soft_and_later_steps_discrete(engine):
         assert stopped or len(o.token_ids) == 15
 
 
+def test_hard_mode_records_where_the_think_block_closed(engine):
+    """Hard mode records the close of the think block as the soft modes do: ``think_end`` is the
+    index of the first ``</think>`` the model emitted (what evaluation's ``think_closed`` and the
+    training metric ``soft/never_closed_rate`` read); a completion without one never closed."""
+    te, hard = think_end_id(engine.tokenizer), SoftThinkingConfig(mode="hard")
+    eng = with_think_bonus(engine, 8.0)
+    closing = eng.generate([chat()], soft_thinking=hard, sampling=SamplingConfig(max_new_tokens=20),
+                           n=4, seed=3)
+    eng.lm_head = eng.model.get_output_embeddings()
+    never = eng.generate([chat()], soft_thinking=hard, sampling=SamplingConfig(max_new_tokens=15),
+                         n=2)
+    for o in closing + never:
+        assert o.think_end == (o.token_ids.index(te) if te in o.token_ids else None)
+        assert o.think_closed == (te in o.token_ids) and not o.trace.soft.any()
+    assert any(o.think_closed for o in closing) and not any(o.think_closed for o in never)
+
+
 def test_eos_stops_and_is_reported(engine):
     eos = engine.eos_ids[0]
     engine.lm_head = BiasedHead(engine.model.get_output_embeddings(),

@@ -16,6 +16,7 @@ import pytest
 import torch
 from real_engine import LONG, PROMPTS, assert_parity, batch_log, clear_batch_log
 
+from soft_spatial.models import think_end_id
 from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
 
 pytestmark = pytest.mark.sglang
@@ -33,6 +34,10 @@ def test_hard_parity_with_local_engine(engine, reference, sampling):
     assert_parity(got, want, ref, "hard")
     assert not any(w.trace.soft.any() for w in want)
     assert {w.finish_reason for w in want} == {"stop", "length"}
+    te = think_end_id(engine.tokenizer)  # where each row closed its think block, hard mode too
+    for g in got:
+        assert g.think_end == (g.token_ids.index(te) if te in g.token_ids else None)
+    assert any(g.think_closed for g in got)
 
 
 def test_hard_requests_keep_their_whole_kv_in_the_radix_cache(engine, reference):

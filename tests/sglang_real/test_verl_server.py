@@ -93,11 +93,13 @@ def _fake_launch(monkeypatch, tm):
     return seen
 
 
-@pytest.mark.parametrize("mode,keyed", [("adaptsoft", False), ("fixed", False), ("fixed", True)])
+@pytest.mark.parametrize("mode,keyed", [("adaptsoft", False), ("fixed", False), ("fixed", True),
+                                        ("hard", False)])
 def test_verl_server_matches_local_soft_server(server_factory, tiny_qwen3_vl_small, mode, keyed,
                                                monkeypatch):
     """Both servers seed a request from its noise key when the agent loop sends one (``keyed``),
-    else from its request id."""
+    else from its request id; in every mode (hard too) a response closed its think block exactly
+    when it holds ``</think>``."""
     import sglang.srt.entrypoints.engine as sgl_engine
 
     from soft_spatial.rollout.server import LocalSoftServer
@@ -164,6 +166,7 @@ def test_verl_server_matches_local_soft_server(server_factory, tiny_qwen3_vl_sma
         assert g.stop_reason == e.stop_reason
         assert g.extra_fields["soft_trace"] == e.extra_fields["soft_trace"]
         assert g.extra_fields["soft_think_closed"] == e.extra_fields["soft_think_closed"]
+        assert g.extra_fields["soft_think_closed"] == (think_end_id(eng.tokenizer) in g.token_ids)
     assert any(e.extra_fields["soft_think_closed"] for e in expected)
     assert len(server._traces) == 0  # nothing left behind
 

@@ -21,7 +21,8 @@ from typing import Any
 
 from soft_spatial.compat.sglang import collect_records
 from soft_spatial.engines.base import (FINISH_LENGTH, FINISH_STOP, Completion, Prompt, check_prompt_ids,
-                                       progress_bar, prompt_limit, prompt_seeds)
+                                       progress_bar, prompt_limit, prompt_seeds, think_end_index,
+                                       think_end_token)
 from soft_spatial.engines.prompts import load_image, render_chat
 from soft_spatial.engines.sglang.client import (
     CONTROLLER_NAME,
@@ -36,7 +37,7 @@ from soft_spatial.engines.sglang.client import (
 )
 from soft_spatial.engines.sglang.server_args import CONTROLLER_LOADER, SchedulerSetup, required_server_args
 from soft_spatial.models.loading import load_processing
-from soft_spatial.models.tokens import single_token_id, stop_token_ids, unusable_token_ids
+from soft_spatial.models.tokens import stop_token_ids, unusable_token_ids
 from soft_spatial.softthink import (AdaptSoftConfig, ControllerState, DensityConfig, SamplingConfig, SoftThinkingConfig,
                                     SoftTrace)
 from soft_spatial.softthink.noise import row_seed
@@ -91,13 +92,12 @@ class SGLangEngine:
                                or getattr(text, "max_position_embeddings", None))
         gen = _generation_config(model_path)
         self.eos_ids = stop_token_ids(config, self.tokenizer, gen)
-        self.think_end = (single_token_id(self.tokenizer, soft_thinking.think_end)
-                          if soft_thinking.is_soft else None)
+        self.think_end = think_end_token(self.tokenizer, soft_thinking)  # read in every mode
         self.setup = SchedulerSetup(
             soft=SoftSettings(soft_thinking=soft_thinking, adaptsoft=adaptsoft or AdaptSoftConfig(),
                               density=density or DensityConfig(), seed=seed),
             hidden_size=int(text.hidden_size),
-            think_end_id=self.think_end,
+            think_end_id=self.think_end if soft_thinking.is_soft else None,  # the soft switch
             banned_ids=unusable_token_ids(config, self.tokenizer, int(text.vocab_size)),
             controller_path=str(Path(controller).resolve()) if controller else None)
         self._traces = TraceAccumulator()
@@ -239,16 +239,12 @@ class SGLangEngine:
         if reason == "abort":
             raise RuntimeError(f"SGLang aborted request {rid} (prompt {i}, sample {j}): "
                                f"{finish.get('message', finish)}")
-        think_end = None
-        if self.think_end is not None:
-            hits = [t for t, (tok, s) in enumerate(zip(tokens, trace.soft.tolist()))
-                    if s and tok == self.think_end]
-            think_end = hits[0] if hits else None
         return Completion(prompt_index=i, sample_index=j, prompt_ids=list(prompt_ids),
                           token_ids=tokens,
                           text=self.tokenizer.decode(tokens, skip_special_tokens=True),
                           trace=trace, finish_reason=FINISH_STOP if reason == "stop"
-                          else FINISH_LENGTH, think_end=think_end, logprobs=loglik)
+                          else FINISH_LENGTH, think_end=think_end_index(tokens, self.think_end),
+                          logprobs=loglik)
 
     def _check_soft_thinking(self, soft_thinking: SoftThinkingConfig | None) -> None:
         if soft_thinking is not None and soft_thinking != self.soft_thinking:

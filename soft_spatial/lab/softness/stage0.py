@@ -178,8 +178,9 @@ def bump_accuracy_teacher_forced(model, processor, records, rows: Mapping[str, M
 
 # -- (e), accuracies and the rule ------------------------------------------------------------------
 def never_closed(samples: Sequence[Mapping], think_end: str = SoftThinkingConfig.think_end) -> float:
-    """% of samples whose think block never closes: ``think_end`` is not in their text (the
-    engine's ``think_closed`` is recorded in soft modes only, never for a hard sample)."""
+    """% of samples whose think block never closes: ``think_end`` is not in their text (the same
+    reading as the engines' ``think_closed``, in every mode; samples written before that flag was
+    recorded in hard mode read alike)."""
     if not samples:
         return float("nan")
     return 100.0 * float(np.mean([think_end not in r["text"] for r in samples]))

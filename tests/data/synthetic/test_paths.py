@@ -1,8 +1,8 @@
-"""The path tasks of the synthetic benchmark (ambiguous-start path tracking): every generated item
-meets the generator's constraints, re-simulated here from the record's words (not with the
-generator's code); the ground truth read again from the pixels; the audited shortcuts at chance on
-each split, and a lookup of the moves with their order withheld no better than chance + 5; balance,
-determinism, disjoint splits, the release layout and the corpus.
+"""The path tasks of the synthetic benchmark (soft_spatial/data/synthetic/paths.py: ambiguous-start
+path tracking): every generated item meets the generator's constraints, re-simulated here from the
+record's words (not with the generator's code); the ground truth read again from the pixels; the
+audited shortcuts at chance on each split, and a lookup of the moves with their order withheld no
+better than chance + 5; balance, determinism, disjoint splits and the release layout.
 
 What the audits measured (seed 0, 2400 train / 600 test questions, a third per task): every
 start shortcut within 1.5 points of 1/m and every quarter shortcut within 2 points of 25% after
@@ -36,8 +36,8 @@ from scipy import ndimage
 
 from soft_spatial.data import load_benchmark
 from soft_spatial.data.path_audit import audit, leak_profile, leaks, scene_of_item, shuffled_truth
-from soft_spatial.data.synthetic import (COLORS, PATH_TASKS, SyntheticConfig, corpus,
-                                         generate_split, path_shortcut_accuracy, write_benchmark)
+from soft_spatial.data.synthetic import (COLORS, PATH_TASKS, SyntheticConfig, generate_split,
+                                         path_shortcut_accuracy, write_benchmark)
 
 TASKS = tuple(PATH_TASKS)
 M = {"path_known": 1, "path_two": 2, "path_three": 3}
@@ -304,15 +304,6 @@ def test_release_reads_through_the_loader_with_the_new_fields(tmp_path):
         assert Path(tmp_path / "OmniSpatial-test" / r["task_type"] / f"{r['id'][:-2]}.png").is_file()
     readme = (tmp_path / "README.md").read_text()
     assert "Path tasks" in readme and "nearest_start" in readme
-
-
-def test_corpus_has_the_path_words_only_when_asked():
-    assert corpus(repeat=1) == corpus(repeat=1, tasks=("counting",))
-    text = " ".join(corpus(repeat=1, tasks=("path_two",)))
-    for word in ("a1", "f6", "circle", "southeast", "north", "grey"):
-        assert re.search(rf"\b{word}\b", text)
-    with pytest.raises(ValueError, match="path tasks"):
-        SyntheticConfig(size=100, tasks=("path_two",))
 
 
 # -- the leak audits (soft_spatial/data/path_audit.py): heuristics and learned probes ------------
