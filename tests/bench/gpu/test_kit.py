@@ -197,6 +197,41 @@ def test_pack_is_reproducible_and_keeps_executable_bits(tmp_path):
     assert kit.installed(store, e) and not list((store / "pieces").iterdir())
 
 
+def _x86_calls(n: int = 4000) -> bytes:
+    """Machine code as a shared library holds it: ``call rel32`` to a few functions from many
+    places; each call site's relative target differs, its absolute target repeats."""
+    import random
+    rng, targets, code = random.Random(0), [0x1000 * (i + 1) for i in range(8)], bytearray()
+    for _ in range(n):
+        code += bytes([0x48, 0x89, 0xC7])  # mov rdi, rax
+        rel = rng.choice(targets) - (len(code) + 5)
+        code += b"\xe8" + (rel & 0xFFFFFFFF).to_bytes(4, "little")
+    return bytes(code)
+
+
+def test_packs_compress_machine_code_through_the_branch_converter(tmp_path):
+    """A pack is a plain .tar.xz to any reader, and its x86 branch converter makes machine code
+    smaller than LZMA2 alone at the same preset; Python's tarfile (the device's reader) undoes it."""
+    import lzma
+    import tarfile
+    code = _x86_calls()
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "libcode.so").write_bytes(code)
+    kit.tar_xz(tmp_path / "src", tmp_path / "p.tar.xz", preset=6)
+    with tarfile.open(tmp_path / "p.tar.xz", "r:xz") as tar:
+        assert tar.extractfile("libcode.so").read() == code
+    plain = len(lzma.compress(code, preset=6 | lzma.PRESET_EXTREME))
+    assert len(lzma.compress(code, format=lzma.FORMAT_XZ, filters=kit.xz_filters(6))) < 0.8 * plain
+
+
+def test_sglang_pack_leaves_out_the_diffusion_runtime_only():
+    rule = kit.TRIM["sglang"]
+    assert not kit.kept("sglang/multimodal_gen/runtime/entrypoint.py", rule)
+    for member in ("sglang/srt/entrypoints/engine.py", "sglang/cli/serve.py", "sglang/__init__.py",
+                   "sglang-0.5.12.dist-info/RECORD", "sglang/test/test_utils.py"):
+        assert kit.kept(member, rule), member
+
+
 def test_call_budget_and_packing():
     assert kit.call_budget(2 * MiB) == 64 * MiB - 2 * MiB - kit.MARGIN
     with pytest.raises(SystemExit, match="leaves no room"):
