@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from barrier import hangup_default
+
 from soft_spatial.infra import tether
 from soft_spatial.infra.procs import alive
 
@@ -54,7 +56,7 @@ def _wait_for(predicate, what: str, limit_s: float = 120.0) -> None:
 def test_everything_the_child_started_ends_with_its_killed_parent(tmp_path, sig):
     pids_file, facts_file = tmp_path / "pids", tmp_path / "facts.json"
     parent = subprocess.Popen([sys.executable, "-c", PARENT, CHILD, str(pids_file), str(facts_file)],
-                              start_new_session=True)
+                              start_new_session=True, preexec_fn=hangup_default)
     try:
         _wait_for(lambda: pids_file.exists() and facts_file.exists(), "the child started")
         child_pid, grand_pid = map(int, pids_file.read_text().split())
@@ -62,7 +64,7 @@ def test_everything_the_child_started_ends_with_its_killed_parent(tmp_path, sig)
         assert alive(child_pid) and alive(grand_pid)
         assert set(tether.marked_pids(facts["marker"])) == {child_pid, grand_pid}
         parent.send_signal(sig)
-        parent.wait()
+        parent.wait(timeout=120)  # bounds a failure only
         _wait_for(lambda: not alive(facts["watchdog"]), "the watchdog finished")
         assert not alive(child_pid) and not alive(grand_pid)
         assert tether.marked_pids(facts["marker"]) == []

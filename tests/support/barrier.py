@@ -29,6 +29,14 @@ SUPPORT = Path(__file__).resolve().parent
 ROOT = SUPPORT.parents[1]
 
 
+def hangup_default() -> None:
+    """``preexec_fn`` of a child a test will hang up: SIGHUP's default action (it ends the
+    process), whatever this process inherited. A suite started under ``nohup`` ignores SIGHUP, and
+    an ignored disposition passes to every child: the test's SIGHUP then ended nothing and its
+    wait never returned."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 # -- in the child ---------------------------------------------------------------------------------
 def _wait_here(directory: Path) -> None:
     tmp = directory / f".reached.{os.getpid()}"

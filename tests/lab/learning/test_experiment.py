@@ -322,7 +322,8 @@ def test_a_killed_command_leaves_no_stage_running(tmp_path, sig):
     env = barrier.arm(gate, "PIL.Image:Image.save", site=True)
     cmd = [*PROG, f"out={out}", "data.train=2", "data.test=1"]
     first = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+                             stderr=subprocess.PIPE, text=True, start_new_session=True,
+                             preexec_fn=barrier.hangup_default)
     try:
         stage = barrier.wait_reached(gate, first, log=out / "logs" / "data.log")
         assert stage != first.pid and alive(stage)
