@@ -13,10 +13,11 @@ bash "$ROOT/scripts/setup.sh"
 cd "$ROOT"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export RAY_USAGE_STATS_ENABLED=0
-# one thread per process, unless asked otherwise: the two processes keep the two cores busy, the
-# tiny models gain nothing from a second torch thread, and four threads on two cores contend
-# (2026-11-28, 2-core machine, two processes side by side over tests/softthink, actor, engines,
-# models and integration: 0.75x and 0.83x the wall time with OMP_NUM_THREADS=1, two pairs)
+# one thread per process, unless asked otherwise: the two processes keep the two cores busy and
+# the tiny models gain little from a second torch thread (2026-11-28, 2-core machine: two processes
+# side by side over tests/softthink, actor, engines, models and integration took 0.75x and 0.83x
+# the wall time, two pairs; the whole suite 1,572 s against 1,622 s, one pair; an end-to-end
+# training test alone is slower, 93 s against 83 s)
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
 OVERLAY="${SOFT_SPATIAL_SGLANG_OVERLAY:-$ROOT/.venv/sglang-cpu-overlay}"
 
