@@ -10,10 +10,15 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh"
-bash "$ROOT/scripts/setup_sglang_overlay.sh"
 cd "$ROOT"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export RAY_USAGE_STATS_ENABLED=0
+# one thread per process, unless asked otherwise: the two processes keep the two cores busy and
+# the tiny models gain little from a second torch thread (2026-11-28, 2-core machine: two processes
+# side by side over tests/softthink, actor, engines, models and integration took 0.75x and 0.83x
+# the wall time, two pairs; the whole suite 1,572 s against 1,622 s, one pair; an end-to-end
+# training test alone is slower, 93 s against 83 s)
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
 OVERLAY="${SOFT_SPATIAL_SGLANG_OVERLAY:-$ROOT/.venv/sglang-cpu-overlay}"
 
 opts=() main_paths=() sglang_paths=()
@@ -29,9 +34,9 @@ for arg in "$@"; do
   fi
 done
 # A whole run moves a few long end-to-end files of the main set behind the SGLang tests, in the
-# same .venv without the overlay, so that both processes take about as long (2026-11-26, idle
-# 2-core machine: main 1,635 s, SGLang 1,233 s + the first two files 285 s; the ablation row 76 s
-# with the machine busy): the wall time is the longer process's.
+# same .venv without the overlay, so that both processes take about as long (2026-11-28, idle
+# 2-core machine: main 1,567 s, SGLang 1,094 s + these files 429 s, 1,572 s wall): the wall time
+# is the longer process's.
 balance=() main_only=()
 if (( ${#main_paths[@]} + ${#sglang_paths[@]} == 0 )); then
   main_paths=(tests) sglang_paths=(tests/sglang_real)
@@ -41,6 +46,8 @@ fi
 
 run_sglang() {
   local rc_s=0 rc_b=0
+  # the overlay only this process needs: built here, beside the main process's first tests
+  bash "$ROOT/scripts/setup_sglang_overlay.sh" || return $?
   PYTHONPATH="$OVERLAY:$ROOT/tests/sglang_stubs${PYTHONPATH:+:$PYTHONPATH}" \
     "$ROOT/.venv/bin/python" -m pytest "${sglang_paths[@]}" ${opts[@]+"${opts[@]}"} || rc_s=$?
   if (( ${#balance[@]} )); then

@@ -131,7 +131,8 @@ def test_tensor_memory_counts_new_storages_until_they_are_freed():
 @pytest.mark.parametrize("script, args, table", [
     ("bench_decode.py", ["--vocab", "small", "--prompts", "1", "--n", "2", "--steps", "4", "--repeats", "1"],
      "fixed/hard throughput:"),
-    ("bench_update.py", ["--no-memory", "--repeats", "1", "--updates", "1", "--steps", "4", "--rows", "2"],
+    ("bench_update.py", ["--no-memory", "--repeats", "1", "--updates", "1", "--steps", "4", "--rows", "2",
+                         "--hidden", "64", "--layers", "1"],
      "min×hard"),
     ("bench_alignment.py", ["--quick", "--naive-steps", "2", "--naive-max-bytes", "1e7", "--repeats", "1",
                             "--min-seconds", "0.01"], "ours peak"),

@@ -125,11 +125,13 @@ def clear_batch_log(engine) -> None:
     (engine.tmp_path / "batches.jsonl").unlink(missing_ok=True)
 
 
-def assert_prefill_shared(batch_file, prompts: int, n: int) -> None:
+def assert_prefill_shared(batch_file, prompts: int, n: int, rids=lambda rid: True) -> None:
     """The ``n`` samples of each of ``prompts`` prompts shared its prefill (radix cache + one
     prefill-only request per prompt, ``client.PromptPrefill``): the prefill-only requests computed
-    what the cache did not hold yet (image tokens included), each sample only its last prompt token."""
-    rows = [r for b in batch_log(batch_file) if b["mode"] == "EXTEND" for r in b["rows"]]
+    what the cache did not hold yet (image tokens included), each sample only its last prompt token.
+    ``rids``: which requests of the log to read (all by default)."""
+    rows = [r for b in batch_log(batch_file) if b["mode"] == "EXTEND" for r in b["rows"]
+            if rids(r[0])]
     prefills = [k for rid, _, k in rows if rid.endswith("-prefill")]
     samples = [k for rid, _, k in rows if not rid.endswith("-prefill")]
     assert len(prefills) == prompts and max(prefills) > 300, prefills

@@ -5,7 +5,16 @@ the shared model and the 8B shape without weights, F's engines (stock and plugin
 kernels, overlap on and off, a warm-up engine), the sampler's sync check, overlap parity, D's
 references and parity engines graphs off and on (G), E in fp32 with its diagnosis and hard E —
 each in the plan's watched child process, each result a JSON line and the Markdown report rebuilt
-after it."""
+after it.
+
+Its E jobs are also the suite's training runs through verl with the sglang_soft rollout on the
+CPU (verl's Ray trainer and FSDP2/gloo worker, SGLangSoftHttpServer launching SGLang's scheduler
+with the plugin, verl's weight sync before every step and the controller's after it): the
+controller installed at every sync is the one sent, the replay within its bound, every part of a
+step timed, the n samples of a prompt sharing its prefill, and no process left behind. (The
+stage-e dry run, a third verl run that trained and resumed, checked the same; its resume is
+unit-tested in tests/bench/gpu/test_grpo.py and test_stages.py, and a resumed adaptsoft run's
+controller and optimizer in tests/e2e/test_train_cpu.py.)"""
 from __future__ import annotations
 
 import json
@@ -14,7 +23,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import uuid
+
 import pytest
+from real_engine import BATCH_LOG_ENV, assert_marked_gone, assert_prefill_shared
 
 from soft_spatial.bench.gpu.jobs import DRY_RUN
 
@@ -25,12 +37,13 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.timeout(2700)  # SGLang CPU engines and two verl runs one after another: ~30 min
 # on the 2-core machine under a load of 12 (2026-11-28); the verdict never depends on the time
 def test_the_headline_plan_runs_whole_on_the_cpu(tmp_path):
-    out = tmp_path / "out"
+    out, mark = tmp_path / "out", uuid.uuid4().hex
     res = subprocess.run([sys.executable, str(ROOT / "scripts/gpu/check.py"), "--plan", "headline",
                           "--dry-run", "--only", ",".join(DRY_RUN), "--out", str(out), "--work",
                           str(tmp_path / "work"), "--deadline", "2400"],
                          capture_output=True, text=True, cwd=tmp_path, timeout=2600,
-                         env=dict(os.environ, SGLANG_USE_CPU_ENGINE="1"))
+                         env=dict(os.environ, SGLANG_USE_CPU_ENGINE="1", SOFT_SPATIAL_TEST_MARK=mark,
+                                  **{BATCH_LOG_ENV: str(tmp_path / "batches.jsonl")}))
     report = (out / "report.md").read_text() if (out / "report.md").exists() else ""
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:] + report
     recs = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
@@ -67,6 +80,10 @@ def test_the_headline_plan_runs_whole_on_the_cpu(tmp_path):
     diag = e["diagnosis"]  # run in every dry run: the first divergent step, tensor by tensor
     assert diag["likelihood"]["first_beyond"] is None and diag["mixture_max_abs"] < 1e-5, diag
     assert diag["positions"]["mismatched_steps"] == 0 and diag["vision"]["grid_equal"], diag
+    timed = {row[0]: row[2:] for row in e["timing_rows"]}  # every part of the step, timed
+    for key in ("timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor",
+                "timing_s/update_weights", "actor/adaptsoft/alignment_s"):
+        assert key in timed and all(x > 0 for x in timed[key]), (key, timed.get(key))
     hard = val["E/hard"]
     assert hard["spec"]["experiment"] == "hard" and hard["steps"] == [1, 2], hard
     assert not hard["problems"] and hard["verdict"]["status"] == "pass", hard
@@ -76,3 +93,9 @@ def test_the_headline_plan_runs_whole_on_the_cpu(tmp_path):
         assert f"## {key.replace('/', ' ')}: ok" in report, key
     assert {p.name for p in out.iterdir()} == {"report.md", "results.jsonl", "log.txt",
                                                "nvidia-smi.txt", "stage-e.tar.gz"}
+    # verl's requests (the E jobs': 2 prompts a step, E/fp32 1 step and E/hard 2, n = 2) shared
+    # each prompt's prefill; the plan's own engines name theirs soft-<tag>-… (the plugin's) and
+    # stock-<tag>-… (stock SGLang's)
+    assert_prefill_shared(tmp_path / "batches.jsonl", prompts=2 * (1 + 2), n=2,
+                          rids=lambda rid: not rid.startswith(("soft-", "stock-")))
+    assert_marked_gone(mark)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -114,8 +115,10 @@ class _Stock:
 
     def tokens(self, prompts, n: int, steps: int) -> tuple[int, int]:
         rows = [p for p in prompts for _ in range(n)]
+        tag = uuid.uuid4().hex[:12]  # named as the plugin's are (soft-<tag>-...), not SGLang's uuids
         outs = self.backend.generate(input_ids=rows, sampling_params=dict(
-            max_new_tokens=steps, temperature=1.0, ignore_eos=True))
+            max_new_tokens=steps, temperature=1.0, ignore_eos=True),
+            rid=[f"stock-{tag}-{i}" for i in range(len(rows))])
         return sum(o["meta_info"]["completion_tokens"] for o in outs), 0
 
     def close(self) -> None:

@@ -1,7 +1,7 @@
 """The GPU kit's stage e, its CPU-side parts: the controller fingerprint (what the trainer sends
 and the SGLang plugin installs are compared by it), its log, the wire round trip into the
-scheduler's runtime, the sync check's verdicts and the one-GPU cluster preset. The stage's
-end-to-end dry run is tests/sglang_real/test_gpu_kit_stage_e.py."""
+scheduler's runtime, the sync check's verdicts and the one-GPU cluster preset. The E jobs' end
+to end dry run is tests/sglang_real/test_gpu_headline_dry_run.py."""
 from __future__ import annotations
 
 import hashlib

@@ -2,7 +2,9 @@
 --help, and --dry-run, which runs each stage's logic at tiny sizes on the CPU: a (the embedded
 engine, bench/gpu/embedded.py), b (softthink at real sizes, softthink_sizes.py), c (one actor
 update through verl's FSDP2 engine, actor_update.py; slow); d and f now point at the headline
-plan's jobs. On a GPU the same stages run at full size."""
+plan's jobs; e hands its spec to the plan's GRPO job (its code path runs end to end in the plan's
+dry run: tests/sglang_real/test_gpu_headline_dry_run.py). On a GPU the same stages run at full
+size."""
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +44,38 @@ def test_check_dry_run_actor_update_stage(tmp_path):
     assert "**ok**" in report
     for mode in ("hard", "soft_fixed", "adaptsoft"):
         assert f"| {mode} |" in report
+
+
+def test_stage_e_is_the_plans_grpo_job_with_a_resume(tmp_path, monkeypatch):
+    """Stage e trains to step 1 with a checkpoint and resumes to step 2 through the plan's GRPO job
+    (bf16, the tiny default init), within its timeout; a failed run's report is the stage's."""
+    import time
+
+    from soft_spatial.bench.gpu import grpo, stages
+    from soft_spatial.bench.gpu.report import JobFailed, StageFailed
+
+    seen = []
+
+    def run(spec, out, work, dry, deadline_at):
+        seen.append((spec, out, work, dry, deadline_at))
+        if len(seen) == 2:
+            raise JobFailed("sync", {"spec": spec})
+        return {"spec": spec}
+
+    monkeypatch.setattr(grpo, "run", run)
+    monkeypatch.setattr(grpo, "render", lambda values: [f"rendered {sorted(values)}"])
+    monkeypatch.setenv("SOFT_SPATIAL_STAGE_E_TIMEOUT", "60")
+
+    class Ctx:
+        report = type("R", (), {"path": tmp_path / "report.md"})()
+        workdir, dry_run = tmp_path / "work", True
+
+    before = time.time()
+    assert stages.stage_e(Ctx()) == ["rendered ['spec']"]
+    spec, out, work, dry, deadline = seen[0]
+    assert spec == grpo.ESpec(dtype="bfloat16", weights="tiny", steps=2, resume=True)
+    assert spec.runs() == [(1, True, [0, 1]), (2, False, [1, 2])]  # a checkpoint, then a resume
+    assert (out, work, dry) == (tmp_path / "stage-e", tmp_path / "work" / "e", True)
+    assert before + 60 <= deadline <= time.time() + 60
+    with pytest.raises(StageFailed, match=r"rendered \['failure', 'spec'\]"):
+        stages.stage_e(Ctx())
