@@ -9,11 +9,10 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
-from barrier import hangup_default
+from barrier import hangup_default, wait_for
 
 from soft_spatial.infra import tether
 from soft_spatial.infra.procs import alive
@@ -42,30 +41,20 @@ PARENT = textwrap.dedent("""
 """)
 
 
-def _wait_for(predicate, what: str, limit_s: float = 120.0) -> None:
-    """Wait until ``predicate()`` holds; the limit only bounds a failure (a state, not a time, is
-    asserted)."""
-    end = time.monotonic() + limit_s
-    while not predicate():
-        if time.monotonic() > end:
-            raise AssertionError(f"never happened: {what}")
-        time.sleep(0.1)
-
-
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP, signal.SIGTERM])
 def test_everything_the_child_started_ends_with_its_killed_parent(tmp_path, sig):
     pids_file, facts_file = tmp_path / "pids", tmp_path / "facts.json"
     parent = subprocess.Popen([sys.executable, "-c", PARENT, CHILD, str(pids_file), str(facts_file)],
                               start_new_session=True, preexec_fn=hangup_default)
     try:
-        _wait_for(lambda: pids_file.exists() and facts_file.exists(), "the child started")
+        wait_for(lambda: pids_file.exists() and facts_file.exists(), "the child started")
         child_pid, grand_pid = map(int, pids_file.read_text().split())
         facts = json.loads(facts_file.read_text())
         assert alive(child_pid) and alive(grand_pid)
         assert set(tether.marked_pids(facts["marker"])) == {child_pid, grand_pid}
         parent.send_signal(sig)
         parent.wait(timeout=120)  # bounds a failure only
-        _wait_for(lambda: not alive(facts["watchdog"]), "the watchdog finished")
+        wait_for(lambda: not alive(facts["watchdog"]), "the watchdog finished")
         assert not alive(child_pid) and not alive(grand_pid)
         assert tether.marked_pids(facts["marker"]) == []
     finally:
@@ -111,7 +100,7 @@ def test_stop_returns_once_a_child_that_ends_on_sigterm_is_gone():
     stopper = threading.Thread(target=tether.stop, args=(child,), daemon=True)
     stopper.start()
     try:
-        _wait_for(lambda: not stopper.is_alive(), "stop returned", limit_s=120.0)
+        wait_for(lambda: not stopper.is_alive(), "stop returned", limit_s=120.0)
     finally:
         for proc in (child.proc, child.watchdog):
             if proc.poll() is None:

@@ -111,6 +111,16 @@ def wait_reached(directory: Path, child: subprocess.Popen, within: float = 300.0
     return int(marker.read_text())
 
 
+def wait_for(predicate, what: str, limit_s: float = 120.0) -> None:
+    """Wait until ``predicate()`` holds: a state, never a time, is what the test asserts
+    (``limit_s`` only bounds a failure, named by ``what``)."""
+    end = time.monotonic() + limit_s
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"never happened: {what}")
+        time.sleep(0.1)
+
+
 def release(directory: Path) -> None:
     """Let the child at the barrier go on (it must be waiting there)."""
     with open(directory / "release", "wb"):

@@ -12,10 +12,10 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from barrier import wait_for
 
 from soft_spatial.infra import tether
 from soft_spatial.infra.procs import alive
@@ -118,15 +118,6 @@ PLAN = textwrap.dedent("""
 """)
 
 
-def _wait_for(predicate, what: str, limit_s: float = 120.0) -> None:
-    """Wait until ``predicate()`` holds; the limit only bounds a failure (a state is asserted)."""
-    end = time.monotonic() + limit_s
-    while not predicate():
-        if time.monotonic() > end:
-            raise AssertionError(f"never happened: {what}")
-        time.sleep(0.1)
-
-
 def _watchdogs(child_pid: int) -> list[int]:
     """The tether watchdog watching ``child_pid``'s tether (its command line names its marker)."""
     import psutil
@@ -146,15 +137,15 @@ def test_a_killed_plan_leaves_no_process_behind(tmp_path, sig):
                              str(pid_file)], cwd=ROOT, start_new_session=True,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
     try:
-        _wait_for(pid_file.exists, "the job started its orphan")
+        wait_for(pid_file.exists, "the job started its orphan")
         child, grand = map(int, pid_file.read_text().split())
         assert alive(child) and alive(grand)
-        _wait_for(lambda: os.getsid(grand) != os.getsid(child), "the orphan left the session")
+        wait_for(lambda: os.getsid(grand) != os.getsid(child), "the orphan left the session")
         watchdogs = _watchdogs(child)
         assert len(watchdogs) == 1
         plan.send_signal(sig)
         rc = plan.wait()
-        _wait_for(lambda: not alive(watchdogs[0]), "the watchdog finished")
+        wait_for(lambda: not alive(watchdogs[0]), "the watchdog finished")
         assert not alive(child) and not alive(grand)
         if sig == signal.SIGTERM:  # the plan's own exit: 143, the job recorded as killed
             assert rc == 143

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -295,15 +294,6 @@ def test_a_changed_upstream_stage_changes_every_key_below_it():
 
 
 # -- the command's lock and its stages' processes under real signals ------------------------------
-def _wait_for(predicate, what: str, limit_s: float = 300.0) -> None:
-    """Wait until ``predicate()`` holds (the limit only bounds a failure)."""
-    end = time.monotonic() + limit_s
-    while not predicate():
-        if time.monotonic() > end:
-            raise AssertionError(f"never happened: {what}")
-        time.sleep(0.1)
-
-
 def _ours(gate: Path) -> list[int]:
     """The processes started for this test (they carry its barrier directory)."""
     return find_pids(environ=lambda env: env.get(barrier.DIR_ENV) == str(gate), same_user=True)
@@ -337,7 +327,7 @@ def test_a_killed_command_leaves_no_stage_running(tmp_path, sig):
             first.send_signal(sig)
             first.wait(timeout=300)
             assert first.returncode == -sig
-        _wait_for(lambda: not _ours(gate), "every process of the command gone")
+        barrier.wait_for(lambda: not _ours(gate), "every process of the command gone", limit_s=300.0)
         assert not alive(stage)
     finally:
         for pid in _ours(gate):
