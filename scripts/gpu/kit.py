@@ -550,7 +550,7 @@ def stage(args) -> None:
         size = sum(f.stat().st_size for f in d.iterdir())
         print(f"  carry [\"{d.relative_to(ROOT) if d.is_relative_to(ROOT) else d}\"]: "
               f"{size / MiB:.2f} MiB + tree = {(size + tree) / MiB:.2f} MiB ({', '.join(names)}), "
-              f"{(CALL_LIMIT - MARGIN - size - tree) / MiB:.2f} MiB to spare")
+              f"{(manifest['budget_bytes'] - size) / MiB:.2f} MiB to spare")
     if len(manifest["calls"]) > 1:
         print(f"kit.py stage: WARNING: the kit needs {len(manifest['calls'])} calls: docs/gpu.md's "
               "one-call recipes break (see its 'When the kit needs two calls')", file=sys.stderr)
