@@ -35,8 +35,8 @@ for arg in "$@"; do
 done
 # A whole run moves a few long end-to-end files of the main set behind the SGLang tests, in the
 # same .venv without the overlay, so that both processes take about as long (2026-11-28, idle
-# 2-core machine: main 1,213 s, SGLang 838 s + these files 331 s, 1,218 s wall; another run
-# 1,567 s and 1,094 + 429 s): the wall time is the longer process's.
+# 2-core machine: main 1,104 s, SGLang 820 s + these files 321 s, 1,150 s wall; another run 1,254 s
+# and 889 + 423 s, 1,324 s wall): the wall time is the longer process's.
 balance=() main_only=()
 if (( ${#main_paths[@]} + ${#sglang_paths[@]} == 0 )); then
   main_paths=(tests) sglang_paths=(tests/sglang_real)

@@ -66,9 +66,8 @@ def _files(value) -> list:
 
 def preflight(cfg) -> Path:
     """Check the configuration before Ray starts; returns the model directory (written back to
-    the config without a trailing "/"). Every error names the setting."""
-    # the actor's module imports verl: after run() set the environment verl reads at import
-    from soft_spatial.actor.loss import check_actor_config
+    the config without a trailing "/"). Every error names the setting. The actor's settings are
+    checked last: that check imports verl (seconds), which a refusal of anything else skips."""
     from soft_spatial.integration.consistency import check_rollout_correction
 
     rollout = cfg.actor_rollout_ref.rollout
@@ -76,8 +75,6 @@ def preflight(cfg) -> Path:
     settings = SoftSettings.from_rollout(rollout)
     with open_dict(cfg):
         rollout.custom = settings.to_dict()
-    # warned here, where the user sees it (the worker checks verl's built actor config again)
-    check_actor_config(cfg.actor_rollout_ref.actor)
     check_rollout_correction(cfg.get("algorithm"), settings.soft_thinking.is_soft)
     for key, value in (("actor_rollout_ref.rollout.temperature", rollout.get("temperature")),
                        ("actor_rollout_ref.rollout.val_kwargs.temperature",
@@ -102,6 +99,11 @@ def preflight(cfg) -> Path:
     if task_types:  # counted here, written into the run directory once the run is accepted
         for key, split, least in _subsets(cfg):
             count_subset(cfg.data[key], task_types, split, least)
+    # warned here, where the user sees it (the worker checks verl's built actor config again); the
+    # actor's module imports verl: after run() set the environment verl reads at import
+    from soft_spatial.actor.loss import check_actor_config
+
+    check_actor_config(cfg.actor_rollout_ref.actor)
     return model
 
 

@@ -45,8 +45,6 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
                                      ("tests/bench/gpu/test_stages.py",)),
     "bench/gpu/actor_update.py": (_CHECK.format("c", "test_check_dry_run_actor_update_stage (slow)"),
                                   ("tests/bench/gpu/test_stages.py",)),
-    "bench/gpu/graphs.py": (_PLAN.format("F and X/sync"), ("tests/sglang_real/test_gpu_headline_dry_run.py",
-                                                           "tests/bench/gpu/test_headline.py")),
     "bench/gpu/soft_parity.py": (_PLAN.format("D and G"), ("tests/sglang_real/test_gpu_headline_dry_run.py",
                                                            "tests/bench/gpu/test_headline.py")),
     "bench/gpu/selftest.py": ("jobs that exist to be run by the plan's runner in its watched child process (they "

@@ -1,5 +1,5 @@
 """``python -m soft_spatial.eval`` interrupted by a real signal (SIGTERM: Slurm, ``timeout``,
-``kill``; SIGINT: Ctrl-C) after its first answer: the command exits 128 + the signal with one line
+``kill``) after its first answer: the command exits 128 + the signal with one line
 saying so and no traceback, the output directory keeps only whole result lines and no lock, and the
 same command (its lock released) resumes to the result of an uninterrupted run. The child stops at a barrier
 (``tests/support/barrier.py``, after its first answer is extracted) until the test has signalled it."""
@@ -36,7 +36,10 @@ def uninterrupted(tmp_path_factory, tiny_qwen3_vl_small):
     return fx, root / "whole"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+# SIGTERM only: SIGINT takes the same way out (Terminated is a KeyboardInterrupt:
+# tests/infra/test_signals.py), and reaches a real command's clean-up in the prepare and export
+# signal tests
+@pytest.mark.parametrize("sig", [signal.SIGTERM], ids=["SIGTERM"])
 def test_a_signal_ends_evaluation_cleanly_and_the_same_command_resumes(
         tmp_path, tiny_qwen3_vl_small, uninterrupted, sig):
     fx, whole = uninterrupted

@@ -141,18 +141,24 @@ def test_a_shard_that_would_run_code_is_refused_naming_it_and_runs_nothing(ckpt,
     assert tree(tmp_path) == before  # no OUT, no OUT.partial, the run untouched
 
 
-def test_a_second_export_to_the_same_output_is_refused_and_changes_nothing(ckpt, tmp_path):
+# SIGINT here (Ctrl-C); SIGTERM, which takes the same way out (tests/infra/test_signals.py), in the
+# prepare, evaluation and training signal tests
+@pytest.mark.parametrize("sig", [signal.SIGINT], ids=["SIGINT"])
+def test_a_second_export_is_refused_and_a_signal_ends_the_first_with_its_merger(ckpt, tmp_path, sig):
     """Export A stops in verl's merger once the weights are in ``OUT.partial``; export B of the
-    same checkpoint to the same OUT is refused at once naming A, and A then finishes."""
+    same checkpoint to the same OUT is refused at once naming A, and changes nothing. Then A gets
+    the signal (``kill``, Slurm, ``timeout``, Ctrl-C: the export only): the merger ends with it, A
+    exits 128 + the signal and leaves no ``OUT.partial``. (An export that goes on past the
+    barrier: test_a_real_checkpoint_exports_its_weights.)"""
     out = tmp_path / "export"
     gate = tmp_path / "gate"
-    first = subprocess.Popen(export_cmd(ckpt, out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    first = subprocess.Popen(export_cmd(ckpt, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, cwd=ROOT,
                              env=barrier.arm(gate, SAVED, _env(VERL_USE_EXTERNAL_MODULES="barrier")))
     merger = None
     try:
         merger = barrier.wait_reached(gate, first)
-        assert (tmp_path / "export.partial" / "config.json").is_file()
+        assert merger != first.pid and (tmp_path / "export.partial" / "config.json").is_file()
         before = tree(tmp_path)
         second = subprocess.run(export_cmd(ckpt, out), capture_output=True, text=True, timeout=600,
                                 cwd=ROOT, env=_env())
@@ -160,29 +166,8 @@ def test_a_second_export_to_the_same_output_is_refused_and_changes_nothing(ckpt,
         assert f"pid {first.pid}" in second.stderr and "in use" in second.stderr, second.stderr[-3000:]
         assert "Traceback" not in second.stderr
         assert tree(tmp_path) == before  # A's OUT.partial untouched, no OUT
-        barrier.release(gate)
-        log, _ = first.communicate(timeout=600)
-        assert first.returncode == 0, log[-3000:]
-        assert (out / "config.json").is_file() and not (tmp_path / "export.partial").exists()
-    finally:
-        _end(first, *[merger] * bool(merger))
-
-
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_signal_ends_the_merger_and_leaves_no_partial_output(ckpt, tmp_path, sig):
-    """The signal reaches the export only (``kill``, Slurm, ``timeout``); the merger, stopped
-    after writing ``OUT.partial``, ends with it, and the export exits 128 + the signal."""
-    out = tmp_path / "export"
-    gate = tmp_path / "gate"
-    proc = subprocess.Popen(export_cmd(ckpt, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=ROOT,
-                            env=barrier.arm(gate, SAVED, _env(VERL_USE_EXTERNAL_MODULES="barrier")))
-    merger = None
-    try:
-        merger = barrier.wait_reached(gate, proc)
-        assert merger != proc.pid and (tmp_path / "export.partial" / "config.json").is_file()
-        barrier.interrupt(proc, sig)
+        barrier.interrupt(first, sig)
         assert not _alive(merger), "verl's merger outlived the export"
         assert not (tmp_path / "export.partial").exists() and not out.exists()
     finally:
-        _end(proc, *[merger] * bool(merger))
+        _end(first, *[merger] * bool(merger))

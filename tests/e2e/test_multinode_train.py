@@ -51,7 +51,7 @@ def test_one_training_step_across_two_nodes(uneven_two_node_cluster, tiny_qwen3_
         f"model.path={tiny_qwen3_vl_small}", f"data.train_files={data / 'train.parquet'}",
         f"data.val_files={data / 'test.parquet'}", "trainer.total_training_steps=1",
         "trainer.save_freq=-1", "actor_rollout_ref.rollout.agent.num_workers=1",
-        "experiment=soft_fixed",  # the preset's one end-to-end step (tests/e2e/test_train_cpu.py)
+        "experiment=adaptsoft",  # its controller on 2 ranks, each with its rollout server
         f"reward.custom_reward_function.path={ROOT / 'tests' / 'support' / 'smoke_reward.py'}",
         timeout=840)
     assert res.returncode == 0, (res.stdout + res.stderr)[-6000:]
@@ -68,4 +68,4 @@ def test_one_training_step_across_two_nodes(uneven_two_node_cluster, tiny_qwen3_
     metrics = json.loads((cluster.run_dir / "checkpoints" / "metrics.jsonl").read_text()
                          .splitlines()[0])
     assert metrics["step"] == 1
-    assert_one_step(metrics["data"], "soft_fixed")
+    assert_one_step(metrics["data"], "adaptsoft")

@@ -11,7 +11,6 @@ seed a function of the run's schedule, so two runs draw the same noise.
 """
 from __future__ import annotations
 
-import json
 import uuid
 from types import SimpleNamespace
 
@@ -293,25 +292,18 @@ def test_trainer_tags_every_row_with_a_schedule_key():
 
 # -- end to end ------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_two_training_runs_draw_identical_rollouts(tiny_qwen3_vl_small, tmp_path_factory):
-    """python -m soft_spatial.train twice, 2 adaptsoft GRPO steps each: the same rollouts (texts
-    and rewards, verl's ``rollout_data_dir`` dumps) at both steps — the second after an update
-    — and the same training metrics. Before the noise keys every run drew different noise. The
-    smoke reward's random tie-break is left out: it alone would make the runs differ."""
-    from train_helpers import prepare_train_data, run_train
+def test_two_training_runs_draw_identical_rollouts(tiny_qwen3_vl_small, train_data, adaptsoft_run,
+                                                   tmp_path):
+    """python -m soft_spatial.train twice, 2 adaptsoft GRPO steps each (the session's
+    ``adaptsoft_run``, which the run-life test also reads, and one more run of the same command):
+    the same rollouts (texts and rewards, verl's ``rollout_data_dir`` dumps) at both steps — the
+    second after an update — and the same training and validation metrics. Before the noise keys
+    every run drew different noise. The smoke reward's random tie-break is left out: it alone would
+    make the runs differ."""
+    from train_helpers import train_adaptsoft
 
-    data = prepare_train_data(tmp_path_factory.mktemp("data"), tiny_qwen3_vl_small)
-    runs = []
-    for name in ("a", "b"):
-        out = tmp_path_factory.mktemp(name)
-        metrics = run_train(tiny_qwen3_vl_small, data, out, "experiment=adaptsoft",
-                            "trainer.total_training_steps=2", "trainer.save_freq=-1",
-                            "trainer.n_gpus_per_node=1", f"trainer.rollout_data_dir={out / 'r'}",
-                            "reward.custom_reward_function.name=compute_score_deterministic")
-        dumps = {p.name: [json.loads(x) for x in p.read_text().splitlines()]
-                 for p in sorted((out / "r").glob("*.jsonl"))}
-        runs.append((metrics, dumps))
-    (ma, da), (mb, db) = runs
+    again = train_adaptsoft(tiny_qwen3_vl_small, train_data, tmp_path)
+    (ma, da), (mb, db) = (adaptsoft_run.metrics, adaptsoft_run.dumps), (again.metrics, again.dumps)
     assert sorted(da) == ["1.jsonl", "2.jsonl"]
     for step in da:  # the texts first (the rollouts), then everything dumped with them
         assert [r["output"] for r in da[step]] == [r["output"] for r in db[step]], step
@@ -321,3 +313,4 @@ def test_two_training_runs_draw_identical_rollouts(tiny_qwen3_vl_small, tmp_path
     for a, b in zip(ma, mb, strict=True):
         same = {k: v for k, v in a.items() if not any(t in k for t in timing)}
         assert same == {k: b[k] for k in same}
+    assert any(k.startswith("val-") for k in ma[-1])  # validation ran in both, the same

@@ -1,16 +1,20 @@
 """``python -m soft_spatial.train`` ended by a real signal to its driver: SIGTERM (Slurm at the time
 limit or on preemption, ``timeout``, ``kill``) as SIGINT (Ctrl-C): the driver exits 128 + the signal
 with one line saying so (no stack dump, no abort), no process of its Ray session is left, the run
-directory is unlocked and its last checkpoint is there to resume from (that a run resumes from it:
-tests/e2e/test_train_cpu.py's killed run; one training start-up here, for CI's 30 minutes).
+directory is unlocked and its last checkpoint is there: the same command is then a no-op.
 
-The run (verl's real trainer on the CPU, the hard preset) stops in its TaskRunner right after step
-1's checkpoint (``tests/support/barrier.py``, loaded in every Ray process through
-``VERL_USE_EXTERNAL_MODULES``) and is signalled there; no sleeping. Held there, its local Ray is
-also checked (issue 44): every Ray process listens on 127.0.0.1 only, with the run's own token
-(0600, in the run's private Ray directory; nothing in ``~/.ray``), and the checkpoint carries the
-soft settings that trained it. (The handler's life in-process, a SIGTERM a finalizer swallowed:
-tests/infra/test_signals.py.)"""
+The run (verl's real trainer on the CPU, the soft_fixed preset, 2 steps) stops in its TaskRunner right
+after step 2's checkpoint, the last of its budget (``tests/support/barrier.py``, loaded in every Ray
+process through ``VERL_USE_EXTERNAL_MODULES``), and is signalled there; no sleeping. Held there:
+every step's metrics were logged before its checkpoint (verl 0.9.1 saves first: a run ended right
+after its last save lost that step's metrics, and its resumed run trained a step past the budget);
+its local Ray listens on 127.0.0.1 only, with the run's own token (0600, in the run's private Ray
+directory; nothing in ``~/.ray``: issue 44); the checkpoint carries the soft settings that trained
+it. One training start-up for all of it (it was two: a SIGKILLed run and a signalled one). A
+resume that trains on: tests/e2e/test_train_cpu.py's run-life test; a SIGKILLed driver's Ray
+session reaped: tests/infra/test_ray_session.py; the handler's life in-process, a SIGTERM a
+finalizer swallowed: tests/infra/test_signals.py."""
+import json
 import os
 import signal
 import subprocess
@@ -28,13 +32,6 @@ from soft_spatial.infra.procs import alive, start_time  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SAVED = "verl.trainer.ppo.ray_trainer:RayPPOTrainer._save_checkpoint"
-
-
-@pytest.fixture(scope="module")
-def train_data(tmp_path_factory, tiny_qwen3_vl_small):
-    from train_helpers import prepare_train_data
-
-    return prepare_train_data(tmp_path_factory.mktemp("train_data"), tiny_qwen3_vl_small)
 
 
 def _descendants(pid: int) -> list:
@@ -91,14 +88,23 @@ def _gone(procs, within=120.0) -> list:
         time.sleep(0.2)
 
 
+def _snapshot(root: Path) -> dict:
+    return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _steps_logged(tmp_path: Path) -> list:
+    return [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+
+
 @pytest.mark.slow
 # SIGTERM only (a whole training start-up per signal; CI's 30 minutes): SIGINT takes the same way out
 # (Terminated is a KeyboardInterrupt), as the prepare, export and evaluation signal tests show
 @pytest.mark.parametrize("sig", [signal.SIGTERM], ids=["SIGTERM"])
-def test_a_signal_ends_training_cleanly_and_leaves_no_ray_process(tiny_qwen3_vl_small, train_data,
-                                                                   tmp_path, sig):
+def test_a_signal_after_the_last_checkpoint_ends_training_cleanly_and_the_rerun_is_a_no_op(
+        tiny_qwen3_vl_small, train_data, tmp_path, sig):
     from soft_spatial.infra.cache import cache_root
     from soft_spatial.softthink.settings import SETTINGS_FILE
+    from train_helpers import assert_one_step, run_train
 
     out = tmp_path / "ckpt"
     gate = tmp_path / "gate"
@@ -110,11 +116,15 @@ def test_a_signal_ends_training_cleanly_and_leaves_no_ray_process(tiny_qwen3_vl_
         VERL_PLATFORM="cpu",  # as after any test that selected the CPU platform in this process
         VERL_FILE_LOGGER_PATH=str(tmp_path / "metrics.jsonl"), VERL_USE_EXTERNAL_MODULES="barrier",
         SOFT_SPATIAL_FORWARD_ENV=f"{barrier.DIR_ENV} {barrier.AFTER_ENV}"))
-    cmd = [sys.executable, "-m", "soft_spatial.train", "model=tiny", "cluster=cpu", "experiment=hard",
+    # the budget: 2 steps, one checkpoint (step 2's, where the barrier holds the run); one rank
+    # (two ranks' Ray processes: tests/e2e/test_multinode_train.py)
+    budget = ("experiment=soft_fixed", "trainer.total_training_steps=2", "trainer.save_freq=2",
+              "trainer.n_gpus_per_node=1")
+    cmd = [sys.executable, "-m", "soft_spatial.train", "model=tiny", "cluster=cpu",
            f"model.path={tiny_qwen3_vl_small}", f"data.train_files={train_data / 'train.parquet'}",
            f"data.val_files={train_data / 'test.parquet'}", f"trainer.default_local_dir={out}",
            f"reward.custom_reward_function.path={ROOT / 'tests' / 'support' / 'smoke_reward.py'}",
-           "trainer.total_training_steps=2", "trainer.save_freq=1"]
+           *budget]
     log = tmp_path / "train.log"
     with open(log, "w") as f:
         driver = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
@@ -124,10 +134,15 @@ def test_a_signal_ends_training_cleanly_and_leaves_no_ray_process(tiny_qwen3_vl_
         ray_dir = ray_session.runs_root() / f"{driver.pid}-{start_time(driver.pid)}"
         started = _descendants(driver.pid)  # Ray's processes, the watchdog, the TaskRunner
         assert runner in [p for p, _ in started] or runner in ray_session.session_pids(ray_dir)
-        assert (out / "latest_checkpointed_iteration.txt").read_text() == "1"
+        assert (out / "latest_checkpointed_iteration.txt").read_text() == "2"
+        # each step was logged before its checkpoint was written; the soft_fixed preset's
+        # end-to-end check
+        assert _steps_logged(tmp_path) == [1, 2]
+        for line in (tmp_path / "metrics.jsonl").read_text().splitlines():
+            assert_one_step(json.loads(line)["data"], "soft_fixed")
         _assert_local_ray_is_private(ray_dir, [p for p, _ in started] + ray_session.session_pids(ray_dir), home)
         # the checkpoint carries the settings that trained it; the run keeps their key
-        assert (out / "global_step_1" / SETTINGS_FILE).read_bytes() == (out / SETTINGS_FILE).read_bytes()
+        assert (out / "global_step_2" / SETTINGS_FILE).read_bytes() == (out / SETTINGS_FILE).read_bytes()
         assert (out / "soft_settings.key.json").is_file()
         driver.send_signal(sig)
         driver.wait(timeout=300)
@@ -140,10 +155,7 @@ def test_a_signal_ends_training_cleanly_and_leaves_no_ray_process(tiny_qwen3_vl_
         left = _gone(started + [(p, start_time(p)) for p in ray_session.session_pids(ray_dir)])
         assert not left, {p: Path(f"/proc/{p}/cmdline").read_bytes()[:80] for p, _ in left}
         assert not ray_dir.exists()
-        # resumable: the last checkpoint is there and nothing holds the run directory (a run
-        # killed after a checkpoint resuming from it, one metrics line per step: test_train_cpu.py)
-        assert (out / "latest_checkpointed_iteration.txt").read_text() == "1"
-        with DirLock(out, "training run directory"):
+        with DirLock(out, "training run directory"):  # nothing holds the run directory
             pass
     finally:
         if driver.poll() is None:
@@ -152,3 +164,13 @@ def test_a_signal_ends_training_cleanly_and_leaves_no_ray_process(tiny_qwen3_vl_
         for pid, t in started:
             if alive(pid) and start_time(pid) == t:
                 os.kill(pid, signal.SIGKILL)
+    # the same command again: its budget is spent, so nothing is trained, no Ray is started and
+    # nothing moves
+    before, files = log.read_text(), _snapshot(out)
+    run_train(tiny_qwen3_vl_small, train_data, tmp_path, *budget)
+    new = log.read_text()[len(before):]
+    assert "finished: the latest checkpoint is step 2, trainer.total_training_steps=2" in new
+    assert "Ray instance" not in new and "Training Progress" not in new
+    assert _steps_logged(tmp_path) == [1, 2]
+    assert _snapshot(out) == files and (out / "latest_checkpointed_iteration.txt").read_text() == "2"
+    assert sorted(p.name for p in out.glob("global_step_*")) == ["global_step_2"]

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -48,6 +49,35 @@ def run_train(model, data, out, *overrides, timeout=1800, env=None, ok=True):
     assert (res.returncode == 0) == ok, log[-4000:]
     return [json.loads(line)["data"] | {"step": json.loads(line)["step"]}
             for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+#: the run-life test's first run, which the noise test also reads (one training start-up for both):
+#: 2 adaptsoft steps on one rank (one rollout server sees each whole batch: reproducible rows), a
+#: checkpoint at step 2, TensorBoard, validation generations at step 2, verl's rollout dumps and
+#: the smoke reward without its random tie-break (so that a second run can be compared bit for bit)
+ADAPTSOFT_RUN = ("experiment=adaptsoft", "trainer.total_training_steps=2", "trainer.save_freq=2",
+                 "trainer.n_gpus_per_node=1", "trainer.logger=[console,file,tensorboard]",
+                 "trainer.test_freq=2", "trainer.log_val_generations=2",
+                 "actor_rollout_ref.rollout.val_kwargs.n=1",
+                 "reward.custom_reward_function.name=compute_score_deterministic")
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    """A finished ``ADAPTSOFT_RUN`` as it was when it ended: its directory (``ckpt/``,
+    ``metrics.jsonl``, ``tb/``, the dumps in ``r/``; a test may go on training there), its metrics
+    and its rollout dumps ({file name: rows}) read then."""
+    out: Path
+    metrics: list
+    dumps: dict
+
+
+def train_adaptsoft(model, data, out: Path) -> TrainedRun:
+    metrics = run_train(model, data, out, *ADAPTSOFT_RUN, f"trainer.rollout_data_dir={out / 'r'}",
+                        env={"TENSORBOARD_DIR": str(out / "tb")})
+    dumps = {p.name: [json.loads(x) for x in p.read_text().splitlines()]
+             for p in sorted((out / "r").glob("*.jsonl"))}
+    return TrainedRun(out, metrics, dumps)
 
 
 def assert_one_step(m: dict, preset: str) -> None:

@@ -17,7 +17,9 @@ of a kind on a machine runs slower (Triton's JIT, cold caches: 52 s to start aga
 model) starts and stops a **warm-up engine** first (a marker in the scratch directory remembers
 it for later calls on the same machine). Each job reports how many decode batches replayed a CUDA
 graph and how many ran eagerly, counted in SGLang's scheduler processes. A dry run does the same
-with the tiny model on the CPU (2 prompts, 8 steps, once; SGLang captures no graphs there).
+with the tiny model on the CPU (2 prompts, 8 steps, once; SGLang captures no graphs there), and
+starts one warm-up engine for the whole plan: a CPU engine has no JIT and its kinds share every
+cache, so a warm-up per kind would only repeat the same start-up.
 """
 from __future__ import annotations
 
@@ -37,8 +39,8 @@ from soft_spatial.bench.gpu.sglang_args import (FUSED_ATTENTION, cpu_args, cuda_
                                               unset_backends)
 from soft_spatial.models.shapes import QWEN3_VL_2B_TEXT
 
-__all__ = ["EngineSpec", "measure", "render", "server_args", "shape", "measure_sync",
-           "render_sync", "plugin_engine", "engine"]
+__all__ = ["EngineSpec", "measure", "render", "server_args", "shape", "warm_kind", "warm_up",
+           "measure_sync", "render_sync", "plugin_engine", "engine"]
 
 
 @dataclass(frozen=True)
@@ -161,8 +163,14 @@ def engine(ctx: KitContext, spec: EngineSpec, graph_log=None):
             wait_device_free()
 
 
+def warm_kind(ctx: KitContext, spec: EngineSpec) -> str:
+    """What one warm-up engine warms: a kind (kernels, attention, model) on a device; on a dry
+    run the CPU, once for every kind (module docstring)."""
+    return "dry-run" if ctx.dry_run else f"{spec.kernels}-{spec.attention}-{spec.model}"
+
+
 def _warm_marker(ctx: KitContext, spec: EngineSpec):
-    return ctx.work / "warm" / f"{spec.kernels}-{spec.attention}-{spec.model}"
+    return ctx.work / "warm" / warm_kind(ctx, spec)
 
 
 def warm_up(ctx: KitContext, spec: EngineSpec) -> float | None:

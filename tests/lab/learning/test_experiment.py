@@ -353,14 +353,14 @@ def test_reduced_learning_run_changes_policy_and_controller(tmp_path):
            "data.train=160", "data.test=6", "model.hidden_size=64", "model.intermediate_size=128",
            "model.num_hidden_layers=2", "model.head_dim=16", "model.vision_hidden_size=32",
            "model.vision_depth=1", "warmstart.steps=25", "warmstart.batch_size=16",
-           "train.steps=3", "train.save_freq=3", "eval.samples=1", "eval.max_new_tokens=24"]
+           "train.steps=2", "train.save_freq=2", "eval.samples=1", "eval.max_new_tokens=24"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0")
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, env=env, cwd=ROOT)
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
-    assert "adaptsoft step 3/3" in res.stdout and (out / "report.md").is_file()
+    assert "adaptsoft step 2/2" in res.stdout and (out / "report.md").is_file()
 
     metrics = read_metrics(out / "runs/adaptsoft/checkpoints/metrics.jsonl")
-    assert [m["step"] for m in metrics] == [1, 2, 3]
+    assert [m["step"] for m in metrics] == [1, 2]
     assert any(m["critic/score/max"] > m["critic/score/min"] for m in metrics)  # GRPO signal
     assert len({m["critic/score/mean"] for m in metrics}) > 1  # the reward is not constant
     assert all(m["actor/grad_norm"] > 0 and m["actor/adaptsoft/grad_norm"] > 0 for m in metrics)
@@ -373,7 +373,7 @@ def test_reduced_learning_run_changes_policy_and_controller(tmp_path):
     final = load_file(next((out / "runs/adaptsoft/final").glob("*.safetensors")))
     moved = [k for k in warm if not torch.equal(warm[k], final[k])]
     assert moved and all(torch.isfinite(v).all() for v in final.values())
-    blob = torch.load(out / "runs/adaptsoft/checkpoints/global_step_3/actor/adaptsoft.pt",
+    blob = torch.load(out / "runs/adaptsoft/checkpoints/global_step_2/actor/adaptsoft.pt",
                       weights_only=False)
     initial = AdaptSoft(**blob["controller_config"]).state_dict()
     trained = blob["controller"]
