@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import barrier  # noqa: E402
+from eval_helpers import tree  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SAVED = "verl.model_merger.base_model_merger:BaseModelMerger.save_hf_model_and_tokenizer"
@@ -68,10 +69,6 @@ def _env(**extra):
 
 def export_cmd(ckpt, out, *args):
     return [sys.executable, "-m", "soft_spatial.export", str(ckpt), str(out), *args]
-
-
-def tree(root: Path) -> dict:
-    return {p: (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
 
 
 def _alive(pid: int) -> bool:

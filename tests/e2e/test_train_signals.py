@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 import barrier  # noqa: E402
+from eval_helpers import tree  # noqa: E402
 
 from soft_spatial.infra import ray_session  # noqa: E402
 from soft_spatial.infra.dirlock import DirLock  # noqa: E402
@@ -88,14 +89,6 @@ def _gone(procs, within=120.0) -> list:
         time.sleep(0.2)
 
 
-def _snapshot(root: Path) -> dict:
-    return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def _steps_logged(tmp_path: Path) -> list:
-    return [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-
-
 @pytest.mark.slow
 # SIGTERM only (a whole training start-up per signal; CI's 30 minutes): SIGINT takes the same way out
 # (Terminated is a KeyboardInterrupt), as the prepare, export and evaluation signal tests show
@@ -137,9 +130,10 @@ def test_a_signal_after_the_last_checkpoint_ends_training_cleanly_and_the_rerun_
         assert (out / "latest_checkpointed_iteration.txt").read_text() == "2"
         # each step was logged before its checkpoint was written; the soft_fixed preset's
         # end-to-end check
-        assert _steps_logged(tmp_path) == [1, 2]
-        for line in (tmp_path / "metrics.jsonl").read_text().splitlines():
-            assert_one_step(json.loads(line)["data"], "soft_fixed")
+        logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+        assert [m["step"] for m in logged] == [1, 2]
+        for m in logged:
+            assert_one_step(m["data"], "soft_fixed")
         _assert_local_ray_is_private(ray_dir, [p for p, _ in started] + ray_session.session_pids(ray_dir), home)
         # the checkpoint carries the settings that trained it; the run keeps their key
         assert (out / "global_step_2" / SETTINGS_FILE).read_bytes() == (out / SETTINGS_FILE).read_bytes()
@@ -166,11 +160,11 @@ def test_a_signal_after_the_last_checkpoint_ends_training_cleanly_and_the_rerun_
                 os.kill(pid, signal.SIGKILL)
     # the same command again: its budget is spent, so nothing is trained, no Ray is started and
     # nothing moves
-    before, files = log.read_text(), _snapshot(out)
-    run_train(tiny_qwen3_vl_small, train_data, tmp_path, *budget)
+    before, files = log.read_text(), tree(out)
+    metrics = run_train(tiny_qwen3_vl_small, train_data, tmp_path, *budget)
     new = log.read_text()[len(before):]
     assert "finished: the latest checkpoint is step 2, trainer.total_training_steps=2" in new
     assert "Ray instance" not in new and "Training Progress" not in new
-    assert _steps_logged(tmp_path) == [1, 2]
-    assert _snapshot(out) == files and (out / "latest_checkpointed_iteration.txt").read_text() == "2"
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert tree(out) == files and (out / "latest_checkpointed_iteration.txt").read_text() == "2"
     assert sorted(p.name for p in out.glob("global_step_*")) == ["global_step_2"]

@@ -39,8 +39,8 @@ from soft_spatial.bench.gpu.sglang_args import (FUSED_ATTENTION, cpu_args, cuda_
                                               unset_backends)
 from soft_spatial.models.shapes import QWEN3_VL_2B_TEXT
 
-__all__ = ["EngineSpec", "measure", "render", "server_args", "shape", "warm_kind", "warm_up",
-           "measure_sync", "render_sync", "plugin_engine", "engine"]
+__all__ = ["EngineSpec", "measure", "render", "server_args", "shape", "warm_up", "measure_sync",
+           "render_sync", "plugin_engine", "engine"]
 
 
 @dataclass(frozen=True)
@@ -163,14 +163,11 @@ def engine(ctx: KitContext, spec: EngineSpec, graph_log=None):
             wait_device_free()
 
 
-def warm_kind(ctx: KitContext, spec: EngineSpec) -> str:
+def _warm_marker(ctx: KitContext, spec: EngineSpec):
     """What one warm-up engine warms: a kind (kernels, attention, model) on a device; on a dry
     run the CPU, once for every kind (module docstring)."""
-    return "dry-run" if ctx.dry_run else f"{spec.kernels}-{spec.attention}-{spec.model}"
-
-
-def _warm_marker(ctx: KitContext, spec: EngineSpec):
-    return ctx.work / "warm" / warm_kind(ctx, spec)
+    kind = "dry-run" if ctx.dry_run else f"{spec.kernels}-{spec.attention}-{spec.model}"
+    return ctx.work / "warm" / kind
 
 
 def warm_up(ctx: KitContext, spec: EngineSpec) -> float | None:
