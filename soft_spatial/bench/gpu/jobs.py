@@ -6,7 +6,8 @@ it); :data:`soft_spatial.bench.gpu.runner.KINDS` maps its kind to the functions 
 render it. The estimates (:attr:`Job.est_s`) come from the recorded runs
 (docs/results/gpu-runs.md, 2026-11-26: model build 21–28 s, an F job 36–76 s with its engine's
 start 28–52 s, the first engine of a call 52 s, D's references 17 s, a D engine 39–51 s, E's two
-steps 244–256 s with the quick model's build) and are what :data:`LEASES` is packed with
+steps 244–256 s with the quick model's build; 2026-11-28: the first engine with SGLang's fused
+kernels on a fresh machine about 130 s, its first graph capture 67 s) and are what :data:`LEASES` is packed with
 (docs/gpu.md, "The lease plan", is checked against them by tests/bench/gpu/test_jobs.py).
 """
 from __future__ import annotations
@@ -16,8 +17,10 @@ from dataclasses import dataclass, field
 __all__ = ["Job", "plan", "LEASES", "DRY_RUN", "FIRST_ENGINE_S", "lease_only", "lease_seconds",
            "PLAN_S_PER_CALL", "PLAN_S_PER_LEASE"]
 
-#: what the first engine of a kind adds to a call (Triton's JIT, cold caches): 52 s against 28–32
-FIRST_ENGINE_S = 25.0
+#: what the first engine of a kind adds to a call, by its kernels (Triton's JIT, cold caches):
+#: native ops 52 s against 28–32 (2026-11-26), a warm-up engine 34 s; SGLang's fused kernels about
+#: 130 s, its first CUDA-graph capture (64 rows) 67 s, against 30–42 s warm (2026-11-28)
+FIRST_ENGINE_S = {"native": 25.0, "fused": 110.0}
 #: a guess, never measured: flashinfer's JIT building its decode, prefill and cascade modules
 FLASHINFER_BUILD_S = 180.0
 #: the plan's deadline in one call (docs/gpu.md's one-call recipe: 560 s after the call began,
@@ -63,8 +66,10 @@ def _f(name: str, engine: str, mode: str, *, overlap: bool, kernels: str = "nati
             "overlap": overlap, "kernels": kernels, "model": model}
     if attention:
         args["attention"] = attention
-    return Job(part, name, cap or (150 if model == "8b" else 130), est, needs, part == "X",
-               60.0, args)
+    # the cap holds the kind's warm-up engine too: a fresh machine's first fused job took more
+    # than 130 s (2026-11-28: killed at its cap while its warm-up engine captured its graphs)
+    default = 130 + (FIRST_ENGINE_S[kernels] if kernels == "fused" else 0) + (20 if model == "8b" else 0)
+    return Job(part, name, cap or default, est, needs, part == "X", 60.0, args)
 
 
 def _e(name: str, est: float, part: str = "E", **spec) -> Job:
@@ -140,26 +145,26 @@ def _jobs() -> list[Job]:
 # The next three 15-minute loans, two calls each (docs/gpu.md, "The lease plan"), in order of
 # value. A loan is 900 s of device time: the machine's start (1-3 min), each call's transfer,
 # install and interpreter start (~30 s), the plans; so a call's plan holds at most
-# PLAN_S_PER_CALL and a loan's two at most PLAN_S_PER_LEASE by the estimates.
+# PLAN_S_PER_CALL and a loan's two at most PLAN_S_PER_LEASE by the estimates. (The F table with
+# fused kernels, overlap on and off, native ops and the sampler's sync ran on 2026-11-28:
+# docs/results/gpu-runs.md.)
 LEASES = [
-    [  # 1: the like-for-like F table: fused kernels (what users run), overlap on and off on
-        # both sides; then native ops, overlap off (the earlier leases' setting); the sampler's
-        # sync check (the overlap decision's first half)
-        ["model/build", "F/fused-stock-hard", "F/fused-plugin-fixed-overlap-on",
-         "F/fused-plugin-adaptsoft-overlap-on", "F/fused-stock-hard-overlap-off",
-         "F/fused-plugin-fixed", "F/fused-plugin-adaptsoft"],
-        ["model/build", "F/stock-hard-overlap-off", "F/plugin-fixed", "F/plugin-adaptsoft",
-         "X/sync"],
-    ],
-    [  # 2: does E decide (fp32 within 1e-3 nats; bf16 on the parity weights); graphs-on
+    [  # 1: does E decide (fp32 within 1e-3 nats; bf16 on the parity weights); graphs-on
         # parity; the overlap decision's parity (overlap on vs off, fp32)
         ["model/build", "D/references", "G/fixed", "G/adaptsoft", "E/fp32"],
         ["model/build", "E/bf16", "X/overlap-parity"],
     ],
-    [  # 3: the paper's shape, a step's price against stock verl; native ops overlap on
-        ["model/build-8b", "F/8b-stock-hard", "F/8b-plugin-fixed", "E/hard"],
-        ["model/build", "F/stock-hard", "F/plugin-fixed-overlap-on",
-         "F/plugin-adaptsoft-overlap-on"],
+    [  # 2: where the plugin's step goes with fused kernels (0.53-0.63x stock hard at 64 rows,
+        # 2026-11-28): plugin hard beside stock hard, fixed and adaptsoft on one machine; the
+        # paper's shape
+        ["model/build", "F/fused-stock-hard-overlap-off", "F/fused-plugin-hard",
+         "F/fused-plugin-fixed", "F/fused-plugin-adaptsoft"],
+        ["model/build-8b", "F/8b-stock-hard", "F/8b-plugin-fixed"],
+    ],
+    [  # 3: a step's price against hard thinking on the same pipeline; flashinfer's attention
+        # (verl's choice for SGLang: its JIT build's time is the unknown)
+        ["model/build", "E/hard"],
+        ["model/build", "F/fi-stock-hard", "F/fi-plugin-fixed"],
     ],
 ]
 PLAN_S_PER_LEASE = 720.0  # 900 - 120 (the machine's start) - 2 x 30 (per call)
@@ -183,4 +188,4 @@ def lease_seconds(keys: list[str], jobs: list[Job] | None = None) -> float:
     by = {j.key: j for j in (jobs or plan())}
     firsts = {(by[k].args.get("kernels"), by[k].args.get("model"), by[k].args.get("attention"))
               for k in keys if by[k].args.get("kind") == "engine"}
-    return sum(by[k].est_s for k in keys) + FIRST_ENGINE_S * len(firsts)
+    return sum(by[k].est_s for k in keys) + sum(FIRST_ENGINE_S[kernels] for kernels, _, _ in firsts)
