@@ -1,6 +1,6 @@
 """Fixtures of the end-to-end tests (tests/e2e/): the verl parquet of the OmniSpatial fixture, and
-one real adaptsoft training run that the run-life test (test_train_cpu.py) and the noise test
-(test_noise_streams.py) both read, one training start-up for the two."""
+one real adaptsoft training run that the run-life test (test_train_cpu.py) goes on training and the
+signalled run (test_train_signals.py), a second run of its command, is compared with."""
 import pytest
 
 from train_helpers import TrainedRun, prepare_train_data, train_adaptsoft

@@ -7,7 +7,9 @@ seed a function of the run's schedule, so two runs draw the same noise.
 * the trainer's tagging of every row with its noise key (that the agent loop sends it and the
   local_soft server gives the same rollouts whatever the request ids and arrival order:
   tests/rollout/test_agent_loop.py, tests/rollout/test_server.py);
-* two training runs drawing identical rollouts (slow).
+* two training runs drawing identical rollouts and logging identical metrics: the signalled run of
+  tests/e2e/test_train_signals.py is a second run of the session's ``adaptsoft_run`` command,
+  compared with it while held after its last checkpoint (one training start-up fewer).
 """
 from __future__ import annotations
 
@@ -288,29 +290,3 @@ def test_trainer_tags_every_row_with_a_schedule_key():
     assert all((b[NOISE_ROWS] == 0).all() for b in many)
     seeds = {request_row_seed(0, k) for k in flat}
     assert len(seeds) == len(flat)
-
-
-# -- end to end ------------------------------------------------------------------------------------
-@pytest.mark.slow
-def test_two_training_runs_draw_identical_rollouts(tiny_qwen3_vl_small, train_data, adaptsoft_run,
-                                                   tmp_path):
-    """python -m soft_spatial.train twice, 2 adaptsoft GRPO steps each (the session's
-    ``adaptsoft_run``, which the run-life test also reads, and one more run of the same command):
-    the same rollouts (texts and rewards, verl's ``rollout_data_dir`` dumps) at both steps — the
-    second after an update — and the same training and validation metrics. Before the noise keys
-    every run drew different noise. The smoke reward's random tie-break is left out: it alone would
-    make the runs differ."""
-    from train_helpers import train_adaptsoft
-
-    again = train_adaptsoft(tiny_qwen3_vl_small, train_data, tmp_path)
-    (ma, da), (mb, db) = (adaptsoft_run.metrics, adaptsoft_run.dumps), (again.metrics, again.dumps)
-    assert sorted(da) == ["1.jsonl", "2.jsonl"]
-    for step in da:  # the texts first (the rollouts), then everything dumped with them
-        assert [r["output"] for r in da[step]] == [r["output"] for r in db[step]], step
-        assert da[step] == db[step], step
-    assert len({r["output"] for r in da["1.jsonl"]}) > 1  # the rows differ from each other
-    timing = ("timing", "time", "perf/", "throughput", "memory", "alignment_s")  # clocks
-    for a, b in zip(ma, mb, strict=True):
-        same = {k: v for k, v in a.items() if not any(t in k for t in timing)}
-        assert same == {k: b[k] for k in same}
-    assert any(k.startswith("val-") for k in ma[-1])  # validation ran in both, the same

@@ -19,12 +19,13 @@ from train_helpers import assert_one_step, compose_train, run_train
 PRESETS = ["adaptsoft", "hard", "soft_fixed", "no_hidden", "no_entropy", "no_alignment",
            "no_centering"]
 #: the presets with their own code path are each trained end to end once, checked with
-#: assert_one_step: adaptsoft by the run-life test below (one rank) and by
-#: tests/e2e/test_multinode_train.py (two ranks on two nodes); soft_fixed by the signalled run of
-#: tests/e2e/test_train_signals.py; hard by the GPU kit's E/hard job in the headline dry run
-#: (tests/sglang_real/test_gpu_headline_dry_run.py: verl's trainer on SGLang's engine); no_alignment
-#: by tests/lab/paper/test_ablation.py's row. no_hidden, no_entropy and no_centering change only
-#: the controller's inputs or the centring, run through the real actor update in
+#: assert_one_step: adaptsoft by the run-life test below (one rank), by its second run in
+#: tests/e2e/test_train_signals.py (the signalled run, compared with the first) and by
+#: tests/e2e/test_multinode_train.py (two ranks on two nodes); soft_fixed by the ablation row of
+#: tests/lab/paper/test_ablation.py (no controller: rollout, checkpoint, export, evaluation); hard
+#: by the GPU kit's E/hard job in the headline dry run (tests/sglang_real/test_gpu_headline_dry_run.py:
+#: verl's trainer on SGLang's engine). no_hidden, no_entropy, no_alignment and no_centering change
+#: only the controller's inputs, its centring or its update, run through the real actor update in
 #: tests/actor/test_adaptsoft_trainer.py (and compose into their settings below)
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,7 +63,7 @@ def test_paper_configuration_values():
 @pytest.mark.slow
 def test_train_resume_export_and_evaluate(tiny_qwen3_vl_small, train_data, adaptsoft_run, monkeypatch):
     """The life of a run, one verl start-up per stage: 2 adaptsoft steps (TensorBoard, validation
-    generations: the session's ``adaptsoft_run``, which the noise test also reads), killed after
+    generations: the session's ``adaptsoft_run``, which the signalled run repeats and compares), killed after
     logging step 3, resumed (policy, controller, AdamW state and scaler restored), exported with
     verl's merger and evaluated from the export alone."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

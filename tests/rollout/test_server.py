@@ -3,7 +3,7 @@ batch whose rows carry noise keys is decoded once all its rows are in, in key or
 the keys, one engine call per set of sampling params; each answer is verl's TokenOutput with the
 response's records, one per token, and the weight version it was sampled with; a failed batch
 fails each of its requests and the server goes on; fresh request ids and another arrival order give
-the same rollouts. (That two training runs draw the same rollouts: tests/e2e/test_noise_streams.py.)"""
+the same rollouts. (That two training runs draw the same rollouts: tests/e2e/test_train_signals.py.)"""
 import asyncio
 import uuid
 

@@ -37,21 +37,32 @@ def run_train(model, data, out, *overrides, timeout=1800, env=None, ok=True):
     assert exit status 0 (else assert a failure)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0",
                VERL_FILE_LOGGER_PATH=str(out / "metrics.jsonl"), **(env or {}))
-    cmd = [sys.executable, "-m", "soft_spatial.train", "model=tiny", "cluster=cpu",
-           f"model.path={model}", f"data.train_files={data / 'train.parquet'}",
-           f"data.val_files={data / 'test.parquet'}", f"trainer.default_local_dir={out / 'ckpt'}",
-           f"reward.custom_reward_function.path={ROOT / 'tests' / 'support' / 'smoke_reward.py'}",
-           *overrides]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    res = subprocess.run(train_command(model, data, out, *overrides), capture_output=True,
+                         text=True, timeout=timeout, env=env, cwd=ROOT)
     log = res.stdout + res.stderr
     with open(out / "train.log", "a") as f:
         f.write(log)
     assert (res.returncode == 0) == ok, log[-4000:]
+    return logged_metrics(out)
+
+
+def train_command(model, data, out, *overrides) -> list[str]:
+    """``python -m soft_spatial.train`` on the CPU preset with the tiny model, training into
+    ``out/ckpt`` on the fixture's parquet with the smoke reward, and ``overrides``."""
+    return [sys.executable, "-m", "soft_spatial.train", "model=tiny", "cluster=cpu",
+            f"model.path={model}", f"data.train_files={data / 'train.parquet'}",
+            f"data.val_files={data / 'test.parquet'}", f"trainer.default_local_dir={out / 'ckpt'}",
+            f"reward.custom_reward_function.path={ROOT / 'tests' / 'support' / 'smoke_reward.py'}",
+            *overrides]
+
+
+def logged_metrics(out: Path) -> list[dict]:
+    """``out/metrics.jsonl`` (verl's file logger), one dict per line: its data and its step."""
     return [json.loads(line)["data"] | {"step": json.loads(line)["step"]}
             for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-#: the run-life test's first run, which the noise test also reads (one training start-up for both):
+#: the run-life test's first run, which the signalled run repeats and compares (one start-up each):
 #: 2 adaptsoft steps on one rank (one rollout server sees each whole batch: reproducible rows), a
 #: checkpoint at step 2, TensorBoard, validation generations at step 2, verl's rollout dumps and
 #: the smoke reward without its random tie-break (so that a second run can be compared bit for bit)
@@ -72,12 +83,40 @@ class TrainedRun:
     dumps: dict
 
 
+def adaptsoft_run_args(out: Path) -> tuple[tuple[str, ...], dict]:
+    """The overrides and environment of ``ADAPTSOFT_RUN`` trained into ``out``."""
+    return (*ADAPTSOFT_RUN, f"trainer.rollout_data_dir={out / 'r'}"), {"TENSORBOARD_DIR": str(out / "tb")}
+
+
+def rollout_dumps(out: Path) -> dict:
+    """verl's rollout dumps of a run in ``out`` (``trainer.rollout_data_dir=out/r``): {file: rows}."""
+    return {p.name: [json.loads(x) for x in p.read_text().splitlines()]
+            for p in sorted((out / "r").glob("*.jsonl"))}
+
+
 def train_adaptsoft(model, data, out: Path) -> TrainedRun:
-    metrics = run_train(model, data, out, *ADAPTSOFT_RUN, f"trainer.rollout_data_dir={out / 'r'}",
-                        env={"TENSORBOARD_DIR": str(out / "tb")})
-    dumps = {p.name: [json.loads(x) for x in p.read_text().splitlines()]
-             for p in sorted((out / "r").glob("*.jsonl"))}
-    return TrainedRun(out, metrics, dumps)
+    overrides, env = adaptsoft_run_args(out)
+    metrics = run_train(model, data, out, *overrides, env=env)
+    return TrainedRun(out, metrics, rollout_dumps(out))
+
+
+#: clocks: the metrics two identical runs need not share
+CLOCKS = ("timing", "time", "perf/", "throughput", "memory", "alignment_s")
+
+
+def assert_same_rollouts_and_metrics(a: TrainedRun, b: TrainedRun) -> None:
+    """Two runs of ``ADAPTSOFT_RUN`` drew the same rollouts (texts and rewards, verl's dumps) at
+    both steps, the second after an update, and logged the same training and validation metrics
+    but for clocks."""
+    assert sorted(a.dumps) == ["1.jsonl", "2.jsonl"]
+    for step in a.dumps:  # the texts first (the rollouts), then everything dumped with them
+        assert [r["output"] for r in a.dumps[step]] == [r["output"] for r in b.dumps[step]], step
+        assert a.dumps[step] == b.dumps[step], step
+    assert len({r["output"] for r in a.dumps["1.jsonl"]}) > 1  # the rows differ from each other
+    for x, y in zip(a.metrics, b.metrics, strict=True):
+        same = {k: v for k, v in x.items() if not any(t in k for t in CLOCKS)}
+        assert same == {k: y[k] for k in same}
+    assert any(k.startswith("val-") for k in a.metrics[-1])  # validation ran in both, the same
 
 
 def assert_one_step(m: dict, preset: str) -> None:
