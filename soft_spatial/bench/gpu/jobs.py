@@ -107,9 +107,11 @@ def _jobs() -> list[Job]:
         *_f_table("fused"),
         Job("D", "references", 150, 17.0, ("model/build",),
             args={"kind": "refs", "modes": ["fixed", "adaptsoft"]}),
-        Job("G", "fixed", 130, 50.0, ("D/references",), args={"kind": "parity", "mode": "fixed",
-                                                                "graphs": True}),
-        Job("G", "adaptsoft", 130, 50.0, ("D/references",),
+        # G's first engine captures fp32 graphs through Triton's JIT on a fresh machine: still at
+        # its first capture 45 s in (2026-11-28, cut by the deadline); the cap holds that
+        Job("G", "fixed", 240, 120.0, ("D/references",), args={"kind": "parity", "mode": "fixed",
+                                                                 "graphs": True}),
+        Job("G", "adaptsoft", 240, 50.0, ("D/references",),
             args={"kind": "parity", "mode": "adaptsoft", "graphs": True}),
         Job("D", "fixed", 130, 51.0, ("D/references",), args={"kind": "parity", "mode": "fixed"}),
         Job("D", "adaptsoft", 130, 39.0, ("D/references",),
@@ -150,9 +152,9 @@ def _jobs() -> list[Job]:
 # docs/results/gpu-runs.md.)
 LEASES = [
     [  # 1: does E decide (fp32 within 1e-3 nats; bf16 on the parity weights); graphs-on
-        # parity; the overlap decision's parity (overlap on vs off, fp32)
+        # parity. (Overlap's parity waits: overlap stays off on its speed, 2026-11-28.)
         ["model/build", "D/references", "G/fixed", "G/adaptsoft", "E/fp32"],
-        ["model/build", "E/bf16", "X/overlap-parity"],
+        ["model/build", "E/bf16"],
     ],
     [  # 2: where the plugin's step goes with fused kernels (0.53-0.63x stock hard at 64 rows,
         # 2026-11-28): plugin hard beside stock hard, fixed and adaptsoft on one machine; the
