@@ -79,15 +79,3 @@ def test_importing_the_registering_modules_registers_nothing():
         assert "soft_thinking_agent" not in s["agents"]
         assert "local_soft" not in s["replicas"] and ("local_soft", "async") not in s["adapters"]
     """, VERL_PLATFORM="cpu")
-
-
-def test_plugin_registers_sglang_soft_lazily():
-    code = ("import sys, soft_spatial.plugin\n"
-            "from verl.workers.rollout.replica import RolloutReplicaRegistry\n"
-            "from verl.workers.rollout.base import _ROLLOUT_REGISTRY\n"
-            "assert 'sglang_soft' in RolloutReplicaRegistry._registry\n"
-            "assert ('sglang_soft', 'async') in _ROLLOUT_REGISTRY\n"
-            "assert 'sglang' not in sys.modules\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]

@@ -1,6 +1,8 @@
 """Stage c: one actor update through verl's FSDP2 engine on one GPU (a Qwen3-VL-2B-shaped language
-model): hard vs soft_fixed vs adaptsoft time and peak memory, each mode in its own process
-(``python -m soft_spatial.bench.gpu.actor_update MODE MODEL BATCH [--dry-run]`` prints its JSON)."""
+model): hard vs soft_fixed vs adaptsoft time and peak memory, each mode in its own process on a
+device, so that each peak is its own (``python -m soft_spatial.bench.gpu.actor_update
+MODE[,MODE...] MODEL BATCH [--dry-run]`` prints their JSON; a dry run's modes share one process:
+two fewer start-ups of verl on a CPU, where no memory is measured)."""
 from __future__ import annotations
 
 import json
@@ -17,7 +19,10 @@ from soft_spatial.bench.gpu.measure import Ctx, PeakMemory, free_memory, random_
 from soft_spatial.bench.gpu.report import Skip, StageFailed, table
 from soft_spatial.models.shapes import QWEN3_VL_2B_TEXT
 
-__all__ = ["stage_c", "child_c"]
+__all__ = ["stage_c", "child_c", "process_groups", "MODES"]
+
+#: the modes stage c times, hard first (the ratios' denominator)
+MODES = ("hard", "soft_fixed", "adaptsoft")
 
 
 def stage_c(ctx: Ctx) -> list[str]:
@@ -59,15 +64,16 @@ def stage_c(ctx: Ctx) -> list[str]:
     del eng, model
     free_memory()
     results, errors = {}, {}
-    for mode in ("hard", "soft_fixed", "adaptsoft"):
-        cmd = [sys.executable, "-m", "soft_spatial.bench.gpu.actor_update", mode, str(model_dir), str(batch)]
+    for group in process_groups(ctx.dry_run):
+        cmd = [sys.executable, "-m", "soft_spatial.bench.gpu.actor_update", ",".join(group),
+               str(model_dir), str(batch)]
         if ctx.dry_run:
             cmd.append("--dry-run")
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode != 0:
-            errors[mode] = res.stderr[-4000:]
+            errors.update(dict.fromkeys(group, res.stderr[-4000:]))
             continue
-        results[mode] = json.loads(res.stdout.strip().splitlines()[-1])
+        results.update(json.loads(res.stdout.strip().splitlines()[-1]))
     h = results.get("hard") or next(iter(results.values()), None)
     rows_t = [[m, round(r["time_s"], 3), round(r["min_s"], 3), round(r["time_s"] / h["time_s"], 2),
                round(r["peak_mib"], 0), round(r["peak_mib"] / max(h["peak_mib"], 1e-3), 2),
@@ -82,27 +88,27 @@ def stage_c(ctx: Ctx) -> list[str]:
             f"{'fp32' if ctx.dry_run else 'bf16'} compute, gradient checkpointing "
             f"{'off' if ctx.dry_run else 'on'}; one micro-batch update of {rows} sequences × {steps} response tokens "
             f"(adaptsoft rollouts; `hard` re-scores their spines as a discrete chain), median "
-            f"of {h['repeats']} updates after a warm-up, each mode in a fresh process. `hard` is "
+            f"of {h['repeats']} updates after a warm-up, each mode in a fresh process"
+            f"{' (a dry run: one process)' if ctx.dry_run else ''}. `hard` is "
             f"verl's stock engine (model type language_model); update peak is the memory an "
             f"update allocates above the weights and optimizer state.",
             "", *table(head, rows_t)]
 
 
-def child_c(mode: str, model_dir: str, batch_path: str, dry_run: bool) -> dict:
-    """One mode's update timing in a fresh process (prints JSON)."""
-    import copy
-    from functools import partial
+def process_groups(dry_run: bool) -> list[tuple[str, ...]]:
+    """The modes each child process times: one each on a device (each peak its own), all in one
+    on a dry run."""
+    return [MODES] if dry_run else [(m,) for m in MODES]
 
+
+def child_c(modes: list[str], model_dir: str, batch_path: str, dry_run: bool) -> dict:
+    """The update timing of each of ``modes`` in this process ({mode: values}; one process group
+    for all of them)."""
     import torch
     cpu = dry_run or not torch.cuda.is_available()
     os.environ.setdefault("VERL_PLATFORM", "cpu" if cpu else "nvidia")
-    from soft_spatial.bench import workloads as H
     from soft_spatial.plugin import register
     register()  # soft_grpo, the soft engine, the CPU platform (VERL_PLATFORM is set above)
-
-    from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
-    from soft_spatial.actor.loss import soft_ppo_loss
-    from soft_spatial.softthink import AdaptSoft, ControllerState, SoftTrace
     from soft_spatial.integration.platform import init_process_group
 
     init_method = "file://" + tempfile.mktemp()
@@ -112,6 +118,21 @@ def child_c(mode: str, model_dir: str, batch_path: str, dry_run: bool) -> dict:
         import torch.distributed as dist
         torch.cuda.set_device(0)
         dist.init_process_group("nccl", init_method=init_method, rank=0, world_size=1)
+    return {mode: _update_timing(mode, model_dir, batch_path, dry_run, cpu) for mode in modes}
+
+
+def _update_timing(mode: str, model_dir: str, batch_path: str, dry_run: bool, cpu: bool) -> dict:
+    """One mode's update: a warm-up, then the median of its repeats and the memory they took."""
+    import copy
+    from functools import partial
+
+    import torch
+
+    from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
+    from soft_spatial.actor.loss import soft_ppo_loss
+    from soft_spatial.bench import workloads as H
+    from soft_spatial.softthink import AdaptSoft, ControllerState, SoftTrace
+
     data = torch.load(batch_path, weights_only=True)
     prompts, outs = data["prompts"], parity.load_completions(data["outs"])
     if mode == "hard":
@@ -149,9 +170,12 @@ def child_c(mode: str, model_dir: str, batch_path: str, dry_run: bool) -> dict:
 def main(argv=None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     dry = "--dry-run" in args
-    mode, model_dir, batch = [a for a in args if a != "--dry-run"]
+    modes, model_dir, batch = [a for a in args if a != "--dry-run"]
+    unknown = [m for m in modes.split(",") if m not in MODES]
+    if unknown:
+        raise SystemExit(f"actor_update: unknown mode(s) {unknown}; the modes are {', '.join(MODES)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    print(json.dumps(child_c(mode, model_dir, batch, dry)))
+    print(json.dumps(child_c(modes.split(","), model_dir, batch, dry)))
     return 0
 
 

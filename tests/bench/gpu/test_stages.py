@@ -46,6 +46,17 @@ def test_check_dry_run_actor_update_stage(tmp_path):
         assert f"| {mode} |" in report
 
 
+def test_stage_c_times_each_mode_in_its_own_process_on_a_device():
+    """Each mode's peak memory is its own only in a fresh process; a dry run (no memory measured)
+    times all three in one, and the child refuses a mode it does not know, naming it."""
+    from soft_spatial.bench.gpu.actor_update import MODES, main, process_groups
+
+    assert process_groups(False) == [("hard",), ("soft_fixed",), ("adaptsoft",)]
+    assert process_groups(True) == [MODES] and MODES[0] == "hard"
+    with pytest.raises(SystemExit, match=r"unknown mode\(s\) \['sofft'\]"):
+        main(["hard,sofft", "m", "b", "--dry-run"])
+
+
 def test_stage_e_is_the_plans_grpo_job_with_a_resume(tmp_path, monkeypatch):
     """Stage e trains to step 1 with a checkpoint and resumes to step 2 through the plan's GRPO job
     (bf16, the tiny default init), within its timeout; a failed run's report is the stage's."""
