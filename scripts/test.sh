@@ -33,10 +33,10 @@ for arg in "$@"; do
     opts+=("$arg")
   fi
 done
-# A whole run moves a few long end-to-end files of the main set behind the SGLang tests, in the
-# same .venv without the overlay, so that both processes take about as long (2026-11-28, idle
-# 2-core machine: main 1,104 s, SGLang 820 s + these files 321 s, 1,150 s wall; another run 1,254 s
-# and 889 + 423 s, 1,324 s wall): the wall time is the longer process's.
+# A whole run moves a few long files of the main set behind the SGLang tests, in the same .venv
+# without the overlay, so that both processes take about as long (2026-11-28, idle 2-core machine:
+# main 1,075 s, SGLang 840 s + these files 322 s, 1,170 s wall; the run before, with the stage
+# tests still in the main process, 1,184 s and 808 + 259 s): the wall time is the longer process's.
 balance=() main_only=()
 if (( ${#main_paths[@]} + ${#sglang_paths[@]} == 0 )); then
   main_paths=(tests) sglang_paths=(tests/sglang_real)
