@@ -173,9 +173,10 @@ PLAN_S_PER_LEASE = 720.0  # 900 - 120 (the machine's start) - 2 x 30 (per call)
 
 # The CPU dry run (tests/sglang_real/test_gpu_headline_dry_run.py): every kind of job and every
 # code path the plan's jobs take, once, at tiny sizes (a GPU-only difference such as bf16 or
-# graphs on is the same code with other arguments: tests/lab/gpu cover those)
+# graphs on is the same code with other arguments: tests/bench/gpu cover those; a D job is a G
+# job without its warm-up generate, and its arguments are checked in tests/bench/gpu/test_headline.py)
 DRY_RUN = ["model/build", "F/stock-hard", "F/plugin-fixed-overlap-on",
-           "F/fused-plugin-adaptsoft", "X/sync", "X/overlap-parity", "D/references", "D/fixed",
+           "F/fused-plugin-adaptsoft", "X/sync", "X/overlap-parity", "D/references",
            "G/adaptsoft", "E/fp32", "E/hard", "model/build-8b", "F/8b-plugin-fixed"]
 
 
