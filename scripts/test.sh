@@ -35,8 +35,8 @@ for arg in "$@"; do
 done
 # A whole run moves a few long files of the main set behind the SGLang tests, in the same .venv
 # without the overlay, so that both processes take about as long (2026-11-28, idle 2-core machine:
-# main 1,075 s, SGLang 840 s + these files 322 s, 1,170 s wall; the run before, with the stage
-# tests still in the main process, 1,184 s and 808 + 259 s): the wall time is the longer process's.
+# main 1,174 s, SGLang 901 s + these files 343 s, 1,251 s wall; another run 1,075 s and 840 + 322 s,
+# 1,170 s wall): the wall time is the longer process's.
 balance=() main_only=()
 if (( ${#main_paths[@]} + ${#sglang_paths[@]} == 0 )); then
   main_paths=(tests) sglang_paths=(tests/sglang_real)
