@@ -75,9 +75,9 @@ ADAPTSOFT_RUN = ("experiment=adaptsoft", "trainer.total_training_steps=2", "trai
 
 @dataclass(frozen=True)
 class TrainedRun:
-    """A finished ``ADAPTSOFT_RUN`` as it was when it ended: its directory (``ckpt/``,
-    ``metrics.jsonl``, ``tb/``, the dumps in ``r/``; a test may go on training there), its metrics
-    and its rollout dumps ({file name: rows}) read then."""
+    """A run of ``ADAPTSOFT_RUN`` as it was when read (when it ended, or held after its last
+    checkpoint): its directory (``ckpt/``, ``metrics.jsonl``, ``tb/``, the dumps in ``r/``; a test
+    may go on training there), its metrics and its rollout dumps ({file name: rows}) read then."""
     out: Path
     metrics: list
     dumps: dict

@@ -170,12 +170,13 @@ def _update_timing(mode: str, model_dir: str, batch_path: str, dry_run: bool, cp
 def main(argv=None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     dry = "--dry-run" in args
-    modes, model_dir, batch = [a for a in args if a != "--dry-run"]
-    unknown = [m for m in modes.split(",") if m not in MODES]
+    arg, model_dir, batch = [a for a in args if a != "--dry-run"]
+    modes = arg.split(",")
+    unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise SystemExit(f"actor_update: unknown mode(s) {unknown}; the modes are {', '.join(MODES)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    print(json.dumps(child_c(modes.split(","), model_dir, batch, dry)))
+    print(json.dumps(child_c(modes, model_dir, batch, dry)))
     return 0
 
 

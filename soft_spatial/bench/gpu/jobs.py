@@ -157,7 +157,7 @@ LEASES = [
         ["model/build", "E/bf16"],
     ],
     [  # 2: where the plugin's step goes with fused kernels (0.53-0.63x stock hard at 64 rows,
-        # 2026-11-28): plugin hard beside stock hard, fixed and adaptsoft on one machine; the
+        # overlap off, 2026-11-28): plugin hard beside stock hard, fixed and adaptsoft on one machine; the
         # paper's shape
         ["model/build", "F/fused-stock-hard-overlap-off", "F/fused-plugin-hard",
          "F/fused-plugin-fixed", "F/fused-plugin-adaptsoft"],
