@@ -1,10 +1,14 @@
-"""One training step with world size 2 across a two-node Ray cluster on one machine.
+"""One training step with world size 2 across a two-node Ray cluster on one machine, in the hard
+preset (its one end-to-end run: discrete thinking through the same rollout, records and replay).
 
 The cluster is started with the launcher that runs under Slurm (python -m soft_spatial.launch:
 a head and a worker raylet with separate resources). The head has 2 CPUs (the TaskRunner takes one,
 one training worker the other) and the worker node 1, so verl's two worker placement groups must
 land on different nodes. The training command runs through `soft_spatial.launch launch`, which appends
-`trainer.nnodes=2` and the plugin environment.
+`trainer.nnodes=2` and the plugin environment after the command's own arguments and names the run
+directory; both nodes' Ray workers have the plugin in their environment (a task on each, after
+training, in a job without the training's runtime_env); and waiting for a third node that never
+comes fails naming the count (one cluster for the training step and the launcher's checks).
 """
 from __future__ import annotations
 
@@ -13,10 +17,10 @@ import sys
 
 import pytest
 
-from launch_helpers import ROOT, parse_check, two_node_cluster
+from launch_helpers import FORWARDED_PLUGIN, PLUGIN, ROOT, parse_check, two_node_cluster
 
 WRAPPER = r'''
-import json, sys
+import json, os, sys
 from pathlib import Path
 import ray
 from hydra import compose, initialize_config_dir
@@ -24,8 +28,17 @@ from soft_spatial.train import CONFIG_DIR, run
 with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
     cfg = compose(config_name="train", overrides=sys.argv[1:])
 run(cfg)
+alive = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+ray.shutdown()  # a job of its own, without the training's runtime_env: the nodes' environment
+ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
+@ray.remote(num_cpus=0)
+def env_of_worker(name):
+    return os.environ.get(name)
+remote_env = {res: ray.get(env_of_worker.options(resources={res: 1}).remote("VERL_USE_EXTERNAL_MODULES"))
+              for res in ("node_a", "node_b")}
 Path(sys.argv[0]).with_suffix(".json").write_text(json.dumps(
-    {"alive_nodes": sorted(n["NodeID"] for n in ray.nodes() if n["Alive"]), "argv": sys.argv[1:]}))
+    {"alive_nodes": alive, "argv": sys.argv[1:], "remote_env": remote_env,
+     "run_dir": os.environ.get("RUN_DIR")}))
 '''
 
 
@@ -45,18 +58,21 @@ def test_one_training_step_across_two_nodes(uneven_two_node_cluster, tiny_qwen3_
     wrapper = tmp_path / "train_and_check.py"
     wrapper.write_text(WRAPPER)
     cluster = uneven_two_node_cluster
-    res = cluster.launcher(
-        "launch", "--address", cluster.address, "--nodes", "2", "--trainer-gpus-per-node", "1",
-        "--", sys.executable, str(wrapper), "model=tiny", "cluster=cpu",
-        f"model.path={tiny_qwen3_vl_small}", f"data.train_files={data / 'train.parquet'}",
-        f"data.val_files={data / 'test.parquet'}", "trainer.total_training_steps=1",
-        "trainer.save_freq=-1", "actor_rollout_ref.rollout.agent.num_workers=1",
-        "experiment=adaptsoft",  # its controller on 2 ranks, each with its rollout server
-        f"reward.custom_reward_function.path={ROOT / 'tests' / 'support' / 'smoke_reward.py'}",
-        timeout=840)
+    args = ["model=tiny", "cluster=cpu", f"model.path={tiny_qwen3_vl_small}",
+            f"data.train_files={data / 'train.parquet'}", f"data.val_files={data / 'test.parquet'}",
+            "trainer.total_training_steps=1", "trainer.save_freq=-1",
+            "actor_rollout_ref.rollout.agent.num_workers=1",
+            "experiment=hard",
+            f"reward.custom_reward_function.path={ROOT / 'tests' / 'support' / 'smoke_reward.py'}"]
+    res = cluster.launcher("launch", "--address", cluster.address, "--nodes", "2",
+                           "--trainer-gpus-per-node", "1", "--", sys.executable, str(wrapper), *args,
+                           timeout=840)
     assert res.returncode == 0, (res.stdout + res.stderr)[-6000:]
     out = parse_check(wrapper, res)
-    assert "trainer.nnodes=2" in out["argv"] and "trainer.n_gpus_per_node=1" in out["argv"]
+    argv = out["argv"]  # the command's own arguments first, then the launcher's
+    assert argv[:len(args) + 1] == [*args, "trainer.nnodes=2"] and "trainer.n_gpus_per_node=1" in argv
+    assert FORWARDED_PLUGIN in argv and out["run_dir"] == str(cluster.run_dir)
+    assert out["remote_env"] == {"node_a": PLUGIN, "node_b": PLUGIN}
     assert len(out["alive_nodes"]) == 2
     # each training worker records its placement in the run directory (not a forwarded log line,
     # whose arrival at the driver depends on timing)
@@ -68,4 +84,7 @@ def test_one_training_step_across_two_nodes(uneven_two_node_cluster, tiny_qwen3_
     metrics = json.loads((cluster.run_dir / "checkpoints" / "metrics.jsonl").read_text()
                          .splitlines()[0])
     assert metrics["step"] == 1
-    assert_one_step(metrics["data"], "adaptsoft")
+    assert_one_step(metrics["data"], "hard")
+    # waiting for a node that never comes fails with the count of the alive ones
+    res = cluster.launcher("--timeout", "3", "wait", "--nodes", "3")
+    assert res.returncode != 0 and "2/3 Ray nodes alive" in res.stderr

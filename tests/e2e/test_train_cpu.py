@@ -20,11 +20,12 @@ PRESETS = ["adaptsoft", "hard", "soft_fixed", "no_hidden", "no_entropy", "no_ali
            "no_centering"]
 #: the presets with their own code path are each trained end to end once, checked with
 #: assert_one_step: adaptsoft by the run-life test below (one rank), by its second run in
-#: tests/e2e/test_train_signals.py (the signalled run, compared with the first) and by
-#: tests/e2e/test_multinode_train.py (two ranks on two nodes); soft_fixed by the ablation row of
-#: tests/lab/paper/test_ablation.py (no controller: rollout, checkpoint, export, evaluation); hard
-#: by the GPU kit's E/hard job in the headline dry run (tests/sglang_real/test_gpu_headline_dry_run.py:
-#: verl's trainer on SGLang's engine). no_hidden, no_entropy, no_alignment and no_centering change
+#: tests/e2e/test_train_signals.py (the signalled run, compared with the first) and on SGLang's
+#: engine by the GPU kit's E/fp32 in the headline dry run (tests/sglang_real/test_gpu_headline_dry_run.py);
+#: soft_fixed by the ablation row of tests/lab/paper/test_ablation.py (no controller: rollout,
+#: checkpoint, export, evaluation); hard by tests/e2e/test_multinode_train.py (two ranks on two
+#: nodes; two ranks' controllers stay equal in tests/actor/test_adaptsoft_trainer.py).
+#: no_hidden, no_entropy, no_alignment and no_centering change
 #: only the controller's inputs, its centring or its update, run through the real actor update in
 #: tests/actor/test_adaptsoft_trainer.py (and compose into their settings below)
 ROOT = Path(__file__).resolve().parents[2]

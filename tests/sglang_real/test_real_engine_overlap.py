@@ -5,9 +5,8 @@ scheduling"). Fixed and hard mode are not run on their own: adaptsoft's decoding
 top-K mixture, the noise of the row's step, the ``</think>`` switch) with the controller's τ, which
 reads the previous step's hidden state, the part overlap's one-step lag could break; every row
 here decodes discretely after its ``</think>`` (asserted below), the plugin's hard path under
-overlap. The headline plan's dry run (tests/sglang_real/test_gpu_headline_dry_run.py) also runs
-the GPU kit's X/overlap-parity job (adaptsoft) and decodes fixed mode under overlap
-(F/plugin-fixed-overlap-on).
+overlap. This is the suite's one run of the plugin under overlap (the GPU kit's X/overlap-parity
+makes the same comparison with its own engines on a device: tests/bench/gpu/test_overlap.py).
 
 Under overlap SGLang launches batch t+1 before it processes batch t's results, so a request's
 ``output_ids`` lags its sampled steps by one, and a request that finished at t rides along in

@@ -171,13 +171,18 @@ LEASES = [
 ]
 PLAN_S_PER_LEASE = 720.0  # 900 - 120 (the machine's start) - 2 x 30 (per call)
 
-# The CPU dry run (tests/sglang_real/test_gpu_headline_dry_run.py): every kind of job and every
-# code path the plan's jobs take, once, at tiny sizes (a GPU-only difference such as bf16 or
-# graphs on is the same code with other arguments: tests/bench/gpu cover those; a D job is a G
-# job without its warm-up generate, and its arguments are checked in tests/bench/gpu/test_headline.py)
-DRY_RUN = ["model/build", "F/stock-hard", "F/plugin-fixed-overlap-on",
-           "F/fused-plugin-adaptsoft", "X/sync", "X/overlap-parity", "D/references",
-           "G/adaptsoft", "E/fp32", "E/hard", "model/build-8b", "F/8b-plugin-fixed"]
+# The CPU dry run (tests/sglang_real/test_gpu_headline_dry_run.py): every code path the lease
+# plan's jobs take, once, at tiny sizes (a GPU-only difference such as bf16 or graphs on is the
+# same code with other arguments: tests/bench/gpu cover those; a D job is a G job without its
+# warm-up generate, and its arguments are checked in tests/bench/gpu/test_headline.py). Overlap
+# on is F/stock-hard's; the plugin under overlap decodes in tests/sglang_real/test_real_engine_overlap.py
+# (records on against off, bit for bit), and X/overlap-parity, in no loan while overlap stays off,
+# is that comparison with the kit's engines: its verdict is unit-tested in tests/bench/gpu/test_overlap.py.
+# E/hard is E/fp32's job with experiment=hard: that spec's settings and verdict are unit-tested in
+# tests/bench/gpu/test_grpo.py, the hard preset trains end to end in tests/e2e/test_multinode_train.py
+# and SGLang's verl server decodes hard mode in tests/sglang_real/test_verl_server.py
+DRY_RUN = ["model/build", "F/stock-hard", "F/fused-plugin-adaptsoft", "X/sync", "D/references",
+           "G/adaptsoft", "E/fp32", "model/build-8b", "F/8b-plugin-fixed"]
 
 
 def lease_only(lease: int, call: int) -> str:

@@ -204,6 +204,32 @@ def test_stock_hard_is_verls_own_rollout_actor_and_loss():
     assert not any(a.startswith(stage_e.STOCK_ENGINE) for a in dry)
 
 
+def test_hard_e_is_the_plugins_pipeline_in_hard_mode_judged_without_a_controller():
+    """E/hard (loan 3; the suite trains the hard preset in tests/e2e/test_multinode_train.py, and
+    E/fp32's job runs whole in the headline dry run): the plan's spec trains through the plugin's
+    SGLang rollout, engine, loss and agent loop in hard mode, two steps; its metrics are judged
+    without soft steps or a controller (a soft check would fail every hard run), and its verdict
+    reads the splits a hard run records."""
+    from soft_spatial.bench.gpu.jobs import plan
+    (job,) = [j for j in plan() if j.key == "E/hard"]
+    spec = stage_e.ESpec.from_args(job.args)
+    assert (spec.experiment, spec.steps, spec.stock, spec.adaptsoft) == ("hard", 2, False, False)
+    cfg = _compose(spec)
+    a = cfg.actor_rollout_ref
+    assert cfg.soft_thinking.mode == "hard" and a.rollout.name == "sglang_soft"
+    assert a.model.model_type == "soft_language_model" and a.actor.policy_loss.loss_mode == "soft_grpo"
+    assert a.rollout.agent.default_agent_loop == "soft_thinking_agent"
+    hard, step0, kl = "soft/replay_max_abs_diff_hard", "soft/replay_max_abs_diff_step0", stage_e.ROLLOUT_KL
+    metrics = {s: {"actor/grad_norm": 0.5, hard: 1e-6, step0: 0.0, kl: 1e-6,
+                   "soft/soft_step_fraction": 0.0} for s in (1, 2)}
+    assert stage_e._problems(spec, metrics, dry=True) == []
+    assert stage_e._problems(stage_e.ESpec(), metrics, dry=True)  # adaptsoft's: no soft steps
+    v = stage_e.verdict(spec, metrics, dry=True)
+    assert v["status"] == "pass" and "soft/replay_max_abs_diff_soft" in v["not_recorded"]
+    assert stage_e.verdict(spec, {1: metrics[1], 2: {**metrics[2], hard: 2e-3}},
+                           dry=True)["first_beyond"] == (hard, 2, 2e-3)
+
+
 def test_extra_overrides_come_last_and_each_spec_differs_only_where_it_says():
     base = stage_e.ESpec(dtype="bfloat16", weights="parity")
     more = stage_e.ESpec.from_args({"dtype": "bfloat16", "weights": "parity",
