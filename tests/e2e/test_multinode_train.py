@@ -17,9 +17,9 @@ import sys
 
 import pytest
 
-from launch_helpers import FORWARDED_PLUGIN, PLUGIN, ROOT, parse_check, two_node_cluster
+from launch_helpers import FORWARDED_PLUGIN, PLUGIN, REMOTE_ENV_PY, ROOT, parse_check, two_node_cluster
 
-WRAPPER = r'''
+WRAPPER = REMOTE_ENV_PY + r'''
 import json, os, sys
 from pathlib import Path
 import ray
@@ -31,13 +31,8 @@ run(cfg)
 alive = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
 ray.shutdown()  # a job of its own, without the training's runtime_env: the nodes' environment
 ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
-@ray.remote(num_cpus=0)
-def env_of_worker(name):
-    return os.environ.get(name)
-remote_env = {res: ray.get(env_of_worker.options(resources={res: 1}).remote("VERL_USE_EXTERNAL_MODULES"))
-              for res in ("node_a", "node_b")}
 Path(sys.argv[0]).with_suffix(".json").write_text(json.dumps(
-    {"alive_nodes": alive, "argv": sys.argv[1:], "remote_env": remote_env,
+    {"alive_nodes": alive, "argv": sys.argv[1:], "remote_env": remote_env(["node_a", "node_b"]),
      "run_dir": os.environ.get("RUN_DIR")}))
 '''
 

@@ -27,8 +27,9 @@ from pathlib import Path
 import pytest
 
 from soft_spatial.launch import __main__ as cli
-from launch_helpers import (PLUGIN, ROOT, assert_no_processes_left, clean_env, kill_leftovers,
-                            marker_pids, parse_check, run_launcher, slurm_env, small_ray_options)
+from launch_helpers import (PLUGIN, REMOTE_ENV_PY, ROOT, assert_no_processes_left, clean_env,
+                            kill_leftovers, marker_pids, parse_check, run_launcher, slurm_env,
+                            small_ray_options)
 from soft_spatial.launch import cluster
 
 SHELL_FILES = [ROOT / "slurm" / "train.sbatch", ROOT / "slurm" / "eval.sbatch", ROOT / "slurm" / "env.sh"]
@@ -129,7 +130,7 @@ def test_shellcheck_clean():
 
 
 # --- real Ray processes on this machine -----------------------------------------------------------------
-CHECK_PY = textwrap.dedent(
+CHECK_PY = REMOTE_ENV_PY + textwrap.dedent(
     """
     import json, os, sys
     from pathlib import Path
@@ -137,20 +138,11 @@ CHECK_PY = textwrap.dedent(
 
     ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
     alive = [n for n in ray.nodes() if n["Alive"]]
-
-    @ray.remote(num_cpus=0)
-    def env_of_worker(name):
-        return os.environ.get(name)
-
-    remote_env = {}
-    for res in sys.argv[1].split(","):
-        remote_env[res] = ray.get(env_of_worker.options(resources={res: 1}).remote(
-            "VERL_USE_EXTERNAL_MODULES"))
     # a file, not a stdout line: forwarded Ray logs (tqdm's carriage returns) interleave with it
     Path(sys.argv[0]).with_suffix(".json").write_text(json.dumps({
         "alive": len(alive),
         "resources": sorted({k for n in alive for k in n["Resources"]}),
-        "remote_env": remote_env,
+        "remote_env": remote_env(sys.argv[1].split(",")),
         "argv": sys.argv[2:],
         "run_dir": os.environ.get("RUN_DIR"),
     }))

@@ -23,6 +23,19 @@ FORWARD_PREFIX = plan.FORWARD_PREFIX
 PLUGIN = "soft_spatial.plugin"
 # How the launcher forwards VERL_USE_EXTERNAL_MODULES=soft_spatial.plugin to the training command.
 FORWARDED_PLUGIN = f"{FORWARD_PREFIX}VERL_USE_EXTERNAL_MODULES='{PLUGIN}'"
+# Source for the scripts the cluster tests run on the cluster: ``remote_env(resources)`` is
+# ``VERL_USE_EXTERNAL_MODULES`` in a Ray worker of each node, a node named by its custom resource.
+REMOTE_ENV_PY = """
+def remote_env(resources):
+    import os, ray
+
+    @ray.remote(num_cpus=0)
+    def env_of_worker(name):
+        return os.environ.get(name)
+
+    return {res: ray.get(env_of_worker.options(resources={res: 1}).remote("VERL_USE_EXTERNAL_MODULES"))
+            for res in resources}
+"""
 # listed, extra (SOFT_SPATIAL_FORWARD_ENV), empty and unlisted variables: what is forwarded of them
 MIXED_ENV = {"VERL_USE_EXTERNAL_MODULES": "other.mod", "HF_HUB_OFFLINE": "1", "PYTHONPATH": "/p",
              "SOFT_SPATIAL_FORWARD_ENV": "NCCL_DEBUG, WANDB_MODE", "NCCL_DEBUG": "INFO", "WANDB_MODE": "",
