@@ -50,26 +50,13 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from soft_spatial.bench.overlay import reexec_with_sglang_overlay
+
 ROOT = Path(__file__).resolve().parents[1]
-OVERLAY = Path(os.environ.get("SOFT_SPATIAL_SGLANG_OVERLAY", ROOT / ".venv" / "sglang-cpu-overlay"))
-STUBS = ROOT / "tests" / "sglang_stubs"
 BATCH_LOG = "SOFT_SPATIAL_SGLANG_BATCH_LOG"  # tests/sglang_stubs/sglang_cpu
 CPU_ARGS = dict(device="cpu", attention_backend="torch_native", grammar_backend="none",
                 dtype="float32", skip_server_warmup=True, mem_fraction_static=0.5,
                 max_total_tokens=16384, log_level="error", sleep_on_idle=True)
-
-
-def _reexec_with_overlay() -> None:
-    """SGLang's test environment in this process and every process SGLang spawns."""
-    path = os.environ.get("PYTHONPATH", "").split(os.pathsep)
-    if str(OVERLAY) in path and os.environ.get("SGLANG_USE_CPU_ENGINE") == "1":
-        return
-    if not OVERLAY.is_dir():
-        sys.exit(f"bench_sglang: no SGLang overlay at {OVERLAY}; run "
-                 f"bash scripts/setup_sglang_overlay.sh")
-    env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1", HF_HUB_OFFLINE="1",
-               PYTHONPATH=os.pathsep.join([str(OVERLAY), str(STUBS)] + [p for p in path if p]))
-    os.execve(sys.executable, [sys.executable, *sys.argv], env)
 
 
 def prompts(k: int):
@@ -182,7 +169,7 @@ def main() -> None:
         sys.exit(subprocess.call([sys.executable, str(ROOT / "scripts" / "gpu" / "check.py"),
                                   "--plan", "headline", "--only", ",".join(jobs),
                                   "--out", "bench-sglang-gpu", "--deadline", "3600"]))
-    _reexec_with_overlay()
+    reexec_with_sglang_overlay("bench_sglang")
 
     from soft_spatial.bench.workloads import interleaved, ratio_lines
     from soft_spatial.engines import LocalEngine

@@ -19,7 +19,8 @@ __all__ = ["SUPPORTED_SGLANG", "check_version", "preprocess_logits", "attach_log
            "NATIVE_OPS_ENV", "native_ops_requested", "use_native_ops", "scheduler_process_setup",
            "native_scheduler_process", "capture_graphs_with_last_hidden",
            "recapture_only_above_last", "eager_reason", "warn_eager_decodes", "GRAPH_LOG_ENV",
-           "log_graph_decisions", "read_graph_log", "check_internals"]
+           "log_graph_decisions", "read_graph_log", "graph_log_extra", "PHASE_LOG_ENV", "PHASES",
+           "time_scheduler_phases", "read_phase_log", "POOL_FREE_TARGET", "check_internals"]
 
 SUPPORTED_SGLANG = "0.5.12"
 
@@ -159,13 +160,16 @@ def use_native_ops() -> None:
 
 def scheduler_process_setup() -> None:
     """What every scheduler process does first, plugin or not: native ops when
-    ``$SOFT_SPATIAL_SGLANG_NATIVE_OPS`` asks, and the CUDA-graph counts when
-    ``$SOFT_SPATIAL_GRAPH_LOG`` names a directory (both inherited by the spawned process)."""
+    ``$SOFT_SPATIAL_SGLANG_NATIVE_OPS`` asks, the CUDA-graph counts when
+    ``$SOFT_SPATIAL_GRAPH_LOG`` names a directory, the decode steps' phase times when
+    ``$SOFT_SPATIAL_PHASE_LOG`` does (all inherited by the spawned process)."""
     import os
     if native_ops_requested():
         use_native_ops()
     if os.environ.get(GRAPH_LOG_ENV):
         log_graph_decisions(os.environ[GRAPH_LOG_ENV])
+    if os.environ.get(PHASE_LOG_ENV):
+        time_scheduler_phases(os.environ[PHASE_LOG_ENV])
 
 
 def native_scheduler_process(*args, **kwargs):
@@ -353,6 +357,13 @@ def warn_eager_decodes(warn: Callable[[str], None]) -> None:
 
 
 GRAPH_LOG_ENV = "SOFT_SPATIAL_GRAPH_LOG"
+_GRAPH_LOG_EXTRAS: dict[str, Callable[[], dict]] = {}
+
+
+def graph_log_extra(name: str, counts: Callable[[], dict]) -> None:
+    """Add ``counts()`` (a dict of counts) under ``name`` to every write of this process's
+    graph log (:func:`log_graph_decisions`): the soft sampler's own graphed and eager steps."""
+    _GRAPH_LOG_EXTRAS[name] = counts
 
 
 def log_graph_decisions(directory: str) -> None:
@@ -374,7 +385,8 @@ def log_graph_decisions(directory: str) -> None:
 
     def write():
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(state))
+        extras = {name: counts() for name, counts in _GRAPH_LOG_EXTRAS.items()}
+        tmp.write_text(json.dumps({**state, **extras}))
         tmp.replace(path)
 
     def observe(runner, forward_batch, ok):
@@ -394,18 +406,146 @@ def log_graph_decisions(directory: str) -> None:
 
 
 def read_graph_log(directory: str) -> dict:
-    """``{"replayed": n, "eager": m, "first_eager": {...} or None}`` summed over the scheduler
-    processes that logged into ``directory`` (:func:`log_graph_decisions`)."""
+    """``{"replayed": n, "eager": m, "first_eager": {...} or None, "sampler": {...}}`` summed
+    over the scheduler processes that logged into ``directory`` (:func:`log_graph_decisions`;
+    ``sampler``: the soft sampler's steps by how they ran, where the plugin logged them)."""
     import json
+    from collections import Counter
     from pathlib import Path
     out = {"replayed": 0, "eager": 0, "first_eager": None, "processes": 0}
+    sampler: Counter = Counter()
     for f in sorted(Path(directory).glob("graphs-*.json")):
         d = json.loads(f.read_text())
         out["replayed"] += d["replayed"]
         out["eager"] += d["eager"]
         out["first_eager"] = out["first_eager"] or d["first_eager"]
         out["processes"] += 1
+        sampler.update(d.get("sampler") or {})
+    if sampler:
+        out["sampler"] = dict(sampler)
     return out
+
+
+# -- where a decode step's host time goes (``managers/scheduler.py``, ``model_runner.py``) --------
+PHASE_LOG_ENV = "SOFT_SPATIAL_PHASE_LOG"
+#: the timed phases of a decode step: the method each one is (sglang 0.5.12), and what it holds
+PHASES = {
+    "schedule": ("sglang.srt.managers.scheduler.Scheduler", "get_next_batch_to_run",
+                 "picking the next batch and preparing it"),
+    "run": ("sglang.srt.managers.scheduler.Scheduler", "run_batch",
+            "the batch's forward and sampling as the scheduler launches them (hooks included)"),
+    "forward": ("sglang.srt.model_executor.model_runner.ModelRunner", "forward",
+                "the model's forward (a graph replay, or the eager forward)"),
+    "sample": ("sglang.srt.model_executor.model_runner.ModelRunner", "sample",
+               "the sampler"),
+    "process": ("sglang.srt.managers.scheduler.Scheduler", "process_batch_result",
+                "processing the batch's results (tokens, records, streaming)"),
+}
+
+
+def _is_decode(batch) -> bool:
+    mode = getattr(batch, "forward_mode", None)
+    return mode is not None and mode.is_decode()
+
+
+def time_scheduler_phases(directory: str) -> None:
+    """Time every decode step's phases (:data:`PHASES`) in this scheduler process, host wall
+    clock, into ``<directory>/phases-<pid>.jsonl``: one line per decode batch,
+    ``{"bs": rows, "start": s, "end": s, "<phase>": µs, ...}`` (``start`` when the scheduler
+    began picking it, ``end`` when its results were processed: ``time.monotonic`` seconds, one
+    clock for every process of the machine). Under overlap scheduling batch t+1 is launched
+    before batch t's results are processed: runs and results are matched first in, first out.
+    Each phase also runs inside a ``torch.profiler.record_function`` named
+    ``soft_spatial/<phase>`` (``/decode`` for a decode batch's), so a profiler trace of the
+    scheduler says where its steps begin (the GPU kit's profile pass). Idempotent. Read back by
+    :func:`read_phase_log`: the decode time of the CPU bench (``scripts/bench_sampler.py``) and
+    of the GPU kit's F jobs (docs/gpu.md)."""
+    import collections
+    import json
+    import os
+    import pkgutil
+    import time
+    from pathlib import Path
+
+    from torch.profiler import record_function
+
+    classes = {name: pkgutil.resolve_name(cls) for name, (cls, _, _) in PHASES.items()}
+    if getattr(getattr(classes["run"], "run_batch"), "soft_spatial_phases", False):
+        return
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    out = open(Path(directory) / f"phases-{os.getpid()}.jsonl", "a", buffering=1)
+    clock = time.monotonic
+    state = {"scheduled": None, "current": None}
+    pending: collections.deque = collections.deque()
+
+    def batch_of(name, args, kwargs):
+        if name == "sample":
+            return args[1] if len(args) > 1 else kwargs.get("forward_batch")
+        if name == "schedule":
+            return None
+        return args[0] if args else kwargs.get("batch", kwargs.get("forward_batch"))
+
+    def timed(name, method):
+        original = getattr(classes[name], method)
+
+        def wrapper(self, *args, **kwargs):
+            decode = _is_decode(batch_of(name, args, kwargs))
+            t0 = clock()
+            with record_function(f"soft_spatial/{name}" + ("/decode" if decode else "")):
+                result = original(self, *args, **kwargs)
+            dt = (clock() - t0) * 1e6
+            if name == "schedule":
+                state["scheduled"] = (t0, dt) if _is_decode(result) else None
+            elif name == "run":
+                row = None
+                if decode:
+                    start, sched = state["scheduled"] or (t0, 0.0)
+                    row = {"bs": len(args[0].reqs) if args else None, "start": start,
+                           "schedule": sched, "forward": 0.0, "sample": 0.0,
+                           **(state["current"] or {})}
+                    row["run"] = dt
+                pending.append(row)
+                state["current"] = None
+            elif name in ("forward", "sample"):
+                if decode:
+                    cur = state["current"] = state["current"] or {}
+                    cur[name] = cur.get(name, 0.0) + dt
+            elif name == "process" and pending:
+                row = pending.popleft()
+                if row is not None:
+                    row["process"], row["end"] = dt, clock()
+                    out.write(json.dumps(row) + "\n")
+            return result
+
+        wrapper.soft_spatial_phases = True
+        wrapper.__wrapped__ = original
+        setattr(classes[name], method, wrapper)
+
+    for name, (_, method, _) in PHASES.items():
+        timed(name, method)
+
+
+def read_phase_log(directory: str) -> list[dict]:
+    """Every decode step :func:`time_scheduler_phases` logged into ``directory``, in order
+    (all scheduler processes; a line cut short by a killed process is skipped)."""
+    import json
+    from pathlib import Path
+    rows = []
+    for f in sorted(Path(directory).glob("phases-*.jsonl")):
+        for line in f.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return sorted(rows, key=lambda r: r["start"])
+
+
+# -- the request pool (``mem_cache/memory_pool.py``) --------------------------------------------
+#: where a request gives its request-pool slot back (sglang 0.5.12 ``ReqToTokenPool.free(self,
+#: req)``, L179: every path that ends a request's life in the pool — finish, abort, retraction —
+#: calls it with the Req while ``req.req_pool_idx`` still names the slot); the plugin hooks it
+#: (``HookRegistry``, BEFORE) to learn which requests left without a per-step pass over the rows
+POOL_FREE_TARGET = "sglang.srt.mem_cache.memory_pool.ReqToTokenPool.free"
 
 
 # -- launching the schedulers ----------------------------------------------------------------
@@ -530,10 +670,44 @@ def check_internals() -> list:
         problems.append(f"UpdateWeightsFromTensorReqInput lost {sorted(missing)} "
                         f"(tensor_update_request)")
     problems += _graph_problems()
+    problems += _phase_problems()
+    problems += _pool_problems()
     problems += _overlap_problems()
     problems += _native_ops_problems()
     problems += _fp32_lm_head_problems()
     return problems
+
+
+def _phase_problems() -> list:
+    """What :func:`time_scheduler_phases` relies on: each phase's method exists, the scheduler
+    runs ``run_batch(batch)`` then ``process_batch_result(batch, result)``, and a decode step's
+    forward and sampling happen inside ``run_batch`` (``TpModelWorker.forward_batch_generation``
+    calls ``model_runner.forward`` and ``model_runner.sample``)."""
+    import pkgutil
+    problems = []
+    for name, (cls, method, _) in PHASES.items():
+        if not callable(getattr(pkgutil.resolve_name(cls), method, None)):
+            problems.append(f"sglang {cls}.{method} is gone (time_scheduler_phases: {name})")
+    if problems:
+        return problems
+    from sglang.srt.managers import scheduler
+    return _missing([(scheduler.Scheduler.event_loop_normal,
+                      ("batch = self.get_next_batch_to_run()", "result = self.run_batch(batch)",
+                       "self.process_batch_result(batch, result)"))], "the phase timer")
+
+
+def _pool_problems() -> list:
+    """What the plugin's slot bookkeeping relies on: ``ReqToTokenPool.free(self, req)`` frees
+    ``req.req_pool_idx``, and finishing a request frees it there (:data:`POOL_FREE_TARGET`)."""
+    import pkgutil
+    cls_path, method = POOL_FREE_TARGET.rsplit(".", 1)
+    fn = getattr(pkgutil.resolve_name(cls_path), method, None)
+    if fn is None or list(inspect.signature(fn).parameters) != ["self", "req"]:
+        return [f"sglang {POOL_FREE_TARGET} is gone or changed (the plugin's slot bookkeeping)"]
+    from sglang.srt.mem_cache import common
+    return _missing([(fn, ("self.free_slots.append(req.req_pool_idx)",)),
+                     (common.release_kv_cache, ("req_to_token_pool.free(req)",))],
+                    "the plugin's slot bookkeeping")
 
 
 def _fp32_lm_head_problems() -> list:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from soft_spatial.softthink import (AdaptSoft, DensityConfig, SamplingConfig, SoftTrace,
                                     SoftThinkingConfig, gumbel_from_uniform, gumbel_log_density,
@@ -22,7 +22,7 @@ __all__ = ["sample_step", "discrete_sample"]
 _EXACT = DensityConfig()  # eq. 5 itself, the default (built once: the sampler is a hot path)
 
 
-def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor,
+def sample_step(logits: Tensor, h: Tensor | None, u: Tensor, thinking: Tensor,
                 soft_thinking: SoftThinkingConfig, sampling: SamplingConfig,
                 controller: AdaptSoft | None, feature_dim: int,
                 debug: bool = False, density: DensityConfig | None = None,
@@ -31,7 +31,8 @@ def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor,
 
     Args:
         logits: ``[b, V]`` last-position logits (never-emittable ids already at -inf).
-        h: ``[b, D]`` the final hidden states that produced them (AdaptSoft's input).
+        h: ``[b, D]`` the final hidden states that produced them (AdaptSoft's input; None
+            without a controller).
         u: ``[b, K+1]`` uniforms in [0, 1): the first K perturb soft rows, the last samples
             discrete rows.
         thinking: ``[b]`` bool, rows whose spine has not emitted the think-end token yet.
@@ -40,8 +41,9 @@ def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor,
             soft steps under it, the same function and settings the actor replays with
             (:func:`~soft_spatial.softthink.step_likelihood`), so rollout and replay agree.
         own_path: each row computes only its own path (soft or discrete), selected on the host;
-            else every row computes both and selects on the device, with no host read (what an
-            accelerator needs). None: on the CPU only. Both give the same records.
+            else every row computes both and selects on the device, with no host read and no
+            branch on values (what an accelerator needs, and what a CUDA graph captures).
+            None: on the CPU only. Both give the same records.
     Returns:
         the SoftTrace fields plus ``loglik`` (the step's likelihood under the rollout policy)
         and, with ``debug``, ``weights`` and ``logp``.
@@ -49,62 +51,90 @@ def sample_step(logits: Tensor, h: Tensor, u: Tensor, thinking: Tensor,
     temperature = sampling.temperature
     b, k, dev = logits.shape[0], soft_thinking.top_k, logits.device
     soft = thinking.bool() & soft_thinking.is_soft
+    if own_path if own_path is not None else dev.type == "cpu":
+        return _own_paths(logits, h, u, soft, soft_thinking, sampling, controller, feature_dim,
+                          debug, density)
+    # On an accelerator every row takes the same ops, soft and discrete alike, and the rows'
+    # choice is a select: no branch on values and no host read, so the step never waits for the
+    # device (SGLang launches its next batch meanwhile) and can be captured as a graph. Each
+    # field is made once, by its select (no zero step filled in).
+    tok, lp = discrete_sample(logits, u[:, k], sampling, temperature)
+    ids = nn.functional.pad(tok[:, None], (0, k - 1))  # a discrete record: [token, 0, ...]
+    if not soft_thinking.is_soft:
+        zero, zeros = lp.new_zeros(b), lp.new_zeros(b, k)
+        rec = {"topk_ids": ids, "scores": zeros, "tau": zero, "u": zero,
+               "ctrl_x": lp.new_zeros(b, feature_dim), "entropy": zero, "soft": soft,
+               "loglik": lp.float()}
+        if debug:
+            rec["weights"], rec["logp"] = zeros, zeros
+        return rec
+    part = _soft_records(logits, h, u[:, :k], soft_thinking, temperature, controller, density,
+                         debug)
+    col = soft[:, None]
+    rec = {"topk_ids": torch.where(col, part["topk_ids"], ids),
+           "scores": torch.where(col, part["scores"], 0.0),
+           "tau": torch.where(soft, part["tau"], 0.0),
+           "u": torch.where(soft, part["u"], 0.0) if "u" in part else lp.new_zeros(b),
+           "ctrl_x": (torch.where(col, part["ctrl_x"], 0.0) if "ctrl_x" in part
+                      else lp.new_zeros(b, feature_dim)),
+           "entropy": torch.where(soft, part["entropy"], 0.0), "soft": soft,
+           "loglik": torch.where(soft, part["loglik"], lp.float())}
+    if debug:
+        rec["weights"] = torch.where(col, part["weights"], 0.0)
+        rec["logp"] = torch.where(col, part["logp"], 0.0)
+    return rec
+
+
+def _own_paths(logits: Tensor, h: Tensor | None, u: Tensor, soft: Tensor,
+               soft_thinking: SoftThinkingConfig, sampling: SamplingConfig,
+               controller: AdaptSoft | None, feature_dim: int, debug: bool,
+               density: DensityConfig | None) -> dict[str, Tensor]:
+    """:func:`sample_step` with each row on its own path only (the CPU's way: reading the soft
+    mask there costs nothing, and the full-vocabulary discrete draw alone was two thirds of a
+    soft step's sampler time). A row's records are those of the select path: the same functions
+    on its own values."""
+    b, k, dev = logits.shape[0], soft_thinking.top_k, logits.device
     rec = SoftTrace.zero_step(b, k, feature_dim, dev)
     rec["soft"] = soft.clone()
     rec["loglik"] = torch.zeros(b, device=dev)
     if debug:
         rec["weights"] = torch.zeros(b, k, device=dev)
         rec["logp"] = torch.zeros(b, k, device=dev)
-    if own_path if own_path is not None else dev.type == "cpu":
-        # 1. On the CPU reading the soft mask costs nothing: each row takes its own path only
-        # (the full-vocabulary discrete draw alone was two thirds of a soft step's sampler time).
-        # A row's records are those of the path below: the same functions on its own values.
-        disc_rows, soft_rows = (~soft).nonzero().squeeze(-1), soft.nonzero().squeeze(-1)
+    disc_rows, soft_rows = (~soft).nonzero().squeeze(-1), soft.nonzero().squeeze(-1)
 
-        def rows(t: Tensor, idx: Tensor) -> Tensor:  # no [b, V] copy when every row goes one way
-            return t if idx.numel() == b else t[idx]
+    def rows(t: Tensor | None, idx: Tensor) -> Tensor | None:  # no [b, V] copy when all go one way
+        return t if t is None or idx.numel() == b else t[idx]
 
-        if disc_rows.numel():
-            tok, lp = discrete_sample(rows(logits, disc_rows), u[disc_rows, k], sampling,
-                                      temperature)
-            rec["topk_ids"][disc_rows, 0] = tok
-            rec["loglik"][disc_rows] = lp.float()
-        if soft_rows.numel():
-            part = _soft_records(rows(logits, soft_rows), rows(h, soft_rows), u[soft_rows, :k],
-                                 soft_thinking, temperature, controller, density, debug)
-            for key, value in part.items():
-                rec[key][soft_rows] = value.to(rec[key].dtype)
-        return rec
-    # 2. On an accelerator every row takes the same ops, soft and discrete alike, and the rows'
-    # choice is a select: no branch on values and no host read, so the step never waits for the
-    # device (SGLang launches its next batch meanwhile).
-    tok, lp = discrete_sample(logits, u[:, k], sampling, temperature)
-    rec["topk_ids"][:, 0] = tok
-    rec["loglik"] = lp.float()
-    if not soft_thinking.is_soft:
-        return rec
-    part = _soft_records(logits, h, u[:, :k], soft_thinking, temperature, controller, density,
-                         debug)
-    for key, value in part.items():
-        mask = soft if value.dim() == 1 else soft[:, None]
-        rec[key] = torch.where(mask, value, rec[key])
+    if disc_rows.numel():
+        tok, lp = discrete_sample(rows(logits, disc_rows), u[disc_rows, k], sampling,
+                                  sampling.temperature)
+        rec["topk_ids"][disc_rows, 0] = tok
+        rec["loglik"][disc_rows] = lp.float()
+    if soft_rows.numel():
+        part = _soft_records(rows(logits, soft_rows), rows(h, soft_rows), u[soft_rows, :k],
+                             soft_thinking, sampling.temperature, controller, density, debug)
+        for key, value in part.items():
+            rec[key][soft_rows] = value.to(rec[key].dtype)
     return rec
 
 
-def _soft_records(logits: Tensor, h: Tensor, u: Tensor, soft_thinking: SoftThinkingConfig,
-                  temperature: float, controller: AdaptSoft | None,
-                  density: DensityConfig | None, debug: bool) -> dict[str, Tensor]:
+def _soft_records(logits: Tensor, h: Tensor | None, u: Tensor,
+                  soft_thinking: SoftThinkingConfig, temperature: float,
+                  controller: AdaptSoft | None, density: DensityConfig | None,
+                  debug: bool) -> dict[str, Tensor]:
     """The soft step's records ``[n, ...]`` of ``n`` rows, all taken as soft (§2.1-2.6): top-K
     candidates, perturbed scores (``u`` ``[n, K]``), τ (fixed or AdaptSoft's), the controller's
-    input, the normalised entropy and the step's likelihood under ``density``."""
+    input, the normalised entropy (once: the controller's feature is the same Ĥ) and the step's
+    likelihood under ``density``."""
     k, n = soft_thinking.top_k, logits.shape[0]
     # Records are fp32 and the mixture is built from the rounded record itself, so a replay
     # from the trace reproduces these numbers exactly whatever the model's dtype.
     noise = gumbel_from_uniform(u, soft_thinking.noise_clamp)
     ids, z, logp = soft_step(logits.float(), k, temperature, soft_thinking.noise_scale, noise)
-    out = {"topk_ids": ids, "scores": z, "entropy": normalized_entropy(logp)}
+    entropy = normalized_entropy(logp)
+    out = {"topk_ids": ids, "scores": z, "entropy": entropy}
     if controller is not None:
-        x = controller.features(h.float(), logp)
+        x = controller.features(h.float(), logp, entropy)
         out["ctrl_x"] = x
     if soft_thinking.mode == "adaptsoft":
         uu = controller(x)

@@ -117,7 +117,7 @@ class SGLangSoftHttpServer(SGLangHttpServer):
                                              **kwargs)
         finally:
             acc = self._traces.pop(request_id)
-        trace, loglik = split_records(acc, len(out.token_ids))
+        trace, loglik = split_records(acc, len(out.token_ids), request_id)
         out.log_probs = loglik
         out.extra_fields = dict(out.extra_fields or {})
         out.extra_fields[TRACE_FIELD] = trace

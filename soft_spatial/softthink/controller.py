@@ -126,8 +126,10 @@ class AdaptSoft(nn.Module):
         return (entropy.to(self.projection.dtype) - self.entropy_mean) / (self.entropy_std + ENTROPY_EPS)
 
     @torch.no_grad()
-    def features(self, hidden: Tensor, logp: Tensor) -> Tensor:
-        """x = [P·LN(h) ‖ Ĥ_s] from hidden ``[..., D]`` and candidate log-probs ``[..., K]``.
+    def features(self, hidden: Tensor, logp: Tensor, entropy: Tensor | None = None) -> Tensor:
+        """x = [P·LN(h) ‖ Ĥ_s] from hidden ``[..., D]`` and candidate log-probs ``[..., K]``
+        (or their normalised entropy Ĥ ``[...]``, ``normalized_entropy(logp)``, when the caller
+        has it already: the sampler records it too).
 
         Computed without gradient (the features are recorded at rollout and replayed as constants).
         Returns ``[..., d_p + 1]`` fp32.
@@ -137,7 +139,8 @@ class AdaptSoft(nn.Module):
                              f"of shape {tuple(hidden.shape)}")
         h = nn.functional.layer_norm(hidden.to(self.projection.dtype), (self.hidden_size,), eps=1e-5)
         proj = h @ self.projection.to(h.device).T
-        hs = self.standardize_entropy(normalized_entropy(logp)).to(proj.device)
+        entropy = normalized_entropy(logp) if entropy is None else entropy
+        hs = self.standardize_entropy(entropy).to(proj.device)
         return torch.cat([proj, hs.unsqueeze(-1)], dim=-1)
 
     def _inputs(self, x: Tensor) -> Tensor:

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["NoiseKey", "row_seed", "request_seed", "request_row_seed", "seed_tensor",
-           "noise_uniforms", "NOISE_KEY", "NOISE_ROWS", "NOISE_PARAM", "noise_param",
+           "noise_uniforms", "premix_seed", "step_uniforms", "NOISE_KEY", "NOISE_ROWS", "NOISE_PARAM", "noise_param",
            "pop_noise_param"]
 
 _PHASES = {False: "train", True: "val"}
@@ -140,10 +140,22 @@ def noise_uniforms(seed: Tensor, step: Tensor | int, n: int) -> Tensor:
     alone — not of the batch, the device (exact integer arithmetic, an exact 24-bit float) or
     the history (no generator state; a re-prefilled request just recomputes it).
     """
-    seed = seed.to(torch.int64)
-    step = torch.as_tensor(step, dtype=torch.int64, device=seed.device).expand(seed.shape)
-    j = torch.arange(n, dtype=torch.int64, device=seed.device)
-    h = _mix64(_mix64(_mix64(seed) ^ step)[:, None] ^ j)
+    return step_uniforms(premix_seed(seed), step, n)
+
+
+def premix_seed(seed: Tensor) -> Tensor:
+    """The first link of :func:`noise_uniforms`' chain, h₀ = mix(seed) ``[b]`` int64: a function
+    of the seed alone, so an engine that keeps a row's seed for many steps computes it once
+    (the SGLang plugin keeps it per request-pool slot)."""
+    return _mix64(seed.to(torch.int64))
+
+
+def step_uniforms(premixed: Tensor, step: Tensor | int, n: int) -> Tensor:
+    """:func:`noise_uniforms` from the premixed seeds ``premixed [b]`` (:func:`premix_seed`):
+    the same integers, the same ops after the first link, so the same bits."""
+    step = torch.as_tensor(step, dtype=torch.int64, device=premixed.device).expand(premixed.shape)
+    j = torch.arange(n, dtype=torch.int64, device=premixed.device)
+    h = _mix64(_mix64(premixed ^ step)[:, None] ^ j)
     return _shr(h, 40).to(torch.float32) * 2.0 ** -24
 
 

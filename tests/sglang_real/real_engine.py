@@ -28,7 +28,7 @@ import psutil
 import torch
 from PIL import Image
 
-from soft_spatial.engines.sglang.client import INFO_PREFIX
+from soft_spatial.engines.sglang.records import RECORD_KEY, step_records
 from soft_spatial.engines.sglang.engine import SGLangEngine
 
 def chat(color, size, text):
@@ -165,7 +165,8 @@ class WireLog:
             info = getattr(recv_obj, "customized_info", None) or {}
             for i, rid in enumerate(recv_obj.rids):
                 out = recv_obj.output_ids[i] if recv_obj.output_ids is not None else None
-                rec = {k: v[i] for k, v in info.items() if k.startswith(INFO_PREFIX)}
+                rows = (info.get(RECORD_KEY) or [[]] * len(recv_obj.rids))[i]
+                rec = step_records(rows) if rows else {}
                 self.slices.setdefault(rid, []).append((list(out or []), rec))
             return await handle(recv_obj)
 

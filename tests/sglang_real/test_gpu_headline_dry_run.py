@@ -2,7 +2,8 @@
 --only <jobs.DRY_RUN>``): SGLang's real engine with the plugin, the embedded engine and verl's
 trainer run every code path of the lease plan's jobs once at tiny sizes through the same code a
 GPU runs — the shared model and the 8B shape without weights, F's engines (stock and plugin, native
-and fused kernels, overlap on and off, a warm-up engine), the sampler's sync check, D's references
+and fused kernels, overlap on and off, a warm-up engine, decoding timed from the schedulers' own
+logs, a profile pass), the sampler's sync check and its graph path against its eager one, D's references
 and a parity engine (G: graphs on, its warm-up generate; D's graphs-off engine is the same code
 without it), E in fp32 with its diagnosis — each in the plan's watched child process,
 each result a JSON line and the Markdown report rebuilt after it. (The plugin under overlap
@@ -60,7 +61,13 @@ def test_the_headline_plan_runs_whole_on_the_cpu(tmp_path):
     for key in f_keys:  # both batches measured, every repeat kept, what ran named
         v = val[key]
         assert v["tps_big"] > 0 and v["tps_small"] > 0 and len(v["tps_big_all"]) == 1, key
+        assert v["host_us_big"] > 0 and v["host_us_small"] > 0, key  # decoding only, logged
         assert {"kernels", "attention", "overlap", "graphs", "graph_batches"} <= set(v), key
+    prof = val["F/fused-plugin-adaptsoft"]["profile"]  # the scheduler's own trace, summarised
+    assert prof["steps"] >= 5 and prof["host_us"]["run"] > 0 and prof["host_us"]["sample"] > 0
+    assert prof["kernels_outside_graphs"] == 0 and prof["top"] == []  # no GPU: no kernel
+    sampler = val["X/sampler"]  # the static path against the eager one, every mode and size
+    assert sampler["mismatch"] is None and len(sampler["rows"]) == 12
     f_ok = [r["values"] for r in jobs if r["part"] == "F" and r["status"] == "ok"]
     kinds = {(v["kernels"], v["attention"], v["model"]) for v in f_ok}
     assert len(kinds) == 3, kinds  # native, fused (2B) and fused 8B

@@ -22,8 +22,10 @@ import sglang  # noqa: F401  (collected only where it imports: conftest.py)
 import torch
 
 from soft_spatial.engines.sglang import SchedulerSetup, required_server_args
-from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, INFO_KEYS, PARAM_KEY,
-                                                encode_controller, info_key, request_params)
+from soft_spatial.engines.sglang.client import (CONTROLLER_NAME, PARAM_KEY, encode_controller,
+                                                request_params)
+from soft_spatial.engines.sglang.records import RECORD_KEY, step_records
+from soft_spatial.softthink.trace import TRACE_KEYS
 from soft_spatial.engines.sglang.runtime import BatchContext, batch_context
 from soft_spatial.engines.step import sample_step
 from soft_spatial.softthink.settings import SoftSettings
@@ -176,7 +178,8 @@ def test_real_sampler_parity_with_sample_step(installed, sgl, density, monkeypat
         hidden = torch.randn(3, HIDDEN, generator=g)
         out = LogitsProcessorOutput(next_token_logits=logits.clone(), hidden_states=hidden)
         forced = t == 2  # the TP hook asked for the hidden states for the controller only
-        with batch_context(BatchContext(reqs=reqs, is_decode=t > 0, forced_capture=forced)):
+        with batch_context(BatchContext(reqs=reqs, is_decode=t > 0, forced_capture=forced,
+                                        slots=torch.tensor([r.req_pool_idx for r in reqs]))):
             tokens = sampler(out, _sampling_info(3, v), True, [0, 0, 0], [None] * 3, None)
         u = noise_uniforms(seed_tensor(seeds), t, k + 1)  # docs/design.md §2.2
         masked = logits.index_fill(-1, banned, float("-inf"))
@@ -185,9 +188,11 @@ def test_real_sampler_parity_with_sample_step(installed, sgl, density, monkeypat
         exact = sample_step(masked, hidden, u, thinking.clone(), soft, sampling, rt.controller,
                             rt.feature_dim)["loglik"]
         assert torch.equal(rec["loglik"] == exact, ~rec["soft"] | density.exact)
-        for key in INFO_KEYS:
-            got = torch.tensor(out.customized_info[info_key(key)], dtype=rec[key].dtype)
-            assert torch.equal(got, rec[key]), (t, key)
+        got = step_records(out.customized_info[RECORD_KEY])
+        assert set(out.customized_info) == {RECORD_KEY}  # one key per step
+        for key in (*TRACE_KEYS, "loglik"):
+            assert torch.equal(got[key], rec[key]), (t, key)
+        assert got["step"].tolist() == [t] * 3
         assert torch.equal(tokens, rec["topk_ids"][:, 0]), t
         assert out.next_token_logprobs is not None and out.next_token_logprobs.shape == (3,)
         assert torch.isfinite(out.next_token_logprobs).all()
@@ -199,7 +204,7 @@ def test_real_sampler_parity_with_sample_step(installed, sgl, density, monkeypat
             r.output_ids.append(tok)
         thinking &= tokens != te
     assert not thinking[1] and thinking[0] and thinking[2]
-    assert out.customized_info[info_key("soft")] == [True, False, True]
+    assert step_records(out.customized_info[RECORD_KEY])["soft"].tolist() == [True, False, True]
     assert all(int(t) not in banned.tolist() for r in reqs for t in r.output_ids)
 
 
@@ -215,7 +220,8 @@ def test_real_sampler_outside_batch_context_raises(installed, sgl):
 def test_tp_hook_through_real_hook_wrapper(installed, sgl):
     """SGLang's own AROUND wrapper (``hook_registry._wrap_fn``, what patched the real
     ``TpModelWorker.forward_batch_generation``) around a stand-in body: the hook publishes the
-    batch's reqs and forces CaptureHiddenMode.LAST; the real patched method wraps ``_tp_hook``."""
+    batch's reqs and request-pool slots and forces CaptureHiddenMode.LAST; the real patched
+    method wraps ``_tp_hook``."""
     from sglang.srt.managers.schedule_batch import ModelWorkerBatch
     from sglang.srt.managers.tp_worker import TpModelWorker
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
@@ -233,20 +239,15 @@ def test_tp_hook_through_real_hook_wrapper(installed, sgl):
 
     wrapped = _wrap_fn(body, installed.hooks._tp_hook, HookType.AROUND)
     reqs = [FakeReq("a", 1, SamplingConfig(), slot=5)]
-    mwb = SimpleNamespace(reqs=reqs, forward_mode=ForwardMode.DECODE,
-                          capture_hidden_mode=CaptureHiddenMode.NULL, extend_seq_lens=None)
-    with pytest.raises(RuntimeError, match="no record"):  # slot 5 holds no record of "a"
-        wrapped(object(), mwb)
-    assert "ctx" not in seen  # refused on the host, before the forward
-    k = installed.rt.setup.soft.soft_thinking.top_k
-    installed.rt.buffers("cpu", 8).write([5], torch.zeros(1, k, dtype=torch.long),
-                                         torch.ones(1, k), ["a"])  # as the sampler does
+    slots = torch.tensor([5])
     for mode, cap, forced in ((ForwardMode.DECODE, CaptureHiddenMode.NULL, True),
                               (ForwardMode.EXTEND, CaptureHiddenMode.FULL, False)):
         mwb = SimpleNamespace(reqs=reqs, forward_mode=mode, capture_hidden_mode=cap,
-                              extend_seq_lens=None if mode.is_decode() else [3])
+                              extend_seq_lens=None if mode.is_decode() else [3],
+                              req_pool_indices=slots)
         assert wrapped(object(), mwb) == "result"
         assert seen["ctx"].reqs is reqs and seen["ctx"].is_decode == mode.is_decode()
+        assert seen["ctx"].slots is slots  # the batch's device slots, no pass over its rows
         assert seen["ctx"].forced_capture is forced
         assert seen["mode"] == (CaptureHiddenMode.LAST if forced else cap)
         assert current_batch() is None
@@ -343,15 +344,16 @@ def test_embed_hook_with_real_embedding_and_signature(installed, sgl):
         for r, tok in zip(reqs, tokens.tolist()):
             r.output_ids.append(tok)
     info = out.customized_info
-    assert info[info_key("soft")] == [True, False, True] and reqs[1].output_ids[0] == te
+    rec = step_records(info[RECORD_KEY])
+    assert rec["soft"].tolist() == [True, False, True] and reqs[1].output_ids[0] == te
     plain = embed(tokens)
-    fb_decode = SimpleNamespace(forward_mode=ForwardMode.DECODE,
+    pool = SimpleNamespace(req_to_token=torch.zeros(8, 1))  # a request pool of 8 rows
+    fb_decode = SimpleNamespace(forward_mode=ForwardMode.DECODE, req_to_token_pool=pool,
                                 req_pool_indices=torch.tensor([r.req_pool_idx for r in reqs]))
     with batch_context(BatchContext(reqs=reqs, is_decode=True)):
         got = fwd(lm, tokens, None, fb_decode, plain)  # positional, as the VL model calls it
         got_kw = fwd(lm, input_ids=tokens, positions=None, forward_batch=fb_decode,
                      input_embeds=plain)
-    rec = {k: torch.tensor(info[info_key(k)]) for k in ("topk_ids", "scores", "tau", "soft")}
     want = record_input_embeddings(embed.weight[:v], rec["topk_ids"], rec["scores"], rec["tau"],
                                    rec["soft"])
     assert torch.allclose(got, want, atol=1e-6) and torch.equal(got, got_kw)
@@ -361,7 +363,7 @@ def test_embed_hook_with_real_embedding_and_signature(installed, sgl):
                    plain) is plain
     # outside a scheduler batch (CUDA-graph capture and replay): the same read, no batch state
     assert torch.equal(fwd(lm, tokens, None, fb_decode, plain), got)
-    unwritten = SimpleNamespace(forward_mode=ForwardMode.DECODE,
+    unwritten = SimpleNamespace(forward_mode=ForwardMode.DECODE, req_to_token_pool=pool,
                                 req_pool_indices=torch.tensor([6, 0, 3]))
     assert 6 not in fb_decode.req_pool_indices.tolist()
     pad = fwd(lm, tokens, None, unwritten, plain)  # padded graph rows: finite, discarded
@@ -418,7 +420,7 @@ def test_embed_hook_at_graph_capture_then_sampler_then_padded_replay(installed, 
         fb4 = graph_batch(4)
         out = captured(lm, index[:4], None, fb4, torch.ones(4, HIDDEN))  # start-up capture
         assert torch.equal(out, torch.zeros(4, HIDDEN))
-        buf = rt.buffers("cpu")
+        buf = rt.slot_table("cpu")
         ptrs = (buf.ids.data_ptr(), buf.weights.data_ptr())
         assert buf.size == pool.size + 1
         reqs = [FakeReq(f"p{i}", 40 + i, SamplingConfig(), slot=None) for i in range(3)]
@@ -442,8 +444,7 @@ def test_embed_hook_at_graph_capture_then_sampler_then_padded_replay(installed, 
             out = LogitsProcessorOutput(next_token_logits=logits,
                                         hidden_states=torch.randn(b, HIDDEN, generator=g))
             tokens = sampler(out, _sampling_info(b, v), False, [0] * b, [None] * b, None)
-            info["rec"] = {k: torch.tensor(out.customized_info[info_key(k)])
-                           for k in ("topk_ids", "scores", "tau", "soft")}
+            info["rec"] = step_records(out.customized_info[RECORD_KEY])
             return tokens
 
         forward = _wrap_fn(step, hooks._tp_hook, HookType.AROUND)
@@ -452,12 +453,13 @@ def test_embed_hook_at_graph_capture_then_sampler_then_padded_replay(installed, 
             live = reqs if t == 0 else reqs[:3]
             mode = ForwardMode.EXTEND if t == 0 else ForwardMode.DECODE
             mwb = SimpleNamespace(reqs=live, forward_mode=mode, extend_seq_lens=None,
-                                  capture_hidden_mode=CaptureHiddenMode.NULL)
+                                  capture_hidden_mode=CaptureHiddenMode.NULL,
+                                  req_pool_indices=torch.tensor([r.req_pool_idx for r in live]))
             if t:
                 want = record_input_embeddings(embed.weight[:v], *[
                     prev[k][:3] for k in ("topk_ids", "scores", "tau", "soft")])
             tokens = forward(worker, mwb)
-            assert (rt.buffers("cpu").ids.data_ptr(), buf.weights.data_ptr()) == ptrs
+            assert (rt.slot_table("cpu").ids.data_ptr(), buf.weights.data_ptr()) == ptrs
             if t:
                 assert torch.equal(info["read"], want), t
             prev = info["rec"]
@@ -493,8 +495,8 @@ def test_scheduler_internals_the_plugin_relies_on():
 
 
 def test_soft_kv_protection_is_decided_when_sglang_inserts():
-    """compat.sglang.protect_soft_kv through SGLang's real insertion paths: set before the first
-    decode (as the hook does), it still lets the prompt in when the prefill's result is processed
+    """compat.sglang.protect_soft_kv through SGLang's real insertion paths: set when the request
+    is first sampled (as the runtime does), it still lets the prompt in when the prefill's result is processed
     later (overlap scheduling), and keeps out KV computed from a soft input."""
     from types import SimpleNamespace
 
@@ -508,8 +510,7 @@ def test_soft_kv_protection_is_decided_when_sglang_inserts():
     tree = SimpleNamespace(cache_unfinished_req=lambda req, **kw: inserted.append(
         len(req.output_ids)))
     req = SimpleNamespace(output_ids=[], skip_radix_cache_insert=False)
-    st = RequestState(1, SamplingConfig(), thinking=True)
-    st.steps, st.first_soft = 2, 0  # step 0 (the prefill's) soft; step 1 sampled at decode 1
+    st = RequestState(1, SamplingConfig(), thinking=True)  # its first step soft: the prefill's
     protect_soft_kv(req, lambda: st.soft_kv(len(req.output_ids)))
     protect_soft_kv(req, lambda: True)  # idempotent: the first decision stands
     req.output_ids.append(7)  # the prefill's result, processed after decode 1 was launched

@@ -9,9 +9,17 @@ CUDA kernels: sgl-kernel's RMSNorm, activation and rotary); the attention backen
 Qwen3-VL-8B-Thinking's shape (random weights, SGLang's dummy load). Like for like: a plugin job
 and the stock job it is compared with differ only in the plugin.
 
-Measured: whole generates of 8 text prompts × G = 8 (64 rows) and × G = 1 (8 rows), 128 steps,
-eos ignored, bf16; after a warm-up generate of each size, 3 repeats each, every rate kept, the
-median reported (prompt prefill included; the radix cache flushed before each). The first engine
+Measured: generates of 8 text prompts × G = 8 (64 rows) and × G = 1 (8 rows), 128 steps, eos
+ignored, bf16; after a warm-up generate of each size, 3 repeats each, every rate kept, the median
+reported; the radix cache flushed before each. A rate is **decoding only**, on both sides alike:
+the decode steps' tokens over the decode window the engine's scheduler logged
+(:func:`~soft_spatial.compat.sglang.time_scheduler_phases`: from the first decode step's start
+to the last one's end), so neither the prompts' prefill (the plugin's prefill-only round
+included) nor the plugin's split of the records into traces after the generate is timed; beside
+it the median host µs of a decode step outside the forward. With ``profile`` the job ends with
+one generate of 64 rows under ``torch.profiler`` in the scheduler (SGLang's own
+``start_profile``/``stop_profile``), summarised by :mod:`.profile`: where a decode step's time
+goes. The first engine
 of a kind on a machine runs slower (Triton's JIT, cold caches: 52 s to start against 28–32 s, and
 ~18% slower decoding in the records), so the first job of each kind (kernels, attention, dtype,
 model) starts and stops a **warm-up engine** first (a marker in the scratch directory remembers
@@ -29,7 +37,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from soft_spatial.compat.sglang import GRAPH_LOG_ENV, read_graph_log
+from soft_spatial.compat.sglang import GRAPH_LOG_ENV, PHASE_LOG_ENV, read_graph_log, read_phase_log
 from soft_spatial.bench.gpu.context import (KitContext, env_vars, free_memory, model_8b,
                                           shared_model, wait_device_free)
 from soft_spatial.bench.gpu.measure import MODES
@@ -39,7 +47,8 @@ from soft_spatial.bench.gpu.sglang_args import (FUSED_ATTENTION, cpu_args, cuda_
                                               unset_backends)
 from soft_spatial.models.shapes import QWEN3_VL_2B_TEXT
 
-__all__ = ["EngineSpec", "measure", "render", "server_args", "shape", "warm_up", "measure_sync",
+__all__ = ["EngineSpec", "measure", "render", "render_profile", "decode_window", "profile_pass",
+           "server_args", "shape", "warm_up", "measure_sync",
            "render_sync", "plugin_engine", "engine"]
 
 
@@ -145,13 +154,17 @@ class _Plugin:
 
 
 @contextmanager
-def engine(ctx: KitContext, spec: EngineSpec, graph_log=None):
-    """A started engine of ``spec`` on its model; shut down and its memory back on exit."""
+def engine(ctx: KitContext, spec: EngineSpec, graph_log=None, phase_log=None):
+    """A started engine of ``spec`` on its model; shut down and its memory back on exit.
+    ``graph_log``/``phase_log``: directories its schedulers count graph replays and log decode
+    steps into."""
     model, ctrl, _ = (model_8b if spec.model == "8b" else shared_model)(ctx)
     args = server_args(spec, ctx.dry_run)
     env = engine_env(parity=False, native_ops=spec.kernels == "native",
                      flashinfer=spec.attention == "flashinfer" and not ctx.dry_run)
-    with env_vars({**env, **({GRAPH_LOG_ENV: str(graph_log)} if graph_log else {})}):
+    logs = {**({GRAPH_LOG_ENV: str(graph_log)} if graph_log else {}),
+            **({PHASE_LOG_ENV: str(phase_log)} if phase_log else {})}
+    with env_vars({**env, **logs}):
         eng = (_Plugin(model, spec.mode, ctrl, args) if spec.kind == "plugin"
                else _Stock(model, args))
     try:
@@ -188,22 +201,66 @@ def warm_up(ctx: KitContext, spec: EngineSpec) -> float | None:
     return round(time.perf_counter() - t0, 1)
 
 
-def _rates(eng, prompts, n_prompts: int, g: int, steps: int, repeats: int) -> dict:
-    """tok/s of every repeat at both sizes after a warm-up generate of each; soft steps."""
+def decode_window(phase_log, t0: float, t1: float, steps: int, settle_s: float = 5.0) -> dict:
+    """The decode steps the scheduler logged between ``t0`` and ``t1`` (``time.monotonic``):
+    ``{"tokens": rows summed, "seconds": first start to last end, "host_us": median host µs
+    outside the forward}``. A generate of ``steps`` tokens has ``steps - 1`` decode steps; the
+    last one's line may land just after the generate returned, so this waits up to
+    ``settle_s`` for them."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        rows = [r for r in read_phase_log(str(phase_log)) if t0 <= r["start"] <= t1]
+        if len(rows) >= steps - 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    if not rows:
+        return {"tokens": 0, "seconds": 0.0, "host_us": None}
+    host = [r["schedule"] + r["run"] - r["forward"] + r["process"] for r in rows]
+    return {"tokens": sum(r["bs"] for r in rows), "seconds": max(r["end"] for r in rows)
+            - min(r["start"] for r in rows), "host_us": statistics.median(host)}
+
+
+def _rates(eng, prompts, n_prompts: int, g: int, steps: int, repeats: int, phase_log) -> dict:
+    """Decoding tok/s (:func:`decode_window`) of every repeat at both sizes after a warm-up
+    generate of each; host µs of a decode step outside the forward; soft steps."""
     out, soft, total = {"rows": {"big": n_prompts * g, "small": n_prompts}}, 0, 0
     for size, per_prompt in (("big", g), ("small", 1)):
         eng.tokens(prompts, per_prompt, min(steps, 16))  # the sizes' graphs and kernels, once
-        rates = []
+        rates, hosts = [], []
         for _ in range(repeats):
             eng.backend.flush_cache()
-            t1 = time.perf_counter()
+            t1 = time.monotonic()
             tokens, s = eng.tokens(prompts, per_prompt, steps)
-            rates.append(tokens / (time.perf_counter() - t1))
+            window = decode_window(phase_log, t1, time.monotonic(), steps)
+            rates.append(window["tokens"] / window["seconds"] if window["seconds"] else 0.0)
+            hosts.append(window["host_us"])
             soft, total = soft + s, total + tokens
         out[f"tps_{size}"] = round(statistics.median(rates), 1)
         out[f"tps_{size}_all"] = [round(r, 1) for r in rates]
+        known = [h for h in hosts if h is not None]
+        out[f"host_us_{size}"] = round(statistics.median(known), 1) if known else None
     out["soft_step_fraction"] = round(soft / max(total, 1), 4)
     return out
+
+
+def profile_pass(ctx: KitContext, eng, prompts, g: int, name: str) -> dict:
+    """One generate of ``len(prompts) * g`` rows under ``torch.profiler`` in the scheduler
+    (SGLang's ``start_profile``/``stop_profile``: CPU and GPU activity, no stacks or shapes),
+    summarised (:func:`.profile.summarize`)."""
+    from soft_spatial.bench.gpu.profile import read_trace, summarize
+    out_dir = ctx.work / "profiles" / f"{name}-{time.time_ns()}"
+    steps = 8 if ctx.dry_run else 24
+    eng.backend.flush_cache()
+    eng.backend.start_profile(output_dir=str(out_dir), with_stack=False, record_shapes=False,
+                              activities=["CPU"] if ctx.dry_run else ["CPU", "GPU"])
+    try:
+        eng.tokens(prompts, g, steps)
+    finally:
+        eng.backend.stop_profile()
+    traces = sorted(out_dir.glob("*.trace.json*"))
+    if not traces:
+        raise JobFailed(f"the profile pass wrote no trace into {out_dir}", {})
+    return summarize(read_trace(traces[0]))
 
 
 def measure(ctx: KitContext, job) -> dict:
@@ -213,14 +270,18 @@ def measure(ctx: KitContext, job) -> dict:
     n_prompts, g, steps, repeats = shape(ctx.dry_run)
     values = {**spec.describe(), "steps": steps, "repeats": repeats,
               "warmup_engine_s": warm_up(ctx, spec)}
-    graph_log = ctx.work / "graph-logs" / f"{job.name}-{time.time_ns()}"
+    stamp_ns = time.time_ns()
+    graph_log = ctx.work / "graph-logs" / f"{job.name}-{stamp_ns}"
+    phase_log = ctx.work / "phase-logs" / f"{job.name}-{stamp_ns}"
     t0 = time.perf_counter()
     try:
-        with engine(ctx, spec, graph_log) as (eng, model):
+        with engine(ctx, spec, graph_log, phase_log) as (eng, model):
             values["start_s"] = round(time.perf_counter() - t0, 1)
             prompts = text_prompts(AutoTokenizer.from_pretrained(model), n_prompts,
                                    4 if ctx.dry_run else 16)
-            values.update(_rates(eng, prompts, n_prompts, g, steps, repeats))
+            values.update(_rates(eng, prompts, n_prompts, g, steps, repeats, phase_log))
+            if job.args.get("profile"):
+                values["profile"] = profile_pass(ctx, eng, prompts, g, job.name)
     except Exception as e:
         values["graph_batches"] = read_graph_log(str(graph_log))
         raise JobFailed(f"{type(e).__name__}: {e}", values) from e
@@ -233,8 +294,9 @@ def measure(ctx: KitContext, job) -> dict:
 
 def render(v: dict) -> list[str]:
     g = v.get("graph_batches") or {"replayed": "–", "eager": "–", "first_eager": None}
-    rates = ", ".join(f"{v['rows'][n]} rows {v[f'tps_{n}']} tok/s (repeats "
-                      f"{v.get(f'tps_{n}_all')})" for n in ("big", "small") if f"tps_{n}" in v)
+    rates = ", ".join(f"{v['rows'][n]} rows {v[f'tps_{n}']} tok/s decoding (repeats "
+                      f"{v.get(f'tps_{n}_all')}; host {v.get(f'host_us_{n}', '–')} µs a step "
+                      f"outside the forward)" for n in ("big", "small") if f"tps_{n}" in v)
     warm = v.get("warmup_engine_s")
     return [f"{v['engine']} on the {v.get('model', '2b').upper()}-shaped model: {v['kernels']} "
             f"kernels, attention {v['attention']}, overlap {'on' if v['overlap'] else 'off'}, "
@@ -244,7 +306,21 @@ def render(v: dict) -> list[str]:
             + (f"a warm-up engine first ({warm} s); " if warm else "its kind was warm; ")
             + f"started in {v.get('start_s', '–')} s; " + (rates or "no rate")
             + (f"; soft steps {v['soft_step_fraction']:.0%}" if "soft_step_fraction" in v
-               else "")]
+               else "")] + (render_profile(v["profile"]) if v.get("profile") else [])
+
+
+def render_profile(p: dict) -> list[str]:
+    """The profile pass's summary (:func:`.profile.summarize`) as report lines."""
+    if not p.get("steps"):
+        return ["", "Profile: no decode step in the trace."]
+    host = ", ".join(f"{k} {u}" for k, u in p["host_us"].items())
+    return ["", f"Profile, per decode step over {p['steps']} steps: {p['step_us']} µs a step; "
+                f"GPU busy {p['gpu_busy_us']} µs, idle {p['gpu_idle_us']} µs; "
+                f"{p['graph_launches']} graph launches, {p['kernels_outside_graphs']} kernels "
+                f"outside graphs ({p['outside_us']} µs); host µs (median) {host}", "",
+            *table(["kernel", "calls", "µs", "graph"],
+                   [[t["kernel"], t["calls"], t["us"], "yes" if t["in_graph"] else "no"]
+                    for t in p["top"]])]
 
 
 # -- X/sync: the soft sampler never waits for the device ------------------------------------------
@@ -258,12 +334,14 @@ def measure_sync(ctx: KitContext, job) -> dict:
     else:  # the Qwen vocabulary and the 2B shape's width
         dev, vocab, hidden = "cuda", 151936, QWEN3_VL_2B_TEXT["hidden_size"]
     rows = {}
-    for mode in MODES:
+    # the decode steps eagerly, then (on a GPU) through the sampler's captured graphs
+    for mode, graphs in [(m, False) for m in MODES] + [(m, True) for m in MODES if dev == "cuda"]:
+        name = f"{mode}, graphs" if graphs else mode
         try:
-            rows[mode] = {"rows": drive_sampler(dev, mode, vocab=vocab, hidden=hidden),
-                          "waits": None}
+            rows[name] = {"rows": drive_sampler(dev, mode, vocab=vocab, hidden=hidden,
+                                                graphs=graphs), "waits": None}
         except Exception as e:  # the synchronising op, named by torch
-            rows[mode] = {"rows": None,
+            rows[name] = {"rows": None,
                           "waits": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
     values = {"device": dev, "vocab": vocab, "hidden": hidden, "modes": rows,
               "waits": [m for m, r in rows.items() if r["waits"]]}

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Job", "plan", "LEASES", "DRY_RUN", "FIRST_ENGINE_S", "lease_only", "lease_seconds",
-           "PLAN_S_PER_CALL", "PLAN_S_PER_LEASE"]
+__all__ = ["Job", "plan", "LEASES", "LEASES_BEFORE_SPEED", "DRY_RUN", "FIRST_ENGINE_S",
+           "lease_only", "lease_seconds", "PLAN_S_PER_CALL", "PLAN_S_PER_LEASE",
+           "PROFILE_PASS_S", "SAMPLER_BENCH_S"]
 
 #: what the first engine of a kind adds to a call, by its kernels (Triton's JIT, cold caches):
 #: native ops 52 s against 28–32 (2026-11-26), a warm-up engine 34 s; SGLang's fused kernels about
@@ -26,6 +27,10 @@ FLASHINFER_BUILD_S = 180.0
 #: the plan's deadline in one call (docs/gpu.md's one-call recipe: 560 s after the call began,
 #: less the kit's install and the interpreter's start, ~40 s)
 PLAN_S_PER_CALL = 520.0
+#: guesses, never measured: an F job's profile pass (one generate of 64 rows x 24 steps under
+#: torch.profiler, the trace written and summarised) and X/sampler (no engine: CUDA's start, 12
+#: runtimes' graphs captured, 6 x 62 steps of two paths at the Qwen vocabulary)
+PROFILE_PASS_S, SAMPLER_BENCH_S = 10.0, 20.0
 
 
 @dataclass(frozen=True)
@@ -60,12 +65,15 @@ class Job:
 
 def _f(name: str, engine: str, mode: str, *, overlap: bool, kernels: str = "native",
        model: str = "2b", graphs: bool = True, est: float = 65.0, part: str = "F",
-       attention: str | None = None, cap: float | None = None) -> Job:
+       attention: str | None = None, cap: float | None = None, profile: bool = False) -> Job:
     needs = ("model/build-8b",) if model == "8b" else ("model/build",)
     args = {"kind": "engine", "engine": engine, "mode": mode, "graphs": graphs,
             "overlap": overlap, "kernels": kernels, "model": model}
     if attention:
         args["attention"] = attention
+    if profile:  # where a decode step's time goes (graphs.profile_pass)
+        args["profile"] = True
+        est += PROFILE_PASS_S
     # the cap holds the kind's warm-up engine too: a fresh machine's first fused job took more
     # than 130 s (2026-11-28: killed at its cap while its warm-up engine captured its graphs)
     default = 130 + (FIRST_ENGINE_S[kernels] if kernels == "fused" else 0) + (20 if model == "8b" else 0)
@@ -77,12 +85,17 @@ def _e(name: str, est: float, part: str = "E", **spec) -> Job:
 
 
 def _f_table(kernels: str) -> list[Job]:
-    """Stock hard and the plugin with the same kernels, overlap off and on on both sides."""
-    p = "" if kernels == "native" else "fused-"
+    """Stock hard and the plugin with the same kernels, overlap off and on on both sides; with
+    SGLang's fused kernels the overlap-off jobs of stock and the soft modes end with a profile
+    pass (docs/gpu.md, "Where the time goes")."""
+    p, fused = ("", False) if kernels == "native" else ("fused-", True)
     return [_f(f"{p}stock-hard", "stock", "hard", overlap=True, kernels=kernels),
-            _f(f"{p}stock-hard-overlap-off", "stock", "hard", overlap=False, kernels=kernels),
-            _f(f"{p}plugin-fixed", "plugin", "fixed", overlap=False, kernels=kernels),
-            _f(f"{p}plugin-adaptsoft", "plugin", "adaptsoft", overlap=False, kernels=kernels),
+            _f(f"{p}stock-hard-overlap-off", "stock", "hard", overlap=False, kernels=kernels,
+               profile=fused),
+            _f(f"{p}plugin-fixed", "plugin", "fixed", overlap=False, kernels=kernels,
+               profile=fused),
+            _f(f"{p}plugin-adaptsoft", "plugin", "adaptsoft", overlap=False, kernels=kernels,
+               profile=fused),
             _f(f"{p}plugin-fixed-overlap-on", "plugin", "fixed", overlap=True, kernels=kernels),
             _f(f"{p}plugin-adaptsoft-overlap-on", "plugin", "adaptsoft", overlap=True,
                kernels=kernels),
@@ -102,6 +115,8 @@ def _jobs() -> list[Job]:
         Job("model", "build", 150, 25.0, args={"kind": "model", "model": "2b"}),
         *_f_table("native"),
         Job("X", "sync", 90, 30.0, extra=True, min_left=40.0, args={"kind": "sync"}),
+        Job("X", "sampler", 120, SAMPLER_BENCH_S, extra=True, min_left=40.0,
+            args={"kind": "sampler"}),
         Job("X", "overlap-parity", 160, 80.0, ("model/build",), True, 80.0,
             {"kind": "overlap", "modes": ["adaptsoft"]}),
         *_f_table("fused"),
@@ -144,31 +159,41 @@ def _jobs() -> list[Job]:
     return jobs
 
 
-# The next three 15-minute loans, two calls each (docs/gpu.md, "The lease plan"), in order of
-# value. A loan is 900 s of device time: the machine's start (1-3 min), each call's transfer,
-# install and interpreter start (~30 s), the plans; so a call's plan holds at most
-# PLAN_S_PER_CALL and a loan's two at most PLAN_S_PER_LEASE by the estimates. (The F table with
-# fused kernels, overlap on and off, native ops and the sampler's sync ran on 2026-11-28:
-# docs/results/gpu-runs.md.)
+# The next 15-minute loans, two calls each (docs/gpu.md, "The lease plan"), in order of value. A
+# loan is 900 s of device time: the machine's start (1-3 min), each call's transfer, install and
+# interpreter start (~30 s), the plans; so a call's plan holds at most PLAN_S_PER_CALL and a
+# loan's two at most PLAN_S_PER_LEASE by the estimates. The first loan after the sampler's host
+# work went (issue 53) measures what it gained: the fused F table against stock with overlap
+# off, where each step's time goes, the captured sampler against the eager one, graphs-on
+# parity; the overlap-on jobs come second (overlap is decided again by its rule). A loan before
+# that lands runs E (it does not depend on it): LEASES_BEFORE_SPEED.
 LEASES = [
-    [  # 1: does E decide (fp32 within 1e-3 nats; bf16 on the parity weights); graphs-on
-        # parity. (Overlap's parity waits: overlap stays off on its speed, 2026-11-28.)
-        ["model/build", "D/references", "G/fixed", "G/adaptsoft", "E/fp32"],
-        ["model/build", "E/bf16"],
+    [  # 1: the plugin at stock speed? (0.53-0.63x stock hard at 64 rows, overlap off, on
+        # 2026-11-28, before the sampler's host work went), plugin hard beside them (its
+        # machinery without soft thinking), where each step's time goes; the captured sampler's
+        # records against the eager ones; soft parity under replayed graphs
+        ["model/build", "X/sampler", "F/fused-stock-hard-overlap-off", "F/fused-plugin-fixed",
+         "F/fused-plugin-adaptsoft", "F/fused-plugin-hard"],
+        ["model/build", "D/references", "G/fixed", "G/adaptsoft"],
     ],
-    [  # 2: where the plugin's step goes with fused kernels (0.53-0.63x stock hard at 64 rows,
-        # overlap off, 2026-11-28): plugin hard beside stock hard, fixed and adaptsoft on one machine; the
-        # paper's shape
-        ["model/build", "F/fused-stock-hard-overlap-off", "F/fused-plugin-hard",
-         "F/fused-plugin-fixed", "F/fused-plugin-adaptsoft"],
+    [  # 2: the overlap-on table (overlap's default is decided again by its rule); E in fp32
+        # (the replay check within 1e-3 nats)
+        ["model/build", "F/fused-stock-hard", "F/fused-plugin-fixed-overlap-on",
+         "F/fused-plugin-adaptsoft-overlap-on"],
+        ["model/build", "E/fp32"],
+    ],
+    [  # 3: E in bf16 on the parity weights; the paper's shape
+        ["model/build", "E/bf16"],
         ["model/build-8b", "F/8b-stock-hard", "F/8b-plugin-fixed"],
     ],
-    [  # 3: a step's price against hard thinking on the same pipeline; flashinfer's attention
-        # (verl's choice for SGLang: its JIT build's time is the unknown)
+    [  # 4: hard thinking on the same pipeline; flashinfer's attention (verl's choice for
+        # SGLang: its JIT build's time is the unknown)
         ["model/build", "E/hard"],
         ["model/build", "F/fi-stock-hard", "F/fi-plugin-fixed"],
     ],
 ]
+#: what a loan runs while the speed work is still being built (it depends on none of it)
+LEASES_BEFORE_SPEED = [[["model/build", "E/fp32"], ["model/build", "E/bf16"]]]
 PLAN_S_PER_LEASE = 720.0  # 900 - 120 (the machine's start) - 2 x 30 (per call)
 
 # The CPU dry run (tests/sglang_real/test_gpu_headline_dry_run.py): every code path the lease
@@ -178,11 +203,14 @@ PLAN_S_PER_LEASE = 720.0  # 900 - 120 (the machine's start) - 2 x 30 (per call)
 # on is F/stock-hard's; the plugin under overlap decodes in tests/sglang_real/test_real_engine_overlap.py
 # (records on against off, bit for bit), and X/overlap-parity, in no loan while overlap stays off,
 # is that comparison with the kit's engines: its verdict is unit-tested in tests/bench/gpu/test_overlap.py.
-# E/hard is E/fp32's job with experiment=hard: that spec's settings and verdict are unit-tested in
-# tests/bench/gpu/test_grpo.py, the hard preset trains end to end in tests/e2e/test_multinode_train.py
-# and SGLang's verl server decodes hard mode in tests/sglang_real/test_verl_server.py
-DRY_RUN = ["model/build", "F/stock-hard", "F/fused-plugin-adaptsoft", "X/sync", "D/references",
-           "G/adaptsoft", "E/fp32", "model/build-8b", "F/8b-plugin-fixed"]
+# F/fused-plugin-adaptsoft's profile pass is the profile path of every profiled job. X/sampler
+# runs the static path without a graph (the capture is CUDA's; its logic is
+# tests/engines/sglang/test_runtime.py's). E/hard is E/fp32's job with experiment=hard: that
+# spec's settings and verdict are unit-tested in tests/bench/gpu/test_grpo.py, the hard preset
+# trains end to end in tests/e2e/test_multinode_train.py and SGLang's verl server decodes hard
+# mode in tests/sglang_real/test_verl_server.py
+DRY_RUN = ["model/build", "F/stock-hard", "F/fused-plugin-adaptsoft", "X/sync", "X/sampler",
+           "D/references", "G/adaptsoft", "E/fp32", "model/build-8b", "F/8b-plugin-fixed"]
 
 
 def lease_only(lease: int, call: int) -> str:

@@ -49,9 +49,11 @@ class OutNotEmpty(FileExistsError):
 
 
 def _kinds() -> dict[str, tuple[Callable, Callable]]:
-    from soft_spatial.bench.gpu import context, graphs, grpo, overlap, selftest, soft_parity
+    from soft_spatial.bench.gpu import (context, graphs, grpo, overlap, sampler_bench, selftest,
+                                        soft_parity)
     return {"model": (context.measure_model, context.render_model),
             "engine": (graphs.measure, graphs.render),
+            "sampler": (sampler_bench.measure, sampler_bench.render),
             "refs": (soft_parity.measure_references, soft_parity.render_references),
             "parity": (soft_parity.measure_parity, soft_parity.render_parity),
             "overlap": (overlap.measure, overlap.render),

@@ -7,7 +7,8 @@
 * :class:`TraceAccumulator` — SGLang streams ``customized_info`` in slices (non-streaming requests
   are flushed every ``SGLANG_FORCE_STREAM_INTERVAL`` tokens and the tokenizer manager keeps only
   the last slice in ``meta_info``), so the server accumulates every slice per request id from the
-  tokenizer manager's batch outputs and hands the full record list over once the request ends;
+  tokenizer manager's batch outputs and unpacks the request's records once it ends
+  (:func:`split_records`; the packed rows: :mod:`.records`);
 * the controller's wire format for the custom weight loader.
 """
 from __future__ import annotations
@@ -22,20 +23,15 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 import torch
 
 from soft_spatial.softthink import ControllerState, SamplingConfig
-from soft_spatial.softthink.trace import TRACE_KEYS
 
-__all__ = ["PARAM_KEY", "collapse_image_pads", "PromptPrefill", "PREFILL_ONLY", "INFO_PREFIX", "INFO_KEYS",
-           "info_key", "request_params", "TraceAccumulator", "split_records", "encode_controller",
+from soft_spatial.engines.sglang.records import RECORD_KEY, RecordsError, unpack
+
+__all__ = ["PARAM_KEY", "collapse_image_pads", "PromptPrefill", "PREFILL_ONLY", "RECORD_KEY",
+           "request_params", "TraceAccumulator", "split_records", "encode_controller",
            "decode_controller", "CONTROLLER_NAME"]
 
 PARAM_KEY = "soft_spatial"  # custom_params[PARAM_KEY] = request_params(...)
-INFO_PREFIX = "soft_"
-INFO_KEYS = TRACE_KEYS + ("loglik",)
 CONTROLLER_NAME = "soft_spatial.controller"  # the one "weight" the controller travels as
-
-
-def info_key(key: str) -> str:
-    return INFO_PREFIX + key
 
 
 def collapse_image_pads(ids: Sequence[int], image_token_id: int | None) -> list[int]:
@@ -101,33 +97,29 @@ def request_params(seed: int, sampling: SamplingConfig) -> dict[str, Any]:
 
 
 class TraceAccumulator:
-    """Per-request concatenation of the streamed ``customized_info`` slices (thread-safe)."""
+    """Per-request concatenation of the streamed record slices (thread-safe): each request's
+    packed rows (:mod:`.records`), in step order."""
 
     def __init__(self):
-        self._acc: dict[str, dict[str, list]] = {}
+        self._acc: dict[str, list[bytes]] = {}
         self._lock = threading.Lock()
 
     def feed(self, rids: Sequence[str], customized_info: dict[str, list[Any]] | None) -> None:
-        """One batch output: ``customized_info[key][i]`` is the list of new per-step values of
+        """One batch output: ``customized_info[RECORD_KEY][i]`` is the list of new packed rows of
         request ``rids[i]`` (SGLang's ``BatchTokenIDOutput``/``BatchStrOutput`` layout)."""
-        if not customized_info:
-            return
-        keys = [k for k in customized_info if k.startswith(INFO_PREFIX)]
-        if not keys:
+        rows = (customized_info or {}).get(RECORD_KEY)
+        if not rows:
             return
         with self._lock:
-            for i, rid in enumerate(rids):
-                acc = self._acc.setdefault(rid, {k: [] for k in keys})
-                for k in keys:
-                    acc.setdefault(k, []).extend(customized_info[k][i])
+            for rid, new in zip(rids, rows):
+                self._acc.setdefault(rid, []).extend(new)
 
     def received(self, rid: str) -> int:
         """Records received so far for request ``rid``."""
         with self._lock:
-            acc = self._acc.get(rid)
-            return len(next(iter(acc.values()))) if acc else 0
+            return len(self._acc.get(rid, ()))
 
-    def pop(self, rid: str) -> dict[str, list] | None:
+    def pop(self, rid: str) -> list[bytes] | None:
         with self._lock:
             return self._acc.pop(rid, None)
 
@@ -135,23 +127,19 @@ class TraceAccumulator:
         return len(self._acc)
 
 
-def split_records(acc: dict[str, list] | None, n_tokens: int
+def split_records(rows: list[bytes] | None, n_tokens: int, rid: str = "a request"
                   ) -> tuple[dict[str, list], list[float]]:
-    """Accumulated info → (``SoftTrace.to_lists()``-format dict, per-step log-likelihoods).
-    The number of records must equal the number of emitted tokens."""
-    if acc is None:
+    """A request's accumulated rows → (``SoftTrace.to_lists()``-format dict, per-step
+    log-likelihoods). There must be one record per emitted token, sampled at noise steps 0, 1,
+    2, ... (:func:`~.records.unpack`, which names ``rid`` when they are not)."""
+    if rows is None:
         raise RuntimeError("sglang_soft: SGLang returned no soft records for a request; is the "
                            "server running with the soft_spatial plugin (sampling_backend="
                            "soft_gumbel)?")
-    missing = [k for k in INFO_KEYS if info_key(k) not in acc]
-    if missing:
-        raise RuntimeError(f"sglang_soft: records lack keys {missing}")
-    trace = {k: acc[info_key(k)] for k in TRACE_KEYS}
-    n = len(trace["topk_ids"])
-    if any(len(v) != n for v in acc.values()) or n != n_tokens:
-        raise RuntimeError(f"sglang_soft: {n} records (per key {[len(v) for v in acc.values()]})"
-                           f" for {n_tokens} tokens")
-    return trace, [float(x) for x in acc[info_key("loglik")]]
+    if len(rows) != n_tokens:
+        raise RecordsError(f"sglang_soft: {len(rows)} records for {n_tokens} tokens "
+                           f"(request {rid})")
+    return unpack(rows, f"request {rid}")
 
 
 def encode_controller(state: ControllerState) -> torch.Tensor:

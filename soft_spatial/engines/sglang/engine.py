@@ -232,7 +232,7 @@ class SGLangEngine:
         """SGLang's result for request ``rid`` (prompt i, sample j) with its accumulated
         records, as the local engine's :class:`~soft_spatial.engines.base.Completion`."""
         tokens = [int(t) for t in res["output_ids"]]
-        lists, loglik = split_records(self._traces.pop(rid), len(tokens))
+        lists, loglik = split_records(self._traces.pop(rid), len(tokens), rid)
         trace = SoftTrace.from_lists(lists, k=self.soft_thinking.top_k)
         finish = (res.get("meta_info") or {}).get("finish_reason") or {}
         reason = finish.get("type") if isinstance(finish, dict) else str(finish)

@@ -92,13 +92,13 @@ except ImportError as exc:  # pragma: no cover - exercised by the no-sglang test
 import torch
 
 from soft_spatial.compat import sglang as sgl_compat
-from soft_spatial.compat.sglang import (forward_batch_request_pool, protect_soft_kv,
+from soft_spatial.compat.sglang import (POOL_FREE_TARGET, forward_batch_request_pool,
                                         request_pool_rows, worker_request_pool)
 from soft_spatial.softthink.controller import log_fingerprint
 
 from soft_spatial.engines.sglang.client import CONTROLLER_NAME, decode_controller
-from soft_spatial.engines.sglang.runtime import (STATE_ATTR, BatchContext, SoftRuntime, batch_context, current_batch,
-                      last_hidden)
+from soft_spatial.engines.sglang.runtime import (BatchContext, SoftRuntime, batch_context,
+                                                 current_batch, last_hidden)
 from soft_spatial.engines.sglang.server_args import (_REQUIRED, FP32_LM_HEAD, REFUSED, SAMPLER_BACKEND,
                                                      SchedulerSetup)
 
@@ -141,7 +141,7 @@ class SoftGumbelSampler(Sampler):
         b = logits.shape[0]
         hidden = last_hidden(logits_output.hidden_states, ctx, b)
         tokens, info = runtime().sample(ctx.reqs, logits, hidden, pool_rows=ctx.pool_rows,
-                                        extend=not ctx.is_decode)
+                                        extend=not ctx.is_decode, slots=ctx.slots)
         logits_output.customized_info = {**(logits_output.customized_info or {}), **info}
         if ctx.forced_capture:
             logits_output.hidden_states = None  # nobody else asked for them
@@ -154,7 +154,9 @@ class SoftGumbelSampler(Sampler):
 
 
 def _tp_hook(original, *args, **kwargs):
-    """AROUND TpModelWorker.forward_batch_generation(self, model_worker_batch, ...)."""
+    """AROUND TpModelWorker.forward_batch_generation(self, model_worker_batch, ...): publishes
+    the batch (its Req objects, its request-pool slots) for the sampler, with no pass over its
+    rows."""
     mwb = args[1] if len(args) > 1 else kwargs.get("model_worker_batch")
     if mwb is None or getattr(mwb, "reqs", None) is None:
         return original(*args, **kwargs)
@@ -164,19 +166,22 @@ def _tp_hook(original, *args, **kwargs):
     if mwb.capture_hidden_mode in (None, CaptureHiddenMode.NULL):
         mwb.capture_hidden_mode = CaptureHiddenMode.LAST
         forced = True
-    is_decode = mwb.forward_mode.is_decode()
-    if is_decode:
-        runtime().check_decode_rows(mwb.reqs)  # host-side, before any graph replays
-        for req in mwb.reqs:  # before any of its decode KV can be inserted (asked at insert time)
-            st = getattr(req, STATE_ATTR, None)
-            if st is not None:
-                protect_soft_kv(req, lambda st=st, req=req: st.soft_kv(len(req.output_ids)))
-    ctx = BatchContext(reqs=mwb.reqs, is_decode=is_decode,
+    ctx = BatchContext(reqs=mwb.reqs, is_decode=mwb.forward_mode.is_decode(),
                        extend_seq_lens=getattr(mwb, "extend_seq_lens", None),
                        forced_capture=forced,
-                       pool_rows=request_pool_rows(worker_request_pool(args[0])))
+                       pool_rows=request_pool_rows(worker_request_pool(args[0])),
+                       slots=getattr(mwb, "req_pool_indices", None))
     with batch_context(ctx):
         return original(*args, **kwargs)
+
+
+def _free_hook(*args, **kwargs):
+    """BEFORE ReqToTokenPool.free(self, req) (:data:`~soft_spatial.compat.sglang.POOL_FREE_TARGET`):
+    the request leaves the pool (finished, aborted, retracted)."""
+    req = args[1] if len(args) > 1 else kwargs.get("req")
+    if req is not None and _runtime is not None:
+        _runtime.release(req)
+    return None
 
 
 def _embed_hook(*args, **kwargs):
@@ -244,7 +249,9 @@ def install(setup: SchedulerSetup | None = None) -> SoftRuntime:
     sgl_compat.warn_eager_decodes(logger.warning)  # once per reason: graphs off in all but name
     HookRegistry.register(TP_TARGET, _tp_hook, HookType.AROUND)
     HookRegistry.register(EMBED_TARGET, _embed_hook, HookType.BEFORE)
+    HookRegistry.register(POOL_FREE_TARGET, _free_hook, HookType.BEFORE)
     HookRegistry.apply_hooks()
+    sgl_compat.graph_log_extra("sampler", lambda: dict(runtime().stats))
     _installed = True
     logger.info("soft_spatial SGLang plugin installed (mode %s)", rt.setup.soft.soft_thinking.mode)
     return rt
@@ -281,6 +288,16 @@ def check_server_args(server_args, setup: SchedulerSetup | None = None) -> None:
                            f"{_REQUIRED}); see soft_spatial.engines.sglang.required_server_args")
 
 
+def sampler_graph_sizes(server_args) -> list[int] | None:
+    """The batch sizes the sampler captures (SGLang's own ``cuda_graph_bs``, which its decode
+    graphs are padded to), or None where SGLang captures no graphs (graphs off, not CUDA)."""
+    if getattr(server_args, "disable_cuda_graph", False) or \
+            str(getattr(server_args, "device", "cuda")) != "cuda" or \
+            not torch.cuda.is_available():
+        return None
+    return list(getattr(server_args, "cuda_graph_bs", None) or []) or None
+
+
 def run_scheduler_process(*args, **kwargs):
     """Drop-in ``run_scheduler_process_func``: installs the plugin in the (spawned) scheduler
     process (and native ops where ``$SOFT_SPATIAL_SGLANG_NATIVE_OPS`` asks:
@@ -291,6 +308,7 @@ def run_scheduler_process(*args, **kwargs):
     server_args = args[0] if args else kwargs.get("server_args")
     if server_args is not None:
         check_server_args(server_args, rt.setup)
+        rt.use_graphs(sampler_graph_sizes(server_args))
     from sglang.srt.managers.scheduler import run_scheduler_process as _run
     return _run(*args, **kwargs)
 

@@ -4,26 +4,40 @@ One :class:`SoftRuntime` lives in each scheduler (TP worker) process. SGLang cal
 step through the hooks of :mod:`.hooks`:
 
 * :meth:`SoftRuntime.sample` from the ``soft_gumbel`` sampler, with the batch's ``Req`` objects
-  (from :func:`current_batch`, set around ``TpModelWorker.forward_batch_generation``), the logits
-  and the last hidden states. Each request's state lives on its ``Req`` (attribute
-  :data:`STATE_ATTR`), so it follows the request through batch filtering/merging and disappears
-  with it. The state holds the request's noise seed (the local engine's row seed) and its own
-  count of steps sampled (not ``len(req.output_ids)``, which lags one step under overlap
-  scheduling); each step's K+1 uniforms are :func:`~soft_spatial.softthink.noise.noise_uniforms` of
-  (seed, step), as in the local engine. A request that SGLang prefills again after it sampled
-  (retraction) is recognised by its extend batch and resumes at ``len(req.output_ids)``, or
-  raises :class:`SoftStateError` after soft steps. Rows are grouped by their
-  sampling settings and passed to :func:`~soft_spatial.engines.step.sample_step` (the same function
-  the local engine calls), so the records are the local engine's records. The next step's input of
-  every row — ids ``[K]`` and weights ``[K]`` (softmax(z/τ) at a soft step, one-hot on the token at
-  a discrete one, :func:`~soft_spatial.softthink.record_weights`) — is written into
-  :class:`DecodeInputBuffers` at the row's request-pool slot (``Req.req_pool_idx``), with
-  whether the row still thinks. Nothing in it reads the device on the host: host values reach
-  the device through :func:`to_device`, the records leave it by non-blocking copies
-  (:class:`HostRecords`), read when SGLang processes the batch (docs/sglang.md, "Overlap
+  and their request-pool slots (``req_pool_indices``, a device tensor; from
+  :func:`current_batch`, set around ``TpModelWorker.forward_batch_generation``), the logits and
+  the last hidden states. It returns the emitted tokens and the step's records, packed
+  (:mod:`.records`: one ``customized_info`` key, one copy to the host).
+
+  A request's sampler state lives per slot on the device (:class:`~.slots.SlotTable`: its
+  premixed noise seed, its next noise step, whether it thinks, its next input) and is written
+  **once**, when the request is first sampled or prefilled again: an extend (prefill) batch,
+  the one place the host passes over rows (:meth:`SoftRuntime._sample_rows`). What the host keeps
+  of a request (:class:`RequestState`, on the ``Req``: its seed, sampling settings, first soft
+  step) is fixed from then on. A **decode** step therefore does no host work per row: it
+  gathers the slots' state, draws each row's K+1 uniforms
+  (:func:`~soft_spatial.softthink.noise.step_uniforms` of its seed and step, as the local engine
+  does; on a GPU one fused kernel, :mod:`.noise_kernel`), runs :func:`~soft_spatial.engines.step.sample_step` (the function the local engine
+  calls, so the records are the local engine's), advances the steps and writes each row's next
+  input (ids ``[K]`` and weights ``[K]``: softmax(z/τ) at a soft step, one-hot on the token at a
+  discrete one, :func:`~soft_spatial.softthink.record_weights`) and thinking flag back, and packs
+  the records — on a GPU as one captured CUDA graph per padded batch size
+  (:class:`~.sampler_graph.SamplerGraphs`), else eagerly with the same ops. Rows of several
+  sampling settings at once (the settings of the requests alive, learned when they start and,
+  through SGLang's request pool, when they leave: :meth:`SoftRuntime.release`) take the host
+  path, grouped by setting. Every way a step was taken is counted (:attr:`SoftRuntime.stats`).
+
+  The safety nets the host checked at every step before are kept by events: a request
+  prefilled again after soft steps (retraction) raises :class:`SoftStateError` when its extend
+  batch comes; a hard one resumes at its output length; and every record carries the noise step
+  it was drawn at, which the server checks when the request ends
+  (:func:`~.records.unpack`: 0, 1, 2, ...), so a slot read with another request's state or a
+  counter out of line fails loudly, naming the request. Nothing here reads the device on the
+  host: host values reach the device through :func:`~.slots.to_device`, the records leave it
+  by one non-blocking copy, read when SGLang processes the batch (docs/sglang.md, "Overlap
   scheduling").
 * :meth:`SoftRuntime.decode_inputs` from the hook before the language model's forward at decode:
-  Σ_k w_k E[ids_k] for every row of the batch, gathered from the buffers by the batch's
+  Σ_k w_k E[ids_k] for every row of the batch, gathered from the slot table by the batch's
   request-pool indices, with the embedding rows that SGLang's own — possibly vocabulary-parallel —
   embedding module returns. A discrete row's one-hot weights give exactly its token's embedding.
   Static buffers indexed by pool slot, and no data-dependent branch in this read, are what a
@@ -33,7 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections import abc
+from collections import Counter
 from dataclasses import astuple, dataclass
 from typing import Any
 from collections.abc import Callable, Sequence
@@ -41,16 +55,21 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
+from soft_spatial.compat.sglang import protect_soft_kv
 from soft_spatial.engines.step import sample_step
 from soft_spatial.softthink import (AdaptSoft, AdaptSoftConfig, ControllerState, SamplingConfig,
-                                    record_weights, soft_embedding)
-from soft_spatial.softthink.noise import noise_uniforms, request_row_seed, seed_tensor
+                                    record_weights)
+from soft_spatial.softthink.noise import request_row_seed
 
-from soft_spatial.engines.sglang.client import INFO_KEYS, PARAM_KEY, info_key
+from soft_spatial.engines.sglang.client import PARAM_KEY
+from soft_spatial.engines.sglang.noise_kernel import slot_uniforms
+from soft_spatial.engines.sglang.records import RECORD_KEY, PackedRows, RecordLayout, pack
+from soft_spatial.engines.sglang.sampler_graph import SamplerGraphs
 from soft_spatial.engines.sglang.server_args import SchedulerSetup
+from soft_spatial.engines.sglang.slots import SlotTable, to_device
 
 __all__ = ["SoftRuntime", "RequestState", "BatchContext", "batch_context", "current_batch",
-           "SoftStateError", "STATE_ATTR", "DecodeInputBuffers"]
+           "SoftStateError", "STATE_ATTR", "SlotTable", "to_device", "last_hidden"]
 
 STATE_ATTR = "_soft_spatial_state"
 TOP_K_ALL = 1 << 30  # SGLang's "top-k off" value
@@ -69,7 +88,8 @@ class BatchContext:
     is_decode: bool
     extend_seq_lens: Sequence[int] | None = None  # per row, extend batches only
     forced_capture: bool = False  # hidden states were captured for us only
-    pool_rows: int | None = None  # rows of SGLang's request pool (size of the input buffers)
+    pool_rows: int | None = None  # rows of SGLang's request pool (size of the slot table)
+    slots: Tensor | None = None  # the rows' request-pool slots on the device (req_pool_indices)
 
 
 _local = threading.local()
@@ -89,28 +109,23 @@ def current_batch() -> BatchContext | None:
     return getattr(_local, "ctx", None)
 
 
-
 class RequestState:
-    """Per-request decoding state (lives on the Req). Host-side only: whether the request is
-    still thinking lives on the device, per request-pool slot (:class:`DecodeInputBuffers`)."""
+    """What the host keeps of a request (on its Req), fixed once it is first sampled: its noise
+    seed, its sampling settings (and their key), its first soft step. Its step counter and
+    thinking flag live on the device, in its slot (:class:`~.slots.SlotTable`)."""
 
-    __slots__ = ("seed", "steps", "first_soft", "sampling")
+    __slots__ = ("seed", "sampling", "key", "first_soft", "alive")
 
     def __init__(self, seed: int, sampling: SamplingConfig, thinking: bool, steps: int = 0):
-        self.seed, self.sampling = int(seed), sampling
-        self.steps = steps  # steps sampled: the next noise block's step (docs/design.md §2.2)
+        self.seed, self.sampling, self.key = int(seed), sampling, astuple(sampling)
         # A step is soft exactly while the request thinks, and thinking only ever ends, so the
         # first soft step is the first one sampled, if the request starts out thinking.
         self.first_soft: int | None = steps if thinking else None
+        self.alive = False  # counted among the running requests' sampling settings
 
     @property
     def had_soft(self) -> bool:
         return self.first_soft is not None
-
-    def rewind(self, steps: int) -> None:
-        """Continue at step ``steps`` (a re-prefilled hard request): the noise is a function
-        of (seed, step), so nothing else is replayed."""
-        self.steps = steps
 
     def soft_kv(self, output_len: int) -> bool:
         """Whether the KV of the request's first ``output_len - 1`` output positions (what SGLang
@@ -131,126 +146,6 @@ def _sampling_from_req(req, params: dict[str, Any] | None) -> SamplingConfig:
                           top_p=float(sp.top_p), greedy=top_k == 1)
 
 
-def to_device(values, device, dtype=torch.long) -> Tensor:
-    """Host values (a list or a CPU tensor) as a tensor on ``device`` without waiting for the
-    device: on CUDA through pinned memory and a non-blocking copy (a plain host-to-device copy
-    synchronises the stream, i.e. waits for the forward just launched)."""
-    device = torch.device(device)
-    t = values if isinstance(values, Tensor) else torch.tensor(values, dtype=dtype)
-    return (t.pin_memory() if device.type == "cuda" else t).to(device, non_blocking=True)
-
-
-def scatter_rows(records: dict[str, Tensor], index: Tensor, rows: int) -> dict[str, Tensor]:
-    """``records`` of ``len(index)`` rows placed at rows ``index`` of ``rows`` zero rows."""
-    out = {}
-    for key, v in records.items():
-        out[key] = v.new_zeros((rows,) + tuple(v.shape[1:]))
-        out[key][index] = v
-    return out
-
-
-class HostRecords:
-    """One step's records of every batch row on the host, copied without blocking.
-
-    The copies are queued on the device stream after the step's sampling; the first read waits
-    for them (an event on CUDA). SGLang reads ``customized_info`` (``v[i]`` per request) when it
-    processes the batch's results, by which time it has waited for the batch itself, so under
-    overlap scheduling nothing in the sampler waits for the device."""
-
-    def __init__(self, records: dict[str, Tensor]):
-        self._host = {key: v.to("cpu", non_blocking=True, copy=True) for key, v in records.items()}
-        self._event = None
-        if any(v.is_cuda for v in records.values()):
-            self._event = torch.cuda.Event()
-            self._event.record()
-        self._lists: dict[str, list] = {}
-
-    def column(self, key: str) -> list:
-        """Record ``key`` of every row, as Python values."""
-        if key not in self._lists:
-            if self._event is not None:
-                self._event.synchronize()
-                self._event = None
-            self._lists[key] = self._host[key].tolist()
-        return self._lists[key]
-
-
-class RecordColumn(abc.Sequence):
-    """``customized_info[info_key(key)]``: row ``i`` is the record of the batch's row ``i``
-    (a list for vector keys), read from :class:`HostRecords` on first access."""
-
-    __slots__ = ("_records", "_key")
-
-    def __init__(self, records: HostRecords, key: str):
-        self._records, self._key = records, key
-
-    def __getitem__(self, i):
-        return self._records.column(self._key)[i]
-
-    def __len__(self) -> int:
-        return len(self._records.column(self._key))
-
-    def __eq__(self, other) -> bool:
-        if isinstance(other, (list, RecordColumn)):
-            return list(self) == list(other)
-        return NotImplemented
-
-    __hash__ = None
-
-    def __repr__(self) -> str:
-        return f"RecordColumn({self._key}: {self._records.column(self._key)!r})"
-
-
-class DecodeInputBuffers:
-    """The next decode step's inputs of every request-pool slot: ids ``[rows, K]`` and fp32
-    weights ``[rows, K]``, written by the sampler after each step and read by the decode forward,
-    and ``thinking [rows]`` (bool), whether the slot's request is still thinking (set when the
-    request is first sampled, cleared by the sampler on the device when it emits the think-end
-    token).
-
-    Allocated once per device at the request pool's row count (the static buffers a captured CUDA
-    graph reads; never reallocated once sized from the pool). Unwritten rows hold zeros, so a
-    padded graph row reads a finite (zero, or a finished request's stale) mixture. ``owner`` is
-    host-side: the request whose record each slot holds, checked before a decode batch runs.
-    """
-
-    def __init__(self, size: int, k: int, device, fixed: bool = False):
-        self.size, self.k, self.fixed = int(size), int(k), fixed
-        self.ids = torch.zeros(self.size, self.k, dtype=torch.long, device=device)
-        self.weights = torch.zeros(self.size, self.k, dtype=torch.float32, device=device)
-        self.thinking = torch.zeros(self.size, dtype=torch.bool, device=device)
-        self.owner: list[Any] = [None] * self.size
-
-    def index(self, slots: Sequence[int]) -> Tensor:
-        """The device index of host ``slots`` (checked against the pool's rows)."""
-        bad = [s for s in slots if not 0 <= s < self.size]
-        if bad:
-            raise IndexError(f"soft decode buffers: slot {bad[0]} outside the pool's "
-                             f"{self.size} rows")
-        return to_device(list(slots), self.ids.device)
-
-    def write(self, slots: Sequence[int], ids: Tensor, weights: Tensor,
-              owners: Sequence[Any] | None = None, index: Tensor | None = None) -> None:
-        """Rows ``slots`` (host ints, ``n``; ``index``: the same on the device, if at hand) get
-        ``ids [n, K]`` and ``weights [n, K]``."""
-        idx = self.index(slots) if index is None else index
-        self.ids[idx] = ids.to(self.ids.device)
-        self.weights[idx] = weights.to(self.weights.device, torch.float32)
-        for i, s in enumerate(slots):
-            self.owner[s] = owners[i] if owners is not None else True
-
-    def mixture(self, slots: Tensor, embed: Callable[[Tensor], Tensor]) -> Tensor:
-        """Σ_k w_k E[ids_k] ``[b, D]`` of the slots ``[b]`` (the same arithmetic as
-        :func:`~soft_spatial.softthink.record_input_embeddings`, in the embedding's dtype).
-        Every row takes the same ops — no branch on values, no host sync — so it can run while
-        a CUDA graph is captured."""
-        ids, w = self.ids[slots], self.weights[slots]
-        b, k = ids.shape
-        table = embed(ids.reshape(-1))  # [b*K, D] = E[ids]
-        local = torch.arange(b * k, device=table.device).view(b, k)
-        return soft_embedding(table, local, w.to(table.device))
-
-
 class SoftRuntime:
     """Soft decoding state and computation of one scheduler process."""
 
@@ -263,8 +158,20 @@ class SoftRuntime:
         if setup.controller_path:
             ctrl = AdaptSoft.load(setup.controller_path)
             self.set_controller(ctrl.to_state())
-        self._banned: dict[Any, Tensor] = {}
-        self._buffers: dict[str, DecodeInputBuffers] = {}
+        self.layout = RecordLayout(setup.soft.soft_thinking.top_k, self.feature_dim)
+        self._banned: dict[str, Tensor] = {}
+        self._headers: dict[str, list[Tensor]] = {}
+        self._tables: dict[str, SlotTable] = {}
+        self._alive: Counter = Counter()  # sampling key -> running requests started with it
+        self._settings: dict[tuple, SamplingConfig] = {}
+        self.graphs: SamplerGraphs | None = None
+        #: how each sampled batch was taken: "graphed", "eager" (a decode batch without graphs),
+        #: "extend", "mixed" (several sampling settings), "large" (above the largest graph)
+        self.stats: Counter = Counter()
+        #: the eager steps' path (``sample_step``'s ``own_path``, negated): None, each row its own
+        #: path on a CPU and the device path elsewhere; True, the device path everywhere (what a
+        #: graph captures: the CPU bench and the graph path's tests compare with it)
+        self.device_path: bool | None = None
 
     # -- controller ---------------------------------------------------------------------------
     @property
@@ -279,58 +186,89 @@ class SoftRuntime:
                              f"{self.setup.hidden_size}")
         dev = next(iter(self.controller.parameters())).device if self.controller else "cpu"
         self.controller = ctrl.to(dev).float().eval()
+        self._controller_changed()
 
     def _controller_on(self, device) -> AdaptSoft | None:
         c = self.controller
         if c is not None and next(iter(c.parameters())).device != torch.device(device):
             self.controller = c = c.to(device, non_blocking=True)  # once, without waiting
+            self._controller_changed()
         return c
 
-    # -- per-request state --------------------------------------------------------------------
-    def state(self, req) -> RequestState:
-        """The request's state, made at its first sample (a Req that arrives with output, e.g.
-        a new object for a request already under way, starts at its output length)."""
-        st = getattr(req, STATE_ATTR, None)
-        if st is None:
-            custom = getattr(req.sampling_params, "custom_params", None) or {}
-            params = custom.get(PARAM_KEY) if isinstance(custom, dict) else None
-            seed = params["seed"] if params else request_row_seed(self.setup.soft.seed, req.rid)
-            st = RequestState(seed, _sampling_from_req(req, params), self._thinking(req),
-                              steps=len(req.output_ids))
-            setattr(req, STATE_ATTR, st)
-        return st
+    def _controller_changed(self) -> None:
+        """A captured step reads the controller's tensors by address and its settings as
+        constants: a controller built anew or moved is captured again (weights loaded in place,
+        as every training step's update is, keep the graphs); the records' layout follows the
+        controller's feature width."""
+        c = self.controller
+        sig = None if c is None else (id(c), tuple((t.data_ptr(), tuple(t.shape)) for t in
+                                                   (*c.parameters(), *c.buffers())))
+        if getattr(self, "graphs", None) is not None and sig != getattr(self, "_ctrl_sig", sig):
+            self.graphs.invalidate()
+        self._ctrl_sig = sig
+        if hasattr(self, "layout"):
+            layout = RecordLayout(self.setup.soft.soft_thinking.top_k, self.feature_dim)
+            if layout != self.layout:
+                self.layout, self._headers = layout, {}
 
+    # -- graphs -------------------------------------------------------------------------------
+    def use_graphs(self, sizes: Sequence[int] | None, capture: bool = True) -> None:
+        """Decode steps of up to ``max(sizes)`` rows as captured graphs padded to ``sizes``
+        (SGLang's ``cuda_graph_bs``; None: none). ``capture=False`` runs the same static path
+        without a graph (the CPU: tests and the CPU bench)."""
+        self.graphs = SamplerGraphs(sizes, capture=capture) if sizes else None
+
+    # -- per-request state --------------------------------------------------------------------
     def _thinking(self, req) -> bool:
         """Whether a request whose output so far is ``req.output_ids`` is still thinking."""
         end = self.setup.think_end_id
         return self.setup.soft.soft_thinking.is_soft and end not in req.output_ids
 
-    def _align(self, st: RequestState, req, extend: bool) -> bool:
-        """Check the request's step counter against SGLang's view of it; True when the request
-        starts over (its thinking flag is then the one its output implies).
+    def _new_state(self, req) -> RequestState:
+        custom = getattr(req.sampling_params, "custom_params", None) or {}
+        params = custom.get(PARAM_KEY) if isinstance(custom, dict) else None
+        seed = params["seed"] if params else request_row_seed(self.setup.soft.seed, req.rid)
+        st = RequestState(seed, _sampling_from_req(req, params), self._thinking(req),
+                          steps=len(req.output_ids))
+        setattr(req, STATE_ATTR, st)
+        # asked when SGLang inserts the request into the radix tree, never before
+        protect_soft_kv(req, lambda: st.soft_kv(len(req.output_ids)))
+        return st
 
-        In an extend (prefill) batch a request that already sampled was prefilled again
-        (retraction): SGLang recomputes its KV from ``origin_input_ids + output_ids`` and drops
-        what it had sampled since, so a hard request resumes at step ``len(output_ids)`` and a
-        request with soft inputs raises. In a decode batch ``output_ids`` is ``steps`` long, or
-        ``steps - 1`` under overlap scheduling (the previous batch's result is processed after
-        this batch is launched); anything else is a bug."""
-        t = len(req.output_ids)
-        if extend and st.steps > 0:  # prefilled again after it sampled
-            if st.had_soft:
-                raise SoftStateError(
-                    f"request {req.rid}: prefilled again at output length {t} after {st.steps} "
-                    f"steps with soft inputs; SGLang re-prefilled it (retraction under KV-cache "
-                    f"pressure?) and soft positions cannot be recomputed from token ids. Lower "
-                    f"max_running_requests or raise gpu_memory_utilization.")
-            st.rewind(t)
-            return True
-        if not extend and not st.steps - 1 <= t <= st.steps:
-            raise RuntimeError(f"soft sampler: request {req.rid} has {t} output tokens after "
-                               f"{st.steps} sampled steps")
-        return False
+    def _restart(self, st: RequestState, req) -> None:
+        """A request that already sampled is prefilled again (retraction): SGLang recomputes its
+        KV from ``origin_input_ids + output_ids`` and drops what it had sampled since, so a hard
+        request resumes at step ``len(output_ids)`` and a request with soft inputs raises."""
+        if st.had_soft:
+            raise SoftStateError(
+                f"request {req.rid}: prefilled again at output length {len(req.output_ids)} "
+                f"after steps with soft inputs; SGLang re-prefilled it (retraction under KV-cache "
+                f"pressure?) and soft positions cannot be recomputed from token ids. Lower "
+                f"max_running_requests or raise gpu_memory_utilization.")
 
-    # -- sampling -----------------------------------------------------------------------------
+    def _alive_add(self, st: RequestState) -> None:
+        if not st.alive:
+            st.alive = True
+            self._alive[st.key] += 1
+            self._settings[st.key] = st.sampling
+
+    def release(self, req) -> None:
+        """SGLang gives ``req``'s request-pool slot back (finished, aborted or retracted): its
+        sampling settings no longer count among the running requests'."""
+        st = getattr(req, STATE_ATTR, None)
+        if st is not None and st.alive:
+            st.alive = False
+            self._alive[st.key] -= 1
+            if self._alive[st.key] <= 0:
+                del self._alive[st.key]
+
+    def _one_setting(self) -> SamplingConfig | None:
+        """The running requests' sampling settings if they share one, else None."""
+        if len(self._alive) != 1:
+            return None
+        return self._settings[next(iter(self._alive))]
+
+    # -- device tables ------------------------------------------------------------------------
     def _banned_ids(self, device) -> Tensor | None:
         if not self.setup.banned_ids:
             return None
@@ -339,143 +277,154 @@ class SoftRuntime:
             self._banned[key] = to_device(self.setup.banned_ids, device)
         return self._banned[key]
 
-    def buffers(self, device, pool_rows: int | None = None,
-                min_size: int = 0) -> DecodeInputBuffers:
-        """The decode-input buffers on ``device``: ``pool_rows`` rows when SGLang's request pool
-        is known (:func:`~soft_spatial.compat.sglang.request_pool_rows`; allocated once, by the
-        first caller — the sampler, or the embedding hook while SGLang captures its graphs —
-        and never moved), else grown to hold ``min_size`` slots (tests, stand-ins)."""
+    def _header(self, rows: int, device) -> Tensor:
+        """The records' layout word ``[rows, 1]`` int32: a slice of a column kept for the
+        runtime's life (a captured step reads it by address; a longer one is added beside it)."""
+        key = str(device)
+        cols = self._headers.setdefault(key, [])
+        if not cols or cols[-1].shape[0] < rows:
+            size = max(rows, 256, self.graphs.largest if self.graphs else 0)
+            cols.append(torch.full((size, 1), self.layout.word, dtype=torch.int32,
+                                   device=device))
+        return cols[-1][:rows]
+
+    def slot_table(self, device, pool_rows: int | None = None, min_size: int = 0) -> SlotTable:
+        """The slot table on ``device``: ``pool_rows`` rows when SGLang's request pool is known
+        (:func:`~soft_spatial.compat.sglang.request_pool_rows`; allocated once, by the first
+        caller — the sampler, or the embedding hook while SGLang captures its graphs — and never
+        moved), else grown to hold ``min_size`` slots (tests, stand-ins)."""
         key = str(torch.device(device))
-        buf = self._buffers.get(key)
-        if buf is not None and (buf.fixed or buf.size >= max(min_size, pool_rows or 0)):
-            return buf
+        table = self._tables.get(key)
+        if table is not None and (table.fixed or table.size >= max(min_size, pool_rows or 0)):
+            return table
         k = self.setup.soft.soft_thinking.top_k
         if pool_rows:
-            new = DecodeInputBuffers(max(int(pool_rows), min_size), k, device, fixed=True)
+            new = SlotTable(max(int(pool_rows), min_size), k, device, fixed=True)
+            if table is not None:
+                for name, col in table.columns().items():
+                    getattr(new, name)[: table.size] = col
         else:
-            new = DecodeInputBuffers(max(min_size, 1), k, device)
-        if buf is not None:  # grown: keep what was written
-            new.write(list(range(buf.size)), buf.ids, buf.weights, buf.owner)
-            new.thinking[: buf.size] = buf.thinking
-        self._buffers[key] = new
+            new = table.grown(max(min_size, 1)) if table is not None else \
+                SlotTable(max(min_size, 1), k, device)
+        self._tables[key] = new
         return new
 
-    def check_decode_rows(self, reqs: Sequence[Any]) -> None:
-        """Host-side check before a decode batch's forward (outside any graph): every row's
-        request-pool slot holds this request's latest record (soft modes)."""
-        if not self.setup.soft.soft_thinking.is_soft:
-            return
-        for req in reqs:
-            slot, ok = req.req_pool_idx, False
-            for buf in self._buffers.values():
-                ok |= slot is not None and 0 <= slot < buf.size and buf.owner[slot] == req.rid
-            if not ok:
-                raise RuntimeError(f"soft decode: request {req.rid} (slot {slot}) has no record "
-                                   f"from the soft sampler (is sampling_backend=soft_gumbel?)")
-
+    # -- sampling -----------------------------------------------------------------------------
     @torch.no_grad()
     def sample(self, reqs: Sequence[Any], logits: Tensor, hidden: Tensor | None,
-               pool_rows: int | None = None,
-               extend: bool = False) -> tuple[Tensor, dict[str, RecordColumn]]:
-        """One step for the batch rows ``reqs`` (logits ``[B, V]``, hidden ``[B, D]``).
+               pool_rows: int | None = None, extend: bool = False,
+               slots: Tensor | None = None) -> tuple[Tensor, dict[str, PackedRows]]:
+        """One step for the batch rows ``reqs`` (logits ``[B, V]``, hidden ``[B, D]``, the rows'
+        request-pool ``slots [B]`` on the device: SGLang's ``req_pool_indices``; None: read from
+        ``req.req_pool_idx``).
 
         Returns the emitted tokens ``[B]`` (the spine at soft steps) and ``customized_info``:
-        ``{"soft_<key>": column}`` for every record key and ``loglik``, row ``i`` of a column
-        being row i's record (:class:`RecordColumn`, copied to the host without blocking). Rows
-        of requests whose prefill is still chunked get the argmax token and a zero record
-        (SGLang discards both); their state is untouched. In the soft modes each live row's next
-        input, and whether it still thinks, are written to :meth:`buffers` (``pool_rows``: rows
-        of SGLang's request pool) at ``req.req_pool_idx``. ``extend``: the batch is a prefill
-        (extend) batch, not a decode batch.
+        ``{RECORD_KEY: rows}``, row ``i`` being batch row i's packed record (:mod:`.records`),
+        copied to the host without blocking. Rows of requests whose prefill is still chunked get
+        the argmax token and an all-zero record (SGLang discards both); their state is untouched.
+        ``pool_rows``: rows of SGLang's request pool; ``extend``: the batch is a prefill (extend)
+        batch, not a decode batch.
 
-        Nothing here reads the device on the host (host values go to the device through
-        :func:`to_device`), so on CUDA the sampler only queues work behind the forward.
+        Nothing here reads the device on the host, so on CUDA the sampler only queues work
+        behind the forward; a decode batch passes over its rows on the host only when its
+        requests do not share one sampling setting.
         """
-        soft_thinking = self.setup.soft.soft_thinking
-        k, is_soft = soft_thinking.top_k, soft_thinking.is_soft
         b, dev = logits.shape[0], logits.device
         if len(reqs) != b:
             raise ValueError(f"soft sampler: {len(reqs)} requests for {b} logit rows")
-        if hidden is None and soft_thinking.mode == "adaptsoft":
+        if hidden is None and self.setup.soft.soft_thinking.mode == "adaptsoft":
             raise RuntimeError("soft sampler: AdaptSoft needs the last hidden states")
+        sampling = None if extend or slots is None else self._one_setting()
+        if sampling is None:
+            self.stats["extend" if extend else "mixed"] += 1
+            return self._sample_rows(reqs, logits, hidden, pool_rows, extend)
+        table = self.slot_table(dev, pool_rows)
+        if hidden is not None and self.controller is None:
+            hidden = None  # only AdaptSoft reads them
+        graphs = self.graphs
+        if graphs is not None and graphs.size_for(b) is not None:
+            self.stats["graphed"] += 1
+            key = (id(table), sampling.temperature, sampling.top_k, sampling.top_p,
+                   sampling.greedy)
+            tokens, packed = graphs.run(
+                key, lambda lg, h, s: self._body(lg, h, s, table, sampling, own_path=False),
+                self._banned_ids(dev), logits, hidden, slots, self.layout.width)
+            return tokens, {RECORD_KEY: PackedRows(packed)}
+        self.stats["large" if graphs is not None else "eager"] += 1
         banned = self._banned_ids(dev)
         if banned is not None:
             logits = logits.index_fill(-1, banned, float("-inf"))
-        live: list[int] = []  # batch rows that sample (not a chunked prefill)
-        states: list[RequestState] = []
-        started: list[int] = []  # positions in ``live`` whose thinking flag is (re)set here
+        tokens, packed = self._body(logits, hidden, slots, table, sampling, self._own_path)
+        return tokens.clone(), {RECORD_KEY: PackedRows(packed)}
+
+    @property
+    def _own_path(self) -> bool | None:
+        return None if self.device_path is None else not self.device_path
+
+    def _body(self, logits: Tensor, hidden: Tensor | None, slots: Tensor, table: SlotTable,
+              sampling: SamplingConfig, own_path: bool | None = None) -> tuple[Tensor, Tensor]:
+        """The step's tensor work for rows in ``slots`` (logits already masked): draw, sample,
+        write each slot's next state, pack the records. (tokens ``[b]``, packed ``[b, W]``)."""
+        soft_thinking = self.setup.soft.soft_thinking
+        u, step = slot_uniforms(table.seed_mix, table.step, slots, soft_thinking.top_k + 1)
+        thinking = table.thinking[slots]
+        rec = sample_step(logits, hidden, u, thinking, soft_thinking, sampling,
+                          self._controller_on(logits.device), self.feature_dim,
+                          density=self.setup.soft.density, own_path=own_path)
+        tokens = rec["topk_ids"][:, 0]
+        if soft_thinking.is_soft:
+            end = self.setup.think_end_id  # the </think> step itself was soft
+            table.thinking[slots] = thinking & (tokens != end)
+            table.ids[slots] = rec["topk_ids"]
+            table.weights[slots] = record_weights(rec["scores"], rec["tau"], rec["soft"])
+        return tokens, pack(rec, step, self._header(logits.shape[0], logits.device))
+
+    def _sample_rows(self, reqs: Sequence[Any], logits: Tensor, hidden: Tensor | None,
+                     pool_rows: int | None, extend: bool) -> tuple[Tensor, dict[str, PackedRows]]:
+        """The host path (extend batches; decode batches of several sampling settings): one pass
+        over the rows starts new requests and restarts re-prefilled ones in their slots, then
+        the live rows are sampled, one :meth:`_body` per sampling setting."""
+        b, dev = logits.shape[0], logits.device
+        live, groups, starts = [], {}, []
         for i, req in enumerate(reqs):
             if getattr(req, "is_chunked", 0) > 0:
-                continue
-            new = getattr(req, STATE_ATTR, None) is None
-            st = self.state(req)
-            if self._align(st, req, extend) or new:
-                started.append(len(live))
+                continue  # its prefill goes on: nothing sampled, nothing kept
+            st = getattr(req, STATE_ATTR, None)
+            if st is None:
+                st = self._new_state(req)
+                starts.append((req, st, len(req.output_ids)))
+            elif extend:  # prefilled again after it sampled
+                self._restart(st, req)
+                starts.append((req, st, len(req.output_ids)))
+            self._alive_add(st)
+            groups.setdefault(st.key, (st.sampling, []))[1].append(len(live))
             live.append(i)
-            states.append(st)
-        n = len(live)
-        every = n == b
-        idx = None if every else to_device(live, dev)
-        lg = logits if every else logits[idx]
-        h = hidden if every or hidden is None else hidden[idx]
-        if h is None:
-            h = torch.zeros(n, self.setup.hidden_size, device=dev)
-        # each live row's K+1 uniforms: a function of (seed, step) only (docs/design.md §2.2)
-        u = noise_uniforms(to_device(seed_tensor([st.seed for st in states]), dev),
-                           to_device([st.steps for st in states], dev), k + 1)
-        for st in states:
-            st.steps += 1
-        slots = [int(reqs[i].req_pool_idx) for i in live] if is_soft and n else []
-        buf = slot_idx = None
-        if slots:
-            buf = self.buffers(dev, pool_rows, max(slots) + 1)
-            slot_idx = buf.index(slots)
-            if started:
-                first = [slots[p] for p in started]
-                buf.thinking[buf.index(first)] = to_device(
-                    [self._thinking(reqs[live[p]]) for p in started], dev, torch.bool)
-            thinking = buf.thinking[slot_idx]
-        else:
-            thinking = torch.zeros(n, dtype=torch.bool, device=dev)
-        rec = self._sample_groups(states, lg, h, u, thinking, dev)
-        if buf is not None:
-            end = self.setup.think_end_id
-            if end is not None:  # the </think> step itself was soft
-                buf.thinking[slot_idx] = thinking & (rec["topk_ids"][:, 0] != end)
-            buf.write(slots, rec["topk_ids"],
-                      record_weights(rec["scores"], rec["tau"], rec["soft"]),
-                      [reqs[i].rid for i in live], index=slot_idx)
-        if not every:  # chunked rows: the argmax token and a zero record
-            rec = scatter_rows(rec, idx, b)
-            sampled = set(live)
-            chunked = to_device([i for i in range(b) if i not in sampled], dev)
-            rec["topk_ids"][chunked, 0] = logits[chunked].argmax(-1)
-        host = HostRecords({key: rec[key] for key in INFO_KEYS})
-        info = {info_key(key): RecordColumn(host, key) for key in INFO_KEYS}
-        return rec["topk_ids"][:, 0].clone(), info
-
-    def _sample_groups(self, states: Sequence[RequestState], logits: Tensor, h: Tensor,
-                       u: Tensor, thinking: Tensor, dev) -> dict[str, Tensor]:
-        """:func:`~soft_spatial.engines.step.sample_step` for the live rows, one call per
-        distinct sampling setting (one call in the usual case of a single setting)."""
-        soft_thinking, fdim = self.setup.soft.soft_thinking, self.feature_dim
-        density = self.setup.soft.density  # what the actor replays with: rollout = replay
-        controller = self._controller_on(dev)
-        groups: dict[tuple, list[int]] = {}
-        for i, st in enumerate(states):
-            groups.setdefault(astuple(st.sampling), []).append(i)
-        if len(groups) <= 1:
-            sampling = states[0].sampling if states else SamplingConfig()
-            return sample_step(logits, h, u, thinking, soft_thinking, sampling, controller, fdim,
-                               density=density)
-        idxs, recs = [], []
-        for rows in groups.values():
-            idx = to_device(rows, dev)
-            idxs.append(idx)
-            recs.append(sample_step(logits[idx], h[idx], u[idx], thinking[idx], soft_thinking,
-                                    states[rows[0]].sampling, controller, fdim, density=density))
-        return scatter_rows({key: torch.cat([r[key] for r in recs]) for key in recs[0]},
-                            torch.cat(idxs), len(states))
+        slots_host = [int(reqs[i].req_pool_idx) for i in live]
+        table = self.slot_table(dev, pool_rows, max(slots_host, default=-1) + 1)
+        if starts:
+            table.start([int(r.req_pool_idx) for r, _, _ in starts],
+                        [st.seed for _, st, _ in starts], [n for _, _, n in starts],
+                        [self._thinking(r) for r, _, _ in starts])
+        banned = self._banned_ids(dev)
+        if banned is not None:
+            logits = logits.index_fill(-1, banned, float("-inf"))
+        packed = torch.zeros(b, self.layout.width, dtype=torch.int32, device=dev)
+        tokens = logits.argmax(-1)  # chunked rows: the argmax token (discarded by SGLang)
+        if live:
+            slots = table.index(slots_host)
+            every = len(live) == b and len(groups) == 1
+            for sampling, positions in groups.values():
+                idx = None if every else to_device([live[p] for p in positions], dev)
+                rows = slots if every else slots[to_device(positions, dev)]
+                lg = logits if every else logits[idx]
+                h = None if hidden is None or self.controller is None else (
+                    hidden if every else hidden[idx])
+                tok, part = self._body(lg, h, rows, table, sampling, self._own_path)
+                if every:
+                    tokens, packed = tok, part
+                else:
+                    tokens[idx], packed[idx] = tok, part
+        return tokens.clone(), {RECORD_KEY: PackedRows(packed)}
 
     # -- decode inputs ------------------------------------------------------------------------
     @torch.no_grad()
@@ -485,27 +434,27 @@ class SoftRuntime:
         None in hard mode (plain token embeddings). ``embed`` maps ids ``[N]`` to full embedding
         rows ``[N, D]`` (SGLang's embedding module, which all-reduces its vocabulary shards).
 
-        Safe inside a captured CUDA graph: it reads only server-wide settings, the static
-        buffers (allocated here from ``pool_rows`` when SGLang captures before any sampling)
-        and ``slots`` (the graph runner's static ``req_pool_indices``); no branch on values, no
-        host sync. Whether the rows hold records is checked before the forward
-        (:meth:`check_decode_rows`)."""
+        Safe inside a captured CUDA graph: it reads only server-wide settings, the slot table
+        (allocated here from ``pool_rows`` when SGLang captures before any sampling) and
+        ``slots`` (the graph runner's static ``req_pool_indices``); no branch on values, no host
+        sync. That the rows hold this request's latest record is checked by the records' steps
+        when the request ends (:func:`~.records.unpack`)."""
         if not self.setup.soft.soft_thinking.is_soft:
             return None
         if slots.shape[0] != input_embeds.shape[0]:
             raise ValueError(f"soft decode: {slots.shape[0]} request slots for "
                              f"{input_embeds.shape[0]} input rows")
         key = str(input_embeds.device)
-        if pool_rows is None and key not in self._buffers:
+        if pool_rows is None and key not in self._tables:
             raise RuntimeError("soft decode: a decode row has no record from the soft sampler "
                                "(is sampling_backend=soft_gumbel?)")
-        if key not in self._buffers and input_embeds.is_cuda and \
+        if key not in self._tables and input_embeds.is_cuda and \
                 torch.cuda.is_current_stream_capturing():
             # allocated inside a capture, the zero-fill would be replayed every step
-            raise RuntimeError("soft decode: the decode-input buffers must exist before a CUDA "
-                               "graph is captured (SGLang's warm-up forwards allocate them)")
-        buf = self.buffers(input_embeds.device, pool_rows)
-        return buf.mixture(slots, embed).to(input_embeds.dtype)
+            raise RuntimeError("soft decode: the slot table must exist before a CUDA graph is "
+                               "captured (SGLang's warm-up forwards allocate it)")
+        table = self.slot_table(input_embeds.device, pool_rows)
+        return table.mixture(slots, embed).to(input_embeds.dtype)
 
 
 def last_hidden(hidden: Tensor | None, ctx: BatchContext, rows: int) -> Tensor | None:
@@ -518,6 +467,3 @@ def last_hidden(hidden: Tensor | None, ctx: BatchContext, rows: int) -> Tensor |
                            f"and no extend lengths")
     ends = torch.tensor(list(ctx.extend_seq_lens), device=hidden.device).cumsum(0) - 1
     return hidden[ends]
-
-
-__all__.append("last_hidden")

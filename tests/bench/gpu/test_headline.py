@@ -80,7 +80,7 @@ def test_only_lease_and_set_select_jobs(capsys):
     assert [j.key for j in pick("--only", "E/fp32,model/build")] == ["model/build", "E/fp32"]
     jobs = pick("--only", "E/bf16,E/hard", "--set", "E/bf16:a.b=1", "--set", "E/bf16:c=2")
     assert jobs[0].args["overrides"] == ["a.b=1", "c=2"] and "overrides" not in jobs[1].args
-    for bad in (["--only", "F/nope"], ["--lease", "4.1"], ["--only", "F/stock-hard", "--set",
+    for bad in (["--only", "F/nope"], ["--lease", f"{len(LEASES) + 1}.1"], ["--only", "F/stock-hard", "--set",
                                                            "F/stock-hard:a=1"],
                 ["--only", "E/bf16", "--set", "E/bf16"]):
         with pytest.raises(SystemExit):

@@ -10,11 +10,12 @@ import torch
 
 @pytest.mark.parametrize("mode", ["hard", "fixed", "adaptsoft"])
 def test_sampler_never_waits_for_the_device(mode):
-    """Prefill with a chunked row, two sampling settings, decodes, requests joining and leaving:
+    """Prefill with a chunked row, two sampling settings, decodes of both (the host path) and of
+    one (the decode path, slots on the device), requests joining and leaving:
     on the meta device every host read of the device and every blocking copy raises
     (soft_spatial/bench/gpu/sampler_sync.py; the GPU kit runs the same under CUDA's sync debug mode)."""
     from soft_spatial.bench.gpu.sampler_sync import drive_sampler
-    assert drive_sampler("meta", mode) == 14
+    assert drive_sampler("meta", mode) == 15
 
 
 @pytest.mark.parametrize("wait", ["tolist", "bool", "nonzero", "blocking copy", "list index",
@@ -45,7 +46,7 @@ def test_the_no_wait_check_catches_a_wait(monkeypatch, wait):
 
     monkeypatch.setattr(rt_mod, "sample_step", waiting)
     if wait == "list index":
-        assert drive_sampler("meta", "fixed") == 14
+        assert drive_sampler("meta", "fixed") == 15
         return
     with pytest.raises((RuntimeError, NotImplementedError)):
         drive_sampler("meta", "fixed")

@@ -7,34 +7,40 @@ import pytest
 import torch
 
 from controller_helpers import trained_controller
-from soft_spatial.engines.sglang.client import (INFO_KEYS, TraceAccumulator, decode_controller,
-                                                encode_controller, info_key, request_params,
-                                                split_records)
+from soft_spatial.engines.sglang.client import (TraceAccumulator, decode_controller,
+                                                encode_controller, request_params, split_records)
+from soft_spatial.engines.sglang.records import RECORD_KEY, PackedRows, RecordLayout, pack
 from soft_spatial.softthink.settings import sampling_config
 from soft_spatial.softthink import SoftTrace
 
 
+def _packed_step(step: int, rows: int, k: int = 2, f: int = 3) -> list[bytes]:
+    """One step's packed rows of ``rows`` requests (records of known values)."""
+    rec = {"topk_ids": torch.tensor([[step, 7]] * rows), "scores": torch.full((rows, k), 0.5),
+           "tau": torch.full((rows,), 0.25), "u": torch.zeros(rows),
+           "ctrl_x": torch.full((rows, f), -1.5), "entropy": torch.full((rows,), 0.125),
+           "soft": torch.tensor([step % 2 == 0] * rows), "loglik": torch.full((rows,), -1.0)}
+    header = torch.full((rows, 1), RecordLayout(k, f).word, dtype=torch.int32)
+    return list(PackedRows(pack(rec, torch.full((rows,), step), header)))
+
+
 def test_trace_accumulator_concatenates_streamed_slices():
+    """Slices of one key, streamed per request as SGLang streams them, come back as the request's
+    whole trace; other keys are ignored; too few records or none are refused."""
     acc = TraceAccumulator()
-    k = lambda n: info_key(n)  # noqa: E731
-    full = {k(key): [] for key in INFO_KEYS}
-    steps = [{"topk_ids": [[i, 0]], "scores": [[0.5, 0.25]], "tau": [0.5], "u": [0.0],
-              "ctrl_x": [[0.0]], "entropy": [0.1], "soft": [True], "loglik": [-1.0]}
-             for i in range(5)]
+    steps = [_packed_step(i, 2) for i in range(5)]
     for s0, s1 in ((0, 2), (2, 5)):  # two slices of request a, one of b
-        info = {k(key): [sum((steps[i][key] for i in range(s0, s1)), []), []]
-                for key in INFO_KEYS}
-        info["other"] = [[1], [2]]
+        info = {RECORD_KEY: [[steps[i][0] for i in range(s0, s1)],
+                             [steps[i][1] for i in range(s0, min(s1, 3))]],
+                "other": [[1], [2]]}
         acc.feed(["a", "b"], info)
-    for key in INFO_KEYS:
-        full[k(key)] = sum((s[key] for s in steps), [])
-    got = acc.pop("a")
-    assert {kk: got[kk] for kk in full} == full and "other" not in got
-    trace, loglik = split_records(got, 5)
+    assert acc.received("a") == 5 and acc.received("b") == 3
+    trace, loglik = split_records(acc.pop("a"), 5, "a")
     assert SoftTrace.from_lists(trace).tokens.tolist() == [0, 1, 2, 3, 4]
-    assert loglik == [-1.0] * 5
-    with pytest.raises(RuntimeError, match="records"):
-        split_records(acc.pop("b"), 3)
+    assert trace["soft"] == [True, False, True, False, True] and trace["tau"] == [0.25] * 5
+    assert trace["ctrl_x"] == [[-1.5] * 3] * 5 and loglik == [-1.0] * 5
+    with pytest.raises(RuntimeError, match="3 records for 4 tokens"):
+        split_records(acc.pop("b"), 4, "b")
     with pytest.raises(RuntimeError, match="no soft records"):
         split_records(None, 1)
     assert len(acc) == 0

@@ -12,7 +12,6 @@ That the sampler never waits for the device: tests/bench/gpu/test_sampler_sync.p
 """
 from __future__ import annotations
 
-from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -23,13 +22,15 @@ from controller_helpers import trained_controller
 from engine_spy import capture_local
 from soft_spatial.engines.local import LocalEngine
 from soft_spatial.engines.sglang import SchedulerSetup
-from soft_spatial.engines.sglang.client import INFO_KEYS, PARAM_KEY, info_key, request_params
+from soft_spatial.engines.sglang.client import PARAM_KEY, request_params
+from soft_spatial.engines.sglang.records import RECORD_KEY, step_records
 from soft_spatial.engines.sglang.runtime import (STATE_ATTR, BatchContext, SoftRuntime,
                                                  SoftStateError, last_hidden)
+from soft_spatial.softthink.trace import TRACE_KEYS
 from soft_spatial.models import think_end_id
 from soft_spatial.softthink.noise import row_seed
 from soft_spatial.softthink.settings import SoftSettings
-from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
+from soft_spatial.softthink import AdaptSoft, SamplingConfig, SoftThinkingConfig
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -66,17 +67,20 @@ def settings_for(engine, soft_thinking, seed=0):
 
 
 def drive(sample, decode, engine, steps, mixes, n_rows, seeds, sampling):
-    """SGLang's decode loop for the captured steps: rows leave when they emit an eos token.
-    ``sample(reqs, logits, hidden) -> (tokens, info)``; ``decode(reqs, plain) -> embeds``."""
+    """SGLang's decode loop for the captured steps: the first is the prefill (an extend batch),
+    the others decode batches handed their slots; rows leave when they emit an eos token.
+    ``sample(reqs, logits, hidden, extend, slots) -> (tokens, info)``;
+    ``decode(reqs, plain) -> embeds``."""
     reqs = [fake_req(f"r{i}", row_seed(seeds[i], 0), sampling) for i in range(n_rows)]
     active = list(range(n_rows))
     E = engine.embed.weight
     for t, (logits, h, rec) in enumerate(steps):
         batch = [reqs[r] for r in active]
-        tokens, info = sample(batch, logits, h)
-        for key in INFO_KEYS:  # records: exactly the local engine's
-            got = torch.tensor(info[info_key(key)], dtype=rec[key].dtype)
-            assert torch.equal(got, rec[key].cpu()), (t, key)
+        tokens, info = sample(batch, logits, h, t == 0, slots(batch))
+        got = step_records(info[RECORD_KEY])
+        for key in (*TRACE_KEYS, "loglik"):  # records: exactly the local engine's
+            assert torch.equal(got[key], rec[key].cpu()), (t, key)
+        assert got["step"].tolist() == [t] * len(batch)
         assert torch.equal(tokens, rec["topk_ids"][:, 0])
         for r, tok in zip(active, tokens.tolist()):
             reqs[r].output_ids.append(tok)
@@ -123,16 +127,24 @@ class GraphReplay:
         bs = next(b for b in CAPTURE_BS if b >= raw)
         self.slots[:raw] = slots(reqs)
         out = self.compiled[bs](self.slots[:bs], self.plain[:bs])
+        if out is None:  # hard mode: SGLang's plain embeddings
+            self.padded = torch.zeros(0)
+            return None
         self.padded = out[raw:]
         return out[:raw]
 
 
-@pytest.mark.parametrize("mode,graphs", [("adaptsoft", False), ("fixed", False),
-                                         ("hard", False), ("adaptsoft", True), ("fixed", True)])
+@pytest.mark.parametrize("mode,graphs", [("adaptsoft", None), ("fixed", None), ("hard", None),
+                                         ("adaptsoft", "read"), ("fixed", "both"),
+                                         ("hard", "both")])
 def test_runtime_parity_with_local_engine(engine, mode, graphs, monkeypatch):
-    """Records, tokens and next-step inputs equal the local engine's bit for bit; with
-    ``graphs`` every decode read is done the CUDA-graph way (:class:`GraphReplay`: padded batch
-    sizes 3 -> 4, 2, 1 as rows finish), padded rows finite."""
+    """Records, tokens and next-step inputs equal the local engine's bit for bit; every decode
+    step after the prefill through the decode path (slots on the device); with ``graphs``
+    every decode read done the CUDA-graph way (:class:`GraphReplay`: padded batch sizes
+    3 -> 4, 2, 1 as rows finish), padded rows finite, and with "both" every decode step
+    through the sampler's static (graph) path padded to CAPTURE_BS too. (AdaptSoft's
+    controller on a padded batch rounds like a batched matmul of that size: its graph path
+    against the eager one is the next test.)"""
     soft_thinking = SoftThinkingConfig(mode=mode)
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=14)
     seeds = [7, 8, 9]
@@ -143,71 +155,211 @@ def test_runtime_parity_with_local_engine(engine, mode, graphs, monkeypatch):
     rt = SoftRuntime(settings_for(engine, soft_thinking))
     if mode == "adaptsoft":
         rt.set_controller(ctrl.to_state())
-    read, sample = (lambda b, plain: rt.decode_inputs(slots(b), engine.embed, plain)), rt.sample
+    read = lambda b, plain: rt.decode_inputs(slots(b), engine.embed, plain)  # noqa: E731
     if graphs:
+        if graphs == "both":
+            rt.use_graphs(CAPTURE_BS, capture=False)
         replay = GraphReplay(rt, engine.embed, 61, engine.hidden_size)
-        sample = partial(rt.sample, pool_rows=61)
 
         def read(batch, plain):
             out = replay(batch)
             assert torch.isfinite(replay.padded).all()
             return out
+
+    def sample(batch, logits, h, extend, s):
+        return rt.sample(batch, logits, h, pool_rows=61, extend=extend,
+                         slots=None if extend else s)
+
     reqs = drive(sample, read, engine, steps, mixes, len(PROMPTS), seeds, sampling)
     torch._dynamo.reset()
+    decodes = len(steps) - 1
+    assert rt.stats == {"extend": 1, "graphed" if graphs == "both" else "eager": decodes}
     for o, req in zip(outs, reqs):
         assert req.output_ids == o.token_ids
     if mode != "hard":  # the </think> switch happened in the compared steps
         assert any(o.think_end is not None and o.think_end + 1 < len(o.token_ids) for o in outs)
-        assert all(not rt.buffers("cpu").thinking[r.req_pool_idx] for r, o in zip(reqs, outs)
+        assert all(not rt.slot_table("cpu").thinking[r.req_pool_idx] for r, o in zip(reqs, outs)
                    if o.think_end is not None)
     else:
         assert not any(rec["soft"].any() for _, _, rec in steps)
 
 
+@pytest.mark.parametrize("mode", ["hard", "fixed", "adaptsoft"])
+def test_graph_path_equals_the_eager_step_row_for_row(engine, mode):
+    """The sampler's static-buffer path (what a CUDA graph captures and replays) gives the eager
+    device path's records, tokens and slot state bit for bit (AdaptSoft's controller output to
+    fp32 rounding: a padded batch is a matmul of another size), for every batch size up to the
+    largest graph (padded rows on the padding slot 0, which no request holds); above it the
+    step runs eagerly (counted)."""
+    soft_thinking = SoftThinkingConfig(mode=mode, top_k=4)
+    v, d = engine.lm_head.weight.shape[0], engine.hidden_size
+    ctrl = trained_controller(d, seed=2)
+    runtimes = []
+    for graphs in (False, True):
+        rt = SoftRuntime(settings_for(engine, soft_thinking))
+        rt.device_path = True  # the eager step a GPU runs
+        if mode == "adaptsoft":
+            rt.set_controller(ctrl.to_state())
+        if graphs:
+            rt.use_graphs(CAPTURE_BS, capture=False)
+        runtimes.append(rt)
+    g = torch.Generator().manual_seed(3)
+    reqs = [[fake_req(f"g{i}", i, SamplingConfig()) for i in range(10)] for _ in runtimes]
+    for own in reqs:
+        for i, r in enumerate(own):
+            r.req_pool_idx = i + 1
+    logits, h = torch.randn(10, v, generator=g), torch.randn(10, d, generator=g)
+    for rt, own in zip(runtimes, reqs):  # every request's prefill, on the host path
+        rt.sample(own, logits, h, pool_rows=12, extend=True)
+    for rows in (3, 8, 1, 10, 4):
+        logits, h = torch.randn(rows, v, generator=g), torch.randn(rows, d, generator=g)
+        logits[::3, think_end_id(engine.tokenizer)] += 6.0  # some rows leave <think>
+        outs = []
+        for rt, own in zip(runtimes, reqs):
+            batch = own[:rows]
+            tokens, info = rt.sample(batch, logits.clone(), h, pool_rows=12, slots=slots(batch))
+            outs.append((tokens, step_records(info[RECORD_KEY])))
+        (t0, r0), (t1, r1) = outs
+        assert torch.equal(t0, t1)
+        for k in r0:
+            if mode == "adaptsoft" and k in ("ctrl_x", "u", "tau", "loglik"):  # fp32 rounding
+                torch.testing.assert_close(r0[k], r1[k], rtol=1e-6, atol=1e-6)
+            else:
+                assert torch.equal(r0[k], r1[k]), (rows, k)
+    eager, graphed = (rt.slot_table("cpu") for rt in runtimes)
+    for name, col in eager.columns().items():  # every request's slot; row 0 is padding's
+        torch.testing.assert_close(col[1:], graphed.columns()[name][1:], rtol=1e-6, atol=1e-6)
+        assert mode == "adaptsoft" or torch.equal(col[1:], graphed.columns()[name][1:])
+    assert runtimes[1].stats == {"extend": 1, "graphed": 4, "large": 1}
+
+
+def test_the_device_step_traces_as_one_graph(engine):
+    """The decode step's tensor work (noise, sample_step on the device path, next state, pack)
+    traces as one graph with no break, and gives the eager step's outputs: nothing in it reads
+    the device on the host or branches on a value."""
+    soft_thinking = SoftThinkingConfig(mode="adaptsoft", top_k=4)
+    v, d = engine.lm_head.weight.shape[0], engine.hidden_size
+    rts = [SoftRuntime(settings_for(engine, soft_thinking)) for _ in range(2)]
+    picky = SamplingConfig(temperature=0.7, top_k=20, top_p=0.9)
+    reqs = [fake_req(f"t{i}", i, picky) for i in range(4)]
+    g = torch.Generator().manual_seed(5)
+    logits, h = torch.randn(4, v, generator=g), torch.randn(4, d, generator=g)
+    for rt in rts:
+        rt.set_controller(trained_controller(d, seed=4).to_state())
+        for r in reqs:
+            r.__dict__.pop(STATE_ATTR, None)
+        rt.sample(reqs, logits, h, pool_rows=70, extend=True)
+    s = slots(reqs)
+    sampling = getattr(reqs[0], STATE_ATTR).sampling
+    traced = torch.compile(lambda lg, hh, ss: rts[0]._body(lg, hh, ss, rts[0].slot_table("cpu"),
+                                                           sampling, own_path=False),
+                           fullgraph=True, backend="eager")
+    got = traced(logits, h, s)
+    want = rts[1]._body(logits, h, s, rts[1].slot_table("cpu"), sampling, own_path=False)
+    torch._dynamo.reset()
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
 def test_runtime_chunked_rows_untouched_and_retraction_after_soft_steps_raises(engine):
+    """A chunked row samples nothing (argmax token, an all-zero record, no state); a request's
+    noise steps run 0, 1, ... from its prefill on; prefilled again after soft steps it is
+    refused."""
     soft_thinking = SoftThinkingConfig(mode="fixed")
     rt = SoftRuntime(settings_for(engine, soft_thinking))
     sampling = SamplingConfig()
     a, b = fake_req("a", 1, sampling), fake_req("b", 2, sampling)
     b.is_chunked = 1
     logits, h = torch.randn(2, engine.lm_head.weight.shape[0]), torch.randn(2, engine.hidden_size)
-    tok, info = rt.sample([a, b], logits, h)
-    assert not hasattr(b, STATE_ATTR) and getattr(a, STATE_ATTR).steps == 1
+    tok, info = rt.sample([a, b], logits, h, extend=True)
+    rec = step_records(info[RECORD_KEY])
+    assert not hasattr(b, STATE_ATTR) and int(rt.slot_table("cpu").step[a.req_pool_idx]) == 1
     masked = logits[1].index_fill(0, engine.banned_ids, float("-inf"))
-    assert info[info_key("soft")] == [True, False] and int(tok[1]) == int(masked.argmax())
+    assert rec["soft"].tolist() == [True, False] and int(tok[1]) == int(masked.argmax())
+    assert not info[RECORD_KEY][1].strip(b"\0")  # the chunked row's record: all zero
     a.output_ids.append(int(tok[0]))
-    a.output_ids.append(5)
-    with pytest.raises(RuntimeError, match="2 output tokens after 1 sampled steps"):
-        rt.sample([a], logits[:1], h[:1])  # a decode batch cannot be ahead of the noise
-    a.output_ids.pop()
-    rt.sample([a], logits[:1], h[:1])  # a decode step, in step
+    _, info = rt.sample([a], logits[:1], h[:1], slots=slots([a]))  # a decode step
+    assert step_records(info[RECORD_KEY])["step"].tolist() == [1]
     with pytest.raises(SoftStateError, match="re-prefilled"):
         rt.sample([a], logits[:1], h[:1], extend=True)  # prefilled again after soft steps
 
 
+def test_a_slot_read_with_another_requests_state_fails_when_the_request_ends(engine):
+    """The records carry the noise step each row was drawn at; a request whose slot another
+    request took over (what the per-step host check used to catch) ends with records out of
+    step, and the server refuses them naming the request."""
+    from soft_spatial.engines.sglang.client import split_records
+    from soft_spatial.engines.sglang.records import RecordsError
+    rt = SoftRuntime(settings_for(engine, SoftThinkingConfig(mode="fixed")))
+    v = engine.lm_head.weight.shape[0]
+    a, stranger = fake_req("a", 1, SamplingConfig()), fake_req("s", 2, SamplingConfig())
+    stranger.req_pool_idx = a.req_pool_idx
+    rows = []
+    for t in range(4):
+        if t == 2:
+            rt.sample([stranger], torch.randn(1, v), None, extend=True)  # takes a's slot
+        _, info = rt.sample([a], torch.randn(1, v), None, extend=t == 0,
+                            slots=None if t == 0 else slots([a]))
+        rows.append(info[RECORD_KEY][0])
+    assert split_records(rows[:2], 2, "a")[0]["soft"] == [True, True]
+    with pytest.raises(RecordsError, match="request a: record 2 was sampled at noise step 1"):
+        split_records(rows, 4, "a")
+
+
 def test_hard_requests_realign_their_noise(engine):
-    """The step counter is the request's own: a decode batch may see ``output_ids`` one token
-    behind it (overlap scheduling); a re-prefill (extend batch after sampling) resumes at the
-    output length, dropping steps SGLang discarded."""
+    """The step counter is the request's own, on the device: it runs on through decode steps
+    whatever ``output_ids`` shows (one token behind under overlap scheduling); a re-prefill
+    (extend batch after sampling) resumes at the output length, dropping steps SGLang
+    discarded, and draws what a request started there draws; a new Req object that arrives
+    with output starts at its output length."""
     soft_thinking = SoftThinkingConfig(mode="hard")
     rt = SoftRuntime(settings_for(engine, soft_thinking))
     logits = torch.randn(1, engine.lm_head.weight.shape[0])
     r1, r2 = fake_req("x", 3, SamplingConfig()), fake_req("x", 3, SamplingConfig())
-    rt.sample([r1], logits, None, extend=True)
-    rt.sample([r1], logits, None)  # step 1, output_ids still [] (lagging one step: overlap)
-    r1.output_ids = [1]
-    rt.sample([r1], logits, None)  # step 2 with the first token
-    with pytest.raises(RuntimeError, match="1 output tokens after 3"):
-        rt.sample([r1], logits, None)  # two steps behind: never
-    r1.output_ids = [1, 2]
+    steps = []
+    for t in range(3):
+        _, info = rt.sample([r1], logits, None, extend=t == 0, slots=slots([r1]))
+        steps += step_records(info[RECORD_KEY])["step"].tolist()
+    assert steps == [0, 1, 2]
     r2.output_ids = [1]
-    rt.sample([r2], logits, None)  # a new Req object with output: starts at step 1
+    _, info = rt.sample([r2], logits, None)  # a new Req object with output: starts at step 1
+    assert step_records(info[RECORD_KEY])["step"].tolist() == [1]
+    r1.output_ids = [1, 2]
     t1, i1 = rt.sample([r1], logits, None, extend=True)  # re-prefilled: back to step 2
-    assert getattr(r1, STATE_ATTR).steps == 3
+    assert int(rt.slot_table("cpu").step[r1.req_pool_idx]) == 3
     r3 = fake_req("x", 3, SamplingConfig())
     r3.output_ids = [1, 2]
-    t3, i3 = rt.sample([r3], logits, None)
-    assert torch.equal(t1, t3) and i1 == i3
+    t3, i3 = rt.sample([r3], logits, None, extend=True)
+    assert torch.equal(t1, t3) and list(i1[RECORD_KEY]) == list(i3[RECORD_KEY])
+    assert step_records(i3[RECORD_KEY])["step"].tolist() == [2]
+
+
+def test_decode_batches_of_two_sampling_settings_take_the_host_path_until_one_is_left(engine):
+    """The running requests' settings are learned when they start and when SGLang frees their
+    slot (:meth:`SoftRuntime.release`): a decode batch mixing two settings is sampled per
+    setting (counted "mixed"), each row as it would be alone; once the other setting's
+    requests left, decode batches take the device path again."""
+    rt = SoftRuntime(settings_for(engine, SoftThinkingConfig(mode="fixed")))
+    alone = SoftRuntime(settings_for(engine, SoftThinkingConfig(mode="fixed")))
+    v = engine.lm_head.weight.shape[0]
+    plain, picky = SamplingConfig(), SamplingConfig(temperature=0.6, top_k=7, top_p=0.8)
+    reqs = [fake_req(f"m{i}", i, plain if i % 2 else picky) for i in range(4)]
+    twins = [fake_req(f"m{i}", i, plain if i % 2 else picky) for i in range(4)]
+    for t, r in zip(twins, reqs):
+        t.req_pool_idx = r.req_pool_idx
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(4, v, generator=g)
+    rt.sample(reqs, logits, None, extend=True)
+    for i in range(4):
+        alone.sample([twins[i]], logits[i:i + 1], None, extend=True)
+    logits = torch.randn(4, v, generator=g)
+    tok, info = rt.sample(reqs, logits, None, slots=slots(reqs))
+    for i in range(4):  # each row as it would be alone
+        t1, i1 = alone.sample([twins[i]], logits[i:i + 1], None, slots=slots([twins[i]]))
+        assert int(tok[i]) == int(t1[0]) and info[RECORD_KEY][i] == i1[RECORD_KEY][0]
+    for r in reqs[::2]:
+        rt.release(r)  # the picky requests finished
+    rt.sample(reqs[1::2], torch.randn(2, v, generator=g), None, slots=slots(reqs[1::2]))
+    assert rt.stats == {"extend": 1, "mixed": 1, "eager": 1}
 
 
 def test_last_hidden_selects_each_rows_last_position():
@@ -226,60 +378,71 @@ def _pool(rows):
 
 @pytest.mark.parametrize("mode", ["fixed", "adaptsoft"])
 def test_graph_read_under_continuous_batching(engine, mode):
-    """Requests arrive and finish while others decode, their slots are reused, some rows switch
-    at </think>: after every step the graph-style read of every running row equals the
-    mixture its records stand for (:func:`record_input_embeddings`, computed independently from
-    the streamed records), bit for bit; the buffers never move (a captured graph keeps their
-    addresses), including for the pool's last slot; a row whose slot holds another request's
-    record is refused on the host before the forward."""
+    """Requests arrive (their prefill: an extend batch) and finish while others decode (decode
+    batches: the device path), their slots are reused, some rows switch at </think>: after
+    every step the graph-style read of every running row equals the mixture its records stand
+    for (:func:`record_input_embeddings`, computed independently from the streamed records),
+    bit for bit; the table never moves (a captured graph keeps its addresses), including for
+    the pool's last slot; every request's records, read back as the server reads them, run
+    through its noise steps in order."""
+    from soft_spatial.engines.sglang.client import split_records
     from soft_spatial.softthink import record_input_embeddings
     soft_thinking = SoftThinkingConfig(mode=mode, top_k=4)
     rt = SoftRuntime(settings_for(engine, soft_thinking))
+    if mode == "adaptsoft":
+        rt.set_controller(trained_controller(engine.hidden_size, seed=6).to_state())
     v, d = engine.lm_head.weight.shape[0], engine.hidden_size
     te = think_end_id(engine.tokenizer)
     pool = _pool(6)
     replay = GraphReplay(rt, engine.embed, pool.rows, d)
     g = torch.Generator().manual_seed(0)
-    running, n_new, ptrs, switched, reused = [], 0, None, 0, set()
+    running, n_new, ptrs, switched, reused, streamed = [], 0, None, 0, set(), {}
     for step in range(24):
-        while pool.free and len(running) < 5 and step % 3 == 0:  # arrivals (their prefill)
+        arrivals = []
+        while pool.free and len(running) + len(arrivals) < 5 and step % 3 == 0:
             req = fake_req(f"c{n_new}", n_new, SamplingConfig())
             req.req_pool_idx = pool.free.pop(0)
             reused.add(req.req_pool_idx) if n_new >= 5 else None
             n_new += 1
-            running.append(req)
-        rt.check_decode_rows([r for r in running if r.output_ids])  # the decode rows
-        logits = torch.randn(len(running), v, generator=g)
-        logits[::2, te] += 4.0 * (step % 5 == 4)  # some rows leave <think>
-        tokens, info = rt.sample(running, logits, torch.randn(len(running), d, generator=g),
-                                 pool_rows=pool.rows)
-        buf = rt.buffers("cpu", pool.rows)
-        ptrs = ptrs or (buf.ids.data_ptr(), buf.weights.data_ptr())
-        assert (buf.ids.data_ptr(), buf.weights.data_ptr()) == ptrs and buf.size == pool.rows
-        rec = {k: torch.tensor(info[info_key(k)]) for k in ("topk_ids", "scores", "tau", "soft")}
-        want = record_input_embeddings(engine.embed.weight, rec["topk_ids"], rec["scores"],
-                                       rec["tau"], rec["soft"])
-        assert torch.equal(replay(running), want), step
-        assert torch.isfinite(replay.padded).all()
-        for r, tok in zip(running, tokens.tolist()):
-            r.output_ids.append(tok)
-            switched += tok == te
+            arrivals.append(req)
+        for batch, extend in ((arrivals, True), (running, False)):
+            if not batch:
+                continue
+            logits = torch.randn(len(batch), v, generator=g)
+            logits[::2, te] += 4.0 * (step % 5 == 4)  # some rows leave <think>
+            tokens, info = rt.sample(batch, logits, torch.randn(len(batch), d, generator=g),
+                                     pool_rows=pool.rows, extend=extend,
+                                     slots=None if extend else slots(batch))
+            table = rt.slot_table("cpu", pool.rows)
+            ptrs = ptrs or (table.ids.data_ptr(), table.weights.data_ptr())
+            assert (table.ids.data_ptr(), table.weights.data_ptr()) == ptrs
+            assert table.size == pool.rows
+            rec = step_records(info[RECORD_KEY])
+            want = record_input_embeddings(engine.embed.weight, rec["topk_ids"], rec["scores"],
+                                           rec["tau"], rec["soft"])
+            assert torch.equal(replay(batch), want), step
+            assert torch.isfinite(replay.padded).all()
+            for i, (r, tok) in enumerate(zip(batch, tokens.tolist())):
+                r.output_ids.append(tok)
+                streamed.setdefault(r.rid, []).append(info[RECORD_KEY][i])
+                switched += tok == te
+        running += arrivals
         done = [r for i, r in enumerate(running) if (step + i) % 4 == 3]  # departures
         for r in done:
+            rt.release(r)
             pool.free.append(r.req_pool_idx)
         running = [r for r in running if r not in done]
     assert switched and reused and pool.rows - 1 in {r.req_pool_idx for r in running} | \
         set(pool.free)
-    stranger = fake_req("stranger", 1, SamplingConfig())
-    stranger.req_pool_idx = pool.free[0] if pool.free else running[0].req_pool_idx
-    with pytest.raises(RuntimeError, match="no record"):
-        rt.check_decode_rows([stranger])
+    for rid, rows in streamed.items():
+        split_records(rows, len(rows), rid)  # steps 0, 1, 2, ...: the server accepts them
+    assert rt.stats["eager"] > 10 and "mixed" not in rt.stats
     torch._dynamo.reset()
 
 
 def test_decode_read_at_graph_capture_allocates_from_the_pool(engine):
     """SGLang captures its decode graphs at start-up, before any request: the read then has no
-    buffers yet and no batch; it allocates them from the request pool's rows, reads finite
+    slot table yet and no batch; it allocates it from the request pool's rows, reads finite
     zeros, does not raise, and traces as one graph (no host sync, no value branch). The
     sampler later writes into those very tensors — the pool's last slot included — and hard
     mode keeps SGLang's plain embeddings."""
@@ -290,40 +453,60 @@ def test_decode_read_at_graph_capture_allocates_from_the_pool(engine):
                            fullgraph=True, backend="eager")
     out = traced(torch.zeros(4, dtype=torch.long), torch.ones(4, d))
     assert torch.equal(out, torch.zeros(4, d))
-    buf = rt.buffers("cpu")
-    assert buf.size == rows and buf.fixed
-    ptr = buf.ids.data_ptr()
+    table = rt.slot_table("cpu")
+    assert table.size == rows and table.fixed
+    ptr = table.ids.data_ptr()
     req = fake_req("last", 3, SamplingConfig())
     req.req_pool_idx = rows - 1
     rt.sample([req], torch.randn(1, engine.lm_head.weight.shape[0]), torch.randn(1, d),
-              pool_rows=rows)
-    assert rt.buffers("cpu", rows).ids.data_ptr() == ptr and buf.owner[rows - 1] == "last"
+              pool_rows=rows, extend=True)
+    assert rt.slot_table("cpu", rows).ids.data_ptr() == ptr and int(table.step[rows - 1]) == 1
     assert not torch.equal(traced(torch.tensor([rows - 1]), torch.ones(1, d)),
                            torch.zeros(1, d))
     req = fake_req("beyond", 4, SamplingConfig())
     req.req_pool_idx = rows  # beyond the pool: refused, never a reallocation
     with pytest.raises(IndexError, match="outside"):
         rt.sample([req], torch.randn(1, engine.lm_head.weight.shape[0]), torch.randn(1, d),
-                  pool_rows=rows)
+                  pool_rows=rows, extend=True)
     hard = SoftRuntime(settings_for(engine, SoftThinkingConfig(mode="hard")))
     assert hard.decode_inputs(torch.zeros(2, dtype=torch.long), engine.embed,
                               torch.ones(2, d), rows) is None
-    hard.check_decode_rows([fake_req("h", 1, SamplingConfig())])  # nothing to check
     with pytest.raises(RuntimeError, match="no record"):  # no pool and nothing sampled
         SoftRuntime(settings_for(engine, soft_thinking)).decode_inputs(
             torch.zeros(1, dtype=torch.long), engine.embed, torch.ones(1, d))
     torch._dynamo.reset()
 
 
-def test_records_reach_the_host_as_python_values_on_first_read():
-    """``customized_info`` columns: row i is the row's record as Python values, read once from a
-    copy taken when the step was sampled (a later change of the device tensor does not leak)."""
-    from soft_spatial.engines.sglang.runtime import HostRecords, RecordColumn
-    scores, soft = torch.tensor([[0.5, 0.25], [1.0, 0.0]]), torch.tensor([True, False])
-    host = HostRecords({"scores": scores, "soft": soft})
-    scores[0, 0] = 9.0  # after the step: the copy already holds the step's values
-    col, flags = RecordColumn(host, "scores"), RecordColumn(host, "soft")
-    assert len(col) == 2 and col[0] == [0.5, 0.25] and col[1] == [1.0, 0.0]
-    assert flags == [True, False] and flags != [True, True] and list(flags) == [True, False]
-    assert torch.equal(torch.tensor(col), torch.tensor([[0.5, 0.25], [1.0, 0.0]]))
-    assert "soft" in repr(flags)
+def test_a_controller_update_keeps_the_graphs_and_a_new_controller_recaptures(engine):
+    """A training step's controller update loads its weights in place: the captured steps read
+    them by address and stay; a controller of another shape is a new module: every graph goes,
+    and the next step of each size captures again, with the new weights."""
+    from soft_spatial.softthink import AdaptSoftConfig
+    rt = SoftRuntime(settings_for(engine, SoftThinkingConfig(mode="adaptsoft", top_k=4)))
+    d, v = engine.hidden_size, engine.lm_head.weight.shape[0]
+    rt.set_controller(trained_controller(d, seed=1).to_state())
+    rt.use_graphs(CAPTURE_BS, capture=False)
+    reqs = [fake_req(f"u{i}", i, SamplingConfig()) for i in range(3)]
+    g = torch.Generator().manual_seed(8)
+    rt.sample(reqs, torch.randn(3, v, generator=g), torch.randn(3, d, generator=g),
+              pool_rows=61, extend=True)
+
+    def step():
+        return rt.sample(reqs, torch.randn(3, v, generator=g), torch.randn(3, d, generator=g),
+                         pool_rows=61, slots=slots(reqs))
+
+    step()
+    graphs = dict(rt.graphs._graphs)
+    update = trained_controller(d, seed=1)
+    with torch.no_grad():
+        for p in update.parameters():
+            p.add_(0.25)
+    rt.set_controller(update.to_state())  # a training step's update: loaded in place
+    assert rt.graphs._graphs == graphs
+    assert torch.equal(rt.controller.fc1.weight, update.fc1.weight)
+    step()
+    wide = AdaptSoft(d, AdaptSoftConfig(width=48))
+    rt.set_controller(wide.to_state())  # another shape: a new module
+    assert rt.graphs._graphs == {} and rt.controller.width == 48
+    step()
+    assert len(rt.graphs._graphs) == 1 and rt.stats["graphed"] == 3
