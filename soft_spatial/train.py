@@ -7,7 +7,8 @@ file for the presets (``experiment=``, ``model=``, ``rollout=``, ``cluster=``). 
 Before Ray starts, `preflight` checks what would otherwise fail late inside a worker: the soft
 settings, the sampling temperatures, the actor's loss settings (a warning where they depart from
 eq. 8 or break the controller's K-sparse gradient), the model directory (a tiny random model is
-built only with ``model.build_tiny=true``) and the training data. The run directory (``trainer.default_local_dir``)
+built only with ``model.build_tiny=true``; ``soft_thinking.top_k`` within its vocabulary), the
+run directory (not a file) and the training data. The run directory (``trainer.default_local_dir``)
 is locked for the run, its metrics log is kept across resumes, and a local Ray started here never
 outlives the run (`soft_spatial.infra.ray_session`). A run whose latest checkpoint already
 reached ``trainer.total_training_steps`` says so and exits without starting Ray. SIGTERM (Slurm at
@@ -32,7 +33,7 @@ from soft_spatial.compat.ray import loopback_only, reload_auth_settings
 from soft_spatial.infra import ray_session
 from soft_spatial.infra.ray_auth import token_auth
 from soft_spatial.infra.atomic import write_text
-from soft_spatial.infra.dirlock import DirLock
+from soft_spatial.infra.dirlock import DirLock, check_dir_path
 from soft_spatial.infra.hydra_args import rename_argv
 from soft_spatial.infra.hydra_record import hydra_record
 from soft_spatial.infra.ray_env import plugin_env
@@ -41,7 +42,7 @@ from soft_spatial.infra.provenance import OutputKeyMismatch, Verdict, compare, d
 from soft_spatial.infra.provenance import record as record_key
 from soft_spatial.infra.run_dir import (TRACKER, checkpoint_steps, finished, keep_metrics_until,
                                         resume_step, step_folder)
-from soft_spatial.models.loading import resolve_model_dir
+from soft_spatial.models.loading import check_top_k, resolve_model_dir
 from soft_spatial.softthink.settings import CONTROLLER_FILE, SETTINGS_FILE, SoftSettings
 from soft_spatial.softthink.settings import settings_file as run_settings_file
 
@@ -76,6 +77,7 @@ def preflight(cfg) -> Path:
     with open_dict(cfg):
         rollout.custom = settings.to_dict()
     check_rollout_correction(cfg.get("algorithm"), settings.soft_thinking.is_soft)
+    check_dir_path(str(cfg.trainer.default_local_dir), "trainer.default_local_dir")
     for key, value in (("actor_rollout_ref.rollout.temperature", rollout.get("temperature")),
                        ("actor_rollout_ref.rollout.val_kwargs.temperature",
                         rollout.get("val_kwargs", {}).get("temperature"))):
@@ -88,6 +90,7 @@ def preflight(cfg) -> Path:
         if Path(str(cfg.model.get("path", ""))) == model:
             cfg.model.path = str(model)
         cfg.actor_rollout_ref.model.path = str(model)
+    check_top_k(settings.soft_thinking.top_k, model)
     for key in ("train_files", "val_files"):
         for path in _files(cfg.data.get(key)):
             try:

@@ -50,6 +50,9 @@ def train_cfg(model, data, out, *overrides):
     ("trainer.total_training_steps=0", "trainer.total_training_steps must be a positive integer .* got 0"),
     ("trainer.total_training_steps=abc", "trainer.total_training_steps must be a positive integer .* got 'abc'"),
     ("trainer.total_training_steps=1.5", "trainer.total_training_steps must be a positive integer .* got 1.5"),
+    # issue 55 items 12-13: found after Ray, the model load and the rollout's start (79 s), or accepted
+    ("soft_thinking.top_k=577", r"soft_thinking\.top_k=577 is more than the vocabulary of model\.path=.* \(576 tokens"),
+    ("+actor_rollout_ref.rollout.custom.max_batch_rows=0", "custom: max_batch_rows must be >= 1, got 0"),
 ])
 def test_preflight_names_the_bad_setting(override, message, tiny_qwen3_vl_small, parquet, tmp_path):
     cfg = train_cfg(tiny_qwen3_vl_small, parquet, tmp_path / "run", override)
@@ -57,6 +60,17 @@ def test_preflight_names_the_bad_setting(override, message, tiny_qwen3_vl_small,
         preflight(cfg)
     assert preflight(train_cfg(tiny_qwen3_vl_small, parquet, tmp_path / "run")) == Path(
         str(tiny_qwen3_vl_small))
+
+
+def test_a_run_directory_that_is_a_file_is_refused_in_preflight(tiny_qwen3_vl_small, parquet, tmp_path):
+    """Issue 55 item 16: a FileExistsError traceback from the lock code, after the checks."""
+    from soft_spatial.infra.dirlock import NotADirectoryOutput
+    (tmp_path / "run").write_text("notes\n")
+    for target in (tmp_path / "run", tmp_path / "run" / "sub"):
+        with pytest.raises(NotADirectoryOutput, match=rf"^trainer\.default_local_dir={target} .*existing "
+                                                      r"file, not a directory"):
+            preflight(train_cfg(tiny_qwen3_vl_small, parquet, target))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
 def test_preflight_parses_the_soft_settings_once(tiny_qwen3_vl_small, parquet, tmp_path):

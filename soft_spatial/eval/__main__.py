@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from soft_spatial.infra.hydra_args import rename_argv
 from soft_spatial.infra.hydra_record import hydra_record
 from soft_spatial.infra.signals import command
-from soft_spatial.models.loading import resolve_model_dir
+from soft_spatial.models.loading import check_top_k, resolve_model_dir
 from soft_spatial.softthink import AdaptSoft, AdaptSoftConfig
 from soft_spatial.softthink.settings import CONTROLLER_FILE, SoftSettings
 
@@ -133,10 +133,12 @@ def _task_overrides() -> list[str]:
 
 
 def build_config(cfg: DictConfig) -> EvalConfig:
-    """Typed EvalConfig from the composed Hydra tree (checks the model path and the controller)."""
+    """Typed EvalConfig from the composed Hydra tree (checks the model path, K against its
+    vocabulary and the controller)."""
     settings = soft_settings(cfg)
     model_path = resolve_model_dir(cfg.model.path, build_tiny=bool(cfg.model.get("build_tiny")),
                                    tiny_family=cfg.model.get("tiny_family", "qwen3_vl"))
+    check_top_k(settings.soft_thinking.top_k, model_path)  # before the model loads
     check_controller(cfg)
     published = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "eval" / "published.yaml"))
     return EvalConfig(

@@ -39,7 +39,7 @@ from soft_spatial.eval.report import EXCLUDED_FROM_OVERALL, group_rows, markdown
 from soft_spatial.eval.runkey import check_run_key, run_key
 from soft_spatial.eval.steps import STEPS, steps_row
 from soft_spatial.infra.atomic import write_text
-from soft_spatial.infra.dirlock import DirLock
+from soft_spatial.infra.dirlock import DirLock, check_dir_path
 from soft_spatial.infra.jsonl import read_jsonl
 from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig, check_field_types
 
@@ -95,6 +95,8 @@ class EvalConfig:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.batch_rows < 1:
+            raise ValueError(f"batch_rows must be >= 1 (rows decoded together), got {self.batch_rows}")
         if not self.benchmarks:
             raise ValueError(f"benchmarks is empty; name at least one of {', '.join(BENCHMARKS)}")
         unknown = [b for b in self.benchmarks if b not in BENCHMARKS]
@@ -193,6 +195,19 @@ def write_record(out: Path, record: dict[str, str] | None) -> None:
         _write_if_changed(out / rel, text)
 
 
+def check_output_dir(cfg: EvalConfig) -> None:
+    """Refuse an ``output_dir`` that is a file, and one inside ``model.path``: the model's
+    fingerprint (`runkey`) covers every file of its directory, so the evaluation's own rows would
+    change it and its next run would be refused as another model's. Reads only."""
+    check_dir_path(cfg.output_dir, "output_dir")
+    out, model = Path(cfg.output_dir).resolve(), Path(cfg.model_path).resolve()
+    if out == model or out.is_relative_to(model):
+        raise ValueError(f"output_dir={cfg.output_dir} lies inside model.path={cfg.model_path}: the "
+                         f"evaluation's files would become part of the model's fingerprint (its run "
+                         f"key), and the next run into it would be refused as another model's; "
+                         f"choose an output_dir outside the model directory (nothing was written)")
+
+
 def evaluate(cfg: EvalConfig, engine=None, progress: bool = True,
              record: dict[str, str] | None = None) -> dict[str, dict]:
     """Run (or resume) the evaluation; returns the summary per benchmark. An engine made here
@@ -202,6 +217,7 @@ def evaluate(cfg: EvalConfig, engine=None, progress: bool = True,
     directory is created or locked; ``record`` (path under the output directory -> text: the
     command's configuration) is written only once the run is accepted."""
     out = Path(cfg.output_dir)
+    check_output_dir(cfg)
     selected = select_records(cfg)
     key = run_key(cfg, {bench: sel.records for bench, sel in selected.items()})
     # the rows' files: a directory without a byte in them (a run that failed before its first

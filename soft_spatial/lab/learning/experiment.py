@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Protocol
 
 from soft_spatial.infra import tether
-from soft_spatial.infra.dirlock import DirLock, DirLockedError
+from soft_spatial.infra.dirlock import DirLock, DirLockedError, NotADirectoryOutput, check_dir_path
 from soft_spatial.infra.provenance import (OutputKeyMismatch, compare, differences, make_key,
                                            read_key, record)
 from soft_spatial.infra.signals import command
@@ -553,7 +553,8 @@ class Experiment:
     def preflight(self) -> None:
         """Compare every stage's key with the recorded one before anything runs: an output made
         by other settings (or without a key) is refused naming what differs, a training run
-        trained past ``train.steps`` too. Reads only."""
+        trained past ``train.steps`` too; an ``out`` that is a file, naming it. Reads only."""
+        check_dir_path(self.out, "out")
         for stage in self.stages():
             stage.verdict()
         for mode in self.cfg.modes:
@@ -888,7 +889,7 @@ def main(prog: str = PROG, before_grpo: BeforeGRPO | None = None) -> None:
             raise SystemExit(f"{prog}: {e}") from None
         try:
             _run_checked(exp)
-        except (OutputKeyMismatch, DirLockedError, StageFailed) as e:
+        except (OutputKeyMismatch, DirLockedError, NotADirectoryOutput, StageFailed) as e:
             raise SystemExit(f"{prog}: {e}") from None
 
     # SIGTERM (Slurm's time limit, timeout, kill) as Ctrl-C: the running stage is stopped (its
