@@ -42,6 +42,7 @@ entry: 0.36 s for those 1,533).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -73,17 +74,21 @@ class RunKeyMismatch(ValueError):
 def image_digests(root: str | Path, records: Sequence[QuestionRecord],
                   cache: dict[str, Any] | None = None) -> dict[str, str]:
     """sha256 of every image file ``records`` read, by its path relative to the data ``root`` (a
-    directory, or a table file whose directory is meant); a file outside it keeps its absolute
-    path. Images embedded in the table (decoded images, not files) are not listed."""
-    base = Path(root).resolve()
-    base = base if base.is_dir() else base.parent
+    directory, or a table file whose directory is meant): links resolved where the file lies
+    inside the resolved root, else as the table wrote it (a Hugging Face hub cache's
+    ``snapshots/<rev>/x.png``, a link into ``blobs/``); any other file keeps its absolute path.
+    Images embedded in the table (decoded images, not files) are not listed."""
+    base, written = Path(root).resolve(), Path(os.path.abspath(root))
+    base, written = (base, written) if base.is_dir() else (base.parent, written.parent)
     digests: dict[str, str] = {}
     for record in records:
         for image in record.images:
             if not isinstance(image, Path):
                 continue
-            path = image.resolve()
-            name = path.relative_to(base).as_posix() if path.is_relative_to(base) else str(path)
+            path, lexical = image.resolve(), Path(os.path.abspath(image))
+            name = (path.relative_to(base).as_posix() if path.is_relative_to(base)
+                    else lexical.relative_to(written).as_posix() if lexical.is_relative_to(written)
+                    else str(path))
             if name not in digests:
                 digests[name] = file_sha256(path, cache)
     return dict(sorted(digests.items()))
