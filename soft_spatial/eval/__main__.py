@@ -43,6 +43,20 @@ def model_slug(path: str) -> str:
 OmegaConf.register_new_resolver("model_slug", model_slug, replace=True)
 
 
+def selection_slug(limit, task_types) -> str:
+    """``-limit<N>`` and ``-<task types>`` for a run that asks for a part of each benchmark, ""
+    for a whole one: the default output directory names them, since they join the run key (a
+    smoke run with ``limit`` and the full run after it get directories of their own)."""
+    parts = [f"limit{limit}"] if limit is not None else []
+    if task_types:
+        names = [task_types] if isinstance(task_types, str) else list(task_types)
+        parts.append(re.sub(r"[^A-Za-z0-9._+-]+", "_", "+".join(map(str, names))))
+    return "".join(f"-{p}" for p in parts)
+
+
+OmegaConf.register_new_resolver("selection_slug", selection_slug, replace=True)
+
+
 def check_controller(cfg: DictConfig) -> None:
     """A controller checkpoint carries its own settings (tau0, delta, ...). An ``adaptsoft.*``
     value set away from the paper default (:class:`AdaptSoftConfig`'s) that disagrees with the

@@ -2,15 +2,18 @@
 
 A run holds the output directory's lock (`soft_spatial.infra.dirlock`: one writer per directory) and
 is keyed to its configuration (`runkey`: model, controller, data tables and images, mode,
-protocol, sampling, batch_rows); resuming into a directory written with a different configuration is refused, unless
-it holds no rows yet (a run that failed before its first result, e.g. at engine start, leaves a
-directory the corrected command uses). Rows are keyed by
-(benchmark, question key, sample), never by position, and appended to ``samples.jsonl`` after
-every batch of questions (flushed and fsynced), so an interrupted run resumes where it stopped:
-finished (question, sample) pairs are never redone. ``summary.json`` and one ``<benchmark>.md``
-table per benchmark are rebuilt (atomically) at the end of every run from the rows this run asked
-for: a smaller ``samples`` or ``limit`` reports only those. A prompt longer than the engine
-accepts is skipped and reported with its question id. With ``analysis_steps`` every sample's
+protocol, sampling, batch_rows, samples, limit, task_types); resuming into a directory written
+with a different configuration is refused, unless it holds no rows yet (a run that failed before
+its first result, e.g. at engine start, leaves a directory the corrected command uses). Rows are
+keyed by (benchmark, question key, sample), never by position, and appended to ``samples.jsonl``
+after every batch of questions (flushed and fsynced), so an interrupted run resumes where it
+stopped: finished (question, sample) pairs are never redone. The batches are cut from the
+questions the run asks for at fixed places (``batch_rows // samples`` questions each, the first
+from the first question), and a resumed run decodes of each batch the questions it lacks: a run
+resumed at a batch's end decodes the very batches a fresh run does, hence the same rows (a row's
+text depends on the rows decoded with it: `runkey`). ``summary.json`` and one ``<benchmark>.md``
+table per benchmark are rebuilt (atomically) at the end of every run. A prompt longer than the
+engine accepts is skipped and reported with its question id (retried, alone, by a resumed run). With ``analysis_steps`` every sample's
 per-step τ, normalised entropy, spine token and soft flag go to ``steps.jsonl`` (:mod:`.steps`,
 read by ``python -m soft_spatial.analysis``). ``task_types`` evaluates a task-type subset
 (question indices stay those of the full benchmark); ``sample_top_k`` filters every discrete step's
@@ -237,14 +240,14 @@ def evaluate(cfg: EvalConfig, engine=None, progress: bool = True,
         try:
             for bench, sel in selected.items():
                 records, indices = sel.records, sel.indices
-                todo = [i for i in indices
-                        if any((bench, records[i].key, j) not in done for j in range(cfg.samples))]
+                todo = {i for i in indices
+                        if any((bench, records[i].key, j) not in done for j in range(cfg.samples))}
                 if not todo:
                     continue
                 if engine is None:
                     engine = owned = _make_engine(cfg)
-                skipped[bench] = _run_benchmark(cfg, bench, records, todo, engine, done,
-                                                results_path, progress, len(indices))
+                skipped[bench] = _run_benchmark(cfg, bench, records, indices, todo, engine, done,
+                                                results_path, progress)
         finally:
             if owned is not None:
                 owned.close()
@@ -266,24 +269,33 @@ def _generate(engine, prompts: list, idx: list[int], records, skipped: list[str]
     return idx, []
 
 
-def _run_benchmark(cfg: EvalConfig, bench: str, records, todo: list[int], engine, done: set,
-                   results_path: Path, progress: bool, total: int) -> list[str]:
-    """Generate the missing samples of ``todo`` questions, appending rows after every batch;
-    returns the keys of questions skipped as too long."""
+def batches(indices: Sequence[int], cfg: EvalConfig) -> list[list[int]]:
+    """The batches of a run's questions ``indices`` (in order): ``batch_rows // samples``
+    questions each (at least one), cut at the same places in every run of one key."""
+    per_batch = max(1, cfg.batch_rows // cfg.samples)
+    return [list(indices[s:s + per_batch]) for s in range(0, len(indices), per_batch)]
+
+
+def _run_benchmark(cfg: EvalConfig, bench: str, records, indices: list[int], todo: set[int], engine,
+                   done: set, results_path: Path, progress: bool) -> list[str]:
+    """Generate the missing samples of the ``todo`` questions among the run's ``indices``, batch by
+    batch (`batches`: of each, the questions it lacks), appending rows after every batch; returns
+    the keys of questions skipped as too long."""
     sampling = SamplingConfig(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
                               top_k=cfg.sample_top_k)
-    per_batch = max(1, cfg.batch_rows // cfg.samples)
     skipped: list[str] = []
     bar = None
     if progress:
         from tqdm.auto import tqdm
-        bar = tqdm(total=total, initial=total - len(todo), desc=bench, unit="question")
+        bar = tqdm(total=len(indices), initial=len(indices) - len(todo), desc=bench, unit="question")
     steps_path = results_path.with_name(STEPS)
     with results_path.open("a", encoding="utf-8") as f, (
             steps_path.open("a", encoding="utf-8") if cfg.analysis_steps
             else contextlib.nullcontext()) as steps_file:
-        for s in range(0, len(todo), per_batch):
-            batch = todo[s:s + per_batch]
+        for whole in batches(indices, cfg):
+            batch = [i for i in whole if i in todo]
+            if not batch:
+                continue
             prompts = [build_messages(records[i], cfg.protocol) for i in batch]
             idx, outs = _generate(engine, prompts, batch, records, skipped,
                                   soft_thinking=cfg.soft_thinking, sampling=sampling,

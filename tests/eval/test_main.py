@@ -70,11 +70,14 @@ def test_a_missing_model_path_is_an_error_unless_a_tiny_model_is_asked_for(fixtu
 
 
 def test_default_output_dir_names_the_model_path(tmp_path):
-    def out(model):
+    def out(model, *more):
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-            return compose(config_name="eval", overrides=[f"model.path={model}", "mode=fixed"]).output_dir
+            return compose(config_name="eval", overrides=[f"model.path={model}", "mode=fixed", *more]).output_dir
     a, b = out(tmp_path / "one" / "model"), out(tmp_path / "two" / "model")
     assert a != b and a.startswith("runs/eval/model-") and a.endswith("-fixed-ours")
+    # limit and task_types join the run key: a smoke run and the full run get directories of their own
+    assert out(tmp_path / "one" / "model", "limit=2", "task_types=[Perspective_Taking,Egocentric]") == (
+        a + "-limit2-Perspective_Taking+Egocentric")
 
 
 
@@ -114,7 +117,7 @@ def test_a_refused_eval_changes_nothing_and_a_finished_one_re_run_neither(
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(DirLockedError, match=f"in use by pid {holder.pid} "):
-            run_cli(monkeypatch, *args, "samples=2")  # same key: refused by the lock only
+            run_cli(monkeypatch, *args, "model.name=other")  # same key: refused by the lock only
         assert tree(out) == {**before, ".lock": tree(out)[".lock"]}  # the holder wrote its pid
     finally:
         holder.send_signal(signal.SIGKILL)
