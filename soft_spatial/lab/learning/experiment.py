@@ -455,14 +455,15 @@ class Experiment:
 
     def eval_stage(self, name: str, model: Keyed, mode: str, controller: bool = False,
                    extra: Sequence[str] = (), trained: bool = False) -> Keyed:
-        """An evaluation of ``model`` (not ``eval.samples``: more samples extend a run, as the
-        evaluation's own key has it); a trained policy's is made again when the policy changed."""
+        """An evaluation of ``model``, made again when ``eval.samples`` changed (a row's text
+        depends on the rows decoded with it, so the evaluation's own key holds ``samples``: more
+        samples cannot extend a run) and, a trained policy's, when the policy changed."""
         e = self.cfg.eval
         return Keyed(f"eval {name}", self.out / "eval" / name, stage_key(
             {"mode": mode, "controller": controller, "extra": list(extra),
              "temperature": e.temperature, "max_new_tokens": e.max_new_tokens,
-             "seed": self.cfg.seed}, data=self.data_stage(), model=model),
-            redo_on=("settings.inputs.model.",) if trained else ())
+             "seed": self.cfg.seed, "samples": e.samples}, data=self.data_stage(), model=model),
+            redo_on=("settings.samples",) + (("settings.inputs.model.",) if trained else ()))
 
     def before_stage(self, mode: str) -> Keyed:
         name = f"warmstart_{BEFORE_MODE[EVAL_MODE[mode]]}"

@@ -246,6 +246,20 @@ def test_a_stage_is_trusted_only_if_these_settings_made_it(tmp_path, stand_ins):
     assert stand_ins.calls == []
 
 
+def test_other_eval_samples_make_the_evaluations_again(tmp_path, stand_ins):
+    """Issue 55 item 5: an evaluation's rows depend on the rows decoded with them, so its own run
+    key holds ``samples`` and refuses a directory of another value; the stage keys it too and
+    makes its evaluations again (they were extended in place, then refused)."""
+    out = tmp_path / "learn"
+    run_experiment(_config(f"out={out}", *TINY))
+    stand_ins.calls.clear()
+    run_experiment(_config(f"out={out}", *TINY, "eval.samples=2"))
+    assert stand_ins.calls == ["eval_warmstart_hard", "eval_hard_trained"]
+    for name in ("warmstart_hard", "hard_trained"):
+        assert json.loads((out / "eval" / f"{name}.key.json").read_text())["settings"]["samples"] == 2
+        assert len((out / "eval" / name / "samples.jsonl").read_text().splitlines()) == 3 * 2
+
+
 class BeforeArms:
     """A `BeforeGRPO` hook as an experiment built on this one hands it over: one evaluation of the
     arms' warm start at fixed τ = ``tau``, made through the runner's keyed stages; ``go`` says
