@@ -236,9 +236,9 @@ def check_settings(run_dir: Path, key: dict) -> None:
             f"unknown, so a resume could mix two runs. Train into a new trainer.default_local_dir, "
             f"or, if the model, data and settings are these, delete {path}: the run is then "
             f"compared with its {SETTINGS_FILE} and keyed anew; nothing was changed")
-    hint = (f"A run directory holds one run: resume it with the model, data and settings that "
-            f"trained it (trainer.total_training_steps may change: a run trains on), or train "
-            f"these into a new trainer.default_local_dir; nothing was changed")
+    hint = ("A run directory holds one run: resume it with the model, data and settings that "
+            "trained it (trainer.total_training_steps may change: a run trains on), or train "
+            "these into a new trainer.default_local_dir; nothing was changed")
     if compare(path, key, "the training run", hint) is Verdict.ABSENT:
         old = run_settings_file(run_dir)
         if old is None:

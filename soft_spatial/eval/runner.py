@@ -13,12 +13,12 @@ from the first question), and a resumed run decodes of each batch the questions 
 resumed at a batch's end decodes the very batches a fresh run does, hence the same rows (a row's
 text depends on the rows decoded with it: `runkey`). ``summary.json`` and one ``<benchmark>.md``
 table per benchmark are rebuilt (atomically) at the end of every run. A prompt longer than the
-engine accepts is skipped and reported with its question id (retried, alone, by a resumed run). With ``analysis_steps`` every sample's
-per-step τ, normalised entropy, spine token and soft flag go to ``steps.jsonl`` (:mod:`.steps`,
-read by ``python -m soft_spatial.analysis``). ``task_types`` evaluates a task-type subset
-(question indices stay those of the full benchmark); ``sample_top_k`` filters every discrete step's
-sampling (hard mode: the whole response, Table 5's decoding top-k 5; soft modes: the answer
-after ``</think>``).
+engine accepts is skipped and reported with its question id (retried, alone, by a resumed run).
+With ``analysis_steps`` every sample's per-step τ, normalised entropy, spine token and soft flag go
+to ``steps.jsonl`` (:mod:`.steps`, read by ``python -m soft_spatial.analysis``). ``task_types``
+evaluates a task-type subset (question indices stay those of the full benchmark); ``sample_top_k``
+filters every discrete step's sampling (hard mode: the whole response, Table 5's decoding top-k 5;
+soft modes: the answer after ``</think>``).
 """
 from __future__ import annotations
 
