@@ -46,7 +46,7 @@ def test_a_resumed_run_gives_exactly_the_rows_of_a_fresh_one(fixture_set, tiny_q
     too long is retried alone, not at the head of the next batch (which shifted every batch after
     it: issue 55 item 5). Another limit into the same directory, which decoded other batches (1 of
     20 rows differed from a fresh run's), is refused naming it; so are samples and task_types."""
-    over = dict(batch_rows=8, max_new_tokens=48)  # 4 questions of 2 samples per batch
+    over = dict(batch_rows=8, max_new_tokens=24)  # 4 questions of 2 samples per batch
     records = load_benchmark("omnispatial", fixture_set.omnispatial)
     engine = LocalEngine.from_pretrained(tiny_qwen3_vl_small, max_batch_rows=8)
     long = lambda e: TooLong(e, [records[1].question])  # noqa: E731
