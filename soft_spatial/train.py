@@ -95,6 +95,12 @@ def preflight(cfg) -> Path:
             cfg.model.path = str(model)
         cfg.actor_rollout_ref.model.path = str(model)
     check_top_k(settings.soft_thinking.top_k, model)
+    run_dir = Path(str(cfg.trainer.default_local_dir)).resolve()
+    if run_dir == model.resolve() or run_dir.is_relative_to(model.resolve()):
+        raise ValueError(f"trainer.default_local_dir={cfg.trainer.default_local_dir} lies inside "
+                         f"model.path={model}: the run's checkpoints would become part of the base "
+                         f"model's fingerprint (the run's key), and its resume would be refused as "
+                         f"another model's; choose a run directory outside the model directory")
     for key in ("train_files", "val_files"):
         for path in _files(cfg.data.get(key)):
             try:

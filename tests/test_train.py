@@ -64,7 +64,9 @@ def test_preflight_names_the_bad_setting(override, message, tiny_qwen3_vl_small,
 
 
 def test_a_run_directory_that_is_a_file_is_refused_in_preflight(tiny_qwen3_vl_small, parquet, tmp_path):
-    """Issue 55 item 16: a FileExistsError traceback from the lock code, after the checks."""
+    """Issue 55 item 16: a FileExistsError traceback from the lock code, after the checks. A run
+    directory inside the model directory is refused too: its checkpoints would change the model's
+    fingerprint, the run's key (item 2), and its resume would be refused as another model's."""
     from soft_spatial.infra.dirlock import NotADirectoryOutput
     (tmp_path / "run").write_text("notes\n")
     for target in (tmp_path / "run", tmp_path / "run" / "sub"):
@@ -72,6 +74,9 @@ def test_a_run_directory_that_is_a_file_is_refused_in_preflight(tiny_qwen3_vl_sm
                                                       r"file, not a directory"):
             preflight(train_cfg(tiny_qwen3_vl_small, parquet, target))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    with pytest.raises(ValueError, match=r"trainer\.default_local_dir=.*/run lies inside model\.path="):
+        preflight(train_cfg(tiny_qwen3_vl_small, parquet, tiny_qwen3_vl_small / "run"))
+    assert not (tiny_qwen3_vl_small / "run").exists()
 
 
 def test_preflight_parses_the_soft_settings_once(tiny_qwen3_vl_small, parquet, tmp_path):

@@ -26,7 +26,9 @@ neighbours) did the same. Exactness cannot hold without decoding rows a run does
 the selection joins the key: a run with another ``samples``, ``limit`` or ``task_types`` writes
 into its own output directory (the default one names ``limit`` and ``task_types``). Within one
 key a resumed run is exact: batches are cut from the questions the run asks for at the places a
-fresh run cuts them, whichever are already done (`runner`).
+fresh run cuts them, whichever are already done (`runner`); with the local engine, which decodes
+the batches it is given (SGLang schedules its own, so its rows share the noise, not the rounding,
+from run to run: docs/design.md §2.2).
 
 It is stored as ``run_key.json`` in the output directory when a run starts; a later run into the
 same directory resumes only if its key is equal, otherwise `check_run_key` refuses and lists what
