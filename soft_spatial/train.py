@@ -7,8 +7,11 @@ file for the presets (``experiment=``, ``model=``, ``rollout=``, ``cluster=``). 
 Before Ray starts, `preflight` checks what would otherwise fail late inside a worker: the soft
 settings, the sampling temperatures, the actor's loss settings (a warning where they depart from
 eq. 8 or break the controller's K-sparse gradient), the model directory (a tiny random model is
-built only with ``model.build_tiny=true``) and the training data. The run directory (``trainer.default_local_dir``)
-is locked for the run, its metrics log is kept across resumes, and a local Ray started here never
+built only with ``model.build_tiny=true``; ``soft_thinking.top_k`` within its vocabulary), the
+run directory (not a file) and the training data. The run directory (``trainer.default_local_dir``)
+is locked for the run and keyed (`run_key`: a resume with another base model, other data files or
+other training settings, the learning rate included, is refused naming each difference), its
+metrics log is kept across resumes, and a local Ray started here never
 outlives the run (`soft_spatial.infra.ray_session`). A run whose latest checkpoint already
 reached ``trainer.total_training_steps`` says so and exits without starting Ray. SIGTERM (Slurm at
 the time limit or on preemption) ends a run as Ctrl-C does: Ray shut down, its processes ended,
@@ -20,6 +23,7 @@ of ``data.train_files``/``data.val_files`` of those task types (or sub-types) ar
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -32,16 +36,17 @@ from soft_spatial.compat.ray import loopback_only, reload_auth_settings
 from soft_spatial.infra import ray_session
 from soft_spatial.infra.ray_auth import token_auth
 from soft_spatial.infra.atomic import write_text
-from soft_spatial.infra.dirlock import DirLock
+from soft_spatial.infra.dirlock import DirLock, check_dir_path
 from soft_spatial.infra.hydra_args import rename_argv
 from soft_spatial.infra.hydra_record import hydra_record
 from soft_spatial.infra.ray_env import plugin_env
 from soft_spatial.infra.signals import command, reinstall
-from soft_spatial.infra.provenance import OutputKeyMismatch, Verdict, compare, differences, make_key
+from soft_spatial.infra.provenance import (OutputKeyMismatch, Verdict, compare, differences,
+                                           path_digest, read_key, sha256_cache, tree_fingerprint)
 from soft_spatial.infra.provenance import record as record_key
 from soft_spatial.infra.run_dir import (TRACKER, checkpoint_steps, finished, keep_metrics_until,
                                         resume_step, step_folder)
-from soft_spatial.models.loading import resolve_model_dir
+from soft_spatial.models.loading import check_top_k, resolve_model_dir
 from soft_spatial.softthink.settings import CONTROLLER_FILE, SETTINGS_FILE, SoftSettings
 from soft_spatial.softthink.settings import settings_file as run_settings_file
 
@@ -76,6 +81,7 @@ def preflight(cfg) -> Path:
     with open_dict(cfg):
         rollout.custom = settings.to_dict()
     check_rollout_correction(cfg.get("algorithm"), settings.soft_thinking.is_soft)
+    check_dir_path(str(cfg.trainer.default_local_dir), "trainer.default_local_dir")
     for key, value in (("actor_rollout_ref.rollout.temperature", rollout.get("temperature")),
                        ("actor_rollout_ref.rollout.val_kwargs.temperature",
                         rollout.get("val_kwargs", {}).get("temperature"))):
@@ -88,6 +94,13 @@ def preflight(cfg) -> Path:
         if Path(str(cfg.model.get("path", ""))) == model:
             cfg.model.path = str(model)
         cfg.actor_rollout_ref.model.path = str(model)
+    check_top_k(settings.soft_thinking.top_k, model)
+    run_dir = Path(str(cfg.trainer.default_local_dir)).resolve()
+    if run_dir == model.resolve() or run_dir.is_relative_to(model.resolve()):
+        raise ValueError(f"trainer.default_local_dir={cfg.trainer.default_local_dir} lies inside "
+                         f"model.path={model}: the run's checkpoints would become part of the base "
+                         f"model's fingerprint (the run's key), and its resume would be refused as "
+                         f"another model's; choose a run directory outside the model directory")
     for key in ("train_files", "val_files"):
         for path in _files(cfg.data.get(key)):
             try:
@@ -147,38 +160,104 @@ def task_subset_files(files, task_types, out_dir: Path, split: str, min_rows: in
 
 
 # -- the run directory, checked before anything is written -------------------------------------
-#: the key of the soft settings that trained a run directory's checkpoints (infra.provenance)
+#: the key of what trained a run directory's checkpoints (infra.provenance; named when it held
+#: the soft settings alone)
 SETTINGS_KEY = "soft_settings.key.json"
 #: settings of the rollout servers' batching and of the replay check: they change neither the
 #: method nor what a checkpoint learned, so a resume may change them
 NOT_IN_KEY = ("replay_check", "batch_window_s", "max_batch_rows", "stream_wait_s")
+#: the training settings (beside the soft ones) that change what a run learns or the numbers it
+#: logs: the optimizer (verl restores its state, learning rate included, from the checkpoint, so a
+#: new value would be ignored or mixed in), the loss, GRPO's groups and batches, the sampling, the
+#: reward, the data's selection and order, LoRA. Not keyed: trainer.total_training_steps (raised,
+#: a run trains on), checkpoint and validation frequencies, logging, resources and parallelism,
+#: dtypes and memory settings
+TRAINING_KEY = (
+    "data.train_max_samples", "data.max_prompt_length", "data.max_response_length",
+    "data.train_batch_size", "data.shuffle", "data.seed", "data.filter_overlong_prompts",
+    "data.truncation", "data.prompt_key", "data.image_key",
+    "algorithm",
+    "actor_rollout_ref.actor.optim", "actor_rollout_ref.actor.ppo_mini_batch_size",
+    "actor_rollout_ref.actor.ppo_epochs", "actor_rollout_ref.actor.shuffle",
+    "actor_rollout_ref.actor.data_loader_seed", "actor_rollout_ref.actor.policy_loss",
+    "actor_rollout_ref.actor.clip_ratio", "actor_rollout_ref.actor.clip_ratio_low",
+    "actor_rollout_ref.actor.clip_ratio_high", "actor_rollout_ref.actor.clip_ratio_c",
+    "actor_rollout_ref.actor.loss_agg_mode", "actor_rollout_ref.actor.loss_scale_factor",
+    "actor_rollout_ref.actor.entropy_coeff", "actor_rollout_ref.actor.use_kl_loss",
+    "actor_rollout_ref.actor.kl_loss_coef", "actor_rollout_ref.actor.kl_loss_type",
+    "actor_rollout_ref.actor.freeze_vision_tower",
+    "actor_rollout_ref.model.lora_rank", "actor_rollout_ref.model.lora_alpha",
+    "actor_rollout_ref.model.target_modules", "actor_rollout_ref.model.exclude_modules",
+    "actor_rollout_ref.model.lora_adapter_path", "actor_rollout_ref.model.override_config",
+    "actor_rollout_ref.model.custom_chat_template",
+    "actor_rollout_ref.rollout.n", "actor_rollout_ref.rollout.temperature",
+    "actor_rollout_ref.rollout.top_k", "actor_rollout_ref.rollout.top_p",
+    "actor_rollout_ref.rollout.do_sample", "actor_rollout_ref.rollout.val_kwargs",
+    "reward.custom_reward_function",
+)
 
 
-def settings_key(settings: SoftSettings) -> dict:
-    """The key of the method a run trains: its soft settings but `NOT_IN_KEY`."""
+def _plain(value):
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def run_key(cfg) -> dict:
+    """The key of the checkpoints a run directory holds (`infra.provenance`): the soft settings
+    (but `NOT_IN_KEY`), the training settings of `TRAINING_KEY` and the task-type subset, and the
+    inputs by content: the base model's fingerprint (every byte of its directory: the reference
+    policy, tokenizer and config a resume reads again), the digest of every file of
+    ``data.train_files`` and ``data.val_files`` (in order) and of a reward function given as a file.
+    No path is keyed: a run resumed where its files moved is the same run."""
+    settings = SoftSettings.from_rollout(cfg.actor_rollout_ref.rollout)  # preflight's dict
+    training = {name: _plain(OmegaConf.select(cfg, name)) for name in TRAINING_KEY}
+    training["data.task_types"] = normalise_task_types(cfg.data.get("task_types"))
+    reward = str(OmegaConf.select(cfg, "reward.custom_reward_function.path") or "")
+    with sha256_cache() as cache:
+        inputs = {"model": {"fingerprint": tree_fingerprint(str(cfg.actor_rollout_ref.model.path), cache)},
+                  "data": {key: [path_digest(f, cache) for f in _files(cfg.data.get(key))]
+                           for key in ("train_files", "val_files")}}
+        if reward and Path(reward).is_file():
+            inputs["reward"] = {"sha256": path_digest(reward, cache)}
     method = {k: v for k, v in settings.to_dict().items() if k not in NOT_IN_KEY}
-    return make_key({"soft": method})
+    return json.loads(json.dumps({"settings": {"soft": method, "training": training},
+                                  "inputs": inputs}))
 
 
-def check_settings(run_dir: Path, settings: SoftSettings) -> None:
-    """Refuse to train into ``run_dir`` under other soft settings than those that trained its
-    checkpoints (resumed or overwritten, they would mix two methods in one run, and an export
-    would carry the wrong ones): an ``OutputKeyMismatch`` naming each setting that differs. A run
-    from before the key was kept is compared with its ``soft_settings.yaml``; a directory without
-    checkpoints takes these settings."""
+def check_settings(run_dir: Path, key: dict) -> None:
+    """Refuse to train into ``run_dir`` with another model, other data or other settings than
+    those that trained its checkpoints (`run_key`; resumed or overwritten, they would mix two runs
+    in one, and an export would carry the wrong settings): an ``OutputKeyMismatch`` naming each
+    setting or input that differs. A key of the soft settings alone (written before the model,
+    the data and the training settings were keyed) is refused, saying so. A run from before keys
+    were kept is compared with its ``soft_settings.yaml`` (the rest could not be, which is said);
+    a directory without checkpoints takes this key."""
     if not (run_dir / TRACKER).is_file() and not checkpoint_steps(run_dir):
         return
-    key = settings_key(settings)
-    hint = (f"A run directory holds one method: resume it with the settings of its "
-            f"{SETTINGS_FILE}, or train these settings into a new trainer.default_local_dir; "
-            f"nothing was changed")
-    if compare(run_dir / SETTINGS_KEY, key, "the checkpoints", hint) is Verdict.ABSENT:
+    path = run_dir / SETTINGS_KEY
+    recorded = read_key(path)
+    if recorded is not None and "training" not in (recorded.get("settings") or {}):
+        raise OutputKeyMismatch(
+            f"{path} keys the soft settings only (written before the model, the data and the "
+            f"training settings were keyed): what else trained the checkpoints in {run_dir} is "
+            f"unknown, so a resume could mix two runs. Train into a new trainer.default_local_dir, "
+            f"or, if the model, data and settings are these, delete {path}: the run is then "
+            f"compared with its {SETTINGS_FILE} and keyed anew; nothing was changed")
+    hint = ("A run directory holds one run: resume it with the model, data and settings that "
+            "trained it (trainer.total_training_steps may change: a run trains on), or train "
+            "these into a new trainer.default_local_dir; nothing was changed")
+    if compare(path, key, "the training run", hint) is Verdict.ABSENT:
         old = run_settings_file(run_dir)
-        diff = differences(settings_key(SoftSettings.load(old)), key) if old is not None else []
+        if old is None:
+            return
+        method = {k: v for k, v in SoftSettings.load(old).to_dict().items() if k not in NOT_IN_KEY}
+        diff = differences({"soft": method}, {"soft": key["settings"]["soft"]})
         if diff:
             raise OutputKeyMismatch(
                 f"the checkpoints in {run_dir} were trained with other soft settings than these; "
                 f"what differs (recorded in {old} -> requested):\n  " + "\n  ".join(diff) + f"\n{hint}")
+        print(f"note: {run_dir} has no key (written before keys were kept): its soft settings "
+              f"match {old}; the model, the data and the training settings could not be compared "
+              f"and are keyed from now on ({path})")
 
 
 def check_controller(folder: Path, settings: SoftSettings) -> None:
@@ -196,17 +275,19 @@ def check_controller(folder: Path, settings: SoftSettings) -> None:
     read_state(path)
 
 
-def check_resume(cfg, run_dir: Path) -> int | None:
+def check_resume(cfg, run_dir: Path, key: dict | None = None) -> int | None:
     """What the run directory says about this run, read only (nothing written, Ray not started):
     the step it resumes from, or None when it already reached ``trainer.total_training_steps``
-    (the note printed). Refuses a tracker that is garbled or names a missing checkpoint, other soft
-    settings than the checkpoints', and a resumed adaptsoft checkpoint without a whole controller."""
+    (the note printed). Refuses a tracker that is garbled or names a missing checkpoint, another
+    key than the checkpoints' (``key``: this run's `run_key`, made here when not given), and a
+    resumed adaptsoft checkpoint without a whole controller."""
     trainer = cfg.trainer
     mode, path = str(trainer.resume_mode), trainer.get("resume_from_path")
     step = resume_step(run_dir, mode, path)
     settings = SoftSettings.from_rollout(cfg.actor_rollout_ref.rollout)  # preflight's dict
+    key = key if key is not None else run_key(cfg)
     for directory in dict.fromkeys([run_dir] + ([step_folder(path)[0].parent] if mode == "resume_path" else [])):
-        check_settings(directory, settings)
+        check_settings(directory, key)
     note = finished(step, trainer.get("total_training_steps"), run_dir)
     if note:
         print(note)
@@ -244,9 +325,10 @@ def run(cfg, record: dict[str, str] | None = None) -> None:
 def open_run_dir(cfg, run_dir: Path, env: dict) -> str | None:
     """The locked run directory made ready for this run: checked again (another command may have
     changed it meanwhile), its metrics log kept up to the step it resumes from, the task-type
-    subsets, the settings file and their key. Returns the metrics path, or None when the run
+    subsets, the settings file and the run's key. Returns the metrics path, or None when the run
     already reached ``trainer.total_training_steps``."""
-    step = check_resume(cfg, run_dir)
+    key = run_key(cfg)  # of the data as given, before the task-type subsets replace it
+    step = check_resume(cfg, run_dir, key)
     if step is None:
         return None
     metrics = os.environ.get("VERL_FILE_LOGGER_PATH", str(run_dir / "metrics.jsonl"))
@@ -268,7 +350,7 @@ def open_run_dir(cfg, run_dir: Path, env: dict) -> str | None:
     # kept beside the checkpoints (each checkpoint gets its own copy: integration.ppo_trainer);
     # python -m soft_spatial.export copies them to the model
     settings.save(run_dir / SETTINGS_FILE)
-    record_key(run_dir / SETTINGS_KEY, settings_key(settings))
+    record_key(run_dir / SETTINGS_KEY, key)
     return metrics
 
 

@@ -4,6 +4,7 @@ order, and the local Ray directory. All fast: nothing here starts Ray or verl's 
 resume test in tests/e2e/test_train_cpu.py runs the real thing). The run directory's resume step
 and metrics: tests/infra/test_run_dir.py; the local Ray session that never outlives its driver:
 tests/infra/test_ray_session.py."""
+import json
 import os
 import re
 import subprocess
@@ -50,6 +51,9 @@ def train_cfg(model, data, out, *overrides):
     ("trainer.total_training_steps=0", "trainer.total_training_steps must be a positive integer .* got 0"),
     ("trainer.total_training_steps=abc", "trainer.total_training_steps must be a positive integer .* got 'abc'"),
     ("trainer.total_training_steps=1.5", "trainer.total_training_steps must be a positive integer .* got 1.5"),
+    # issue 55 items 12-13: found after Ray, the model load and the rollout's start (79 s), or accepted
+    ("soft_thinking.top_k=577", r"soft_thinking\.top_k=577 is more than the vocabulary of model\.path=.* \(576 tokens"),
+    ("+actor_rollout_ref.rollout.custom.max_batch_rows=0", "custom: max_batch_rows must be >= 1, got 0"),
 ])
 def test_preflight_names_the_bad_setting(override, message, tiny_qwen3_vl_small, parquet, tmp_path):
     cfg = train_cfg(tiny_qwen3_vl_small, parquet, tmp_path / "run", override)
@@ -57,6 +61,22 @@ def test_preflight_names_the_bad_setting(override, message, tiny_qwen3_vl_small,
         preflight(cfg)
     assert preflight(train_cfg(tiny_qwen3_vl_small, parquet, tmp_path / "run")) == Path(
         str(tiny_qwen3_vl_small))
+
+
+def test_a_run_directory_that_is_a_file_is_refused_in_preflight(tiny_qwen3_vl_small, parquet, tmp_path):
+    """Issue 55 item 16: a FileExistsError traceback from the lock code, after the checks. A run
+    directory inside the model directory is refused too: its checkpoints would change the model's
+    fingerprint, the run's key (item 2), and its resume would be refused as another model's."""
+    from soft_spatial.infra.dirlock import NotADirectoryOutput
+    (tmp_path / "run").write_text("notes\n")
+    for target in (tmp_path / "run", tmp_path / "run" / "sub"):
+        with pytest.raises(NotADirectoryOutput, match=rf"^trainer\.default_local_dir={target} .*existing "
+                                                      r"file, not a directory"):
+            preflight(train_cfg(tiny_qwen3_vl_small, parquet, target))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    with pytest.raises(ValueError, match=r"trainer\.default_local_dir=.*/run lies inside model\.path="):
+        preflight(train_cfg(tiny_qwen3_vl_small, parquet, tiny_qwen3_vl_small / "run"))
+    assert not (tiny_qwen3_vl_small / "run").exists()
 
 
 def test_preflight_parses_the_soft_settings_once(tiny_qwen3_vl_small, parquet, tmp_path):
@@ -210,25 +230,54 @@ def _accepted_run(model, data, out, no_ray, *overrides):
     return cfg
 
 
-def test_a_run_is_not_resumed_under_other_soft_settings(tiny_qwen3_vl_small, parquet, tmp_path, no_ray):
+def test_a_run_is_not_resumed_under_another_key(tiny_qwen3_vl_small, parquet, tmp_path, no_ray):
     """Resumed under another method, the run went on with it and its soft_settings.yaml (what export
-    copies, for every checkpoint) was overwritten: refused before Ray, naming what differs."""
+    copies, for every checkpoint) was overwritten; the key held the soft settings alone, so other
+    data.train_files and another learning rate trained on without a word, and another model.path
+    (same architecture, other weights) started Ray (issue 55 item 2). Each refused before Ray,
+    naming what differs; accepted: a check, a raised budget, the same model elsewhere."""
+    import shutil
     from soft_spatial.infra.provenance import OutputKeyMismatch
     out = tmp_path / "run"
     _accepted_run(tiny_qwen3_vl_small, parquet, out, no_ray, "trainer.total_training_steps=3")
     assert (out / "soft_settings.key.json").is_file() and (out / "soft_settings.yaml").is_file()
+    other = Path(shutil.copytree(tiny_qwen3_vl_small, tmp_path / "other_weights"))
+    weights = next(other.glob("*.safetensors"))
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # a fine-tune: other weights, the same architecture and files
+    weights.write_bytes(bytes(data))
     before = _tree(out)
-    for override, message in (("experiment=hard", r"soft_thinking\.mode: adaptsoft -> hard"),
-                              ("soft_thinking.top_k=3", r"soft_thinking\.top_k: 5 -> 3"),
-                              ("adaptsoft.tau0=0.6", r"adaptsoft\.tau0: 0\.5 -> 0\.6")):
-        for mode in ("auto", "disable"):  # resumed, or trained again over its checkpoints
-            with pytest.raises(OutputKeyMismatch, match=f"(?s)the checkpoints in {out}.*{message}"):
+    for override, message, modes in (
+            ("experiment=hard", r"soft_thinking\.mode: adaptsoft -> hard", ("auto", "disable")),
+            ("soft_thinking.top_k=3", r"soft_thinking\.top_k: 5 -> 3", ("auto", "disable")),
+            ("adaptsoft.tau0=0.6", r"adaptsoft\.tau0: 0\.5 -> 0\.6", ("auto",)),
+            (f"model.path={other}", r"inputs\.model\.fingerprint: [0-9a-f]{64} -> [0-9a-f]{64}", ("auto",)),
+            (f"data.train_files={parquet / 'test.parquet'}", r"inputs\.data\.train_files: \['[0-9a-f]{64}'\] -> ",
+             ("auto",)),
+            ("actor_rollout_ref.actor.optim.lr=3e-4", r"actor_rollout_ref\.actor\.optim\.lr: [0-9.e-]+ -> 0\.0003",
+             ("auto",)),
+            ("actor_rollout_ref.rollout.n=3", r"actor_rollout_ref\.rollout\.n: \d+ -> 3", ("auto",)),
+            ("data.task_types=[Perspective_Taking,Dynamic_Reasoning]",
+             r"data\.task_types: None -> \['Perspective_Taking', 'Dynamic_Reasoning'\]", ("auto",))):
+        for mode in modes:  # resumed, or trained again over its checkpoints
+            with pytest.raises(OutputKeyMismatch, match=f"(?s)the training run in {out} was made with other "
+                                                        f".*{message}"):
                 run(train_cfg(tiny_qwen3_vl_small, parquet, out, "trainer.total_training_steps=3", override,
                               f"trainer.resume_mode={mode}"))
     assert _tree(out) == before and len(no_ray) == 1
     run(train_cfg(tiny_qwen3_vl_small, parquet, out, "trainer.total_training_steps=3",
                   "replay_check.bound=2.0"))  # a check, not the method: resumed
-    assert len(no_ray) == 2
+    moved = Path(shutil.copytree(tiny_qwen3_vl_small, tmp_path / "moved_model"))  # the same bytes
+    run(train_cfg(moved, parquet, out, "trainer.total_training_steps=4"))  # a raised budget trains on
+    assert len(no_ray) == 3
+    # a key of the soft settings alone (an earlier version's) is refused, saying so
+    key = json.loads((out / "soft_settings.key.json").read_text())
+    (out / "soft_settings.key.json").write_text(json.dumps({"settings": {"soft": key["settings"]["soft"]},
+                                                            "inputs": {}}))
+    before = _tree(out)
+    with pytest.raises(OutputKeyMismatch, match=r"keys the soft settings only .* delete .*soft_settings\.key\.json"):
+        run(train_cfg(tiny_qwen3_vl_small, parquet, out, "trainer.total_training_steps=4"))
+    assert _tree(out) == before and len(no_ray) == 3
 
 
 def test_a_run_from_before_the_key_is_compared_with_its_settings_file(tiny_qwen3_vl_small, parquet,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,24 +109,36 @@ def missing_cell(value: Any) -> bool:
 
 
 def existing_file(path: Path, field: str, ctx: RecordContext) -> Path:
-    """``path`` if it is a file; otherwise an error naming the missing image."""
+    """``path`` if it is a regular file (links followed); otherwise an error naming the missing
+    image, or the thing that is no file (a directory, a pipe, a device)."""
     if not path.is_file():
+        if path.exists():
+            raise ctx.error(field, f"image path {path} is not a regular file; refused")
         raise ctx.error(field, f"image file not found: {path}")
     return path
 
 
 def inside(base: Path, relative: str | Path, field: str, ctx: RecordContext) -> Path:
-    """``base / relative`` if, resolved (``..`` and symlinks followed; an absolute ``relative``
-    stands for itself), it lies inside ``base`` resolved; otherwise an error naming the record,
-    the field and the path. A benchmark file is someone else's: its paths must not lead a read
-    outside the dataset directory."""
-    root = Path(base).resolve()
-    path = Path(base) / relative
-    target = path.resolve()
-    if target != root and not target.is_relative_to(root):
-        raise ctx.error(field, f"path {str(relative)!r} leads outside the dataset directory {base} "
-                               f"(to {target}); refused")
-    return path
+    """``base / relative`` if the path the table wrote stays inside ``base``, read lexically
+    (``.`` and ``..`` taken off the text, no link followed; an absolute ``relative`` stands for
+    itself; inside ``base`` as given or with ``base``'s own links resolved); otherwise an error
+    naming the record, the field and the path. A benchmark file is someone else's: its paths must
+    not lead a read outside the dataset directory. The path returned is the normalised one, so the
+    ``..`` the check took off is not taken again by the file system through a link. Links inside
+    the dataset are the dataset's own (whoever laid it out made them) and are followed when the
+    file is read, which must be a regular file (`existing_file`): a Hugging Face hub cache,
+    ``snapshots/<rev>/...`` linking into ``blobs/``, is read as it is. A NUL byte, which no path
+    can hold, is an error naming the field too."""
+    text = str(relative)
+    if "\0" in text:
+        raise ctx.error(field, f"path {text!r} holds a NUL byte, which no file name can; refused")
+    root = os.path.abspath(base)
+    path = os.path.normpath(os.path.join(root, text))
+    if not any(path == r or path.startswith(r.rstrip(os.sep) + os.sep)
+               for r in (root, os.path.realpath(base))):
+        raise ctx.error(field, f"path {text!r} leads outside the dataset directory {base} "
+                               f"(to {path}); refused")
+    return Path(path)
 
 
 def verified_image(path: Path, field: str, ctx: RecordContext) -> Path:

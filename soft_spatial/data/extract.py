@@ -22,8 +22,10 @@ docs/design.md §2.11): credit only an unambiguous final answer statement.
     ("right", "right (B)"); or "B is correct", "B is the (correct) answer". Nothing else may be in
     it: a negation, a doubt, a question mark, a second option, a word of an explanation all make
     it no answer statement, so a phrasing this grammar does not know earns no credit, never a wrong
-    one. Lower-case "a" is the article unless it stands alone or right after a cue. Parsing is
-    linear in the text.
+    one. Lower-case "a" is the article unless it stands alone or right after a cue. A sign or a
+    comparison before a number is part of it, not a bullet or a separator: with options -1, 0, 1,
+    2, "- 1" and "The answer is - 1" are -1, "+ 1" is 1, "> 1" names no option (a spaced en dash or
+    an em dash stays a separator; "C - 1" is C with its text 1). Parsing is linear in the text.
 
 ``official``, per benchmark (docs/notes/benchmarks.md):
     OmniSpatial ``re``: case-insensitive ``Answer\\s*:\\s*([A-D])\\b``, last match. With
@@ -77,21 +79,30 @@ _INVISIBLE = re.compile("[\u00ad\u200b-\u200d\u2060\ufeff]")
 # where one statement ends and the next begins: a line break; a space after . ! ? or ; (one run of
 # spaces, taken from its start); a clause drawing a conclusion (", so B"); a dash, captured: a bare
 # option right after one belongs to what precedes it ("Maybe — B" is one statement, "Not A — the
-# answer is B" two)
+# answer is B" two). A hyphen or an en dash that is a number's sign ("is - 1", "–1") ends nothing.
+# after a run of spaces: what follows is something, and no number (signed or not)
+_NO_NUMBER = r"(?:(?=[^ \t])(?![-−–+]?\.?\d)|$)"
 _STATEMENT_END = re.compile(
-    r"\n|(?<=[.!?;])[ \t]+|((?<![ \t])[ \t]*[—–][ \t]*|(?<![ \t])[ \t]+--?[ \t]+)"
+    rf"\n|(?<=[.!?;])[ \t]+|((?<![ \t])[ \t]*(?:—|–(?!\.?\d))[ \t]*|(?<![ \t])[ \t]+(?:--[ \t]+|-[ \t]+{_NO_NUMBER}))"
     r"|,[ \t]*(?=(?:so|thus|therefore|hence)\b)",
     re.IGNORECASE)
 # markup that changes no reading of a statement: markdown emphasis, headings, quotes, list bullets
-# (removed at the start), double quotes, backticks, LaTeX's \boxed{...}, \text{...} and math
-# delimiters
-_MARKUP = re.compile(r"\\(?:boxed|text|textbf|mathrm|mathbf)\b|\\[()\[\]]|[*_`\"“”${}#]|^[ \t]*(?:[>+•-][ \t]+)+")
+# (removed at the start, but for a sign or comparison before a number: "- 1" is -1, "> 1" is no
+# number), double quotes, backticks, LaTeX's \boxed{...}, \text{...} and math delimiters
+_MARKUP = re.compile(r"\\(?:boxed|text|textbf|mathrm|mathbf)\b|\\[()\[\]]|[*_`\"“”${}#]"
+                     rf"|^[ \t]*(?:•[ \t]+|[>+-][ \t]+{_NO_NUMBER})+")
+# a sign or a comparison before a number belongs to it: the key an option's text and a statement
+# are compared by writes it joined, a minus as "-" ("- 1", "−1" and "–1" are -1), without a plus
+# ("+ 1" is 1: a sign or a bullet, either way the number 1); a comparison stays ("> 1" names no
+# number, so no option "1")
+_SIGNED = re.compile(r"(?<![\w.])([<>]=|[-−+±<>≤≥≈~]|–(?=\.?\d))[ \t]*(?=\.?\d)")
+_SIGN_AS = {"−": "-", "–": "-", "+": ""}
 _SPACES = re.compile(r"\s+")
 _OPENER = (r"(?:(?:so|thus|therefore|hence|then|finally|overall|consequently|accordingly|actually|clearly|"
            r"definitely|certainly|obviously|in conclusion|in summary|in short|to conclude|to summarize|"
            r"to sum up|correction|update|conclusion|result|verdict)[,:]? ){0,3}")
 _CUE = (r"(?:(?:(?:the|my|our) )?(?:(?:final|correct|right|best|only|true) ){0,2}"
-        r"(?:answer|choice|option|selection)(?: is)?(?: ?[:=\-–—])? ?"
+        r"(?:answer|choice|option|selection)(?: is)?(?: ?(?:[:=—]|--|-(?! ?\.?\d)|–(?!\.?\d)))? ?"
         r"|(?:i|we)(?: will|['’]ll)? (?:choose|pick|select|go with) ?:? ?"
         r"|(?:it|that)(?:['’]s| is) )")
 _OPTION_WORD = r"(?:(?:option|choice|letter) ?)?"
@@ -160,9 +171,23 @@ def parse_choice(text: str | None, options: Sequence[str] | None = None, letters
 
 @functools.lru_cache(maxsize=4096)
 def _option_texts(options: tuple[str, ...]) -> dict[str, str]:
-    """Each normalised option text -> the letter of its first option (a question's options are
-    read once per process, not once per response)."""
-    return {normalise_option_text(o): LETTERS[i] for i, o in reversed(list(enumerate(options)))}
+    """Each option's `_text_key` -> the letter of its first option (a question's options are read
+    once per process, not once per response)."""
+    return {_text_key(o): LETTERS[i] for i, o in reversed(list(enumerate(options)))}
+
+
+def _text_key(text: str) -> str:
+    """What an option's text and a statement are compared by: `normalise_option_text`, each sign
+    or comparison joined to the number it stands before (`_SIGNED`)."""
+    return _SIGNED.sub(lambda m: _SIGN_AS.get(m[1], m[1]), normalise_option_text(text))
+
+
+def _text_after_letter(rest: str) -> str:
+    """An option's text after its letter ("B. right", "B - 3"): the separators before it taken
+    off, but a sign joined to its number ("B -3", "B. -3": B and -3)."""
+    text = rest.lstrip(_TEXT_SEPARATORS)
+    cut = len(rest) - len(text)
+    return rest[cut - 1] + text if cut and rest[cut - 1] in "-–" and text[:1].isdigit() else text
 
 
 def _clean(piece: str) -> str:
@@ -200,7 +225,7 @@ def _final_answer(text: str, texts: dict[str, str], allowed: str) -> str | None:
     named, plain, _ = found
     if plain:  # the statements before matter only to a bare option (read lazily: the common
         earlier = next(statements, None)  # "Answer: B" reads no other line)
-        if earlier is not None and earlier[0] == line and normalise_option_text(statement) in texts:
+        if earlier is not None and earlier[0] == line and _text_key(statement) in texts:
             before = _answer_statement(earlier[1], texts, allowed)
             if before is not None and before[2]:  # "B. right": a bare letter and a text, one answer
                 named, plain = named | before[0], before[1]
@@ -228,15 +253,15 @@ def _answer_statement(statement: str, texts: dict[str, str], allowed: str) -> tu
             if bare or _JUDGED_RIGHT.fullmatch(rest):
                 named.add(letter.upper())
             else:
-                own = texts.get(normalise_option_text(rest.lstrip(_TEXT_SEPARATORS).rstrip(") ")))
+                own = texts.get(_text_key(_text_after_letter(rest).rstrip(") ")))
                 if own is not None:  # "B. right": the letter and an option's text
                     named |= {letter.upper(), own}
     prefix = _BEFORE_TEXT.match(statement)
     own_letter = _TRAILING_LETTER.search(statement)  # "left (A)": an option's text and its letter
     for start in {0, len(prefix["opener"]), prefix.end()}:  # "right", "so right", "the answer is right"
-        own = texts.get(normalise_option_text(statement[start:]))
+        own = texts.get(_text_key(statement[start:]))
         if own is None and own_letter is not None and own_letter.start() > start:
-            own = texts.get(normalise_option_text(statement[start:own_letter.start()]))
+            own = texts.get(_text_key(statement[start:own_letter.start()]))
             if own is not None:
                 named.add(own_letter[1].upper())
         if own is not None:

@@ -50,8 +50,8 @@ def cell_list(value: Any) -> list[Any]:
 
 def resolve_path(relative: str, bases: Sequence[Path], field: str, ctx: RecordContext, check: bool) -> Path:
     """``relative`` under the first base where it exists; only paths that stay inside a base
-    (``..``, absolute paths and symlinks resolved: :func:`~soft_spatial.data.checks.inside`) are
-    candidates, and a path inside none of them is refused, naming the record and the path."""
+    (read lexically, ``..`` and absolute paths included: :func:`~soft_spatial.data.checks.inside`)
+    are candidates, and a path inside none of them is refused, naming the record and the path."""
     if not bases:
         raise ctx.error(field, f"image path {relative!r} has no dataset directory to resolve in")
     candidates, refused = [], None

@@ -128,6 +128,8 @@ class LocalEngine:
             model.config, tokenizer, getattr(model, "generation_config", None))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.image_token_id = getattr(model.config, "image_token_id", None)
+        if max_batch_rows < 1:
+            raise ValueError(f"max_batch_rows must be >= 1 (rows decoded together), got {max_batch_rows}")
         self.max_batch_rows, self.max_prompt_length = max_batch_rows, max_prompt_length
         self.banned_ids = torch.tensor(  # never sampled: see models.tokens.unusable_token_ids
             unusable_token_ids(model.config, tokenizer, self.lm_head.weight.shape[0]),

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from soft_spatial.infra.hydra_args import rename_argv
 from soft_spatial.infra.hydra_record import hydra_record
 from soft_spatial.infra.signals import command
-from soft_spatial.models.loading import resolve_model_dir
+from soft_spatial.models.loading import check_top_k, resolve_model_dir
 from soft_spatial.softthink import AdaptSoft, AdaptSoftConfig
 from soft_spatial.softthink.settings import CONTROLLER_FILE, SoftSettings
 
@@ -41,6 +41,20 @@ def model_slug(path: str) -> str:
 
 
 OmegaConf.register_new_resolver("model_slug", model_slug, replace=True)
+
+
+def selection_slug(limit, task_types) -> str:
+    """``-limit<N>`` and ``-<task types>`` for a run that asks for a part of each benchmark, ""
+    for a whole one: the default output directory names them, since they join the run key (a
+    smoke run with ``limit`` and the full run after it get directories of their own)."""
+    parts = [f"limit{limit}"] if limit is not None else []
+    if task_types:
+        names = [task_types] if isinstance(task_types, str) else list(task_types)
+        parts.append(re.sub(r"[^A-Za-z0-9._+-]+", "_", "+".join(map(str, names))))
+    return "".join(f"-{p}" for p in parts)
+
+
+OmegaConf.register_new_resolver("selection_slug", selection_slug, replace=True)
 
 
 def check_controller(cfg: DictConfig) -> None:
@@ -133,10 +147,12 @@ def _task_overrides() -> list[str]:
 
 
 def build_config(cfg: DictConfig) -> EvalConfig:
-    """Typed EvalConfig from the composed Hydra tree (checks the model path and the controller)."""
+    """Typed EvalConfig from the composed Hydra tree (checks the model path, K against its
+    vocabulary and the controller)."""
     settings = soft_settings(cfg)
     model_path = resolve_model_dir(cfg.model.path, build_tiny=bool(cfg.model.get("build_tiny")),
                                    tiny_family=cfg.model.get("tiny_family", "qwen3_vl"))
+    check_top_k(settings.soft_thinking.top_k, model_path)  # before the model loads
     check_controller(cfg)
     published = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "eval" / "published.yaml"))
     return EvalConfig(

@@ -3,31 +3,53 @@
 `run_key` builds it as a JSON object: the model (resolved path and a weights fingerprint), the
 controller (path and content hash), each benchmark's data (table file, its content hash, split,
 and the content hash of every image file its questions read), the engine, mode and
-soft-thinking settings, protocol, sampling (temperature, max_new_tokens, seed) and
-``batch_rows``: the rows decoded together change a sample's floating-point path, hence its text
-(6 of 32 samples of the tiny test model differed between batch_rows 32 and 4), so a run is not
-resumed with another value.
+soft-thinking settings, protocol, sampling (temperature, max_new_tokens, seed), ``batch_rows``
+and the selection, ``samples``, ``limit`` and ``task_types``.
+
+Why the batching and the selection: a row's noise is its own (its question's seed and its sample
+index), but the rows decoded together change its floating-point path, hence its text. A batched
+matmul's result for one row depends on the batch's size and on the padded length of its prompts
+(the tiny test model's first-step logits for one question move by up to 1e-5 between a batch of
+one, of two and of ten, even with the same prompt twice), and soft decoding feeds the difference
+back: the next input is a mixture of embeddings, a continuous value that no token snaps back, so
+the candidates' scores drift step by step until a near tie flips the spine token and the rest of
+the chain follows (hard decoding showed no difference). ``batch_rows`` fixes how many rows a batch
+holds (6 of 32 samples of the tiny model differed between batch_rows 32 and 4); the selection
+fixes which: batches are consecutive runs of the questions a run asks for (``task_types``, then
+``limit``), ``batch_rows // samples`` questions of ``samples`` rows each. So extending a run was
+not exact (issue 55: 1 of 20 rows differed every time): with ``limit=2``, then no limit into the
+same directory, questions 0-1 were decoded in a batch of 4 rows and 2-9 in one of 16, where a fresh
+run decodes all 20 rows together; question 1's rows (fixed mode, samples=2, 64 new tokens) left
+the fresh run's spine at steps 24 and 61, their scores already up to 3.6 apart. A larger
+``samples`` (other rows per question and per batch) and another ``task_types`` (other
+neighbours) did the same. Exactness cannot hold without decoding rows a run does not ask for, so
+the selection joins the key: a run with another ``samples``, ``limit`` or ``task_types`` writes
+into its own output directory (the default one names ``limit`` and ``task_types``). Within one
+key a resumed run is exact: batches are cut from the questions the run asks for at the places a
+fresh run cuts them, whichever are already done (`runner`); with the local engine, which decodes
+the batches it is given (SGLang schedules its own, so its rows share the noise, not the rounding,
+from run to run: docs/design.md §2.2).
+
 It is stored as ``run_key.json`` in the output directory when a run starts; a later run into the
 same directory resumes only if its key is equal, otherwise `check_run_key` refuses and lists what
 differs. A field the recorded key lacks (a key written by a version that did not record it, e.g.
-``batch_rows`` before issue 34) counts as different: the run is refused, the message says the
-field was not recorded, since the rows may have been made with another value. A directory that
-holds no results (a run that failed before its first row, e.g. at engine start) is not protected:
-a run with another key is accepted there and records its own key.
+``batch_rows`` before issue 34, the selection before issue 55) counts as different: the run is
+refused, the message says the field was not recorded, since the rows may have been made with
+another value. A directory that holds no results (a run that failed before its first row, e.g.
+at engine start) is not protected: a run with another key is accepted there and records its own
+key.
 
-Not in the key, because no row depends on them: ``samples``, ``limit`` and ``task_types`` (row (question, j)
-depends only on the question's seed and j, so a larger value extends a run and a smaller one
-reports only the rows it asked for), the published reference rows, and the SGLang server
-layout.
+Not in the key, because no row depends on them: the published reference rows, the model's name
+in the tables, ``analysis_steps`` and the SGLang server layout.
 
 Images: ``data.<benchmark>.images`` maps every image file of the benchmark's split (every
-question's, not only those ``limit`` and ``task_types`` select: the key stays the same when they
-change, and one output directory holds rows of one version of the data) by its path relative to
-the data root to its sha256, so a corrected image release (the same table, other pixels) is
-refused naming each changed image (``data.omnispatial.images.Egocentric/12.png: <old> ->
-<new>``; a long list is cut after `SHOWN_IMAGES` per benchmark). Images embedded in a table
-(parquet bytes, base64 cells) are hashed with the table. A key recorded before images were
-(``data.<benchmark>.images`` absent) is refused with a message saying so, in one line.
+question's, not only those ``limit`` and ``task_types`` select: one output directory holds rows of
+one version of the data) by its path relative to the data root to its sha256, so a corrected
+image release (the same table, other pixels) is refused naming each changed image
+(``data.omnispatial.images.Egocentric/12.png: <old> -> <new>``; a long list is cut after
+`SHOWN_IMAGES` per benchmark). Images embedded in a table (parquet bytes, base64 cells) are hashed
+with the table. A key recorded before images were (``data.<benchmark>.images`` absent) is
+refused with a message saying so, in one line.
 
 Every hashed file (model files, controller, tables, images) is hashed whole, every byte, with
 sha256, through `infra/provenance.py` (the digests and their cache, shared with every keyed
@@ -42,6 +64,7 @@ entry: 0.36 s for those 1,533).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -61,7 +84,7 @@ RUN_KEY = "run_key.json"
 weights_fingerprint = tree_fingerprint
 #: top-level fields added to the key after run keys were first written: a recorded key without
 #: one is refused (it differs), its message saying the field was not recorded
-ADDED_FIELDS = ("batch_rows",)
+ADDED_FIELDS = ("batch_rows", "samples", "limit", "task_types")
 #: changed images listed per benchmark in a refusal; the rest are counted
 SHOWN_IMAGES = 5
 
@@ -73,17 +96,21 @@ class RunKeyMismatch(ValueError):
 def image_digests(root: str | Path, records: Sequence[QuestionRecord],
                   cache: dict[str, Any] | None = None) -> dict[str, str]:
     """sha256 of every image file ``records`` read, by its path relative to the data ``root`` (a
-    directory, or a table file whose directory is meant); a file outside it keeps its absolute
-    path. Images embedded in the table (decoded images, not files) are not listed."""
-    base = Path(root).resolve()
-    base = base if base.is_dir() else base.parent
+    directory, or a table file whose directory is meant): links resolved where the file lies
+    inside the resolved root, else as the table wrote it (a Hugging Face hub cache's
+    ``snapshots/<rev>/x.png``, a link into ``blobs/``); any other file keeps its absolute path.
+    Images embedded in the table (decoded images, not files) are not listed."""
+    base, written = Path(root).resolve(), Path(os.path.abspath(root))
+    base, written = (base, written) if base.is_dir() else (base.parent, written.parent)
     digests: dict[str, str] = {}
     for record in records:
         for image in record.images:
             if not isinstance(image, Path):
                 continue
-            path = image.resolve()
-            name = path.relative_to(base).as_posix() if path.is_relative_to(base) else str(path)
+            path, lexical = image.resolve(), Path(os.path.abspath(image))
+            name = (path.relative_to(base).as_posix() if path.is_relative_to(base)
+                    else lexical.relative_to(written).as_posix() if lexical.is_relative_to(written)
+                    else str(path))
             if name not in digests:
                 digests[name] = file_sha256(path, cache)
     return dict(sorted(digests.items()))
@@ -118,6 +145,7 @@ def run_key(cfg, records: Mapping[str, Sequence[QuestionRecord]]) -> dict[str, A
         "sampling": {"temperature": cfg.temperature, "top_k": cfg.sample_top_k,
                      "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed},
         "batch_rows": cfg.batch_rows,
+        "samples": cfg.samples, "limit": cfg.limit, "task_types": cfg.task_types,
     }
 
 

@@ -2,20 +2,23 @@
 
 A run holds the output directory's lock (`soft_spatial.infra.dirlock`: one writer per directory) and
 is keyed to its configuration (`runkey`: model, controller, data tables and images, mode,
-protocol, sampling, batch_rows); resuming into a directory written with a different configuration is refused, unless
-it holds no rows yet (a run that failed before its first result, e.g. at engine start, leaves a
-directory the corrected command uses). Rows are keyed by
-(benchmark, question key, sample), never by position, and appended to ``samples.jsonl`` after
-every batch of questions (flushed and fsynced), so an interrupted run resumes where it stopped:
-finished (question, sample) pairs are never redone. ``summary.json`` and one ``<benchmark>.md``
-table per benchmark are rebuilt (atomically) at the end of every run from the rows this run asked
-for: a smaller ``samples`` or ``limit`` reports only those. A prompt longer than the engine
-accepts is skipped and reported with its question id. With ``analysis_steps`` every sample's
-per-step τ, normalised entropy, spine token and soft flag go to ``steps.jsonl`` (:mod:`.steps`,
-read by ``python -m soft_spatial.analysis``). ``task_types`` evaluates a task-type subset
-(question indices stay those of the full benchmark); ``sample_top_k`` filters every discrete step's
-sampling (hard mode: the whole response, Table 5's decoding top-k 5; soft modes: the answer
-after ``</think>``).
+protocol, sampling, batch_rows, samples, limit, task_types); resuming into a directory written
+with a different configuration is refused, unless it holds no rows yet (a run that failed before
+its first result, e.g. at engine start, leaves a directory the corrected command uses). Rows are
+keyed by (benchmark, question key, sample), never by position, and appended to ``samples.jsonl``
+after every batch of questions (flushed and fsynced), so an interrupted run resumes where it
+stopped: finished (question, sample) pairs are never redone. The batches are cut from the
+questions the run asks for at fixed places (``batch_rows // samples`` questions each, the first
+from the first question), and a resumed run decodes of each batch the questions it lacks: a run
+resumed at a batch's end decodes the very batches a fresh run does, hence the same rows (a row's
+text depends on the rows decoded with it: `runkey`). ``summary.json`` and one ``<benchmark>.md``
+table per benchmark are rebuilt (atomically) at the end of every run. A prompt longer than the
+engine accepts is skipped and reported with its question id (retried, alone, by a resumed run).
+With ``analysis_steps`` every sample's per-step τ, normalised entropy, spine token and soft flag go
+to ``steps.jsonl`` (:mod:`.steps`, read by ``python -m soft_spatial.analysis``). ``task_types``
+evaluates a task-type subset (question indices stay those of the full benchmark); ``sample_top_k``
+filters every discrete step's sampling (hard mode: the whole response, Table 5's decoding top-k 5;
+soft modes: the answer after ``</think>``).
 """
 from __future__ import annotations
 
@@ -39,7 +42,7 @@ from soft_spatial.eval.report import EXCLUDED_FROM_OVERALL, group_rows, markdown
 from soft_spatial.eval.runkey import check_run_key, run_key
 from soft_spatial.eval.steps import STEPS, steps_row
 from soft_spatial.infra.atomic import write_text
-from soft_spatial.infra.dirlock import DirLock
+from soft_spatial.infra.dirlock import DirLock, check_dir_path
 from soft_spatial.infra.jsonl import read_jsonl
 from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig, check_field_types
 
@@ -95,6 +98,8 @@ class EvalConfig:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.batch_rows < 1:
+            raise ValueError(f"batch_rows must be >= 1 (rows decoded together), got {self.batch_rows}")
         if not self.benchmarks:
             raise ValueError(f"benchmarks is empty; name at least one of {', '.join(BENCHMARKS)}")
         unknown = [b for b in self.benchmarks if b not in BENCHMARKS]
@@ -193,6 +198,19 @@ def write_record(out: Path, record: dict[str, str] | None) -> None:
         _write_if_changed(out / rel, text)
 
 
+def check_output_dir(cfg: EvalConfig) -> None:
+    """Refuse an ``output_dir`` that is a file, and one inside ``model.path``: the model's
+    fingerprint (`runkey`) covers every file of its directory, so the evaluation's own rows would
+    change it and its next run would be refused as another model's. Reads only."""
+    check_dir_path(cfg.output_dir, "output_dir")
+    out, model = Path(cfg.output_dir).resolve(), Path(cfg.model_path).resolve()
+    if out == model or out.is_relative_to(model):
+        raise ValueError(f"output_dir={cfg.output_dir} lies inside model.path={cfg.model_path}: the "
+                         f"evaluation's files would become part of the model's fingerprint (its run "
+                         f"key), and the next run into it would be refused as another model's; "
+                         f"choose an output_dir outside the model directory (nothing was written)")
+
+
 def evaluate(cfg: EvalConfig, engine=None, progress: bool = True,
              record: dict[str, str] | None = None) -> dict[str, dict]:
     """Run (or resume) the evaluation; returns the summary per benchmark. An engine made here
@@ -202,6 +220,7 @@ def evaluate(cfg: EvalConfig, engine=None, progress: bool = True,
     directory is created or locked; ``record`` (path under the output directory -> text: the
     command's configuration) is written only once the run is accepted."""
     out = Path(cfg.output_dir)
+    check_output_dir(cfg)
     selected = select_records(cfg)
     key = run_key(cfg, {bench: sel.records for bench, sel in selected.items()})
     # the rows' files: a directory without a byte in them (a run that failed before its first
@@ -221,14 +240,14 @@ def evaluate(cfg: EvalConfig, engine=None, progress: bool = True,
         try:
             for bench, sel in selected.items():
                 records, indices = sel.records, sel.indices
-                todo = [i for i in indices
-                        if any((bench, records[i].key, j) not in done for j in range(cfg.samples))]
+                todo = {i for i in indices
+                        if any((bench, records[i].key, j) not in done for j in range(cfg.samples))}
                 if not todo:
                     continue
                 if engine is None:
                     engine = owned = _make_engine(cfg)
-                skipped[bench] = _run_benchmark(cfg, bench, records, todo, engine, done,
-                                                results_path, progress, len(indices))
+                skipped[bench] = _run_benchmark(cfg, bench, records, indices, todo, engine, done,
+                                                results_path, progress)
         finally:
             if owned is not None:
                 owned.close()
@@ -250,24 +269,33 @@ def _generate(engine, prompts: list, idx: list[int], records, skipped: list[str]
     return idx, []
 
 
-def _run_benchmark(cfg: EvalConfig, bench: str, records, todo: list[int], engine, done: set,
-                   results_path: Path, progress: bool, total: int) -> list[str]:
-    """Generate the missing samples of ``todo`` questions, appending rows after every batch;
-    returns the keys of questions skipped as too long."""
+def batches(indices: Sequence[int], cfg: EvalConfig) -> list[list[int]]:
+    """The batches of a run's questions ``indices`` (in order): ``batch_rows // samples``
+    questions each (at least one), cut at the same places in every run of one key."""
+    per_batch = max(1, cfg.batch_rows // cfg.samples)
+    return [list(indices[s:s + per_batch]) for s in range(0, len(indices), per_batch)]
+
+
+def _run_benchmark(cfg: EvalConfig, bench: str, records, indices: list[int], todo: set[int], engine,
+                   done: set, results_path: Path, progress: bool) -> list[str]:
+    """Generate the missing samples of the ``todo`` questions among the run's ``indices``, batch by
+    batch (`batches`: of each, the questions it lacks), appending rows after every batch; returns
+    the keys of questions skipped as too long."""
     sampling = SamplingConfig(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
                               top_k=cfg.sample_top_k)
-    per_batch = max(1, cfg.batch_rows // cfg.samples)
     skipped: list[str] = []
     bar = None
     if progress:
         from tqdm.auto import tqdm
-        bar = tqdm(total=total, initial=total - len(todo), desc=bench, unit="question")
+        bar = tqdm(total=len(indices), initial=len(indices) - len(todo), desc=bench, unit="question")
     steps_path = results_path.with_name(STEPS)
     with results_path.open("a", encoding="utf-8") as f, (
             steps_path.open("a", encoding="utf-8") if cfg.analysis_steps
             else contextlib.nullcontext()) as steps_file:
-        for s in range(0, len(todo), per_batch):
-            batch = todo[s:s + per_batch]
+        for whole in batches(indices, cfg):
+            batch = [i for i in whole if i in todo]
+            if not batch:
+                continue
             prompts = [build_messages(records[i], cfg.protocol) for i in batch]
             idx, outs = _generate(engine, prompts, batch, records, skipped,
                                   soft_thinking=cfg.soft_thinking, sampling=sampling,

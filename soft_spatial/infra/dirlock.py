@@ -8,6 +8,10 @@
 The lock is filelock's (``flock`` on Unix), so the kernel releases it when its holder exits, however
 it exits (a SIGKILLed run leaves no stale lock). A second writer fails at once (``timeout=0``) with
 an error naming the holder; it never waits and never writes.
+
+`check_dir_path`: a command's output directory that cannot be one (an existing file at the path,
+or at a folder above it) is refused up front, in one line naming the setting, before anything is
+written; `DirLock` refuses it too, naming the output, where a caller did not check first.
 """
 from __future__ import annotations
 
@@ -18,13 +22,34 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-__all__ = ["DirLock", "OutputLock", "DirLockedError", "LOCK_NAME"]
+__all__ = ["DirLock", "OutputLock", "DirLockedError", "NotADirectoryOutput", "check_dir_path",
+           "LOCK_NAME"]
 
 LOCK_NAME = ".lock"
 
 
 class DirLockedError(RuntimeError):
     """Another process holds the lock."""
+
+
+class NotADirectoryOutput(NotADirectoryError):
+    """An output directory's path is an existing file (or lies under one)."""
+
+
+def check_dir_path(path: str | os.PathLike, setting: str) -> None:
+    """Refuse ``path`` as a directory to write into when it cannot be one: a file (or a link to
+    one, or a dangling link) at it or at the nearest existing folder above it. One line naming
+    ``setting`` (``output_dir``, ``trainer.default_local_dir``, ``--out``, ...); reads only."""
+    path = Path(path)
+    for at in (path, *path.parents):
+        if at.is_dir():
+            return
+        if at.exists() or at.is_symlink():
+            what = "is an existing file" if at == path else f"lies under {at}, an existing file"
+            named = (f"{setting} {path}" if " " in setting or setting.startswith("-")
+                     else f"{setting}={path}")
+            raise NotADirectoryOutput(f"{named} {what}, not a directory: choose another {setting} "
+                                      f"(nothing was written)")
 
 
 class _HolderLock:
@@ -86,6 +111,7 @@ class DirLock(_HolderLock):
         super().__init__(self.directory / LOCK_NAME, self.directory, what)
 
     def acquire(self) -> "DirLock":
+        check_dir_path(self.directory, self.what)
         self.directory.mkdir(parents=True, exist_ok=True)
         return super().acquire()
 

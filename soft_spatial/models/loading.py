@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -74,3 +75,26 @@ def resolve_model_dir(path: str | os.PathLike, *, build_tiny: bool = False, tiny
     if not path.is_dir() or not (path / "config.json").is_file():
         raise ValueError(f"{setting}={str(path)!r} is not a model directory (no config.json)")
     return path
+
+
+def vocab_rows(path: str | os.PathLike) -> int | None:
+    """The rows of a model directory's output layer as its ``config.json`` states them (a
+    vision-language model's ``text_config.vocab_size``, else ``vocab_size``), read without loading
+    anything; None when it states none."""
+    config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    for block in (config.get("text_config"), config):
+        if isinstance(block, dict) and isinstance(block.get("vocab_size"), int):
+            return block["vocab_size"]
+    return None
+
+
+def check_top_k(top_k: int, path: str | os.PathLike, setting: str = "soft_thinking.top_k",
+                model_setting: str = "model.path") -> None:
+    """Refuse K (``top_k``) candidates of a soft step beyond the model's vocabulary (its output
+    layer's rows, `vocab_rows`): the top-K would hold tokens that do not exist. Checked before a
+    command loads the model or starts anything; one line naming both settings."""
+    rows = vocab_rows(path)
+    if rows is not None and top_k > rows:
+        raise ValueError(f"{setting}={top_k} is more than the vocabulary of {model_setting}={path} "
+                         f"({rows} tokens, config.json's vocab_size): K candidates are distinct "
+                         f"tokens; choose {setting} <= {rows} (the paper's is 5)")

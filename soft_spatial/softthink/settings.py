@@ -86,6 +86,9 @@ class SoftSettings:
 
     def __post_init__(self):
         check_field_types(self)  # e.g. rollout.custom.seed=abc: an error naming the field
+        for name, least in (("max_batch_rows", 1), ("batch_window_s", 0), ("stream_wait_s", 0)):
+            if getattr(self, name) < least:
+                raise ValueError(f"{name} must be >= {least}, got {getattr(self, name)}")
 
     def to_dict(self) -> dict[str, Any]:
         """Every group and scalar as plain YAML/JSON values; ``from_dict`` reads it back equal."""

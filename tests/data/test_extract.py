@@ -119,6 +119,26 @@ def test_negation_cases(tail, expected):
     assert extract_spatialab("r</think> " + tail, OPTIONS) == expected  # the stand-in follows ours
 
 
+#: issue 55 item 14 (options -1, 0, 1, 2): every one of these earned option "1" (C). A sign or a
+#: comparison before a number is part of the answer: "- 1" is -1, "+ 1" is 1 (a plus sign or a
+#: bullet, the number 1 either way), "> 1" is a range and names no option; a letter's own text
+#: after a spaced hyphen is still its text ("C - 1": C, whose text is 1)
+SIGNED_CASES = [
+    ("The answer is - 1", "A"), ("- 1", "A"), ("+ 1", "C"), ("> 1", None), ("-1", "A"), ("+1", "C"),
+    ("Answer: - 1", "A"), ("Answer: -1.", "A"), ("\u22121", "A"), ("**- 1**", "A"), ("The answer is > 1", None),
+    ("< 2", None), (">= 0", None), ("\u2265 0", None), ("~1", None), ("\u00b1 1", None), ("> -1", None),
+    ("C - 1", "C"), ("C -1", None), ("A. -1", "A"), ("-1 (A)", "A"), ("1", "C"), ("Answer -- 1", "C"),
+    ("- **Answer:** D", "D"), ("> **Answer:** B", "B"),  # bullets and quotes before words stay markup
+]
+
+
+@pytest.mark.parametrize("tail, expected", SIGNED_CASES)
+def test_a_sign_or_comparison_before_a_number_is_part_of_the_answer(tail, expected):
+    options = ["-1", "0", "1", "2"]
+    assert extract_ours("r</think>" + tail, options) == expected
+    assert extract_spatialab("r</think>" + tail, options) == expected
+
+
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 

@@ -117,6 +117,38 @@ def test_full_width_letters_read_as_ascii(answer):
     assert not format_ok("r</think>" + wide)  # the format reward wants the ASCII letter
 
 
+NUMBER_OPTIONS = st.lists(st.integers(-12, 12), min_size=2, max_size=4, unique=True)
+SIGNED_AS = st.sampled_from([("-", -1), ("- ", -1), ("−", -1), ("− ", -1), ("–", -1), ("+", 1),
+                             ("+ ", 1), ("", 1)])
+COMPARISON = st.sampled_from(["> ", ">", "< ", "<", ">= ", "<= ", "≥ ", "≤", "~", "≈ ", "± "])
+NUMBER_CUE = st.sampled_from(["{}", "{}.", "Answer: {}", "The answer is {}", "**{}**", "\\boxed{{{}}}",
+                              "Final answer: {}", "<answer>{}</answer>", "So the answer is {}."])
+
+
+@PROPERTY
+@given(NUMBER_OPTIONS, st.integers(1, 12), SIGNED_AS, NUMBER_CUE)
+def test_a_sign_before_a_number_is_part_of_the_number(options, magnitude, signed, cue):
+    """Issue 55 item 14: with options -1, 0, 1, 2, "- 1" and "The answer is - 1" earned option 1 (a
+    sign before a number was read as a bullet or a separator). The credited option is the one
+    whose number is the signed number written, or none."""
+    sign, factor = signed
+    texts = [str(n) for n in options]
+    value = factor * magnitude
+    tail = cue.format(f"{sign}{magnitude}")
+    want = {"ABCD"[options.index(value)]} if value in options else {None}
+    assert {extract_ours("r</think>" + tail, texts), extract_spatialab("r</think>" + tail, texts),
+            parse_choice(tail, texts)} == want, tail
+
+
+@PROPERTY
+@given(NUMBER_OPTIONS, st.integers(-12, 12), COMPARISON, NUMBER_CUE)
+def test_a_comparison_before_a_number_names_no_option(options, value, comparison, cue):
+    """"> 1" is a range, not the number 1: no option (the options name numbers alone)."""
+    tail = cue.format(f"{comparison}{value}")
+    assert ours_and_stand_in("r</think>" + tail) | {extract_ours("r</think>" + tail, [str(n) for n in options])} \
+        == {None}, tail
+
+
 SEEN = st.text(st.sampled_from("AB cd.:()<>/*\n\u00a0\u200b\uff21\uff1a"), max_size=30)
 
 

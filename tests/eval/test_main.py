@@ -11,7 +11,7 @@ import sys
 import pytest
 from hydra import compose, initialize_config_dir
 
-from eval_helpers import HOLD_LOCK, make_cfg, tree
+from eval_helpers import HOLD_LOCK, NoEngine, make_cfg, small, tree
 from soft_spatial.eval import read_results
 from soft_spatial.eval.__main__ import CONFIG_DIR
 from soft_spatial.eval.runkey import RunKeyMismatch
@@ -70,11 +70,14 @@ def test_a_missing_model_path_is_an_error_unless_a_tiny_model_is_asked_for(fixtu
 
 
 def test_default_output_dir_names_the_model_path(tmp_path):
-    def out(model):
+    def out(model, *more):
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-            return compose(config_name="eval", overrides=[f"model.path={model}", "mode=fixed"]).output_dir
+            return compose(config_name="eval", overrides=[f"model.path={model}", "mode=fixed", *more]).output_dir
     a, b = out(tmp_path / "one" / "model"), out(tmp_path / "two" / "model")
     assert a != b and a.startswith("runs/eval/model-") and a.endswith("-fixed-ours")
+    # limit and task_types join the run key: a smoke run and the full run get directories of their own
+    assert out(tmp_path / "one" / "model", "limit=2", "task_types=[Perspective_Taking,Egocentric]") == (
+        a + "-limit2-Perspective_Taking+Egocentric")
 
 
 
@@ -114,7 +117,7 @@ def test_a_refused_eval_changes_nothing_and_a_finished_one_re_run_neither(
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(DirLockedError, match=f"in use by pid {holder.pid} "):
-            run_cli(monkeypatch, *args, "samples=2")  # same key: refused by the lock only
+            run_cli(monkeypatch, *args, "model.name=other")  # same key: refused by the lock only
         assert tree(out) == {**before, ".lock": tree(out)[".lock"]}  # the holder wrote its pid
     finally:
         holder.send_signal(signal.SIGKILL)
@@ -138,3 +141,44 @@ def test_an_unknown_benchmark_name_lists_the_valid_ones(fixture_set, tiny_qwen3_
         make_cfg(fixture_set, tiny_qwen3_vl_small, tmp_path, benchmarks="[omnispatail,mindcube]")
     one = make_cfg(fixture_set, tiny_qwen3_vl_small, tmp_path, benchmarks="mindcube")  # not a list
     assert one.benchmarks == ["mindcube"]
+
+
+def test_bad_settings_are_refused_before_the_output_folder_or_the_model(fixture_set, tiny_qwen3_vl_small,
+                                                                         tmp_path):
+    """Issue 55 items 12, 13, 16: K beyond the vocabulary (the eval created its output folder and
+    loaded the model first), batch_rows below 1 (accepted: one question per batch) and an
+    output_dir that is a file (a FileExistsError from the lock code): each refused in one line
+    naming the setting, nothing written."""
+    from soft_spatial.eval import evaluate
+    from soft_spatial.infra.dirlock import NotADirectoryOutput
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=r"^soft_thinking\.top_k=577 is more than the vocabulary of "
+                                         r"model\.path=.* \(576 tokens"):
+        make_cfg(fixture_set, tiny_qwen3_vl_small, out, **{"soft_thinking.top_k": 577})
+    make_cfg(fixture_set, tiny_qwen3_vl_small, out, **{"soft_thinking.top_k": 576})  # every token
+    for rows in (0, -1):
+        with pytest.raises(ValueError, match=rf"^batch_rows must be >= 1 .*got {rows}$"):
+            make_cfg(fixture_set, tiny_qwen3_vl_small, out, batch_rows=rows)
+    assert not out.exists()
+    afile = tmp_path / "results"
+    afile.write_text("mine\n")
+    for target in (afile, afile / "sub"):
+        with pytest.raises(NotADirectoryOutput, match=rf"^output_dir={target} .*existing file, not a "
+                                                      r"directory: choose another output_dir"):
+            evaluate(small(fixture_set, tiny_qwen3_vl_small, target), engine=NoEngine(), progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"] and afile.read_text() == "mine\n"
+
+
+def test_an_output_dir_inside_the_model_directory_is_refused_up_front(fixture_set, tiny_qwen3_vl_small,
+                                                                      tmp_path):
+    """Issue 55 item 4: the model's fingerprint covered the evaluation's own rows, so its second
+    run was refused with a traceback blaming the model. Refused before anything is written."""
+    from soft_spatial.eval import evaluate
+    model = shutil.copytree(tiny_qwen3_vl_small, tmp_path / "model")
+    before = tree(model)
+    for out in (model / "eval", model):
+        cfg = small(fixture_set, model, out, max_new_tokens=2, limit=1)
+        with pytest.raises(ValueError, match=rf"output_dir={out} lies inside model\.path={model}: .* "
+                                             r"choose an output_dir outside the model directory"):
+            evaluate(cfg, progress=False)
+        assert tree(model) == before

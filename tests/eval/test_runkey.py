@@ -78,6 +78,9 @@ def test_resume_into_a_directory_of_another_configuration_is_refused(fixture_set
         ({"soft_thinking.top_k": 3}, "soft_thinking.top_k: 5 -> 3"),
         ({"model.path": copy}, f"model.path: {tiny_qwen3_vl_small} -> {copy}"),
         ({"data.omnispatial": fixture_copy}, "data.omnispatial.sha256"),
+        # the selection decides which rows are decoded together (issue 55 item 5)
+        ({"samples": 2}, "samples: 1 -> 2"), ({"limit": "null"}, "limit: 2 -> None"),
+        ({"task_types": "[Perspective_Taking]"}, "task_types: None -> ['Perspective_Taking']"),
     ]
     for over, expected in changes:
         with pytest.raises(RunKeyMismatch, match=re.escape(expected)) as info:

@@ -3,6 +3,7 @@ resume after a crash without redoing a sample, one writer per directory, skipped
 every step recorded, hard-mode top-k, task-type subsets and a failed start that leaves nothing."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import pytest
 
 from eval_helpers import HOLD_LOCK, Interrupting, NoEngine, Recording, TooLong, make_cfg, small, tree
+from soft_spatial.data import load_benchmark
 from soft_spatial.engines import LocalEngine
 from soft_spatial.eval import evaluate, read_results
 from soft_spatial.eval.runkey import RunKeyMismatch
@@ -37,54 +39,40 @@ def test_eval_runs_on_every_fixture_benchmark(fixture_set, tiny_qwen3_vl_small, 
     assert r0["tau_mean"] == pytest.approx(0.5)
 
 
-def test_interrupted_run_resumes_without_redoing_samples(fixture_set, tiny_qwen3_vl_small, tmp_path):
-    cfg = make_cfg(fixture_set, tiny_qwen3_vl_small, tmp_path / "a", batch_rows=4)  # 2 q per batch
-    engine = LocalEngine.from_pretrained(tiny_qwen3_vl_small, max_batch_rows=4)
-    crashing = Interrupting(engine, after=2)
+def test_a_resumed_run_gives_exactly_the_rows_of_a_fresh_one(fixture_set, tiny_qwen3_vl_small, tmp_path):
+    """A run killed mid-way (a torn last line too) and resumed redoes no finished sample and ends
+    with the rows of an uninterrupted run, text for text, though a row's text depends on the rows
+    decoded with it (`runkey`): each batch is cut where a fresh run cuts it. A question skipped as
+    too long is retried alone, not at the head of the next batch (which shifted every batch after
+    it: issue 55 item 5). Another limit into the same directory, which decoded other batches (1 of
+    20 rows differed from a fresh run's), is refused naming it; so are samples and task_types."""
+    over = dict(batch_rows=8, max_new_tokens=24)  # 4 questions of 2 samples per batch
+    records = load_benchmark("omnispatial", fixture_set.omnispatial)
+    engine = LocalEngine.from_pretrained(tiny_qwen3_vl_small, max_batch_rows=8)
+    long = lambda e: TooLong(e, [records[1].question])  # noqa: E731
+    crashing = Interrupting(long(engine), after=2)  # questions 0-3 (1 refused), then 0, 2, 3
     with pytest.raises(KeyboardInterrupt):
-        evaluate(cfg, engine=crashing, progress=False)
-    partial = read_results(tmp_path / "a" / "samples.jsonl")
-    assert len(partial) == 8  # 2 batches × 2 questions × 2 samples were kept
+        evaluate(make_cfg(fixture_set, tiny_qwen3_vl_small, tmp_path / "a", **over), engine=crashing,
+                 progress=False)
+    assert len(read_results(tmp_path / "a" / "samples.jsonl")) == 6  # questions 0, 2, 3
     with open(tmp_path / "a" / "samples.jsonl", "a") as f:
         f.write('{"benchmark": "omnisp')  # torn line from the crash
-    resumed = Interrupting(engine, after=100)
-    evaluate(cfg, engine=resumed, progress=False)
-    n_questions = len({r["question_index"] for r in read_results(tmp_path / "a" / "samples.jsonl")})
-    assert resumed.prompts_seen == n_questions - 4  # finished questions were not regenerated
-    # same rows as an uninterrupted run (per-question seeds make sampling order-independent)
-    cfg_b = make_cfg(fixture_set, tiny_qwen3_vl_small, tmp_path / "b", batch_rows=4)
-    evaluate(cfg_b, engine=engine, progress=False)
+    resumed = Interrupting(long(engine), after=100)
+    evaluate(make_cfg(fixture_set, tiny_qwen3_vl_small, tmp_path / "a", **over), engine=resumed,
+             progress=False)
+    assert resumed.prompts_seen == 1 + 4 + 2  # question 1 alone, 4-7, 8-9: nothing redone
+    evaluate(make_cfg(fixture_set, tiny_qwen3_vl_small, tmp_path / "b", **over), engine=long(engine),
+             progress=False)
     key = lambda r: (r["question_index"], r["sample"])  # noqa: E731
-    a = sorted((r for r in read_results(tmp_path / "a" / "samples.jsonl")
-                if r["benchmark"] == "omnispatial"), key=key)
-    b = sorted(read_results(tmp_path / "b" / "samples.jsonl"), key=key)
-    assert [(key(r), r["text"]) for r in a] == [(key(r), r["text"]) for r in b]
-
-
-def test_smaller_samples_and_limit_report_only_what_they_ask(fixture_set, tiny_qwen3_vl_small, tmp_path):
-    out = tmp_path / "out"
-    engine = LocalEngine.from_pretrained(tiny_qwen3_vl_small)
-    full = evaluate(make_cfg(fixture_set, tiny_qwen3_vl_small, out, samples=2, max_new_tokens=6),
-                    engine=engine, progress=False)["omnispatial"]
-    assert (full["samples"], full["questions"]) == (20, 10)
-    part = evaluate(make_cfg(fixture_set, tiny_qwen3_vl_small, out, samples=1, limit=2,
-                             max_new_tokens=6), engine=NoEngine(), progress=False)["omnispatial"]
-    assert (part["samples"], part["questions"], part["questions_requested"]) == (2, 2, 2)
-    assert "(mean@1)" in (out / "omnispatial.md").read_text()
-    assert json.loads((out / "summary.json").read_text())["config"]["samples"] == 1
-    assert len(read_results(out / "samples.jsonl")) == 20  # nothing was dropped from the rows
-    # a larger samples generates only the new sample index, equal to a fresh run's
-    counting = Interrupting(engine, after=100)
-    more = evaluate(make_cfg(fixture_set, tiny_qwen3_vl_small, out, samples=3, limit=2,
-                             max_new_tokens=6), engine=counting, progress=False)["omnispatial"]
-    assert counting.prompts_seen == 2 and more["samples"] == 6
-    fresh = tmp_path / "fresh"
-    evaluate(make_cfg(fixture_set, tiny_qwen3_vl_small, fresh, samples=3, limit=2, max_new_tokens=6),
-             engine=engine, progress=False)
-    key = lambda r: (r["question_key"], r["sample"])  # noqa: E731
-    mine = {key(r): r["text"] for r in read_results(out / "samples.jsonl") if key(r) in
-            {key(r) for r in read_results(fresh / "samples.jsonl")}}
-    assert mine == {key(r): r["text"] for r in read_results(fresh / "samples.jsonl")}
+    a, b = (sorted(read_results(tmp_path / d / "samples.jsonl"), key=key) for d in "ab")
+    assert [(key(r), r["text"]) for r in a] == [(key(r), r["text"]) for r in b] and len(a) == 18
+    rows = (tmp_path / "a" / "samples.jsonl").read_bytes()
+    for change, named in (({"limit": 2}, "limit: None -> 2"), ({"samples": 3}, "samples: 2 -> 3"),
+                          ({"task_types": "[Perspective_Taking]"}, "task_types: None -> ['Perspective_Taking']")):
+        with pytest.raises(RunKeyMismatch, match=re.escape(named)):
+            evaluate(make_cfg(fixture_set, tiny_qwen3_vl_small, tmp_path / "a", **over, **change),
+                     engine=NoEngine(), progress=False)
+    assert (tmp_path / "a" / "samples.jsonl").read_bytes() == rows
 
 
 def test_a_second_writer_fails_at_once_naming_the_holder(fixture_set, tiny_qwen3_vl_small, tmp_path):
@@ -105,17 +93,19 @@ def test_a_second_writer_fails_at_once_naming_the_holder(fixture_set, tiny_qwen3
 
 def test_resume_appends_to_the_same_file(fixture_set, tiny_qwen3_vl_small, tmp_path):
     out = tmp_path / "out"
-    evaluate(small(fixture_set, tiny_qwen3_vl_small, out, limit=1), progress=False)
+    engine = LocalEngine.from_pretrained(tiny_qwen3_vl_small)
+    with pytest.raises(KeyboardInterrupt):  # killed after its first batch (one question each)
+        evaluate(small(fixture_set, tiny_qwen3_vl_small, out, batch_rows=1),
+                 engine=Interrupting(engine, after=1), progress=False)
     with open(out / "samples.jsonl", "a") as f:
         f.write('{"benchmark": "omnisp')  # torn line from a crash
     inode = os.stat(out / "samples.jsonl").st_ino
-    evaluate(small(fixture_set, tiny_qwen3_vl_small, out), progress=False)
+    evaluate(small(fixture_set, tiny_qwen3_vl_small, out, batch_rows=1), engine=engine, progress=False)
     assert os.stat(out / "samples.jsonl").st_ino == inode  # never replaced under a writer
     assert len(read_results(out / "samples.jsonl")) == 2
 
 
 def test_an_overlong_prompt_is_skipped_and_named(fixture_set, tiny_qwen3_vl_small, tmp_path):
-    from soft_spatial.data import load_benchmark
     records = load_benchmark("omnispatial", fixture_set.omnispatial)[:4]
     engine = TooLong(LocalEngine.from_pretrained(tiny_qwen3_vl_small), [records[1].question])
     s = evaluate(small(fixture_set, tiny_qwen3_vl_small, tmp_path / "out", limit=4, batch_rows=4),
@@ -224,7 +214,7 @@ def test_an_eval_that_fails_at_engine_start_leaves_a_directory_the_corrected_one
     with pytest.raises(ValueError, match="hidden size 32"):
         evaluate(small(fixture_set, tiny_qwen3_vl_small, out, mode="adaptsoft", controller=wrong),
                  progress=False)
-    with pytest.raises(ValueError, match="top_k must be in"):  # K larger than the vocabulary
+    with pytest.raises(ValueError, match="is more than the vocabulary"):  # K: refused before the engine
         evaluate(small(fixture_set, tiny_qwen3_vl_small, out, mode="adaptsoft", controller=right,
                        **{"soft_thinking.top_k": 1000}), progress=False)
     s = evaluate(small(fixture_set, tiny_qwen3_vl_small, out, mode="adaptsoft", controller=right),

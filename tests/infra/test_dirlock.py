@@ -49,3 +49,22 @@ def test_an_output_lock_refuses_a_second_holder_and_goes_with_the_first(tmp_path
     with OutputLock(out, "export output") as mine:
         assert f"pid {os.getpid()} " in lock.read_text() and mine.subject == out
     assert not lock.exists() and not out.exists()
+
+
+def test_a_directory_output_that_is_a_file_is_refused_naming_the_setting(tmp_path):
+    """Issue 55 item 16: DirLock's mkdir raised a bare FileExistsError (NotADirectoryError under a
+    file). `check_dir_path` names the setting; the lock names its output where no caller checked."""
+    from soft_spatial.infra.dirlock import DirLock, NotADirectoryOutput, check_dir_path
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    for path, what in ((tmp_path / "file", "is an existing file"),
+                       (tmp_path / "file" / "a" / "b", f"lies under {tmp_path / 'file'}, an existing file"),
+                       (tmp_path / "dangling", "is an existing file")):
+        with pytest.raises(NotADirectoryOutput, match=f"^output_dir={path} {what}, not a directory: "
+                                                      f"choose another output_dir"):
+            check_dir_path(path, "output_dir")
+        with pytest.raises(NotADirectoryOutput, match=f"^training run directory {path} "):
+            DirLock(path, "training run directory").acquire()
+    check_dir_path(tmp_path / "new" / "deeper", "out")  # to be made: accepted
+    check_dir_path(tmp_path, "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "file"]

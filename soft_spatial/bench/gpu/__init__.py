@@ -8,13 +8,13 @@ the per-stage command's stages (``--stages a,b,c,e``) are ``stages.STAGES``.
 | job or stage | module (and its helpers) | what it runs |
 |---|---|---|
 | ``model/build``, ``model/build-8b`` | ``context`` | the 2B and 8B models the plan's jobs share |
-| ``F/...`` | ``graphs`` (``profile``) | soft decoding at hard speed: an SGLang engine's decoding throughput, stock or plugin; with a profile pass, where a step's time goes |
+| ``F/...`` | ``graphs`` (``profile``) | an SGLang engine's decoding throughput, stock or plugin; profiled |
 | ``D/references`` | ``soft_parity`` | the embedded engine's fp32 references |
 | ``D/fixed``, ``D/adaptsoft`` | ``soft_parity`` (``parity``) | SGLang in fp32 against them, CUDA graphs off |
 | ``G/fixed``, ``G/adaptsoft`` | ``soft_parity`` (``parity``) | the same with CUDA graphs replayed |
 | ``E/...`` | ``grpo`` (``replay_inputs``: its diagnosis; ``smoke_reward``) | GRPO through verl, SGLang rollouts |
 | ``X/sync`` | ``graphs`` (``sampler_sync``) | the soft sampler, driven as SGLang drives it, never waits |
-| ``X/sampler`` | ``sampler_bench`` | the sampler's decode step without an engine: launch µs and device span, eager against graphed, records equal |
+| ``X/sampler`` | ``sampler_bench`` | the sampler's step alone, eager against graphed, records equal |
 | ``X/overlap-parity`` | ``overlap`` | overlap scheduling on against off, fp32, beside the run-to-run control |
 | other ``X/...`` | its kind's | ``X/*-hard``: ``soft_parity``; ``X/*-graphs-off``: ``graphs``; ``X/grpo-*``: ``grpo`` |
 | stage ``a`` | ``embedded`` | the embedded engine on CUDA at the 8B shape: τ→0 equals greedy; decode throughput |

@@ -39,6 +39,7 @@ from soft_spatial.bench.gpu import jobs as plan_jobs
 from soft_spatial.bench.gpu.measure import versions
 from soft_spatial.bench.gpu.report import table
 from soft_spatial.bench.gpu.runner import OutNotEmpty, child_main, latest, run_plan
+from soft_spatial.infra.dirlock import NotADirectoryOutput
 
 __all__ = ["render", "main", "COMMIT_FILE", "commit", "header", "GOAL"]
 
@@ -251,7 +252,7 @@ def main(argv=None) -> int:
             return run_plan(Path(a.out), Path(a.work), a.deadline, a.dry_run, jobs, render, head)
         with tempfile.TemporaryDirectory(prefix="gpukit-headline-") as tmp:
             return run_plan(Path(a.out), Path(tmp), a.deadline, a.dry_run, jobs, render, head)
-    except OutNotEmpty as e:
+    except (OutNotEmpty, NotADirectoryOutput) as e:
         print(f"headline: {e}", file=sys.stderr)
         return 2
 

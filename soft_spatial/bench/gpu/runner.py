@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from soft_spatial.infra import tether
+from soft_spatial.infra.dirlock import check_dir_path
 from soft_spatial.bench.gpu.jobs import Job
 from soft_spatial.bench.gpu.report import JobFailed, LiveReport, Skip, StageFailed, stamp
 
@@ -139,10 +140,15 @@ def _on_sigterm(signum, frame):
     raise _Terminated()
 
 
-def check_out(out: Path) -> None:
-    """Refuse an ``--out`` that holds anything (another run's report, log or E's logs)."""
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        held = sorted(p.name for p in out.iterdir()) if out.is_dir() else [out.name]
+def check_out(out: Path, work: Path | None = None) -> None:
+    """Refuse an ``--out`` that holds anything (another run's report, log or E's logs), and an
+    ``--out`` or ``--work`` that cannot be a directory (a file at it or above it:
+    `~soft_spatial.infra.dirlock.NotADirectoryOutput`). Reads only."""
+    check_dir_path(out, "--out")
+    if work is not None:
+        check_dir_path(work, "--work")
+    if out.is_dir() and any(out.iterdir()):
+        held = sorted(p.name for p in out.iterdir())
         raise OutNotEmpty(f"--out {out}: holds {', '.join(held[:8])}"
                           f"{' …' if len(held) > 8 else ''} from an earlier run; the plan writes "
                           f"only into an empty or new directory (what comes back must be one "
@@ -197,9 +203,10 @@ def _record_stuck(report: LiveReport, todo: list[str], why: str | None, rc, log:
 def run_plan(out: Path, work: Path, deadline_s: float, dry: bool, jobs: list[Job], render,
              header: list[str], poll_s: float = 1.0, caps: bool | None = None) -> int:
     """Run ``jobs`` with ``deadline_s`` seconds from now; returns 0 when every job that is not an
-    extra finished ok, 1 otherwise, 143 after a SIGTERM. Refuses a non-empty ``out``. ``caps``:
-    end a job past its cap (default: on a GPU; a GPU's seconds mean nothing on a busy CPU)."""
-    check_out(out)
+    extra finished ok, 1 otherwise, 143 after a SIGTERM. Refuses a non-empty ``out`` and an
+    ``out`` or ``work`` that cannot be a directory, before anything is written. ``caps``: end a
+    job past its cap (default: on a GPU; a GPU's seconds mean nothing on a busy CPU)."""
+    check_out(out, work)
     t0 = time.time()
     deadline_at = t0 + deadline_s
     out.mkdir(parents=True, exist_ok=True)

@@ -37,6 +37,7 @@ from pathlib import Path
 from soft_spatial.bench.gpu import actor_update, embedded, grpo, headline, softthink_sizes
 from soft_spatial.bench.gpu.measure import Ctx, Report, free_memory, versions
 from soft_spatial.bench.gpu.report import JobFailed, Skip, StageFailed
+from soft_spatial.infra.dirlock import NotADirectoryOutput, check_dir_path
 
 __all__ = ["STAGES", "main"]
 
@@ -62,6 +63,25 @@ STAGES = {"a": ("a. Embedded engine on CUDA (Qwen3-VL-8B shape)", embedded.stage
           "e": ("e. GRPO through verl with SGLang rollouts on one GPU", stage_e)}
 MOVED = {"d": "D/references,D/fixed,D/adaptsoft,G/fixed,G/adaptsoft",
          "f": "X/sync,F/stock-hard,F/plugin-fixed,F/plugin-adaptsoft,X/overlap-parity"}
+
+
+def check_report_path(out: Path, stages: list[str]) -> str | None:
+    """Why ``--out`` cannot take the stage mode's Markdown report (a file, rewritten through
+    ``OUT.tmp`` after every stage; stage e's logs go to ``stage-e/`` beside it), or None. Checked
+    before the first stage: a report that cannot be written lost every stage's results."""
+    if out.is_dir():
+        return (f"--out {out} is an existing directory; the stage mode writes its report to a file "
+                f"(e.g. --out {out / 'gpu-report.md'}; a directory is --plan headline's --out)")
+    try:
+        check_dir_path(out.parent, "--out")
+    except NotADirectoryOutput:
+        return f"--out {out} lies under an existing file, not a directory"
+    tmp, logs = out.with_name(out.name + ".tmp"), out.parent / "stage-e"
+    if tmp.is_dir():
+        return f"--out {out}: {tmp} is a directory (the report is written through it)"
+    if "e" in stages and (logs.exists() or logs.is_symlink()) and not logs.is_dir():
+        return f"--out {out}: {logs} is a file (stage e writes its logs into a folder there)"
+    return None
 
 
 def main(argv=None) -> int:
@@ -101,6 +121,9 @@ def main(argv=None) -> int:
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         ap.error(f"unknown stages {unknown}; choose from {sorted(STAGES)}")
+    refused = check_report_path(Path(a.out), stages)
+    if refused:
+        ap.error(refused)
     if not a.dry_run and not torch.cuda.is_available():
         ap.error("no CUDA device: run on a GPU machine, or pass --dry-run")
     device = "cpu" if a.dry_run else "cuda"

@@ -17,8 +17,9 @@ step through the hooks of :mod:`.hooks`:
   step) is fixed from then on. A **decode** step therefore does no host work per row: it
   gathers the slots' state, draws each row's K+1 uniforms
   (:func:`~soft_spatial.softthink.noise.step_uniforms` of its seed and step, as the local engine
-  does; on a GPU one fused kernel, :mod:`.noise_kernel`), runs :func:`~soft_spatial.engines.step.sample_step` (the function the local engine
-  calls, so the records are the local engine's), advances the steps and writes each row's next
+  does; on a GPU one fused kernel, :mod:`.noise_kernel`), runs
+  :func:`~soft_spatial.engines.step.sample_step` (the function the local engine calls, so the
+  records are the local engine's), advances the steps and writes each row's next
   input (ids ``[K]`` and weights ``[K]``: softmax(z/τ) at a soft step, one-hot on the token at a
   discrete one, :func:`~soft_spatial.softthink.record_weights`) and thinking flag back, and packs
   the records — on a GPU as one captured CUDA graph per padded batch size

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Protocol
 
 from soft_spatial.infra import tether
-from soft_spatial.infra.dirlock import DirLock, DirLockedError
+from soft_spatial.infra.dirlock import DirLock, DirLockedError, NotADirectoryOutput, check_dir_path
 from soft_spatial.infra.provenance import (OutputKeyMismatch, compare, differences, make_key,
                                            read_key, record)
 from soft_spatial.infra.signals import command
@@ -455,14 +455,15 @@ class Experiment:
 
     def eval_stage(self, name: str, model: Keyed, mode: str, controller: bool = False,
                    extra: Sequence[str] = (), trained: bool = False) -> Keyed:
-        """An evaluation of ``model`` (not ``eval.samples``: more samples extend a run, as the
-        evaluation's own key has it); a trained policy's is made again when the policy changed."""
+        """An evaluation of ``model``, made again when ``eval.samples`` changed (a row's text
+        depends on the rows decoded with it, so the evaluation's own key holds ``samples``: more
+        samples cannot extend a run) and, a trained policy's, when the policy changed."""
         e = self.cfg.eval
         return Keyed(f"eval {name}", self.out / "eval" / name, stage_key(
             {"mode": mode, "controller": controller, "extra": list(extra),
              "temperature": e.temperature, "max_new_tokens": e.max_new_tokens,
-             "seed": self.cfg.seed}, data=self.data_stage(), model=model),
-            redo_on=("settings.inputs.model.",) if trained else ())
+             "seed": self.cfg.seed, "samples": e.samples}, data=self.data_stage(), model=model),
+            redo_on=("settings.samples",) + (("settings.inputs.model.",) if trained else ()))
 
     def before_stage(self, mode: str) -> Keyed:
         name = f"warmstart_{BEFORE_MODE[EVAL_MODE[mode]]}"
@@ -553,7 +554,8 @@ class Experiment:
     def preflight(self) -> None:
         """Compare every stage's key with the recorded one before anything runs: an output made
         by other settings (or without a key) is refused naming what differs, a training run
-        trained past ``train.steps`` too. Reads only."""
+        trained past ``train.steps`` too; an ``out`` that is a file, naming it. Reads only."""
+        check_dir_path(self.out, "out")
         for stage in self.stages():
             stage.verdict()
         for mode in self.cfg.modes:
@@ -888,7 +890,7 @@ def main(prog: str = PROG, before_grpo: BeforeGRPO | None = None) -> None:
             raise SystemExit(f"{prog}: {e}") from None
         try:
             _run_checked(exp)
-        except (OutputKeyMismatch, DirLockedError, StageFailed) as e:
+        except (OutputKeyMismatch, DirLockedError, NotADirectoryOutput, StageFailed) as e:
             raise SystemExit(f"{prog}: {e}") from None
 
     # SIGTERM (Slurm's time limit, timeout, kill) as Ctrl-C: the running stage is stopped (its

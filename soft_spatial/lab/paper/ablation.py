@@ -14,6 +14,14 @@ logs to ``<out>/<row>/<stage>.log`` and is skipped when already done, so an inte
 resumes where it stopped (training itself resumes from its checkpoints, evaluation from its
 samples). ``--dry-run`` prints the commands.
 
+A row's training is done only if these settings made it: ``<row>/train.done`` holds its key
+(`RowRun.train_key`: training's own run key, `soft_spatial.train.run_key`, of the row's composed
+configuration, the base model's fingerprint and the data's digests included, and the budget
+``trainer.total_training_steps``). Before any row runs, every row's recorded key is compared with
+this command's: another one (more steps, another model, other data, another learning rate) is
+refused naming each difference, and nothing runs, so Table 4 never shows one policy's numbers
+under another's settings.
+
 Example (the paper run; data paths as for training and evaluation)::
 
     python -m soft_spatial.ablation --out runs/table4 \\
@@ -34,8 +42,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Sequence
 
+from soft_spatial.infra.dirlock import NotADirectoryOutput, check_dir_path
 from soft_spatial.infra.hydra_args import renamed_overrides
-from soft_spatial.train import CONFIG_DIR
+from soft_spatial.infra.provenance import OutputKeyMismatch, Verdict, compare, record
+from soft_spatial.infra.run_dir import latest_step
+from soft_spatial.models.loading import resolve_model_dir
+from soft_spatial.train import CONFIG_DIR, run_key
 
 __all__ = ["Sweep", "Row", "load_sweep", "row_result", "table_markdown", "main"]
 
@@ -113,13 +125,39 @@ class RowRun:
                            f"data.task_types={_list(sweep.task_types)}",
                            f"trainer.default_local_dir={self.train_dir}",
                            f"trainer.experiment_name=table4-{row.key}"]
-        cfg = _compose_train(self.train_args)
+        self.cfg = cfg = _compose_train(self.train_args)
         self.mode = str(cfg.soft_thinking.mode)
         self.steps = int(cfg.trainer.total_training_steps)
         self.eval_args = [*overrides, *eval_overrides, f"benchmarks=[{sweep.benchmark}]",
                           f"task_types={_list(sweep.task_types)}", f"mode={self.mode}",
                           f"model.path={self.model_dir}", f"output_dir={self.eval_dir}",
                           f"model.name=table4-{row.key}"]
+
+    def train_key(self) -> dict:
+        """The key of the row's training: `soft_spatial.train.run_key` of its composed
+        configuration (the model built first where ``model.build_tiny=true`` asks, as training
+        would) and its budget."""
+        model = self.cfg.actor_rollout_ref.model.path
+        resolve_model_dir(model, build_tiny=bool(self.cfg.model.get("build_tiny")),
+                          tiny_family=self.cfg.model.get("tiny_family", "qwen3_vl"))
+        key = run_key(self.cfg)
+        key["settings"]["trainer.total_training_steps"] = self.steps
+        return key
+
+    def trained(self, key: dict) -> bool:
+        """Whether ``train.done`` holds ``key`` (False: no training recorded yet); a key of other
+        settings, or a marker without one, is refused naming it (`OutputKeyMismatch`)."""
+        done = self.dir / "train.done"
+        hint = (f"Train these settings into another --out, or remove {self.dir} to train the row "
+                f"again; nothing was changed")
+        try:
+            return compare(done, key, f"{self.row.key}: the training", hint) is Verdict.SAME
+        except OutputKeyMismatch:
+            if done.is_file() and not done.read_text(encoding="utf-8", errors="replace").lstrip().startswith("{"):
+                raise OutputKeyMismatch(f"{done} holds no key (written by an earlier version): "
+                                        f"which settings trained {self.train_dir} is unknown. "
+                                        f"{hint}") from None
+            raise
 
     def train_cmd(self) -> list[str]:
         return [self.python, "-m", "soft_spatial.train", *self.train_args]
@@ -156,13 +194,20 @@ def _run(cmd: list[str], log: Path, what: str, env: dict | None = None) -> None:
         raise RuntimeError(f"{what} failed (exit {res.returncode}); log {log}:\n{tail}")
 
 
-def run_row(r: RowRun, progress=print) -> None:
-    """Train, merge and evaluate one row, skipping the stages already done."""
-    done = r.dir / "train.done"
-    if not done.is_file():
+def run_row(r: RowRun, progress=print, key: dict | None = None) -> None:
+    """Train, merge and evaluate one row, skipping the stages already done (training: only when
+    ``train.done`` holds this row's ``key``, `RowRun.train_key`)."""
+    key = key if key is not None else r.train_key()
+    if not r.trained(key):
         progress(f"  training ({r.steps} steps, log {r.dir / 'train.log'})")
         _run(r.train_cmd(), r.dir / "train.log", f"{r.row.key}: training")
-        done.write_text("ok\n")
+        step = latest_step(r.train_dir)
+        if step != r.steps:  # a run trained further by an earlier command: not this row's policy
+            raise OutputKeyMismatch(
+                f"{r.row.key}: {r.train_dir} holds the checkpoint of step {step}, not of "
+                f"trainer.total_training_steps={r.steps}: its policy is not this row's. Train into "
+                f"another --out, or remove {r.dir}")
+        record(r.dir / "train.done", key)
     actor = r.actor_dir()
     merged = r.dir / "merge.done"
     if not merged.is_file() or merged.read_text().strip() != str(actor):
@@ -244,8 +289,26 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def preflight(runs: Sequence[RowRun]) -> dict[str, dict]:
+    """Every row's training key, each compared with its ``train.done`` before any row runs: a row
+    trained under other settings ends the command (`SystemExit`, naming each difference) with
+    nothing run or written."""
+    try:
+        keys = {r.row.key: r.train_key() for r in runs}
+        for r in runs:
+            r.trained(keys[r.row.key])
+    except OutputKeyMismatch as e:
+        raise SystemExit(f"python -m soft_spatial.ablation: {e}") from None
+    return keys
+
+
 def main(argv: Sequence[str] | None = None) -> Path:
     args = _parser().parse_args(argv)
+    if not args.dry_run:
+        try:
+            check_dir_path(args.out, "--out")
+        except NotADirectoryOutput as e:
+            raise SystemExit(f"python -m soft_spatial.ablation: {e}") from None
     sweep = load_sweep(args.config)
     if args.rows:
         unknown = sorted(set(args.rows) - {r.key for r in sweep.rows})
@@ -256,6 +319,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
     if not args.table_only:
         runs = [RowRun(sweep, r, args.out, args.override, args.train_override,
                        args.eval_override) for r in sweep.rows]
+        keys = {} if args.dry_run else preflight(runs)
         for i, r in enumerate(runs, 1):
             print(f"[{i}/{len(runs)}] {r.row.name} (experiment={r.row.experiment}, "
                   f"mode={r.mode})", flush=True)
@@ -263,7 +327,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
                 for cmd in (r.train_cmd(), r.merge_cmd(), r.eval_cmd()):
                     print("  " + " ".join(cmd))
                 continue
-            run_row(r, progress=lambda m: print(m, flush=True))
+            run_row(r, progress=lambda m: print(m, flush=True), key=keys[r.row.key])
         if args.dry_run:
             return args.out
     path = write_table(sweep, args.out)

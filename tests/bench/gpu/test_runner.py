@@ -104,6 +104,20 @@ def test_an_out_holding_another_runs_files_is_refused_and_left_as_it_was(tmp_pat
     assert _run(empty, tmp_path / "work2", 600, _jobs(("first", "ok", None))) == 0
 
 
+def test_an_out_or_work_that_cannot_be_a_directory_is_refused_before_anything_is_written(tmp_path):
+    """Issue 55 item 10: a --work that is a file failed after --out was made (a FileExistsError);
+    an --out that is a file was said to hold an earlier run's files."""
+    from soft_spatial.infra.dirlock import NotADirectoryOutput
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for out, work, named in ((tmp_path / "out", afile, f"--work {afile} is an existing file"),
+                             (afile, tmp_path / "work", f"--out {afile} is an existing file"),
+                             (afile / "out", tmp_path / "work", f"--out {afile / 'out'} lies under {afile}")):
+        with pytest.raises(NotADirectoryOutput, match=f"^{named}"):
+            _run(out, work, 600, _jobs(("first", "ok", None)))
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
 # the plan, in a process of its own: one job that leaves the child's session (as SGLang's
 # schedulers and Ray's daemons do) and sleeps
 PLAN = textwrap.dedent("""

@@ -37,6 +37,28 @@ def test_check_dry_run_engine_and_softthink_stages(tmp_path):
     assert "| adaptsoft |" in report and "| 256 |" in report  # throughput and alignment tables
 
 
+def test_an_out_that_cannot_take_the_report_is_refused_before_the_first_stage(tmp_path, capsys):
+    """Issue 55 item 10: the stage mode with --out an existing directory (the flag means a directory
+    in plan mode) ran the whole stage, then crashed with IsADirectoryError: results lost,
+    OUT.tmp left. Refused in one line before any stage, nothing written."""
+    from soft_spatial.bench.gpu.stages import main
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "r.md.tmp").mkdir()
+    (tmp_path / "stage-e").write_text("x")
+    for out, stages, message in (
+            (tmp_path / "dir", "b", f"--out {tmp_path / 'dir'} is an existing directory; the stage mode "
+                                    "writes its report to a file"),
+            (tmp_path / "afile" / "r.md", "b", f"--out {tmp_path / 'afile' / 'r.md'} lies under an existing file"),
+            (tmp_path / "r.md", "b", f"{tmp_path / 'r.md.tmp'} is a directory"),
+            (tmp_path / "e.md", "e", f"{tmp_path / 'stage-e'} is a file")):
+        before = sorted(p.name for p in tmp_path.rglob("*"))
+        with pytest.raises(SystemExit) as e:
+            main(["--dry-run", "--stages", stages, "--out", str(out)])
+        assert e.value.code == 2 and message in capsys.readouterr().err
+        assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
 @pytest.mark.slow
 def test_check_dry_run_actor_update_stage(tmp_path):
     res, report = _check(tmp_path, "--dry-run", "--stages", "c")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -88,6 +89,21 @@ def test_a_refused_command_writes_nothing(tmp_path, override, named):
     assert res.stderr.strip().count("\n") == 0 and named in res.stderr, res.stderr[-3000:]
     assert "Traceback" not in res.stderr
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_an_out_that_is_a_file_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    """Issue 55 item 16: the key check read under a file and failed with a NotADirectoryError
+    traceback (the lock's FileExistsError behind it). The command's own main, in this process."""
+    from soft_spatial.lab.learning.experiment import main
+    out = tmp_path / "learn"
+    out.write_text("notes\n")
+    for target in (out, out / "sub"):
+        monkeypatch.setattr(sys, "argv", ["soft_spatial.lab.learning", f"out={target}"])
+        with pytest.raises(SystemExit) as e:
+            main()
+        assert re.fullmatch(rf"python -m soft_spatial\.lab\.learning: out={target} .*existing file, not a "
+                            r"directory: choose another out \(nothing was written\)", str(e.value.code))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["learn"] and out.read_text() == "notes\n"
 
 
 # -- the stages' keys, with the stages' commands replaced -----------------------------------------
@@ -228,6 +244,20 @@ def test_a_stage_is_trusted_only_if_these_settings_made_it(tmp_path, stand_ins):
     with pytest.raises(OutputKeyMismatch, match="has no key"):
         run_experiment(_config(f"out={out}", *TINY, "train.steps=3"))
     assert stand_ins.calls == []
+
+
+def test_other_eval_samples_make_the_evaluations_again(tmp_path, stand_ins):
+    """Issue 55 item 5: an evaluation's rows depend on the rows decoded with them, so its own run
+    key holds ``samples`` and refuses a directory of another value; the stage keys it too and
+    makes its evaluations again (they were extended in place, then refused)."""
+    out = tmp_path / "learn"
+    run_experiment(_config(f"out={out}", *TINY))
+    stand_ins.calls.clear()
+    run_experiment(_config(f"out={out}", *TINY, "eval.samples=2"))
+    assert stand_ins.calls == ["eval_warmstart_hard", "eval_hard_trained"]
+    for name in ("warmstart_hard", "hard_trained"):
+        assert json.loads((out / "eval" / f"{name}.key.json").read_text())["settings"]["samples"] == 2
+        assert len((out / "eval" / name / "samples.jsonl").read_text().splitlines()) == 3 * 2
 
 
 class BeforeArms:

@@ -86,6 +86,73 @@ def test_bad_config_and_rows_are_clear_errors(tmp_path):
     assert "Avg." in table_markdown(load_sweep(), {})
 
 
+def test_a_row_trained_under_other_settings_is_refused_before_anything_runs(
+        tiny_qwen3_vl_small, train_parquet, tmp_path, monkeypatch):
+    """Issue 55 item 1: the sweep skipped a row's training whenever a bare train.done existed, so a
+    re-run with more steps, another base model or other data merged and evaluated the old
+    checkpoint under the new settings. train.done holds the row's key; another one is refused
+    naming each difference, before any stage of any row runs. The stages' commands are replaced
+    by stand-ins that write what the real ones leave."""
+    import shutil
+
+    from soft_spatial.lab.paper import ablation
+    calls = []
+
+    def stand_in(cmd, log, what, env=None):
+        calls.append(what)
+        args = dict(a.split("=", 1) for a in cmd if "=" in a and not a.startswith("-"))
+        if what.endswith("training"):
+            run = Path(args["trainer.default_local_dir"])
+            steps = args["trainer.total_training_steps"]
+            (run / f"global_step_{steps}" / "actor").mkdir(parents=True, exist_ok=True)
+            (run / "latest_checkpointed_iteration.txt").write_text(steps)
+        elif what.endswith("evaluation"):
+            _summary(Path(args["output_dir"]) / "summary.json", 50.0, 50.0, 50.0)
+    monkeypatch.setattr(ablation, "_run", stand_in)
+    cfg = tmp_path / "sweep.yaml"
+    cfg.write_text("benchmark: omnispatial\ntask_types: [Perspective_Taking]\ncolumns: [Egocentric]\n"
+                   "rows:\n  - {key: fixed, name: fixed tau, experiment: soft_fixed}\n")
+    out = tmp_path / "t4"
+
+    def sweep(*train, model=tiny_qwen3_vl_small):
+        return main(["--out", str(out), "--config", str(cfg), "--override", "model=tiny",
+                     "--train-override", f"model.path={model}",
+                     "--train-override", f"data.train_files={train_parquet}",
+                     "--train-override", f"data.val_files={train_parquet}",
+                     "--train-override", "trainer.total_training_steps=2",
+                     *[x for o in train for x in ("--train-override", o)]])
+
+    sweep()
+    assert calls == ["fixed: training", "fixed: merging", "fixed: evaluation"]
+    calls.clear()
+    sweep()  # the same settings: trained already
+    assert calls == ["fixed: evaluation"]
+    other = Path(shutil.copytree(tiny_qwen3_vl_small, tmp_path / "other"))
+    weights = next(other.glob("*.safetensors"))
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # other weights, the same architecture
+    weights.write_bytes(bytes(data))
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    calls.clear()
+    for train, named, model in (
+            (["trainer.total_training_steps=3", "actor_rollout_ref.actor.optim.lr=3e-4"],
+             r"trainer\.total_training_steps: 2 -> 3\n.*actor_rollout_ref\.actor\.optim\.lr: [0-9.e-]+ -> 0\.0003",
+             tiny_qwen3_vl_small),
+            ([], r"inputs\.model\.fingerprint: ", other)):
+        with pytest.raises(SystemExit, match=f"(?s)^python -m soft_spatial.ablation: fixed: the training in "
+                                             f"{out / 'fixed'} was made with other settings.*{named}"):
+            sweep(*train, model=model)
+    (out / "fixed" / "train.done").write_text("ok\n")  # an earlier version's bare marker
+    with pytest.raises(SystemExit, match="(?s)train.done holds no key .* remove .*fixed to train the row again"):
+        sweep()
+    assert calls == [] and {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == {
+        **before, out / "fixed" / "train.done": b"ok\n"}
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(SystemExit, match=f"--out {afile} is an existing file"):
+        main(["--out", str(afile), "--table-only"])
+
+
 @pytest.mark.slow
 def test_one_row_end_to_end_on_the_tiny_model(tiny_qwen3_vl_small, tmp_path):
     """Train a row on a task-type subset (1 step, verl on the CPU), merge, evaluate on that subset,
