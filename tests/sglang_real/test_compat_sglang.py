@@ -1,5 +1,5 @@
 """Fails loudly when SGLang 0.5.12 (or verl's SGLang rollout) moves an internal soft_spatial
-touches: every function of soft_spatial/compat/sglang.py and the SGLang-side functions of
+touches: every function of soft_spatial/compat/sglang/ and the SGLang-side functions of
 soft_spatial/compat/verl/, checked against the real modules.
 
     PYTHONPATH=.venv/sglang-cpu-overlay:tests/sglang_stubs .venv/bin/python -m pytest \

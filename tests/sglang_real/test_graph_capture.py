@@ -78,7 +78,7 @@ def test_the_plugins_capture_mode_survives_every_reset(cgr, monkeypatch):
     assert cgr.CudaGraphRunner.can_run(_with(cgr, captured(M.NULL)), _batch(M.LAST)) is False
     compat.capture_graphs_with_last_hidden()
     compat.capture_graphs_with_last_hidden()  # idempotent: one descriptor
-    assert isinstance(cgr.CudaGraphRunner.__dict__["capture_hidden_mode"], compat._AtLeastLast)
+    assert isinstance(cgr.CudaGraphRunner.__dict__["capture_hidden_mode"], compat.graphs._AtLeastLast)
     for start, spec_mode, want in ((M.NULL, None, M.LAST), (M.LAST, None, M.LAST),
                                    (M.FULL, None, M.FULL), (M.NULL, M.FULL, M.FULL),
                                    (M.NULL, M.NULL, M.LAST)):
