@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from soft_spatial.softthink import StepLikelihood
-from soft_spatial.softthink.trace import TRACE_KEYS, TRACE_PREFIX
+from soft_spatial.softthink.trace import TRACE_KEYS, TRACE_PREFIX, RecordFields
 
 __all__ = ["SoftBatch", "ReplayState", "trace_layout", "scatter_rows", "padded", "REPLAY_KEYS"]
 
@@ -95,9 +95,10 @@ def trace_layout(micro_batch, *, remove_padding: bool, input_len: int,
                          "sequence lengths")
     if (prompt_lens == 0).any():
         raise ValueError("soft replay: every sequence needs a non-empty prompt")
-    rec = {k: padded(micro_batch[TRACE_PREFIX + k]) for k in REPLAY_KEYS}
+    rec = RecordFields(**{k: padded(micro_batch[TRACE_PREFIX + k]) if k in REPLAY_KEYS
+                          else None for k in TRACE_KEYS})  # [B, R, ...]; the entropy unused
     tmask = padded(micro_batch[TRACE_PREFIX + "mask"]).bool()
-    r = rec["topk_ids"].shape[1]
+    r = rec.topk_ids.shape[1]
     if int(resp_lens.max()) > r:
         raise ValueError(f"soft replay: responses of up to {int(resp_lens.max())} tokens but only "
                          f"{r} record slots")
@@ -114,20 +115,20 @@ def trace_layout(micro_batch, *, remove_padding: bool, input_len: int,
         embed_shape = (b, input_len)
     tokens = input_ids.values()[packed]
     valid = tmask[seq, step]
-    ids = rec["topk_ids"][seq, step].long()
+    ids = rec.topk_ids[seq, step].long()
     if not torch.equal(ids[valid, 0], tokens[valid]):
         bad = int((ids[valid, 0] != tokens[valid]).sum())
         raise ValueError(f"soft replay: {bad} recorded spine ids differ from the response tokens; "
                          f"the trace is misaligned with the responses")
     disc_ids = torch.zeros_like(ids)
     disc_ids[:, 0] = tokens
-    soft_mask = rec["soft"][seq, step].bool() & valid
+    soft_mask = rec.soft[seq, step].bool() & valid
     ids = torch.where(soft_mask[:, None], ids, disc_ids)
-    scores = torch.where(soft_mask[:, None], rec["scores"][seq, step].float(), 0.0)
+    scores = torch.where(soft_mask[:, None], rec.scores[seq, step].float(), 0.0)
     zero = torch.zeros((), device=dev)
-    tau = torch.where(soft_mask, rec["tau"][seq, step].float(), zero)
-    u = torch.where(soft_mask, rec["u"][seq, step].float(), zero)
-    ctrl_x = torch.where(soft_mask[:, None], rec["ctrl_x"][seq, step].float(), 0.0)
+    tau = torch.where(soft_mask, rec.tau[seq, step].float(), zero)
+    u = torch.where(soft_mask, rec.u[seq, step].float(), zero)
+    ctrl_x = torch.where(soft_mask[:, None], rec.ctrl_x[seq, step].float(), 0.0)
     if isinstance(temperature, Tensor) and temperature.numel() > 1:
         temp = temperature.to(dev, torch.float32).reshape(-1)[seq]
     else:

@@ -23,7 +23,7 @@ import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -44,13 +44,12 @@ from soft_spatial.softthink import (
     DensityConfig,
     SamplingConfig,
     SoftThinkingConfig,
-    SoftTrace,
+    StepRecord,
     TraceRecorder,
     record_input_embeddings,
 )
 from soft_spatial.softthink.logits import head_logits
 from soft_spatial.softthink.noise import noise_uniforms, row_seed, seed_tensor
-from soft_spatial.softthink.trace import TRACE_KEYS
 
 __all__ = ["LocalEngine"]
 
@@ -343,20 +342,17 @@ class LocalEngine:
                 u = noise_uniforms(row_seeds[active], step, k + 1)
                 rec = sample_step(logits, h, u, thinking[active], soft_thinking, sampling,
                                   self.controller, fdim, debug, density)
-            token = rec["topk_ids"][:, 0]
+            token = rec.tokens
             # 4. Record it for every row (finished rows hold zeros past their length).
-            full = SoftTrace.zero_step(len(rows), k, fdim, dev)
-            for key in TRACE_KEYS:
-                full[key][active] = rec[key]
-            recorder.record(**full)
-            ll = torch.zeros(len(rows), device=dev)
-            ll[active] = rec["loglik"]
-            loglik.append(ll)
+            full = StepRecord.zeros(len(rows), k, fdim, dev, debug)
+            for f in fields(StepRecord):
+                if getattr(rec, f.name) is not None:
+                    getattr(full, f.name)[active] = getattr(rec, f.name)
+            recorder.record(full)
+            loglik.append(full.loglik)
             if debug:
-                for key in ("weights", "logp"):
-                    d = torch.zeros(len(rows), k, device=dev, dtype=rec[key].dtype)
-                    d[active] = rec[key]
-                    dbg[key].append(d.cpu())
+                dbg["weights"].append(full.weights.cpu())
+                dbg["logp"].append(full.logp.cpu())
             # 5. Each live row's state: its length, whether it stopped; soft rows that emitted
             # </think> decode discretely from the next step.
             done = torch.zeros(b, dtype=torch.bool, device=dev)
@@ -374,8 +370,8 @@ class LocalEngine:
                 break
             # 6. The next inputs: each row's recorded mixture (or token); stopped rows leave.
             with tm("mixture"):
-                nxt = record_input_embeddings(self.embed.weight, rec["topk_ids"], rec["scores"],
-                                              rec["tau"], rec["soft"])
+                nxt = record_input_embeddings(self.embed.weight, rec.topk_ids, rec.scores,
+                                              rec.tau, rec.soft)
             if keep.numel() < b:
                 cache.batch_select_indices(keep)
                 active, nxt = active[keep], nxt[keep]

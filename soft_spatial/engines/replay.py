@@ -47,16 +47,18 @@ def replay_completion(engine, prompt: Prompt, completion: Completion, temperatur
         mm["mm_token_type_ids"] = torch.cat(
             [mm["mm_token_type_ids"], mm["mm_token_type_ids"].new_zeros(1, n - 1)], 1)
     pos, _ = prefill_position_ids(engine.model, ids, mask, **mm)
-    rec = {key: getattr(tr, key).to(engine.device) for key in ("topk_ids", "scores", "tau",
-                                                                "soft")}
+    tr = tr.to(engine.device)
     hook_mask = torch.zeros_like(ids, dtype=torch.bool)
     hook_mask[0, p:] = True
-    full = {key: torch.zeros((1, ids.shape[1]) + tuple(v.shape[1:]), dtype=v.dtype,
-                             device=engine.device) for key, v in rec.items()}
-    for key, v in rec.items():
-        full[key][0, p:] = v[: n - 1]
-    with soft_inputs(engine.embed, hook_mask, full["topk_ids"], full["scores"], full["tau"],
-                     full["soft"]):
+
+    def at_inputs(v: torch.Tensor) -> torch.Tensor:  # step t's record feeds position p + t
+        full = torch.zeros((1, ids.shape[1]) + tuple(v.shape[1:]), dtype=v.dtype,
+                           device=engine.device)
+        full[0, p:] = v[: n - 1]
+        return full
+
+    with soft_inputs(engine.embed, hook_mask, at_inputs(tr.topk_ids), at_inputs(tr.scores),
+                     at_inputs(tr.tau), at_inputs(tr.soft)):
         out = engine.base(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
                           **mm)
     hidden = out.last_hidden_state[0, p - 1: p - 1 + n]
@@ -64,11 +66,11 @@ def replay_completion(engine, prompt: Prompt, completion: Completion, temperatur
     logits = head_logits(engine.lm_head, hidden, density.fp32_logits)
     if engine.banned_ids.numel():  # the rollout never samples these ids (LocalEngine.banned_ids)
         logits = logits.index_fill(-1, engine.banned_ids, float("-inf"))
-    soft_mask = rec["soft"]
-    tau = torch.where(soft_mask, rec["tau"], torch.ones_like(rec["tau"]))
-    weights = torch.where(soft_mask[:, None], mixture_weights(rec["scores"], tau), 0.0)
-    cand = torch.where(soft_mask[:, None], candidate_logp(logits, rec["topk_ids"], temperature), 0.0)
-    loglik = step_log_likelihood(logits, rec["topk_ids"], rec["scores"], soft_mask, temperature,
+    soft_mask = tr.soft
+    tau = torch.where(soft_mask, tr.tau, torch.ones_like(tr.tau))
+    weights = torch.where(soft_mask[:, None], mixture_weights(tr.scores, tau), 0.0)
+    cand = torch.where(soft_mask[:, None], candidate_logp(logits, tr.topk_ids, temperature), 0.0)
+    loglik = step_log_likelihood(logits, tr.topk_ids, tr.scores, soft_mask, temperature,
                                  noise_scale, density.reduce, density.clamp, density.min_logp)
     return {"logits": logits, "hidden": hidden, "cand_logp": cand, "weights": weights,
             "loglik": loglik}

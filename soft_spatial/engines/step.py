@@ -9,12 +9,13 @@ the numbers exactly whatever the model's dtype.
 """
 from __future__ import annotations
 
+from dataclasses import fields
 
 import torch
 from torch import Tensor, nn
 
-from soft_spatial.softthink import (AdaptSoft, DensityConfig, SamplingConfig, SoftTrace,
-                                    SoftThinkingConfig, gumbel_from_uniform, gumbel_log_density,
+from soft_spatial.softthink import (AdaptSoft, DensityConfig, SamplingConfig, SoftThinkingConfig,
+                                    StepRecord, gumbel_from_uniform, gumbel_log_density,
                                     mixture_weights, normalized_entropy, soft_step)
 
 __all__ = ["sample_step", "discrete_sample"]
@@ -26,8 +27,8 @@ def sample_step(logits: Tensor, h: Tensor | None, u: Tensor, thinking: Tensor,
                 soft_thinking: SoftThinkingConfig, sampling: SamplingConfig,
                 controller: AdaptSoft | None, feature_dim: int,
                 debug: bool = False, density: DensityConfig | None = None,
-                own_path: bool | None = None) -> dict[str, Tensor]:
-    """Records ``[b, ...]`` of one step for ``b`` live rows.
+                own_path: bool | None = None) -> StepRecord:
+    """The step's records of ``b`` live rows (:class:`~soft_spatial.softthink.StepRecord`).
 
     Args:
         logits: ``[b, V]`` last-position logits (never-emittable ids already at -inf).
@@ -45,13 +46,13 @@ def sample_step(logits: Tensor, h: Tensor | None, u: Tensor, thinking: Tensor,
             branch on values (what an accelerator needs, and what a CUDA graph captures).
             None: on the CPU only. Both give the same records.
     Returns:
-        the SoftTrace fields plus ``loglik`` (the step's likelihood under the rollout policy)
-        and, with ``debug``, ``weights`` and ``logp``.
+        the record fields, ``loglik`` (the step's likelihood under the rollout policy) and, with
+        ``debug``, ``weights`` and ``logp``.
     """
     temperature = sampling.temperature
-    b, k, dev = logits.shape[0], soft_thinking.top_k, logits.device
+    b, k = logits.shape[0], soft_thinking.top_k
     soft = thinking.bool() & soft_thinking.is_soft
-    if own_path if own_path is not None else dev.type == "cpu":
+    if own_path if own_path is not None else logits.device.type == "cpu":
         return _own_paths(logits, h, u, soft, soft_thinking, sampling, controller, feature_dim,
                           debug, density)
     # On an accelerator every row takes the same ops, soft and discrete alike, and the rows'
@@ -62,44 +63,36 @@ def sample_step(logits: Tensor, h: Tensor | None, u: Tensor, thinking: Tensor,
     ids = nn.functional.pad(tok[:, None], (0, k - 1))  # a discrete record: [token, 0, ...]
     if not soft_thinking.is_soft:
         zero, zeros = lp.new_zeros(b), lp.new_zeros(b, k)
-        rec = {"topk_ids": ids, "scores": zeros, "tau": zero, "u": zero,
-               "ctrl_x": lp.new_zeros(b, feature_dim), "entropy": zero, "soft": soft,
-               "loglik": lp.float()}
-        if debug:
-            rec["weights"], rec["logp"] = zeros, zeros
-        return rec
+        return StepRecord(topk_ids=ids, scores=zeros, tau=zero, u=zero,
+                          ctrl_x=lp.new_zeros(b, feature_dim), entropy=zero, soft=soft,
+                          loglik=lp.float(), weights=zeros if debug else None,
+                          logp=zeros if debug else None)
     part = _soft_records(logits, h, u[:, :k], soft_thinking, temperature, controller, density,
                          debug)
     col = soft[:, None]
-    rec = {"topk_ids": torch.where(col, part["topk_ids"], ids),
-           "scores": torch.where(col, part["scores"], 0.0),
-           "tau": torch.where(soft, part["tau"], 0.0),
-           "u": torch.where(soft, part["u"], 0.0) if "u" in part else lp.new_zeros(b),
-           "ctrl_x": (torch.where(col, part["ctrl_x"], 0.0) if "ctrl_x" in part
-                      else lp.new_zeros(b, feature_dim)),
-           "entropy": torch.where(soft, part["entropy"], 0.0), "soft": soft,
-           "loglik": torch.where(soft, part["loglik"], lp.float())}
-    if debug:
-        rec["weights"] = torch.where(col, part["weights"], 0.0)
-        rec["logp"] = torch.where(col, part["logp"], 0.0)
-    return rec
+    return StepRecord(
+        topk_ids=torch.where(col, part.topk_ids, ids),
+        scores=torch.where(col, part.scores, 0.0), tau=torch.where(soft, part.tau, 0.0),
+        u=torch.where(soft, part.u, 0.0) if part.u is not None else lp.new_zeros(b),
+        ctrl_x=(torch.where(col, part.ctrl_x, 0.0) if part.ctrl_x is not None
+                else lp.new_zeros(b, feature_dim)),
+        entropy=torch.where(soft, part.entropy, 0.0), soft=soft,
+        loglik=torch.where(soft, part.loglik, lp.float()),
+        weights=torch.where(col, part.weights, 0.0) if debug else None,
+        logp=torch.where(col, part.logp, 0.0) if debug else None)
 
 
 def _own_paths(logits: Tensor, h: Tensor | None, u: Tensor, soft: Tensor,
                soft_thinking: SoftThinkingConfig, sampling: SamplingConfig,
                controller: AdaptSoft | None, feature_dim: int, debug: bool,
-               density: DensityConfig | None) -> dict[str, Tensor]:
+               density: DensityConfig | None) -> StepRecord:
     """:func:`sample_step` with each row on its own path only (the CPU's way: reading the soft
     mask there costs nothing, and the full-vocabulary discrete draw alone was two thirds of a
     soft step's sampler time). A row's records are those of the select path: the same functions
     on its own values."""
-    b, k, dev = logits.shape[0], soft_thinking.top_k, logits.device
-    rec = SoftTrace.zero_step(b, k, feature_dim, dev)
-    rec["soft"] = soft.clone()
-    rec["loglik"] = torch.zeros(b, device=dev)
-    if debug:
-        rec["weights"] = torch.zeros(b, k, device=dev)
-        rec["logp"] = torch.zeros(b, k, device=dev)
+    b, k = logits.shape[0], soft_thinking.top_k
+    rec = StepRecord.zeros(b, k, feature_dim, logits.device, debug)
+    rec.soft = soft.clone()
     disc_rows, soft_rows = (~soft).nonzero().squeeze(-1), soft.nonzero().squeeze(-1)
 
     def rows(t: Tensor | None, idx: Tensor) -> Tensor | None:  # no [b, V] copy when all go one way
@@ -108,49 +101,50 @@ def _own_paths(logits: Tensor, h: Tensor | None, u: Tensor, soft: Tensor,
     if disc_rows.numel():
         tok, lp = discrete_sample(rows(logits, disc_rows), u[disc_rows, k], sampling,
                                   sampling.temperature)
-        rec["topk_ids"][disc_rows, 0] = tok
-        rec["loglik"][disc_rows] = lp.float()
+        rec.topk_ids[disc_rows, 0] = tok
+        rec.loglik[disc_rows] = lp.float()
     if soft_rows.numel():
         part = _soft_records(rows(logits, soft_rows), rows(h, soft_rows), u[soft_rows, :k],
                              soft_thinking, sampling.temperature, controller, density, debug)
-        for key, value in part.items():
-            rec[key][soft_rows] = value.to(rec[key].dtype)
+        for f in fields(part):
+            value = getattr(part, f.name)
+            if value is not None and f.name != "soft":
+                mine = getattr(rec, f.name)
+                mine[soft_rows] = value.to(mine.dtype)
     return rec
 
 
 def _soft_records(logits: Tensor, h: Tensor | None, u: Tensor,
                   soft_thinking: SoftThinkingConfig, temperature: float,
                   controller: AdaptSoft | None, density: DensityConfig | None,
-                  debug: bool) -> dict[str, Tensor]:
+                  debug: bool) -> StepRecord:
     """The soft step's records ``[n, ...]`` of ``n`` rows, all taken as soft (§2.1-2.6): top-K
     candidates, perturbed scores (``u`` ``[n, K]``), τ (fixed or AdaptSoft's), the controller's
     input, the normalised entropy (once: the controller's feature is the same Ĥ) and the step's
-    likelihood under ``density``."""
+    likelihood under ``density``. Fields the step does not make (``u`` and ``ctrl_x`` without a
+    controller, ``soft``) are None."""
     k, n = soft_thinking.top_k, logits.shape[0]
     # Records are fp32 and the mixture is built from the rounded record itself, so a replay
     # from the trace reproduces these numbers exactly whatever the model's dtype.
     noise = gumbel_from_uniform(u, soft_thinking.noise_clamp)
     ids, z, logp = soft_step(logits.float(), k, temperature, soft_thinking.noise_scale, noise)
     entropy = normalized_entropy(logp)
-    out = {"topk_ids": ids, "scores": z, "entropy": entropy}
+    x = uu = None
     if controller is not None:
         x = controller.features(h.float(), logp, entropy)
-        out["ctrl_x"] = x
     if soft_thinking.mode == "adaptsoft":
         uu = controller(x)
         tau = controller.temperature(uu)
-        out["u"] = uu
     else:
         tau = torch.full((n,), soft_thinking.fixed_tau, device=logits.device)
-    out["tau"] = tau
     c = soft_thinking.noise_scale  # without noise a soft step has no density: 0
     d = density or _EXACT
-    out["loglik"] = (gumbel_log_density(z, logp, c, d.reduce, d.clamp, d.min_logp) if c > 0
-                     else torch.zeros(n, device=logits.device))
-    if debug:
-        out["weights"] = mixture_weights(z, tau)
-        out["logp"] = logp
-    return out
+    loglik = (gumbel_log_density(z, logp, c, d.reduce, d.clamp, d.min_logp) if c > 0
+              else torch.zeros(n, device=logits.device))
+    return StepRecord(topk_ids=ids, scores=z, tau=tau, u=uu, ctrl_x=x, entropy=entropy,
+                      soft=None, loglik=loglik,
+                      weights=mixture_weights(z, tau) if debug else None,
+                      logp=logp if debug else None)
 
 
 def discrete_sample(logits, u, sampling: SamplingConfig, temperature: float):

@@ -30,11 +30,12 @@ from soft_spatial.softthink.mixture import (candidates, gumbel_from_uniform, mix
                       record_weights, soft_embedding, soft_step, sort_by_score,
                       spine)
 from soft_spatial.softthink.noise import NoiseKey, noise_uniforms, seed_tensor
-from soft_spatial.softthink.trace import SoftTrace, TraceRecorder, collate_traces, uncollate_traces
+from soft_spatial.softthink.trace import (SoftTrace, StepRecord, TraceRecorder, collate_traces,
+                                         uncollate_traces)
 
 __all__ = [
     "AdaptSoft", "AdaptSoftConfig", "ControllerState", "AlignmentConfig", "AlignmentScaler", "DensityConfig",
-    "SamplingConfig", "SoftThinkingConfig", "SoftTrace", "SparseGrad", "TraceRecorder",
+    "SamplingConfig", "SoftThinkingConfig", "SoftTrace", "SparseGrad", "StepRecord", "TraceRecorder",
     "alignment_loss", "alignment_scores", "all_gather_rows", "candidate_logp", "candidates",
     "center_per_rollout", "check_field_types", "collate_traces", "controller_surrogate",
     "from_mapping",

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["SoftTrace", "TraceRecorder", "collate_traces", "uncollate_traces", "TRACE_KEYS", "TRACE_FIELD",
-           "TRACE_PREFIX"]
+__all__ = ["RecordFields", "SoftTrace", "StepRecord", "TraceRecorder", "collate_traces",
+           "uncollate_traces", "TRACE_KEYS", "TRACE_FIELD", "TRACE_PREFIX"]
 
 TRACE_FIELD = "soft_trace"  # wire key of a response's records (SoftTrace.to_lists()) in both rollout backends
 TRACE_PREFIX = "trace_"  # collated records in a training batch: trace_<field> [B, R, ...] and trace_mask
@@ -38,13 +38,12 @@ def _record(dtype: torch.dtype, width: str | None = None):
     return field(metadata={"dtype": dtype, "width": width})
 
 
-@dataclass
-class SoftTrace:
-    """Records of one response (L steps). All tensors live on the CPU unless moved.
-
-    The fields are the record schema, declared once: each field's dtype and width live in its
-    metadata; :data:`TRACE_KEYS`, the collated layout and an engine's zero step derive from it.
-    """
+@dataclass(eq=False)
+class RecordFields:
+    """The record schema, declared once: each field's dtype and width live in its metadata; a
+    response's steps (:class:`SoftTrace`, ``[L, ...]``), one batched step (:class:`StepRecord`,
+    ``[rows, ...]``), :data:`TRACE_KEYS`, the collated layout and the SGLang plugin's packed rows
+    all derive from it, so a new record field is one line here."""
 
     topk_ids: Tensor = _record(torch.long, "k")  # [L, K]
     scores: Tensor = _record(torch.float32, "k")  # [L, K]
@@ -53,6 +52,16 @@ class SoftTrace:
     ctrl_x: Tensor = _record(torch.float32, "f")  # [L, F]
     entropy: Tensor = _record(torch.float32)  # [L]
     soft: Tensor = _record(torch.bool)  # [L] the soft-step mask (a record field: the name is part of the format)
+
+    def record_fields(self) -> dict[str, Tensor]:
+        """The record fields by name, in their order."""
+        return {f.name: getattr(self, f.name) for f in fields(RecordFields)}
+
+
+@dataclass
+class SoftTrace(RecordFields):
+    """Records of one response (L steps). All tensors live on the CPU unless moved; every field
+    is checked and cast to its dtype."""
 
     def __post_init__(self):
         n = self.topk_ids.shape[0]
@@ -68,14 +77,6 @@ class SoftTrace:
                              f"{tuple(self.topk_ids.shape)}")
 
     # -- construction -------------------------------------------------------------------------
-    @staticmethod
-    def zero_step(rows: int, k: int, feature_dim: int, device=None) -> dict[str, Tensor]:
-        """One batched step's records ``[rows, ...]``, all zero (``soft`` False): what an engine
-        fills in for its live rows."""
-        widths = {None: (), "k": (k,), "f": (feature_dim,)}
-        return {f.name: torch.zeros((rows,) + widths[f.metadata["width"]], dtype=f.metadata["dtype"],
-                                    device=device) for f in fields(SoftTrace)}
-
     @classmethod
     def empty(cls, k: int, feature_dim: int) -> "SoftTrace":
         z = torch.zeros(0)
@@ -146,8 +147,45 @@ class SoftTrace:
 
 
 #: the record fields in their order (the positional order of :class:`SoftTrace`)
-TRACE_KEYS = tuple(f.name for f in fields(SoftTrace))
-_DTYPES = {f.name: f.metadata["dtype"] for f in fields(SoftTrace)}
+TRACE_KEYS = tuple(f.name for f in fields(RecordFields))
+_DTYPES = {f.name: f.metadata["dtype"] for f in fields(RecordFields)}
+
+
+@dataclass(eq=False)
+class StepRecord(RecordFields):
+    """One decoding step of ``rows`` rows, as an engine's sampler makes it
+    (:func:`soft_spatial.engines.step.sample_step`): every record field ``[rows, ...]``, the
+    step's likelihood under the rollout policy ``loglik [rows]``, and with ``debug`` the mixture
+    weights and candidate log-probs ``[rows, K]``. Not checked or cast (a hot path's product:
+    the sampler builds it in the fields' dtypes)."""
+
+    loglik: Tensor = _record(torch.float32)  # [rows]
+    weights: Tensor | None = None  # [rows, K], debug only
+    logp: Tensor | None = None  # [rows, K], debug only
+
+    @classmethod
+    def zeros(cls, rows: int, k: int, feature_dim: int, device=None,
+              debug: bool = False) -> "StepRecord":
+        """All zero (``soft`` False): what an engine fills in for its live rows."""
+        widths = {None: (), "k": (k,), "f": (feature_dim,)}
+        made = {f.name: torch.zeros((rows,) + widths[f.metadata["width"]],
+                                    dtype=f.metadata["dtype"], device=device)
+                for f in fields(cls) if f.metadata}
+        if debug:
+            made["weights"] = torch.zeros(rows, k, device=device)
+            made["logp"] = torch.zeros(rows, k, device=device)
+        return cls(**made)
+
+    @property
+    def tokens(self) -> Tensor:
+        """The emitted tokens ``[rows]`` (slot 0 of every record)."""
+        return self.topk_ids[:, 0]
+
+    def present(self) -> dict[str, Tensor]:
+        """Every field that holds a tensor, by name (the record fields, ``loglik``, and the debug
+        fields when made)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) is not None}
 
 
 class TraceRecorder:
@@ -163,12 +201,10 @@ class TraceRecorder:
     def __len__(self) -> int:
         return len(self._steps["topk_ids"])
 
-    def record(self, **step: Tensor) -> None:
-        missing = set(TRACE_KEYS) - set(step)
-        if missing:
-            raise KeyError(f"TraceRecorder.record: missing {sorted(missing)}")
-        for key in TRACE_KEYS:
-            self._steps[key].append(step[key].detach())
+    def record(self, step: RecordFields) -> None:
+        """One batched step (every row's record fields)."""
+        for key, value in step.record_fields().items():
+            self._steps[key].append(value.detach())
 
     def build(self, lengths: Sequence[int], rows: Sequence[int] | None = None) -> list[SoftTrace]:
         """One trace per row (``rows`` selects/reorders them), trace i cut to ``lengths[i]``."""

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from soft_spatial.actor.replay_layout import REPLAY_KEYS, ReplayState, padded, scatter_rows, trace_layout
-from soft_spatial.softthink.trace import TRACE_KEYS, TRACE_PREFIX, SoftTrace, collate_traces
+from soft_spatial.softthink.trace import TRACE_KEYS, TRACE_PREFIX, SoftTrace, StepRecord, collate_traces
 
 
 def _jagged(rows):
@@ -18,7 +18,7 @@ def _micro_batch(prompts, responses, k=3, f=4):
     traces = []
     for i, resp in enumerate(responses):
         n = len(resp)
-        tr = SoftTrace.zero_step(n, k, f)
+        tr = StepRecord.zeros(n, k, f).record_fields()
         tr["topk_ids"][:, 0] = resp
         tr["topk_ids"][:, 1:] = resp[:, None] + torch.arange(1, k)
         tr["scores"][:] = -torch.arange(k, dtype=torch.float32)

@@ -39,11 +39,11 @@ def test_own_path_equals_both_paths_and_select(mode, density, sampling):
     fdim = ctrl.feature_dim if ctrl is not None else 9
     with torch.no_grad():
         both = sample_step(logits, h, u, thinking, conf, sampling, ctrl, fdim, debug=True,
-                           density=density, own_path=False)
+                           density=density, own_path=False).present()
         own = sample_step(logits, h, u, thinking, conf, sampling, ctrl, fdim, debug=True,
-                          density=density, own_path=True)
+                          density=density, own_path=True).present()
         default = sample_step(logits, h, u, thinking, conf, sampling, ctrl, fdim, debug=True,
-                              density=density)
+                              density=density).present()
     assert set(both) == set(own) == set(default)
     for key in both:
         assert both[key].dtype == own[key].dtype and both[key].shape == own[key].shape, key
@@ -72,6 +72,8 @@ def test_all_rows_of_one_kind():
     logits, h, u, _ = _inputs(1)
     conf = SoftThinkingConfig(mode="fixed", top_k=K)
     for thinking in (torch.ones(B, dtype=torch.bool), torch.zeros(B, dtype=torch.bool)):
-        both = sample_step(logits, h, u, thinking, conf, SamplingConfig(), None, 1, own_path=False)
-        own = sample_step(logits, h, u, thinking, conf, SamplingConfig(), None, 1, own_path=True)
-        assert all(torch.equal(both[k], own[k]) for k in both)
+        both = sample_step(logits, h, u, thinking, conf, SamplingConfig(), None, 1,
+                           own_path=False).present()
+        own = sample_step(logits, h, u, thinking, conf, SamplingConfig(), None, 1,
+                          own_path=True).present()
+        assert set(both) == set(own) and all(torch.equal(both[k], own[k]) for k in both)

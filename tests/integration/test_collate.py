@@ -46,12 +46,12 @@ def test_mixture_metrics_against_the_weights_written_out():
     import math
 
     from soft_spatial.integration.collate import HIGH_ENTROPY, trace_metrics
-    from soft_spatial.softthink import SoftTrace
+    from soft_spatial.softthink import SoftTrace, StepRecord
 
     g = torch.Generator().manual_seed(0)
     traces = []
     for n in (5, 3):
-        tr = SoftTrace.zero_step(n, 4, 9)
+        tr = StepRecord.zeros(n, 4, 9).record_fields()
         tr["scores"] = torch.randn(n, 4, generator=g) * 2
         tr["tau"] = 0.1 + 0.8 * torch.rand(n, generator=g)
         tr["entropy"] = torch.rand(n, generator=g) * 0.6

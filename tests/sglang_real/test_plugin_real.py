@@ -184,9 +184,9 @@ def test_real_sampler_parity_with_sample_step(installed, sgl, density, monkeypat
         u = noise_uniforms(seed_tensor(seeds), t, k + 1)  # docs/design.md §2.2
         masked = logits.index_fill(-1, banned, float("-inf"))
         rec = sample_step(masked, hidden, u, thinking.clone(), soft, sampling, rt.controller,
-                          rt.feature_dim, density=density)
+                          rt.feature_dim, density=density).present()
         exact = sample_step(masked, hidden, u, thinking.clone(), soft, sampling, rt.controller,
-                            rt.feature_dim)["loglik"]
+                            rt.feature_dim).loglik
         assert torch.equal(rec["loglik"] == exact, ~rec["soft"] | density.exact)
         got = step_records(out.customized_info[RECORD_KEY])
         assert set(out.customized_info) == {RECORD_KEY}  # one key per step

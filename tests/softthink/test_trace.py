@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from soft_spatial.softthink import SoftTrace, TraceRecorder, collate_traces, uncollate_traces
+from soft_spatial.softthink import SoftTrace, StepRecord, TraceRecorder, collate_traces, uncollate_traces
 
 
 def random_trace(n, k=5, f=9, seed=0, soft_until=None):
@@ -52,8 +52,7 @@ def test_recorder_builds_per_row_traces():
     rec = TraceRecorder()
     steps = [random_trace(3, seed=s) for s in range(4)]  # 4 steps of a batch of 3 rows
     for st in steps:
-        rec.record(**{k: getattr(st, k) for k in ("topk_ids", "scores", "tau", "u", "ctrl_x",
-                                                    "entropy", "soft")})
+        rec.record(st)  # a batched step: its record fields
     out = rec.build(lengths=[4, 2, 0], rows=[0, 1, 2])
     assert [len(t) for t in out] == [4, 2, 0]
     for step, st in enumerate(steps):
@@ -78,11 +77,17 @@ def test_the_record_schema_is_declared_once_on_softtrace():
 
     schema = {f.name: (f.metadata["dtype"], f.metadata["width"]) for f in fields(SoftTrace)}
     assert TRACE_KEYS == tuple(schema) == ("topk_ids", "scores", "tau", "u", "ctrl_x", "entropy", "soft")
-    zero = SoftTrace.zero_step(3, 5, 9)
+    step = StepRecord.zeros(3, 5, 9)
+    zero = step.record_fields()
     widths = {None: (), "k": (5,), "f": (9,)}
     assert {k: (v.dtype, tuple(v.shape)) for k, v in zero.items()} == {
         k: (dt, (3,) + widths[w]) for k, (dt, w) in schema.items()}
     assert all(not v.any() for v in zero.values())
+    # one batched step: the record fields, its likelihood, the debug fields only when asked
+    assert set(step.present()) == set(TRACE_KEYS) | {"loglik"} and step.weights is None
+    assert step.loglik.dtype == torch.float32 and step.tokens.shape == (3,)
+    debug = StepRecord.zeros(3, 5, 9, debug=True)
+    assert debug.weights.shape == debug.logp.shape == (3, 5)
     # a trace built from other dtypes is cast to the schema's
     tr = SoftTrace(*(v.double() if v.dtype != torch.bool else v for v in zero.values()))
     assert {k: getattr(tr, k).dtype for k in TRACE_KEYS} == {k: dt for k, (dt, _) in schema.items()}

@@ -10,7 +10,7 @@ def capture_local(monkeypatch):
 
     def spy_step(logits, h, u, thinking, *a, **kw):
         rec = real_step(logits, h, u, thinking, *a, **kw)
-        steps.append((logits.clone(), h.clone(), {k: v.clone() for k, v in rec.items()}))
+        steps.append((logits.clone(), h.clone(), {k: v.clone() for k, v in rec.present().items()}))
         return rec
 
     def spy_mix(*a, **kw):

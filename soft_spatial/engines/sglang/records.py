@@ -33,7 +33,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from soft_spatial.softthink.trace import TRACE_KEYS, SoftTrace
+from soft_spatial.softthink.trace import TRACE_KEYS, SoftTrace, StepRecord
 
 __all__ = ["RECORD_KEY", "RecordLayout", "pack", "PackedRows", "unpack", "step_records",
            "RecordsError"]
@@ -95,13 +95,13 @@ def _words(t: Tensor) -> Tensor:
     return t.view(torch.int32) if t.dtype == torch.float32 else t.to(torch.int32)
 
 
-def pack(rec: dict[str, Tensor], step: Tensor, header: Tensor) -> Tensor:
-    """One step's records ``rec`` (every :data:`TRACE_KEYS` field and ``loglik``, ``[rows, ...]``)
-    as packed rows ``[rows, W]`` int32, in one concatenation; ``step [rows]`` the noise step of
-    each row, ``header [rows, 1]`` int32 the layout word (a constant the caller keeps)."""
+def pack(rec: StepRecord, step: Tensor, header: Tensor) -> Tensor:
+    """One step's records ``rec`` (``[rows, ...]``) as packed rows ``[rows, W]`` int32, in one
+    concatenation; ``step [rows]`` the noise step of each row, ``header [rows, 1]`` int32 the
+    layout word (a constant the caller keeps)."""
     parts = [header, _words(step)]
-    parts += [_words(rec[name]) for name in TRACE_KEYS]
-    parts.append(_words(rec["loglik"].float()))
+    parts += [_words(value) for value in rec.record_fields().values()]
+    parts.append(_words(rec.loglik.float()))
     return torch.cat(parts, dim=1)
 
 

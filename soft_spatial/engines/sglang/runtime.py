@@ -372,12 +372,12 @@ class SoftRuntime:
         rec = sample_step(logits, hidden, u, thinking, soft_thinking, sampling,
                           self._controller_on(logits.device), self.feature_dim,
                           density=self.setup.soft.density, own_path=own_path)
-        tokens = rec["topk_ids"][:, 0]
+        tokens = rec.tokens
         if soft_thinking.is_soft:
             end = self.setup.think_end_id  # the </think> step itself was soft
             table.thinking[slots] = thinking & (tokens != end)
-            table.ids[slots] = rec["topk_ids"]
-            table.weights[slots] = record_weights(rec["scores"], rec["tau"], rec["soft"])
+            table.ids[slots] = rec.topk_ids
+            table.weights[slots] = record_weights(rec.scores, rec.tau, rec.soft)
         return tokens, pack(rec, step, self._header(logits.shape[0], logits.device))
 
     def _sample_rows(self, reqs: Sequence[Any], logits: Tensor, hidden: Tensor | None,

@@ -181,17 +181,17 @@ def decode(engine, messages, row: Mapping, soft_thinking: SoftThinkingConfig,
     for step in range(sampling.max_new_tokens):
         u = noise_uniforms(seeds, step, k + 1)
         rec = sample_step(logits, h, u, thinking, soft_thinking, sampling, None, engine.feature_dim)
-        nxt = record_input_embeddings(engine.embed.weight, rec["topk_ids"], rec["scores"],
-                                      rec["tau"], rec["soft"])
-        own = record_weights(rec["scores"], rec["tau"], rec["soft"])
+        nxt = record_input_embeddings(engine.embed.weight, rec.topk_ids, rec.scores,
+                                      rec.tau, rec.soft)
+        own = record_weights(rec.scores, rec.tau, rec.soft)
         active = sorted(live_rows)
         for j in active:
-            token = int(rec["topk_ids"][j, 0])
+            token = int(rec.topk_ids[j, 0])
             samples[j].token_ids.append(token)
             words[j].append(tok.decode([token]).strip())
             s = branch_step(words[j], truth.t_star)
-            if s is not None and bool(rec["soft"][j]) and s in live_ids:
-                cand = rec["topk_ids"][j].tolist()
+            if s is not None and bool(rec.soft[j]) and s in live_ids:
+                cand = rec.topk_ids[j].tolist()
                 w = own[j].tolist()
 
                 def mass(ids_):
@@ -206,7 +206,7 @@ def decode(engine, messages, row: Mapping, soft_thinking: SoftThinkingConfig,
                     gamma = gumbel_from_uniform(u[j, :k].to(torch.float64), soft_thinking.noise_clamp)
                     z = perturb(logp, soft_thinking.noise_scale, gamma)
                     nxt[j] = soft_embedding(engine.embed.weight, cand_ids.to(dev),
-                                            mixture_weights(z, float(rec["tau"][j])).float())
+                                            mixture_weights(z, float(rec.tau[j])).float())
                 elif oracle.kind == "guess":
                     nxt[j] = engine.embed.weight[live_ids[s][guess[j]]]
             if think_end is not None and bool(thinking[j]) and token == think_end:

@@ -29,7 +29,7 @@ def test_the_no_wait_check_catches_a_wait(monkeypatch, wait):
 
     def waiting(logits, *a, **kw):
         rec = original(logits, *a, **kw)
-        dev, soft = logits.device, rec["soft"]
+        dev, soft = logits.device, rec.soft
         if wait == "tolist":
             soft.tolist()
         elif wait == "bool":
@@ -39,7 +39,7 @@ def test_the_no_wait_check_catches_a_wait(monkeypatch, wait):
         elif wait == "blocking copy":
             torch.zeros(1).to(dev)
         elif wait == "list index":
-            rec["tau"][[0]]  # on CUDA a blocking copy of the index; unseen on meta
+            rec.tau[[0]]  # on CUDA a blocking copy of the index; unseen on meta
         else:
             torch.tensor([1], device=dev)
         return rec

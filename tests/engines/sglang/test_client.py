@@ -11,7 +11,7 @@ from soft_spatial.engines.sglang.client import (TraceAccumulator, decode_control
                                                 encode_controller, request_params, split_records)
 from soft_spatial.engines.sglang.records import RECORD_KEY, PackedRows, RecordLayout, pack
 from soft_spatial.softthink.settings import sampling_config
-from soft_spatial.softthink import SoftTrace
+from soft_spatial.softthink import SoftTrace, StepRecord
 
 
 def _packed_step(step: int, rows: int, k: int = 2, f: int = 3) -> list[bytes]:
@@ -21,7 +21,7 @@ def _packed_step(step: int, rows: int, k: int = 2, f: int = 3) -> list[bytes]:
            "ctrl_x": torch.full((rows, f), -1.5), "entropy": torch.full((rows,), 0.125),
            "soft": torch.tensor([step % 2 == 0] * rows), "loglik": torch.full((rows,), -1.0)}
     header = torch.full((rows, 1), RecordLayout(k, f).word, dtype=torch.int32)
-    return list(PackedRows(pack(rec, torch.full((rows,), step), header)))
+    return list(PackedRows(pack(StepRecord(**rec), torch.full((rows,), step), header)))
 
 
 def test_trace_accumulator_concatenates_streamed_slices():

@@ -11,7 +11,7 @@ import torch
 
 from soft_spatial.engines.sglang.records import (PackedRows, RecordLayout, RecordsError, pack,
                                                  step_records, unpack)
-from soft_spatial.softthink import SoftTrace
+from soft_spatial.softthink import SoftTrace, StepRecord
 from soft_spatial.softthink.trace import TRACE_KEYS
 
 
@@ -19,7 +19,7 @@ def _records(rows, k, f, seed=0):
     """Records whose every field holds awkward values: large ids, negative zero, subnormals,
     infinities, NaN payloads, values that are no float32 of a short decimal."""
     g = torch.Generator().manual_seed(seed)
-    rec = SoftTrace.zero_step(rows, k, f)
+    rec = StepRecord.zeros(rows, k, f).present()
     rec["topk_ids"] = torch.randint(0, 151_936, (rows, k), generator=g)
     rec["topk_ids"][0, 0] = 2 ** 31 - 1
     specials = torch.tensor([-0.0, 1e-45, float("inf"), -float("inf"), math.pi, 1 / 3])
@@ -32,7 +32,7 @@ def _records(rows, k, f, seed=0):
     rec["loglik"] = torch.randn(rows, generator=g)
     if rows > 1:
         rec["loglik"][-1] = float("nan")
-    return rec
+    return StepRecord(**rec)
 
 
 @pytest.mark.parametrize("k,f", [(1, 0), (5, 33), (7, 65)])
@@ -47,7 +47,7 @@ def test_packed_rows_round_trip_bit_for_bit(k, f):
     assert len(items) == rows and all(len(items[i]) == 4 * layout.width for i in range(rows))
     back = step_records(items)
     for name in (*TRACE_KEYS, "loglik"):  # bitwise: compare the bit patterns of floats
-        a, b = rec[name], back[name]
+        a, b = getattr(rec, name), back[name]
         assert a.dtype == b.dtype and a.shape == b.shape, name
         view = (lambda t: t.view(torch.int32)) if a.dtype == torch.float32 else (lambda t: t)
         assert torch.equal(view(a), view(b)), name
@@ -60,9 +60,9 @@ def test_a_requests_rows_unpack_to_its_trace_and_bad_rows_are_refused():
     header = torch.full((1, 1), RecordLayout(k, f).word, dtype=torch.int32)
     rows = [PackedRows(pack(r, torch.tensor([t]), header))[0] for t, r in enumerate(steps)]
     trace, loglik = unpack(rows, "request q")
-    want = SoftTrace.concat([SoftTrace(*(r[key] for key in TRACE_KEYS)) for r in steps])
+    want = SoftTrace.concat([SoftTrace(**r.record_fields()) for r in steps])
     assert SoftTrace.from_lists(trace).to_lists() == want.to_lists()
-    assert loglik == [float(r["loglik"][0]) for r in steps]
+    assert loglik == [float(r.loglik[0]) for r in steps]
     with pytest.raises(RecordsError, match="request q: record 1 was sampled at noise step 2"):
         unpack([rows[0], rows[2]], "request q")
     other = PackedRows(pack(_records(1, k + 1, f), torch.tensor([1]), torch.full(
