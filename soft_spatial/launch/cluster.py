@@ -111,9 +111,11 @@ class Run:
             time.sleep(0.5)
         log(f"{name} is up")
 
-    def marker_pids(self) -> list:
-        """Live processes on this machine that carry this run's marker."""
-        return tether.members(self.marker)
+    def stop_one(self, name: str, pid: int) -> None:
+        """End the process ``name`` (``pid``) and what it started in its session (``ray start``'s
+        Ray processes stay there), not the run's other processes; remove its pid file."""
+        tether.reap(self.marker, [pid], STOP_GRACE_S, by_marker=False)
+        (self.state_dir / f"{name}.pid").unlink(missing_ok=True)
 
     def teardown(self) -> None:
         """Stop everything started for this run: each tethered process in reverse start order, then
@@ -239,8 +241,11 @@ def cmd_node(opts: Options, environ: dict) -> int:
             address = f"{resolve_head_ip(opts, host, in_slurm)}:{opts.port}"
             if not opts.dry_run:
                 (run.state_dir / "address").write_text(address + "\n")
-    except BaseException:  # a start that failed or was interrupted leaves nothing running
-        run.teardown()
+    except BaseException:  # a start that failed or was interrupted leaves nothing of it running
+        for started, child in run.started:
+            if isinstance(child, tether.Tethered):
+                run.stop_one(started, child.pid)
+                child.wait()
         raise
     print(f"RAY_ADDRESS={address}\nRUN_DIR={run.run_dir}", flush=True)
     return 0
@@ -273,8 +278,7 @@ def cmd_stop(opts: Options, environ: dict) -> int:
         if opts.dry_run:
             print(f"[dry-run] kill -TERM {run.started[0][1]}")
             return 0
-        tether.reap(run.marker, [run.started[0][1]], STOP_GRACE_S, by_marker=False)
-        (run.state_dir / f"{opts.name}.pid").unlink(missing_ok=True)
+        run.stop_one(opts.name, run.started[0][1])
         return 0
     run.teardown()
     log(f"stopped Ray processes of {run.run_dir}")

@@ -114,6 +114,32 @@ def test_a_signal_stops_the_launch_and_every_process_it_started(tmp_path, sig):
         kill_leftovers(run_dir)
 
 
+def test_head_and_worker_outlive_their_command_until_stop_ends_them(tmp_path):
+    """``head`` and ``worker`` leave Ray running (tethered without a watchdog, with the run's
+    marker); ``stop --name`` ends that process alone, ``stop`` the rest, no pid file left. The Ray
+    CLI is a stub."""
+    stub = tmp_path / "ray"
+    stub.write_text(RAY_STUB)
+    stub.chmod(0o755)
+    run_dir = tmp_path / "run"
+    args = ["--run-dir", str(run_dir), "--head-ip", "127.0.0.1", "--port", str(free_port()),
+            "--no-dashboard", "--num-cpus", "1"]
+    env = clean_env(SOFT_SPATIAL_RAY_BIN=str(stub))
+    try:
+        for sub in ("head", "worker"):
+            res = run_launcher(*args, "--name", sub, sub, env=env)
+            assert res.returncode == 0, res.stdout + res.stderr
+        pids = {sub: int((run_dir / "ray" / f"{sub}.pid").read_text()) for sub in ("head", "worker")}
+        assert sorted(marker_pids(run_dir)) == sorted(pids.values())  # both run on
+        assert run_launcher(*args, "--name", "worker", "stop", env=env).returncode == 0
+        assert marker_pids(run_dir) == [pids["head"]]  # the worker alone was stopped
+        assert run_launcher(*args, "stop", env=env).returncode == 0
+        assert_no_processes_left(run_dir)
+        assert not list((run_dir / "ray").glob("*.pid"))
+    finally:
+        kill_leftovers(run_dir)
+
+
 def test_a_planted_token_is_refused_in_one_line_and_nothing_starts(tmp_path):
     """Issue 55 item 3: the launcher reused any ``auth_token`` already in its Ray directory, so a
     planted 0644 token of known content became the cluster's key while the head listened on every
