@@ -17,8 +17,9 @@ command line or the files it names or holds open: a user's ``tail -f`` on a chil
 the child's. A child started under another tether carries both markers (comma-separated), so an
 outer tether's reaper ends it too.
 
-**The reaper** (:func:`reap`): SIGTERM to every member, then, after a grace period, SIGKILL to what
-is left (and to what a dying process started meanwhile) until none is left.
+**The reaper** (:func:`reap`): SIGTERM to the child first (it ends what it started in its own
+order), then to every member left, then, a grace period after the first, SIGKILL to what is left
+(and to what a dying process started meanwhile) until none is left.
 
 **The watchdog**: a cleanup in the parent runs only when the parent lives to run it; SIGKILL and a
 crashed interpreter skip it. So `start` also starts a small process in a session of its own,
@@ -107,28 +108,35 @@ def members(marker: str, sessions: Collection[int] = (), by_marker: bool = True)
 
 def reap(marker: str, sessions: Collection[int] = (), grace_s: float = GRACE_S,
          by_marker: bool = True) -> list[int]:
-    """End the processes of a tethered child (:func:`members`): SIGTERM, then SIGKILL to what is
-    left after ``grace_s`` and to anything started meanwhile, until none is left (or
-    :data:`SWEEP_S` passed). Returns the pids signalled. A process that exits between the lookup
-    and the signal is skipped."""
+    """End the processes of a tethered child (:func:`members`): SIGTERM to the session leaders in
+    ``sessions`` first (each ends what it started in its own order: ``ray start`` stops its raylet
+    before its GCS, where a raylet whose GCS went first waits for it), then to every member left;
+    SIGKILL to what is left ``grace_s`` after the first SIGTERM, and to anything started
+    meanwhile, until none is left (or :data:`SWEEP_S` passed). Returns the pids signalled. A
+    process that exits between the lookup and the signal is skipped."""
     signalled: set[int] = set()
 
-    def signal_all(sig: int) -> list[int]:
-        pids = members(marker, sessions, by_marker)
+    def send(pids: Collection[int], sig: int) -> None:
         for pid in pids:
             try:
                 os.kill(pid, sig)
                 signalled.add(pid)
             except (ProcessLookupError, PermissionError):
                 pass
-        return pids
 
-    if signal_all(signal.SIGTERM):
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and members(marker, sessions, by_marker):
+    def wait(pending) -> None:
+        while time.monotonic() < deadline and pending():
             time.sleep(0.2)
+
+    deadline = time.monotonic() + grace_s
+    leaders = [s for s in members(marker, sessions, by_marker) if s in sessions]
+    send(leaders, signal.SIGTERM)
+    wait(lambda: any(map(alive, leaders)))
+    send(members(marker, sessions, by_marker), signal.SIGTERM)
+    wait(lambda: members(marker, sessions, by_marker))
     deadline = time.monotonic() + SWEEP_S
-    while signal_all(signal.SIGKILL) and time.monotonic() < deadline:
+    while (left := members(marker, sessions, by_marker)) and time.monotonic() < deadline:
+        send(left, signal.SIGKILL)
         time.sleep(0.05)
     return sorted(signalled)
 

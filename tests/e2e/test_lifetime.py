@@ -5,9 +5,10 @@ started that left its session, one that stayed in it with an empty environment),
 exits 128 + the signal with one line, and no scratch folder, partial output or lock is left.
 
 Each command runs its own ``main`` with the cheapest child it starts replaced by a stand-in
-(``tests/support/lifetime.py``); training's child is its real local Ray, held once it is up
-(``tests/support/barrier.py``). The process table is polled until the processes are gone, never a
-time asserted. Elsewhere: the launcher (tests/launch/test_cluster.py), the learning runner
+(``tests/support/lifetime.py``); training's child is its real local Ray, held once the driver
+joined it (``tests/support/barrier.py``; slow, SIGHUP: SIGTERM is
+tests/e2e/test_train_signals.py's). The process table is polled until the processes are gone,
+never a time asserted. Elsewhere: the launcher (tests/launch/test_cluster.py), the learning runner
 (tests/lab/learning/test_experiment.py), the GPU kit's plan (tests/bench/gpu/test_runner.py),
 SIGKILL (tests/infra/test_tether.py, tests/infra/test_ray_session.py)."""
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 
 import barrier
 import lifetime
+from eval_helpers import tree
 
 from soft_spatial.infra.dirlock import DirLock
 
@@ -29,13 +31,25 @@ SIGNALS = pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.
 @SIGNALS
 def test_export_ends_its_merger_and_leaves_no_partial_output(tmp_path, sig):
     """Issue 55 item 8: SIGHUP to export orphaned the merger and left ``OUT.partial`` (SIGTERM
-    was handled)."""
+    was handled). While the first export is in its merger, a second one to the same output is
+    refused at once naming it, and changes nothing (SIGTERM's run: one is enough)."""
     actor = tmp_path / "ckpt" / "global_step_1" / "actor"
     actor.mkdir(parents=True)
     (actor / "model_world_size_1_rank_0.pt").write_bytes(b"never read: the merger is a stand-in")
     (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").write_text("1")
     out, pids = tmp_path / "export", tmp_path / "pids"
-    lifetime.signal_run(lifetime.command("export", pids, tmp_path / "ckpt", out), pids, sig)
+
+    def second_export(first):
+        assert (tmp_path / "export.partial" / "config.json").is_file()  # the merger's output
+        before = tree(tmp_path)
+        second = subprocess.run(lifetime.command("export", tmp_path / "pids2", tmp_path / "ckpt", out),
+                                capture_output=True, text=True, timeout=300, env=lifetime.env())
+        assert second.returncode != 0 and "Traceback" not in second.stderr
+        assert f"pid {first.pid}" in second.stderr and "in use" in second.stderr, second.stderr
+        assert tree(tmp_path) == before  # the first's OUT.partial untouched, no OUT
+
+    lifetime.signal_run(lifetime.command("export", pids, tmp_path / "ckpt", out), pids, sig,
+                        held=second_export if sig == signal.SIGTERM else None)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "pids"]  # no OUT.partial, no lock
 
 
@@ -67,7 +81,10 @@ def test_the_gpu_kits_stage_ends_its_child_and_removes_its_scratch_folder(tmp_pa
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
+# SIGHUP only (a training start-up per signal): SIGTERM after a whole step and its checkpoint is
+# tests/e2e/test_train_signals.py's, and SIGINT takes SIGTERM's way out (both a KeyboardInterrupt;
+# only the status differs: tests/infra/test_signals.py), as every command above shows
+@pytest.mark.parametrize("sig", [signal.SIGHUP], ids=["SIGHUP"])
 def test_training_ends_its_local_ray(tiny_qwen3_vl_small, train_data, tmp_path, sig):
     """Training held once its driver joined its local Ray (the head tethered to the driver, every
     Ray process in the head's session or carrying its marker), then signalled: no Ray process is

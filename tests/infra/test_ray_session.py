@@ -4,8 +4,8 @@ ends the Ray of a driver whose watchdog died too (stand-ins in the recorded sess
 recorded marker) and nothing that only names the run's directory, carries it as ``RAY_TMPDIR`` or
 holds a file open in it. The process table is asserted, never a time. (The Ray directory being
 this user's alone, and training refusing one that is not: tests/test_train.py; a real training
-run's local Ray, its renamed agents included, ended by SIGINT and SIGHUP while a user's ``tail -f``
-on its log lives on: tests/e2e/test_lifetime.py; by SIGTERM after a whole step:
+run's local Ray, its renamed agents included, ended by SIGHUP while a user's ``tail -f`` on its
+log lives on: tests/e2e/test_lifetime.py; by SIGTERM after a whole step:
 tests/e2e/test_train_signals.py; the watchdog after a SIGKILL: tests/infra/test_tether.py.)"""
 import json
 import os

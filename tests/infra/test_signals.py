@@ -3,7 +3,7 @@ in a small command of its own: the handler raises in the block (exit status 143,
 Ray's ``ray.init`` taking it over is undone, the previous handler is back after the block, a SIGHUP
 ignored from the start (``nohup``) stays ignored, and a SIGTERM a finalizer swallowed still ends
 the command with one line. (Real signals to the real commands, each held at a barrier or in a
-stand-in child: tests/e2e/test_*signals.py, test_export_safety.py, tests/e2e/test_lifetime.py.)"""
+stand-in child: tests/e2e/test_*signals.py, tests/e2e/test_lifetime.py.)"""
 import os
 import signal
 import subprocess

@@ -62,12 +62,12 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def signal_run(argv: list[str], pids_file: Path, sig: int, environ: dict | None = None,
-               cwd: Path = ROOT) -> str:
+               cwd: Path = ROOT, held=None) -> str:
     """Start ``argv`` (a command whose child writes ``pids_file`` once it started its own
-    processes), send it ``sig`` once it has, and check that it ends as a command interrupted by
-    ``sig`` ends (exit 128 + the signal, one line, no traceback) and that no process of its child
-    is left (the process table, polled until they are gone: a generous bound, not a timing).
-    Returns the command's stderr."""
+    processes), send it ``sig`` once it has (``held(proc)`` first, when given), and check that it
+    ends as a command interrupted by ``sig`` ends (exit 128 + the signal, one line, no traceback)
+    and that no process of its child is left (the process table, polled until they are gone: a
+    generous bound, not a timing). Returns the command's stderr."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=cwd, env=environ or env(), start_new_session=True,
                             preexec_fn=hangup_default)
@@ -78,6 +78,8 @@ def signal_run(argv: list[str], pids_file: Path, sig: int, environ: dict | None 
         assert proc.poll() is None, proc.communicate()
         pids = [int(p) for p in pids_file.read_text().split()]
         assert pids and all(map(alive, pids))
+        if held is not None:
+            held(proc)
         err = interrupt(proc, sig)
         wait_for(lambda: not any(map(alive, pids)), "every process of the run gone", limit_s=60.0)
         return err
