@@ -24,8 +24,9 @@ written with each checkpoint, or, for a run from before checkpoints carried thei
 
 One export per OUT_DIR: a lock beside it (``.OUT_DIR.lock``, removed when the export ends)
 refuses a second export to the same output at once, naming the first. SIGTERM (Slurm, ``timeout``,
-``kill``) ends an export as Ctrl-C does: the merger's whole process group is killed with it,
-``OUT_DIR.partial`` is removed, and the command exits 143 (130 for SIGINT).
+``kill``) and SIGHUP (the terminal closing) end an export as Ctrl-C does: the merger, tethered to
+the export (``infra/tether.py``), ends with everything it started, ``OUT_DIR.partial`` is removed,
+and the command exits 128 + the signal (143, 129; 130 for SIGINT).
 
 What is trusted: nothing in the checkpoint runs code. The FSDP shards are unpickled
 weights-only (``torch.load(weights_only=True)``: tensors and verl's DTensors with their
@@ -47,8 +48,8 @@ from pathlib import Path
 from collections.abc import Sequence
 
 from soft_spatial.compat.verl.merger import REFUSED, UnsafeCheckpointError
+from soft_spatial.infra import tether
 from soft_spatial.infra.dirlock import OutputLock
-from soft_spatial.infra.procs import end_group
 from soft_spatial.infra.run_dir import TRACKER, latest_step
 from soft_spatial.infra.signals import command
 from soft_spatial.softthink.settings import CONTROLLER_FILE, SETTINGS_FILE, SoftSettings
@@ -123,23 +124,17 @@ def merge_command(actor: Path, target: Path) -> list[str]:
 
 
 def run_merger(actor: Path, target: Path) -> None:
-    """Merge ``actor`` into ``target`` in a child process leading its own process group: if this
-    process is interrupted (SIGINT, or SIGTERM under :func:`soft_spatial.infra.signals.command`),
-    the group is killed and reaped before the interruption goes on, so nothing writes ``target``
-    after this returns or raises. A refused checkpoint raises :class:`UnsafeCheckpointError`."""
+    """Merge ``actor`` into ``target`` in a child process tethered to this one: if this process is
+    interrupted (SIGINT, or SIGTERM and SIGHUP under :func:`soft_spatial.infra.signals.command`),
+    the merger and everything it started are ended before the interruption goes on, so nothing
+    writes ``target`` after this returns or raises. A refused checkpoint raises
+    :class:`UnsafeCheckpointError`."""
     env = dict(os.environ)
     if not _has_cuda():
         env.setdefault("VERL_PLATFORM", "cpu")  # verl's merger needs a platform; ours on a CPU
-    proc = subprocess.Popen(merge_command(actor, target), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        output, _ = proc.communicate()
-    except BaseException:
-        end_group(proc)
-        raise
-    finally:
-        if proc.stdout:
-            proc.stdout.close()
+    proc = tether.run(merge_command(actor, target), env=env, stdout=subprocess.PIPE,
+                      stderr=subprocess.STDOUT, text=True)
+    output = proc.stdout
     if proc.returncode == REFUSED:
         lines = output.strip().splitlines()
         raise UnsafeCheckpointError(lines[-1] if lines else f"{actor}: refused by the merger")

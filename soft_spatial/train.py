@@ -317,8 +317,12 @@ def run(cfg, record: dict[str, str] | None = None) -> None:
             return
         for rel, text in (record or {}).items():
             write_text(run_dir / rel, text)
-        runtime_env(cfg, env)
-        run_verl(cfg)
+        local = runtime_env(cfg, env)
+        try:
+            run_verl(cfg)
+        finally:
+            if local is not None:
+                local.stop()  # the driver left it, its every process ended, its directory removed
     print(f"checkpoints: {run_dir}\nmetrics: {metrics}")
 
 
@@ -360,10 +364,11 @@ def joins_cluster(cfg) -> bool:
     return bool(os.environ.get("RAY_ADDRESS") or cfg.get("ray_kwargs", {}).get("ray_init", {}).get("address"))
 
 
-def runtime_env(cfg, env: dict) -> None:
-    """Ray's runtime environment: the plugin environment for every Ray process; a local Ray
-    started by this process listens on this machine only, with the run's own token, and ends with
-    it (orphans of a killed run reaped first, a watchdog)."""
+def runtime_env(cfg, env: dict) -> ray_session.LocalRay | None:
+    """Ray's runtime environment: the plugin environment for every Ray process. Without a cluster
+    address the run starts its local Ray here (`ray_session.start_local`: a tethered head that ends
+    with the run, its orphans from a killed run reaped first), listening on this machine only, with
+    the run's own token, and returns it; the driver then joins it as a client."""
     with open_dict(cfg):
         ray_init = cfg.ray_kwargs.setdefault("ray_init", {})
         env_vars = ray_init.setdefault("runtime_env", {}).setdefault("env_vars", {})
@@ -371,9 +376,9 @@ def runtime_env(cfg, env: dict) -> None:
             env_vars.setdefault(k, v)
         if joins_cluster(cfg):
             # joining a running cluster (soft_spatial.launch): its resources are already set
-            for key in ("num_cpus", "num_gpus", "include_dashboard", "object_store_memory"):
+            for key in ray_session.NODE_KEYS:
                 ray_init.pop(key, None)
-            return
+            return None
     ray_dir = ray_session.run_ray_dir()  # refused unless this user's alone
     ray_session.reap_orphans()
     os.environ[ray_session.RAY_TMPDIR] = str(ray_dir)  # inherited by every Ray process
@@ -382,7 +387,12 @@ def runtime_env(cfg, env: dict) -> None:
     loopback_only()
     token_auth(os.environ, ray_dir / "auth_token", create=True)
     reload_auth_settings()
-    ray_session.start_watchdog(ray_dir)
+    local = ray_session.start_local(ray_dir, OmegaConf.to_container(ray_init, resolve=True))
+    with open_dict(cfg):
+        for key in ray_session.NODE_KEYS:  # the head took them; a client joining may not
+            ray_init.pop(key, None)
+        ray_init.address = local.address
+    return local
 
 
 def run_verl(cfg) -> None:
@@ -401,7 +411,6 @@ def run_verl(cfg) -> None:
     OmegaConf.resolve(cfg)  # ${cpu_workers:...} here: Ray's processes do not know the resolver
     with keep_sigterm_handler(reinstall):  # ray.init takes SIGTERM over; main()'s comes back
         run_ppo(cfg, task_runner_class=ray.remote(num_cpus=1)(SoftTaskRunner))
-
 
 def main() -> None:
     import hydra

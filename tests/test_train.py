@@ -174,7 +174,7 @@ def test_a_finished_run_exits_before_ray_and_changes_nothing(tiny_qwen3_vl_small
     def no_ray(*args, **kwargs):
         raise AssertionError("a finished run started a Ray session")
     monkeypatch.setattr(ray_session, "reap_orphans", no_ray)
-    monkeypatch.setattr(ray_session, "start_watchdog", no_ray)
+    monkeypatch.setattr(ray_session, "start_local", no_ray)
     env = dict(os.environ)
     try:
         run(train_cfg(tiny_qwen3_vl_small, parquet, out, "trainer.total_training_steps=3"))
@@ -196,7 +196,7 @@ def no_ray(monkeypatch):
     def refused(*args, **kwargs):
         raise AssertionError("a refused run started a Ray session")
     monkeypatch.setattr(ray_session, "reap_orphans", refused)
-    monkeypatch.setattr(ray_session, "start_watchdog", refused)
+    monkeypatch.setattr(ray_session, "start_local", refused)
     monkeypatch.setattr(train, "runtime_env", lambda cfg, env: None)
     monkeypatch.setattr(train, "run_verl", lambda cfg: calls.append(cfg))
     env = dict(os.environ)
@@ -438,4 +438,4 @@ def test_the_local_ray_directory_is_this_users_alone(tiny_qwen3_vl_small, parque
     link.symlink_to(root)
     with pytest.raises(ray_session.UnsafeDirectory, match="is not a directory"):
         ray_session.private_dir(link)
-    ray_session.kill_session(path)
+    path.rmdir()

@@ -1,46 +1,56 @@
-"""The Ray processes of a local training run never outlive it.
+"""A training run's local Ray: started as a tethered child (``infra/tether.py``), so that its
+processes never outlive the run, and kept in a directory of the run's own.
 
 When the entry point starts Ray itself (no cluster address), the run gets its own Ray temporary
 directory, ``/tmp/ssray-<uid>/<driver pid>-<driver start time>`` (through ``RAY_TMPDIR``). Both
 directories are the user's alone (`private_dir`: mode 0700; one that another user owns, or that
-others may write, is refused: they could swap the session's files, its token among them). Every
-Ray process of the run (GCS, raylet, dashboard and runtime-env agents, log monitor, workers)
-writes its logs below that path (its stdout and stderr are files there), and most also name the
-path on their command line. The agents and workers rename themselves (``ray::DashboardAgent``,
-``ray::IDLE``: Ray's setproctitle overwrites the command line *and* the inherited environment,
-``RAY_TMPDIR`` included), so a process belongs to the run when its command line, its environment
-or one of its open files holds the path (`session_pids`). Two things remove them once the driver
-is gone:
+others may write, is refused: they could swap the session's files, its token among them). The
+run's token lives there too (``infra/ray_auth.py``).
 
-* `start_watchdog`: a small process started before Ray blocks reading a pipe whose only writer is
-  the driver. When the driver exits, however it exits (SIGKILL included), the read returns and the
-  watchdog kills the run's processes and removes the directory (Ray's own agents otherwise linger
-  for 40 s or more after a SIGKILL).
-* `reap_orphans`, called at the start of every run, does the same synchronously for every
-  directory whose driver is gone (its watchdog was killed too, the machine rebooted).
+`start_local` starts Ray's head in a child process of its own (``python -m
+soft_spatial.infra.ray_session --head DIR``: ``ray.init`` with the run's node settings, then it
+waits), tethered to the driver, and returns its address once Ray is up; the driver joins it as a
+client (``ray.init(address=...)``) and `LocalRay.stop` ends it. Every Ray process of the run (GCS,
+raylet, dashboard and runtime-env agents, log monitor, workers) is then in that child's session
+and carries its marker, so the tether's one reaper ends exactly them: after the run, when the
+driver is ended by a signal, and (the watchdog) when it is SIGKILLed. A process is never ended for
+naming the directory or holding a file in it: a user's ``tail -f`` on a Ray log lives on. The
+tether's marker and the child's pid are kept in the directory (``tether.json``) for
+`reap_orphans`, called at the start of every run: it ends the Ray of every directory whose driver
+is gone (its watchdog was killed too, the machine rebooted) and removes the directory.
 
 ``python -m soft_spatial.infra.ray_session --reap`` runs `reap_orphans` by hand.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import re
 import shutil
 import signal
 import stat
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from soft_spatial.infra.procs import find_pids, open_paths, start_time
+from soft_spatial.infra import tether
+from soft_spatial.infra.atomic import write_text
+from soft_spatial.infra.procs import start_time
 
-__all__ = ["runs_root", "run_ray_dir", "private_dir", "UnsafeDirectory", "session_pids",
-           "kill_session", "reap_orphans", "start_watchdog"]
+__all__ = ["runs_root", "run_ray_dir", "private_dir", "UnsafeDirectory", "NODE_KEYS", "LocalRay",
+           "start_local", "session_pids", "reap_orphans"]
 
 RAY_TMPDIR = "RAY_TMPDIR"  # Ray's temporary directory: set to the run's before Ray starts
-_WATCHDOGS: list = []  # the driver keeps its watchdog's Popen (and so the pipe) for its lifetime
+RECORD, ADDRESS, HEAD_LOG = "tether.json", "address", "head.log"  # in the run's Ray directory
+#: ``ray.init`` arguments that start a node (the head takes them; a client joining may not)
+NODE_KEYS = ("num_cpus", "num_gpus", "resources", "labels", "object_store_memory",
+             "include_dashboard", "dashboard_host", "dashboard_port", "_system_config",
+             "_enable_object_reconstruction", "_memory", "_plasma_directory", "_node_ip_address")
+#: ``ray.init`` arguments of a client's own (its job), not the head's
+CLIENT_KEYS = ("runtime_env", "job_config", "namespace", "log_to_driver", "address")
+START_LIMIT_S = 900.0  # bounds a head that never comes up nor exits (Ray's own timeouts are shorter)
 
 
 def runs_root() -> Path:
@@ -88,82 +98,114 @@ def _driver_alive(path: Path) -> bool:
     return pid.isdigit() and start_time(int(pid)) == start
 
 
-def session_pids(path: Path) -> list[int]:
-    """Pids of this user's processes (not this process) of the run directory ``path``: ``path``
-    on their command line (not followed by a digit: ``<pid>-<start>`` is not another run's
-    ``<pid>-<start>7``), ``RAY_TMPDIR=<path>`` in their environment, or a file open below it;
-    never the driver the directory is named after (``<pid>-<start time>``)."""
-    named = re.compile(re.escape(str(path)) + r"(?![0-9])")
-    below = str(path) + os.sep
-    # a zombie's command line, environment and files cannot be read: the exited are not listed
-    by_name = find_pids(cmdline=lambda args: any(named.search(a) for a in args),
-                        environ=lambda env: env.get(RAY_TMPDIR) == str(path), same_user=True)
-    by_files = [pid for pid in find_pids(same_user=True)  # every process of this user
-                if any(f.startswith(below) for f in open_paths(pid))]
-    pids = set(by_name) | set(by_files)
-    # the driver that owns ``path`` holds Ray's driver logs open below it; its watchdog fires while
-    # it is still finishing its exit, and the run is its to end: never one of its session's
-    pid, _, start = path.name.partition("-")
-    if pid.isdigit() and start_time(int(pid)) == start:
-        pids.discard(int(pid))
-    return sorted(pids)
+@dataclass
+class LocalRay:
+    """A run's local Ray: its directory, the tethered head process and its address."""
 
+    path: Path
+    head: tether.Tethered
+    address: str = ""
 
-def kill_session(path: Path, timeout: float = 30.0) -> list[int]:
-    """SIGKILL every process of the run directory ``path`` until none is left (a dying raylet may
-    still start a worker), then remove the directory. Returns the pids killed."""
-    killed: list[int] = []
-    deadline = time.monotonic() + timeout
-    while True:
-        pids = session_pids(path)
-        if not pids or time.monotonic() > deadline:
-            break
-        for pid in pids:
+    def stop(self) -> None:
+        """Leave this Ray (a client whose cluster goes first ends abruptly), end every process of
+        it (the tether's reaper) and remove its directory."""
+        try:
+            ray = sys.modules.get("ray")
+            if ray is not None and ray.is_initialized():
+                ray.shutdown()
+        finally:
             try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.05)
-    shutil.rmtree(path, ignore_errors=True)
-    return sorted(set(killed))
+                tether.stop(self.head)
+            finally:
+                shutil.rmtree(self.path, ignore_errors=True)
+
+
+def start_local(path: Path, init: dict, env: dict | None = None) -> LocalRay:
+    """Start the run's Ray head in ``path`` (`run_ray_dir`), with the ``ray.init`` node settings of
+    ``init`` (its :data:`CLIENT_KEYS` are left to the driver), tethered to this process, and return
+    it once it is up (its ``address`` set). The environment (``env``, default this process's) is
+    every Ray process's: ``RAY_TMPDIR`` is set to ``path``. A head that exits first raises
+    ``RuntimeError`` with the end of its log; nothing of it is left then."""
+    env = dict(os.environ if env is None else env, **{RAY_TMPDIR: str(path)})
+    settings = {k: v for k, v in init.items() if k not in CLIENT_KEYS}
+    with open(path / HEAD_LOG, "ab") as log:
+        head = tether.start([sys.executable, "-m", "soft_spatial.infra.ray_session", "--head",
+                             str(path), json.dumps(settings)],
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    local = LocalRay(path, head)
+    try:
+        write_text(path / RECORD, json.dumps({"marker": head.marker, "pid": head.pid}))
+        deadline = time.monotonic() + START_LIMIT_S
+        while not (path / ADDRESS).is_file():
+            if head.poll() is not None or time.monotonic() > deadline:
+                tail = (path / HEAD_LOG).read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"the run's local Ray did not start (exit {head.poll()}); the "
+                                   f"end of its log {path / HEAD_LOG}:\n{tail}")
+            time.sleep(0.1)
+        local.address = (path / ADDRESS).read_text().strip()
+    except BaseException:
+        local.stop()
+        raise
+    return local
+
+
+def _record(path: Path) -> dict | None:
+    try:
+        record = json.loads((path / RECORD).read_text())
+        return {"marker": str(record["marker"]), "pid": int(record["pid"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def session_pids(path: Path) -> list[int]:
+    """The live processes of the local Ray in the run directory ``path`` (the tether's members:
+    its head's session and marker, as recorded there); empty when it has no record."""
+    record = _record(path)
+    return tether.members(record["marker"], [record["pid"]]) if record else []
 
 
 def reap_orphans(root: Path | None = None) -> list[int]:
-    """Kill the processes of every run directory under ``root`` whose driver is gone; returns
-    the pids killed."""
+    """End the local Ray of every run directory under ``root`` whose driver is gone (the tether's
+    reaper, by the marker and session recorded there: never a process that only names the
+    directory or holds a file in it) and remove the directory; returns the pids signalled."""
     root = runs_root() if root is None else root
     killed: list[int] = []
     if not root.is_dir():
         return killed
     for path in sorted(root.iterdir()):
         if path.is_dir() and not _driver_alive(path):
-            killed += kill_session(path)
+            record = _record(path)
+            if record:
+                killed += tether.reap(record["marker"], [record["pid"]])
+            shutil.rmtree(path, ignore_errors=True)
     return killed
 
 
-def start_watchdog(path: Path) -> subprocess.Popen:
-    """Start the process that cleans up ``path`` when this process exits (see the module doc)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "soft_spatial.infra.ray_session", "--watch", str(path)],
-        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True)
-    _WATCHDOGS.append(proc)
-    return proc
+def _head(path: Path, settings: dict) -> None:
+    """The head process: Ray's node started here (its processes are this session's), the address
+    written for the driver, then wait until ended (SIGTERM: Ray's handler exits and its exit hook
+    ends the node's processes; the tether's reaper ends what is left)."""
+    import ray
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # ended by the tether, never by a Ctrl-C
+    ray.init(**settings)
+    write_text(path / ADDRESS, ray.get_runtime_context().gcs_address + "\n")
+    while True:
+        signal.pause()
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m soft_spatial.infra.ray_session",
                                      description=__doc__.splitlines()[0])
     group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--watch", type=Path, help="wait for EOF on stdin, then clean up DIR")
-    group.add_argument("--reap", action="store_true", help="clean up the runs whose driver is gone")
+    group.add_argument("--head", nargs=2, metavar=("DIR", "SETTINGS"),
+                       help="start the run's Ray head in DIR with the ray.init SETTINGS (JSON)")
+    group.add_argument("--reap", action="store_true", help="end the Ray of the runs whose driver is gone")
     args = parser.parse_args(argv)
     if args.reap:
-        print(f"killed {len(reap_orphans())} leftover Ray process(es)")
+        print(f"ended {len(reap_orphans())} leftover Ray process(es)")
         return
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # outlive a Ctrl-C sent to the driver's group
-    sys.stdin.buffer.read()  # returns when the driver has exited
-    kill_session(args.watch)
+    _head(Path(args.head[0]), json.loads(args.head[1]))
 
 
 if __name__ == "__main__":

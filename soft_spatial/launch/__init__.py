@@ -10,5 +10,6 @@ The flow of ``launch``, one module per step:
   ports, the head's address, the ``ray start`` command of each node and the driver command with its
   Hydra overrides (``plan_launch``);
 * ``cluster``: the Ray processes of one run directory: start them, wait until every node is alive,
-  run the driver, and tear everything down on exit, INT or TERM (by pid, then by the run's marker).
+  run the driver, and tear everything down on exit, INT, TERM or HUP (the tether's reaper: each
+  process's session and the run's marker).
 """

@@ -9,8 +9,8 @@ Subcommands
                     until the cluster reports every node, runs CMD on the head with
                     trainer.nnodes=N trainer.n_gpus_per_node=G trainer.default_local_dir=RUN_DIR/checkpoints
                     and the forwarded environment (++ray_kwargs.ray_init.runtime_env.env_vars.X=...)
-                    appended (a key already given in CMD is left as given), tears Ray down on exit, INT
-                    or TERM and exits with CMD's exit code.
+                    appended (a key already given in CMD is left as given), tears Ray down on exit, INT,
+                    TERM or HUP and exits with CMD's exit code (128 + the signal after one).
                     Outside Slurm: --local-nodes K starts K raylets on this machine (head + K-1 workers,
                     custom resource local_node_<i> on each); --address A runs CMD against a running
                     cluster (nothing is started or stopped).
@@ -19,8 +19,9 @@ Subcommands
                     last `head` of this RUN_DIR wrote).
   wait              Wait until --address reports --nodes alive nodes (or --timeout, then name the
                     missing ones and fail).
-  stop              Stop the Ray processes that head/worker/launch started for this RUN_DIR (by pid,
-                    then any process that still carries this run's marker variable). Never `ray stop`.
+  stop              Stop the Ray processes that head/worker/launch started for this RUN_DIR (each
+                    recorded process's session, then any process that still carries this run's
+                    tether marker: soft_spatial/infra/tether.py). Never `ray stop`.
   nodes             Print the node list this launcher would use (count=N, then node[i]=NAME lines).
 
 Options, with their environment equivalents in brackets, are listed below. Other environment:
@@ -40,6 +41,7 @@ import argparse
 import os
 import sys
 
+from soft_spatial.infra.signals import command
 from soft_spatial.launch.cluster import cmd_launch, cmd_node, cmd_stop, cmd_wait
 from soft_spatial.launch.plan import LaunchError, Options, log, node_list
 
@@ -140,12 +142,14 @@ def main(argv: list | None = None, environ: dict | None = None) -> int:
     """Run a subcommand; ``environ`` defaults to this process's environment, which then also
     receives the run's settings (Ray's token, RAY_ADDRESS) before Ray is imported here."""
     environ = os.environ if environ is None else environ
-    try:
-        opts = parse_args(sys.argv[1:] if argv is None else argv, environ)
-        return COMMANDS[opts.subcommand](opts, environ)
-    except LaunchError as e:
-        log(f"error: {e}")
-        return 1
+    # SIGTERM and SIGHUP end it as Ctrl-C does: what it started is stopped, exit 128 + the signal
+    with command("python -m soft_spatial.launch", "every process it started was stopped"):
+        try:
+            opts = parse_args(sys.argv[1:] if argv is None else argv, environ)
+            return COMMANDS[opts.subcommand](opts, environ)
+        except LaunchError as e:
+            log(f"error: {e}")
+            return 1
 
 
 if __name__ == "__main__":

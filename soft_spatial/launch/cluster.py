@@ -1,10 +1,14 @@
 """The Ray processes of one run: its directory (pids, logs, address, token), `ray start` on each
-node, waiting until every node is alive, the driver command, and the teardown (by pid, then by the
-run's marker variable; never `ray stop`). One function per subcommand that starts or stops something.
+node, waiting until every node is alive, the driver command, and the teardown. Every process is
+started through the tether (``infra/tether.py``) with the run's marker: ``launch`` ties them to
+itself (they end with it, however it ends), ``head`` and ``worker`` leave them running in the
+background until ``stop``, which ends them with the tether's reaper (each recorded process's
+session and the run's marker; never `ray stop`). One function per subcommand that starts or stops
+something.
 """
 from __future__ import annotations
 
-import contextlib
+import hashlib
 import os
 import shlex
 import signal
@@ -16,30 +20,22 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from soft_spatial.infra import tether
 from soft_spatial.infra.procs import alive as pid_alive
-from soft_spatial.infra.ray_auth import token_auth
-from soft_spatial.infra.procs import find_pids
-from soft_spatial.launch.plan import (MARKER, LaunchError, Options, log, plan_launch, ray_start, resolve_head_ip,
-                                      resolve_ports, resolve_resources, run_marker, this_host)
+from soft_spatial.infra.ray_auth import UnsafeToken, token_auth
+from soft_spatial.infra.signals import exit_status
+from soft_spatial.launch.plan import (LaunchError, Options, log, plan_launch, ray_start, resolve_head_ip,
+                                      resolve_ports, resolve_resources, this_host)
 
 ROOT = Path(os.environ.get("SOFT_SPATIAL_ROOT") or Path(__file__).resolve().parents[2])
 START_TIMEOUT = 300  # seconds for one `ray start` to come up (its process is watched meanwhile)
+STOP_GRACE_S = 30.0  # from SIGTERM to SIGKILL when a run's processes are stopped
 
 
-def kill_gracefully(pids: list, grace: float = 30.0) -> None:
-    """TERM, wait up to ``grace`` seconds, then KILL."""
-    live = [p for p in pids if pid_alive(p)]
-    for pid in live:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while live and time.monotonic() < deadline:
-        time.sleep(0.2)
-        live = [p for p in live if pid_alive(p)]
-    for pid in live:
-        log(f"killing (KILL) {pid}")
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+def run_marker(run_dir: Path) -> str:
+    """The tether marker every process started for the run in ``run_dir`` carries (its Ray
+    processes on this machine, the command it runs): one per run directory."""
+    return "launch-" + hashlib.sha256(str(run_dir).encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -49,7 +45,7 @@ class Run:
     opts: Options
     environ: dict
     run_dir: Path
-    started: list = field(default_factory=list)  # [(name, Popen or pid)] in start order
+    started: list = field(default_factory=list)  # [(name, Tethered or pid)] in start order
 
     @classmethod
     def create(cls, opts: Options, environ: dict) -> Run:
@@ -74,23 +70,28 @@ class Run:
     def setup_auth(self, create: bool) -> None:
         """Ray token authentication, explicit so that every node and the driver agree: ``create``
         writes a fresh token for a cluster this run starts; joining uses this run's token when
-        there is one and otherwise leaves Ray's own defaults alone (`infra.ray_auth.token_auth`)."""
-        token_auth(self.environ, self.state_dir / "auth_token", create, dry_run=self.opts.dry_run)
+        there is one and otherwise leaves Ray's own defaults alone (`infra.ray_auth.token_auth`).
+        A token file that is not this user's own with mode 0600 is refused in one line."""
+        try:
+            token_auth(self.environ, self.state_dir / "auth_token", create, dry_run=self.opts.dry_run)
+        except UnsafeToken as e:
+            raise LaunchError(str(e)) from None
 
     def start(self, name: str, argv: list) -> None:
-        """Start ``argv`` in the background (own session, log in logs/ray-NAME.log); record its pid."""
+        """Start ``argv`` in the background (tethered with the run's marker; its own session, log in
+        logs/ray-NAME.log); record its pid. Under ``launch`` it ends with this process."""
         logf = self.log_dir / f"ray-{name}.log"
         if self.opts.dry_run:
             print(f"[dry-run] {shlex.join(argv)} > {shlex.quote(str(logf))} 2>&1 &", flush=True)
             self.started.append((name, None))
             return
         with open(logf, "wb") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True,
-                                    env=self.environ)
-        self.started.append((name, proc))  # before the pid file: a signal now still stops it
-        (self.state_dir / f"{name}.pid").write_text(f"{proc.pid}\n")
-        log(f"started {name} (pid {proc.pid}), log {logf}")
+            child = tether.start(argv, STOP_GRACE_S, marker=self.marker,
+                                 watch=self.opts.subcommand == "launch", stdout=out,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.environ)
+        self.started.append((name, child))  # before the pid file: a signal now still stops it
+        (self.state_dir / f"{name}.pid").write_text(f"{child.pid}\n")
+        log(f"started {name} (pid {child.pid}), log {logf}")
 
     def wait_started(self, name: str) -> None:
         """Wait for "Ray runtime started" in the log of ``name``; fail when its process ends."""
@@ -110,38 +111,40 @@ class Run:
             time.sleep(0.5)
         log(f"{name} is up")
 
-    def marker_pids(self) -> list:
-        """Live processes on this machine that carry this run's marker."""
-        pids = find_pids(environ=lambda env: env.get(MARKER) == str(self.run_dir))
-        return [p for p in pids if pid_alive(p)]
+    def stop_one(self, name: str, pid: int) -> None:
+        """End the process ``name`` (``pid``) and what it started in its session (``ray start``'s
+        Ray processes stay there), not the run's other processes; remove its pid file."""
+        tether.reap(self.marker, [pid], STOP_GRACE_S, by_marker=False)
+        (self.state_dir / f"{name}.pid").unlink(missing_ok=True)
 
     def teardown(self) -> None:
-        """Stop everything started for this run: known pids in reverse start order, then any
-        process that still carries the marker."""
-        for name, proc in reversed(self.started):
-            if self.opts.dry_run:
+        """Stop everything started for this run: each tethered process in reverse start order, then
+        (the tether's reaper) every process left in a recorded process's session or carrying the
+        run's marker."""
+        if self.opts.dry_run:
+            for name, _ in reversed(self.started):
                 print(f"[dry-run] # on exit: kill -TERM <pid of {name}>", flush=True)
-                continue
-            pid = proc if isinstance(proc, int) else proc.pid
-            if pid_alive(pid):
-                log(f"stopping {name} (pid {pid})")
-                kill_gracefully([pid])
-            if not isinstance(proc, int):
-                proc.wait()
+            self.started = []
+            return
+        for name, child in reversed(self.started):
+            if isinstance(child, tether.Tethered):
+                if child.poll() is None:
+                    log(f"stopping {name} (pid {child.pid})")
+                tether.stop(child)
+        sessions = [c if isinstance(c, int) else c.pid for _, c in self.started]
+        left = tether.members(self.marker, sessions)
+        if left:
+            log(f"stopping {len(left)} Ray process(es) of this run: {left}")
+            tether.reap(self.marker, sessions, STOP_GRACE_S)
+        for name, _ in self.started:
             (self.state_dir / f"{name}.pid").unlink(missing_ok=True)
         self.started = []
-        if self.opts.dry_run:
-            return
-        left = self.marker_pids()
-        if left:
-            log(f"stopping {len(left)} leftover Ray process(es) of this run: {left}")
-            kill_gracefully(left)
         (self.state_dir / "address").unlink(missing_ok=True)
 
     def watch(self) -> None:
         """Fail when a process this run started has ended (called while waiting)."""
         for name, proc in self.started:
-            if proc is not None and not isinstance(proc, int) and proc.poll() is not None:
+            if isinstance(proc, tether.Tethered) and proc.poll() is not None:
                 raise LaunchError(f"{name} (pid {proc.pid}) exited while waiting for the cluster; "
                                   f"see {self.log_dir / f'ray-{name}.log'}")
 
@@ -231,12 +234,19 @@ def cmd_node(opts: Options, environ: dict) -> int:
         name = f"{name}-{i}"
     if _running(run, name):
         raise LaunchError(f"{name} is already running; use stop first")
-    run.start(name, argv)
-    run.wait_started(name)
-    if role == "head":
-        address = f"{resolve_head_ip(opts, host, in_slurm)}:{opts.port}"
-        if not opts.dry_run:
-            (run.state_dir / "address").write_text(address + "\n")
+    try:
+        run.start(name, argv)
+        run.wait_started(name)
+        if role == "head":
+            address = f"{resolve_head_ip(opts, host, in_slurm)}:{opts.port}"
+            if not opts.dry_run:
+                (run.state_dir / "address").write_text(address + "\n")
+    except BaseException:  # a start that failed or was interrupted leaves nothing of it running
+        for started, child in run.started:
+            if isinstance(child, tether.Tethered):
+                run.stop_one(started, child.pid)
+                child.wait()
+        raise
     print(f"RAY_ADDRESS={address}\nRUN_DIR={run.run_dir}", flush=True)
     return 0
 
@@ -268,29 +278,21 @@ def cmd_stop(opts: Options, environ: dict) -> int:
         if opts.dry_run:
             print(f"[dry-run] kill -TERM {run.started[0][1]}")
             return 0
-        kill_gracefully([run.started[0][1]])
-        (run.state_dir / f"{opts.name}.pid").unlink(missing_ok=True)
+        run.stop_one(opts.name, run.started[0][1])
         return 0
     run.teardown()
     log(f"stopped Ray processes of {run.run_dir}")
     return 0
 
 
-class _Stop(BaseException):
-    """INT or TERM while launching (exit code 128 + signal)."""
-
-
-def _on_signal(signum, frame):
-    raise _Stop(128 + signum)
-
-
 def cmd_launch(opts: Options, environ: dict) -> int:
+    """``launch``: Ray on every node, the command on the head, everything stopped on the way out
+    (an interrupt, SIGTERM or SIGHUP included: logged, then raised on to the command's handler)."""
     run = Run.create(opts, environ)
     run.setup_auth(create=not opts.address)
     resolve_resources(opts, environ)
     launch_log = None if opts.dry_run else open(run.log_dir / "launch.log", "ab")
     driver = None
-    old = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     rc = 1
     try:
         plan = plan_launch(opts, run.environ, run.run_dir)
@@ -314,9 +316,9 @@ def cmd_launch(opts: Options, environ: dict) -> int:
             f"cpus_per_node={opts.num_cpus}\nray_address={plan.address}\n"
             f"command={shlex.join(plan.driver)}\n")
         _tee(launch_log, f"running: {shlex.join(plan.driver)}")
-        driver = subprocess.Popen(plan.driver, env=run.environ, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        for line in driver.stdout:  # the command's output: here and in logs/launch.log
+        driver = tether.start(plan.driver, STOP_GRACE_S, env=run.environ, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        for line in driver.proc.stdout:  # the command's output: here and in logs/launch.log
             sys.stdout.buffer.write(line)
             sys.stdout.flush()
             launch_log.write(line)
@@ -327,24 +329,25 @@ def cmd_launch(opts: Options, environ: dict) -> int:
     except LaunchError as e:
         _tee(launch_log, f"error: {e}")
         return 1
-    except _Stop as e:
-        rc = e.args[0]
+    except KeyboardInterrupt as e:  # SIGINT, SIGTERM, SIGHUP (infra.signals.command)
+        rc = exit_status(e)
         _tee(launch_log, f"stopped by signal {rc - 128}")
-        return rc
+        raise
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # cleanup must not be cut short
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if driver is not None and driver.poll() is None:
-            _tee(launch_log, f"stopping the command (pid {driver.pid})")
-            kill_gracefully([driver.pid])
-            driver.wait()
+        held = {s: signal.signal(s, signal.SIG_IGN)  # cleanup must not be cut short
+                for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        if driver is not None:
+            if driver.poll() is None:
+                _tee(launch_log, f"stopping the command (pid {driver.pid})")
+            tether.stop(driver)
+            driver.proc.stdout.close()
         if run.started:
             _tee(launch_log, "tearing down the Ray cluster")
             run.teardown()
         _tee(launch_log, f"exit code {rc}; run directory {run.run_dir}")
         if launch_log:
             launch_log.close()
-        for s, handler in old.items():
+        for s, handler in held.items():
             signal.signal(s, handler)
 
 

@@ -22,7 +22,6 @@ from soft_spatial.infra.ray_env import forwarded_env
 from soft_spatial.launch import hostlist
 
 FORWARD_PREFIX = "++ray_kwargs.ray_init.runtime_env.env_vars."
-MARKER = "SOFT_SPATIAL_RAY_RUN"  # every Ray process started for a run carries MARKER=RUN_DIR
 DEFAULT_PORTS = {"port": 6379, "client_port": 10001, "dashboard_port": 8265}
 DEFAULT_AGENT_PORT = 52365  # Ray's fixed dashboard-agent port
 NODELIST_VARS = ("SOFT_SPATIAL_NODELIST", "SLURM_JOB_NODELIST")  # the node list's sources, in order
@@ -207,11 +206,6 @@ def trainer_overrides(cmd: list, nnodes: int, gpus_per_node: int, run_dir: Path,
 
 
 # --- the Ray start commands -------------------------------------------------------------------------
-def run_marker(run_dir: Path) -> str:
-    """The ``MARKER=RUN_DIR`` variable every Ray process of the run in ``run_dir`` carries."""
-    return f"{MARKER}={run_dir}"
-
-
 def _ray_bin() -> str:
     beside = Path(sys.executable).parent / "ray"
     return str(beside) if beside.exists() else (shutil.which("ray") or "ray")
@@ -219,9 +213,11 @@ def _ray_bin() -> str:
 
 def ray_start(opts: Options, environ: dict, run_dir: Path, role: str, resources: str | None,
               address: str | None) -> list:
-    """``env MARKER FORWARDED... ray start ... --block`` for a head or a worker of the run in ``run_dir``."""
+    """``env FORWARDED... ray start ... --block`` for a head or a worker of the run in ``run_dir`` (the
+    run's tether marker reaches its processes through the environment the command is started
+    with: ``cluster.Run.start``; srun passes it on with ``--export=ALL``)."""
     o, env = opts, environ
-    envs = [run_marker(run_dir)] + [f"{k}={v}" for k, v in forwarded_env(environ).items()]
+    envs = [f"{k}={v}" for k, v in forwarded_env(environ).items()]
     envs += [f"{k}={env[k]}" for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH") if env.get(k)]
     ray_bin = env.get("SOFT_SPATIAL_RAY_BIN") or _ray_bin()
     argv = ["env", *envs, ray_bin, "start", "--block", "--disable-usage-stats",

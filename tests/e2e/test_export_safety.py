@@ -1,15 +1,11 @@
 """``python -m soft_spatial.export`` on a real verl FSDP checkpoint (verl's own engine saved it):
 shards load weights-only (a shard that would run code is refused, naming it, before any of it
-runs), one export per output (a second is refused naming the first, and changes nothing), and a
-signal ends the merger with the export and leaves no ``OUT.partial``.
-
-Every export here is the real command in a child process; the tests synchronise with it through
-``tests/support/barrier.py`` (the merger stops after writing the model into ``OUT.partial`` and waits),
-never by waiting some time. No process outlives a test."""
+runs) and the merged weights are the model's. Every export here is the real command in a child
+process. (One export per output, and SIGTERM, SIGINT and SIGHUP ending the merger with the export
+and leaving no ``OUT.partial``: tests/e2e/test_lifetime.py, its merger a stand-in.)"""
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -18,11 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import barrier  # noqa: E402
 from eval_helpers import tree  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-SAVED = "verl.model_merger.base_model_merger:BaseModelMerger.save_hf_model_and_tokenizer"
 
 BUILD = textwrap.dedent("""
     import os, sys, tempfile
@@ -69,24 +63,6 @@ def _env(**extra):
 
 def export_cmd(ckpt, out, *args):
     return [sys.executable, "-m", "soft_spatial.export", str(ckpt), str(out), *args]
-
-
-def _alive(pid: int) -> bool:
-    from soft_spatial.infra.procs import alive
-
-    return alive(pid)
-
-
-def _end(proc: subprocess.Popen, *pids: int) -> None:
-    """No process of the test outlives it: the export and the merger it started."""
-    for pid in pids:
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
-    if proc.stdout:
-        proc.stdout.close()
 
 
 def test_a_real_checkpoint_exports_its_weights(ckpt, tmp_path, tiny_qwen3_text_small):
@@ -136,35 +112,3 @@ def test_a_shard_that_would_run_code_is_refused_naming_it_and_runs_nothing(ckpt,
     assert str(target) in last and "refused" in last and "would run code" in last, res.stderr[-3000:]
     assert "Traceback" not in res.stderr
     assert tree(tmp_path) == before  # no OUT, no OUT.partial, the run untouched
-
-
-# SIGINT here (Ctrl-C); SIGTERM, which takes the same way out (tests/infra/test_signals.py), in the
-# prepare, evaluation and training signal tests
-@pytest.mark.parametrize("sig", [signal.SIGINT], ids=["SIGINT"])
-def test_a_second_export_is_refused_and_a_signal_ends_the_first_with_its_merger(ckpt, tmp_path, sig):
-    """Export A stops in verl's merger once the weights are in ``OUT.partial``; export B of the
-    same checkpoint to the same OUT is refused at once naming A, and changes nothing. Then A gets
-    the signal (``kill``, Slurm, ``timeout``, Ctrl-C: the export only): the merger ends with it, A
-    exits 128 + the signal and leaves no ``OUT.partial``. (An export that goes on past the
-    barrier: test_a_real_checkpoint_exports_its_weights.)"""
-    out = tmp_path / "export"
-    gate = tmp_path / "gate"
-    first = subprocess.Popen(export_cmd(ckpt, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, cwd=ROOT,
-                             env=barrier.arm(gate, SAVED, _env(VERL_USE_EXTERNAL_MODULES="barrier")))
-    merger = None
-    try:
-        merger = barrier.wait_reached(gate, first)
-        assert merger != first.pid and (tmp_path / "export.partial" / "config.json").is_file()
-        before = tree(tmp_path)
-        second = subprocess.run(export_cmd(ckpt, out), capture_output=True, text=True, timeout=600,
-                                cwd=ROOT, env=_env())
-        assert second.returncode != 0
-        assert f"pid {first.pid}" in second.stderr and "in use" in second.stderr, second.stderr[-3000:]
-        assert "Traceback" not in second.stderr
-        assert tree(tmp_path) == before  # A's OUT.partial untouched, no OUT
-        barrier.interrupt(first, sig)
-        assert not _alive(merger), "verl's merger outlived the export"
-        assert not (tmp_path / "export.partial").exists() and not out.exists()
-    finally:
-        _end(first, *[merger] * bool(merger))

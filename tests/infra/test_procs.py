@@ -4,7 +4,7 @@ import subprocess
 import sys
 import uuid
 
-from soft_spatial.infra.procs import alive, find_pids, open_paths, start_time
+from soft_spatial.infra.procs import alive, find_pids, start_time
 
 
 def test_state_start_time_and_scan_follow_a_child_through_its_life():
@@ -37,14 +37,18 @@ def test_a_zombie_is_not_alive():
         child.wait()
 
 
-def test_open_paths_lists_a_childs_open_files_and_nothing_once_it_exited(tmp_path):
-    log = tmp_path / "child.log"
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
-                             stdin=subprocess.PIPE, stdout=open(log, "w"))
+def test_a_session_lists_its_members_and_no_other_process():
+    """A child in a session of its own and the process it starts there (a member, whatever its
+    command line or environment) are the session's; this process and its own session are not."""
+    script = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', "
+              "'import sys; sys.stdin.read()'], env={}); print(p.pid, flush=True); sys.stdin.read()")
+    leader = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        assert str(log) in open_paths(child.pid)
-        child.stdin.close()
-        child.wait(timeout=60)
+        member = int(leader.stdout.readline())
+        assert find_pids(sessions={leader.pid}, same_user=True) == sorted([leader.pid, member])
+        assert os.getpid() not in find_pids(sessions={os.getsid(0)})
     finally:
-        child.kill()
-    assert open_paths(child.pid) == []
+        leader.stdin.close()
+        leader.kill()
+        leader.wait()  # the member reads the end of the same stdin and exits too

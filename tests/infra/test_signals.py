@@ -1,9 +1,9 @@
-"""SIGTERM ends a command as SIGINT does (soft_spatial/infra/signals.py), in-process and in a small
-command of its own: the handler raises in the block (exit status 143), Ray's ``ray.init`` taking it
-over is undone, the previous handler is back after the block, and a SIGTERM a finalizer swallowed
-still ends the command with one line. (Real signals to the real commands, each held at a barrier:
-tests/e2e/test_train_signals.py, test_eval_signals.py, test_data_prepare_signals.py,
-test_export_safety.py.)"""
+"""SIGTERM and SIGHUP end a command as SIGINT does (soft_spatial/infra/signals.py), in-process and
+in a small command of its own: the handler raises in the block (exit status 143, 129 for SIGHUP),
+Ray's ``ray.init`` taking it over is undone, the previous handler is back after the block, a SIGHUP
+ignored from the start (``nohup``) stays ignored, and a SIGTERM a finalizer swallowed still ends
+the command with one line. (Real signals to the real commands, each held at a barrier or in a
+stand-in child: tests/e2e/test_*signals.py, tests/e2e/test_lifetime.py.)"""
 import os
 import signal
 import subprocess
@@ -43,6 +43,30 @@ def test_sigterm_raises_like_sigint_in_the_block_and_ray_init_keeps_it(monkeypat
         assert signals.exit_status(caught.value) == 143
         assert signals.exit_status(KeyboardInterrupt()) == 143  # a SIGTERM came in this block
     assert signal.getsignal(signal.SIGTERM) is before and ray.init is fake_init
+
+
+def test_sighup_raises_as_sigterm_does_unless_it_was_ignored_from_the_start():
+    """Issue 55: SIGHUP (a closing terminal) killed a command on the spot, its cleanup skipped
+    (export left OUT.partial and an orphaned merger). In the block it raises, exit status 129;
+    under ``nohup`` (SIGHUP ignored when the block starts) it stays ignored."""
+    from soft_spatial.infra import signals
+
+    before = signal.getsignal(signal.SIGHUP)
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        with signals.sigterm_raises():
+            with pytest.raises(signals.Terminated) as caught:
+                os.kill(os.getpid(), signal.SIGHUP)
+            assert caught.value.signum == signal.SIGHUP and signals.exit_status(caught.value) == 129
+            os.kill(os.getpid(), signal.SIGHUP)  # a second one while the first is handled: ignored
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # nohup
+        with signals.sigterm_raises():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGHUP)  # ignored: nothing raised
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
 
 
 # a SIGTERM delivered while a finalizer runs (as os.kill from a __del__ delivers it: the handler runs

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from soft_spatial.launch import __main__ as cli
+from barrier import hangup_default, interrupt
 from launch_helpers import (PLUGIN, REMOTE_ENV_PY, ROOT, assert_no_processes_left, clean_env,
                             kill_leftovers, marker_pids, parse_check, run_launcher, slurm_env,
                             small_ray_options)
@@ -78,9 +79,13 @@ exec sleep 1000
 """
 
 
-def test_term_stops_the_launch_and_every_process_it_started(tmp_path):
-    """TERM while launch waits for the nodes: exit code 143, every process it started (by pid and
-    by marker) is gone and no pid file is left. The Ray CLI is a stub, so this needs no Ray."""
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP],
+                         ids=["SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_signal_stops_the_launch_and_every_process_it_started(tmp_path, sig):
+    """A signal while launch waits for the nodes (SIGTERM: Slurm, ``timeout``; SIGINT: Ctrl-C;
+    SIGHUP: the terminal closing, which killed the launcher on the spot and left its Ray running):
+    exit 128 + the signal with one line, every process it started (its sessions, its marker) gone
+    and no pid file left. The Ray CLI is a stub, so this needs no Ray."""
     stub = tmp_path / "ray"
     stub.write_text(RAY_STUB)
     stub.chmod(0o755)
@@ -90,27 +95,70 @@ def test_term_stops_the_launch_and_every_process_it_started(tmp_path):
          "127.0.0.1", "--port", str(free_port()), "--no-dashboard", "--num-cpus", "1",
          "--local-nodes", "2", "launch", "--", "python", "-c", "print('ran')"],
         env=clean_env(SOFT_SPATIAL_RAY_BIN=str(stub)), cwd=ROOT, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True)
+        stderr=subprocess.PIPE, text=True, preexec_fn=hangup_default)
     try:
         worker_pid = run_dir / "ray" / "worker-local1.pid"
-        # both raylets started (launch now waits for the GCS) and both exec'd the stub: the pid
-        # file is written as soon as `env MARKER=... ray` is spawned, before the marker is in its
-        # environment
+        # both raylets started (launch now waits for the GCS) and both exec'd the stub
         while not worker_pid.exists() or len(marker_pids(run_dir)) < 2:
-            assert proc.poll() is None, proc.stdout.read()
+            assert proc.poll() is None, proc.communicate()
             time.sleep(0.1)
         assert len(marker_pids(run_dir)) == 2
         assert int(worker_pid.read_text()) in marker_pids(run_dir)
-        proc.send_signal(signal.SIGTERM)
-        out = proc.communicate(timeout=120)[0]
-        assert proc.returncode == 143, out
+        out = interrupt(proc, sig)
         assert_no_processes_left(run_dir)
         assert not list((run_dir / "ray").glob("*.pid"))
         assert "ran" not in out.splitlines()
-        assert "stopped by signal 15" in (run_dir / "logs" / "launch.log").read_text()
+        assert f"stopped by signal {sig}" in (run_dir / "logs" / "launch.log").read_text()
     finally:
         proc.kill()
         kill_leftovers(run_dir)
+
+
+def test_head_and_worker_outlive_their_command_until_stop_ends_them(tmp_path):
+    """``head`` and ``worker`` leave Ray running (tethered without a watchdog, with the run's
+    marker); ``stop --name`` ends that process alone, ``stop`` the rest, no pid file left. The Ray
+    CLI is a stub."""
+    stub = tmp_path / "ray"
+    stub.write_text(RAY_STUB)
+    stub.chmod(0o755)
+    run_dir = tmp_path / "run"
+    args = ["--run-dir", str(run_dir), "--head-ip", "127.0.0.1", "--port", str(free_port()),
+            "--no-dashboard", "--num-cpus", "1"]
+    env = clean_env(SOFT_SPATIAL_RAY_BIN=str(stub))
+    try:
+        for sub in ("head", "worker"):
+            res = run_launcher(*args, "--name", sub, sub, env=env)
+            assert res.returncode == 0, res.stdout + res.stderr
+        pids = {sub: int((run_dir / "ray" / f"{sub}.pid").read_text()) for sub in ("head", "worker")}
+        assert sorted(marker_pids(run_dir)) == sorted(pids.values())  # both run on
+        assert run_launcher(*args, "--name", "worker", "stop", env=env).returncode == 0
+        assert marker_pids(run_dir) == [pids["head"]]  # the worker alone was stopped
+        assert run_launcher(*args, "stop", env=env).returncode == 0
+        assert_no_processes_left(run_dir)
+        assert not list((run_dir / "ray").glob("*.pid"))
+    finally:
+        kill_leftovers(run_dir)
+
+
+def test_a_planted_token_is_refused_in_one_line_and_nothing_starts(tmp_path):
+    """Issue 55 item 3: the launcher reused any ``auth_token`` already in its Ray directory, so a
+    planted 0644 token of known content became the cluster's key while the head listened on every
+    interface. Refused now, in one line naming the file, before anything starts or changes."""
+    run_dir = tmp_path / "run"
+    (run_dir / "ray").mkdir(parents=True)
+    token = run_dir / "ray" / "auth_token"
+    token.write_text("known to whoever planted it")
+    token.chmod(0o644)
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    for sub in ("head", "launch"):
+        res = run_launcher("--run-dir", str(run_dir), "--num-cpus", "1", sub,
+                           *(["--", "python", "-c", "print('ran')"] if sub == "launch" else []),
+                           env=clean_env(SOFT_SPATIAL_RAY_BIN="/nonexistent/ray"))
+        assert res.returncode == 1, res.stdout + res.stderr
+        (line,) = [x for x in res.stderr.splitlines() if "error:" in x]
+        assert str(token) in line and "mode 644" in line, res.stderr
+        assert "Traceback" not in res.stderr and "ran" not in res.stdout
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
 
 
 # --- shellcheck -----------------------------------------------------------------------------------------

@@ -96,7 +96,6 @@ def test_plan_two_slurm_nodes():
         assert argv[:6] == ["srun", "--nodes=1", "--ntasks=1", "-w", node, "--export=ALL"]
         assert "--num-gpus=4" in argv and "--num-cpus=16" in argv
         assert f"VERL_USE_EXTERNAL_MODULES={PLUGIN}" in argv
-        assert f"{plan.MARKER}={ROOT}/runs/123" in argv
         assert f"RAY_AUTH_TOKEN_PATH={ROOT}/runs/123/ray/auth_token" in argv
     assert "--node-ip-address=10.1.2.3" in head and "--port=6379" in head
     assert "--address=10.1.2.3:6379" in worker and "--head" not in worker
@@ -159,7 +158,7 @@ def test_the_launch_plan_forwards_the_one_list():
     p = dry_plan("launch", "--", "python", env=slurm_env(**MIXED_ENV))
     head, _ = starts(p)
     assert {a.split("=", 1)[0] for a in head[6:] if "=" in a and not a.startswith("-")} == {
-        plan.MARKER, *forwarded_env(MIXED_ENV), "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"}
+        *forwarded_env(MIXED_ENV), "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"}
     assert sorted(a for a in p.driver if a.startswith(FORWARD_PREFIX)) == sorted(
         f"{FORWARD_PREFIX}{k}={plan.hydra_quote(v)}" for k, v in forwarded_env(MIXED_ENV).items())
 

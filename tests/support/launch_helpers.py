@@ -1,19 +1,19 @@
 """Helpers of the launcher tests (tests/launch/, tests/e2e/test_multinode_train.py): a clean
 environment, simulated Slurm nodes, the launch plan of a dry run, and a real two-node Ray cluster
-on this machine started and stopped with the launcher (its processes found by the launcher's
-marker and ended by pid)."""
+on this machine started and stopped with the launcher (its processes found by the run's tether
+marker and ended with the tether's reaper)."""
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from soft_spatial.infra import tether
 from soft_spatial.infra.ray_env import FORWARD_ENV
 from soft_spatial.launch import __main__ as cli
 from soft_spatial.launch import cluster, plan
@@ -89,34 +89,14 @@ def run_launcher(*args: str, env: dict[str, str], timeout: float = 60):
 
 
 def marker_pids(run_dir: Path) -> list[int]:
-    """Live processes carrying the launcher's marker for run_dir (every Ray process it started)."""
-    marker = f"{plan.MARKER}={run_dir}".encode()
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if marker in (proc / "environ").read_bytes().split(b"\0"):
-                state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                if state != "Z":
-                    pids.append(int(proc.name))
-        except OSError:
-            continue
-    return pids
+    """Live processes carrying the run's tether marker for run_dir (every process it started)."""
+    return tether.members(cluster.run_marker(run_dir))
 
 
 def kill_leftovers(run_dir: Path, extra_pids: list[int] = ()) -> None:
-    """Last-resort cleanup after a failed test: TERM, then KILL, the run's own processes by pid."""
-    pids = set(marker_pids(run_dir)) | set(extra_pids)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
-            time.sleep(0.2)
+    """Last-resort cleanup after a failed test: the tether's reaper on the run's processes and on
+    the sessions of ``extra_pids``."""
+    tether.reap(cluster.run_marker(run_dir), list(extra_pids), grace_s=10.0)
 
 
 def assert_no_processes_left(run_dir: Path) -> None:

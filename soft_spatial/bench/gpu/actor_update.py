@@ -2,7 +2,8 @@
 model): hard vs soft_fixed vs adaptsoft time and peak memory, each mode in its own process on a
 device, so that each peak is its own (``python -m soft_spatial.bench.gpu.actor_update
 MODE[,MODE...] MODEL BATCH [--dry-run]`` prints their JSON; a dry run's modes share one process:
-two fewer start-ups of verl on a CPU, where no memory is measured)."""
+two fewer start-ups of verl on a CPU, where no memory is measured). Each child is tethered to the
+kit (``infra/tether.py``): it ends with the kit, however the kit ends."""
 from __future__ import annotations
 
 import json
@@ -14,18 +15,52 @@ import tempfile
 import time
 
 from soft_spatial.bench.workloads import random_controller
+from soft_spatial.infra import tether
 from soft_spatial.bench.gpu import parity
 from soft_spatial.bench.gpu.measure import Ctx, PeakMemory, free_memory, random_model, sync
 from soft_spatial.bench.gpu.report import Skip, StageFailed, table
 from soft_spatial.models.shapes import QWEN3_VL_2B_TEXT
 
-__all__ = ["stage_c", "child_c", "process_groups", "MODES"]
+__all__ = ["stage_c", "prepare", "child_c", "child_command", "process_groups", "MODES"]
 
 #: the modes stage c times, hard first (the ratios' denominator)
 MODES = ("hard", "soft_fixed", "adaptsoft")
 
 
 def stage_c(ctx: Ctx) -> list[str]:
+    model_dir, batch, n_params, rows, steps = prepare(ctx)
+    results, errors = {}, {}
+    for group in process_groups(ctx.dry_run):
+        res = tether.run(child_command(group, model_dir, batch, ctx.dry_run),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if res.returncode != 0:
+            errors.update(dict.fromkeys(group, res.stderr[-4000:]))
+            continue
+        results.update(json.loads(res.stdout.strip().splitlines()[-1]))
+    h = results.get("hard") or next(iter(results.values()), None)
+    rows_t = [[m, round(r["time_s"], 3), round(r["min_s"], 3), round(r["time_s"] / h["time_s"], 2),
+               round(r["peak_mib"], 0), round(r["peak_mib"] / max(h["peak_mib"], 1e-3), 2),
+               round(r["max_allocated_mib"], 0)] for m, r in results.items()]
+    head = ["mode", "update s (median)", "min s", "× hard", "update peak MiB", "× hard",
+            "max allocated MiB"]
+    if errors:
+        raise StageFailed(table(head, rows_t) + [
+            ""] + [x for m, e in errors.items() for x in (f"{m} failed:", "```", e, "```")])
+    return [f"Model: Qwen3-VL-2B language-model shape (text-only Qwen3, random weights, "
+            f"{n_params / 1e9:.2f} B parameters); verl FSDP2 engine, fp32 master weights, "
+            f"{'fp32' if ctx.dry_run else 'bf16'} compute, gradient checkpointing "
+            f"{'off' if ctx.dry_run else 'on'}; one micro-batch update of {rows} sequences × {steps} response tokens "
+            f"(adaptsoft rollouts; `hard` re-scores their spines as a discrete chain), median "
+            f"of {h['repeats']} updates after a warm-up, each mode in a fresh process"
+            f"{' (a dry run: one process)' if ctx.dry_run else ''}. `hard` is "
+            f"verl's stock engine (model type language_model); update peak is the memory an "
+            f"update allocates above the weights and optimizer state.",
+            "", *table(head, rows_t)]
+
+
+def prepare(ctx: Ctx) -> tuple:
+    """Stage c's model and batch, saved in the scratch directory for the children: (model
+    directory, batch file, parameters, rows, response tokens)."""
     import torch
 
     try:
@@ -63,36 +98,13 @@ def stage_c(ctx: Ctx) -> list[str]:
                batch)
     del eng, model
     free_memory()
-    results, errors = {}, {}
-    for group in process_groups(ctx.dry_run):
-        cmd = [sys.executable, "-m", "soft_spatial.bench.gpu.actor_update", ",".join(group),
-               str(model_dir), str(batch)]
-        if ctx.dry_run:
-            cmd.append("--dry-run")
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        if res.returncode != 0:
-            errors.update(dict.fromkeys(group, res.stderr[-4000:]))
-            continue
-        results.update(json.loads(res.stdout.strip().splitlines()[-1]))
-    h = results.get("hard") or next(iter(results.values()), None)
-    rows_t = [[m, round(r["time_s"], 3), round(r["min_s"], 3), round(r["time_s"] / h["time_s"], 2),
-               round(r["peak_mib"], 0), round(r["peak_mib"] / max(h["peak_mib"], 1e-3), 2),
-               round(r["max_allocated_mib"], 0)] for m, r in results.items()]
-    head = ["mode", "update s (median)", "min s", "× hard", "update peak MiB", "× hard",
-            "max allocated MiB"]
-    if errors:
-        raise StageFailed(table(head, rows_t) + [
-            ""] + [x for m, e in errors.items() for x in (f"{m} failed:", "```", e, "```")])
-    return [f"Model: Qwen3-VL-2B language-model shape (text-only Qwen3, random weights, "
-            f"{n_params / 1e9:.2f} B parameters); verl FSDP2 engine, fp32 master weights, "
-            f"{'fp32' if ctx.dry_run else 'bf16'} compute, gradient checkpointing "
-            f"{'off' if ctx.dry_run else 'on'}; one micro-batch update of {rows} sequences × {steps} response tokens "
-            f"(adaptsoft rollouts; `hard` re-scores their spines as a discrete chain), median "
-            f"of {h['repeats']} updates after a warm-up, each mode in a fresh process"
-            f"{' (a dry run: one process)' if ctx.dry_run else ''}. `hard` is "
-            f"verl's stock engine (model type language_model); update peak is the memory an "
-            f"update allocates above the weights and optimizer state.",
-            "", *table(head, rows_t)]
+    return model_dir, batch, n_params, rows, steps
+
+
+def child_command(group: tuple[str, ...], model_dir, batch, dry_run: bool) -> list[str]:
+    """The child process that times ``group``'s modes on the model and batch stage c saved."""
+    return ([sys.executable, "-m", "soft_spatial.bench.gpu.actor_update", ",".join(group),
+             str(model_dir), str(batch)] + ["--dry-run"] * dry_run)
 
 
 def process_groups(dry_run: bool) -> list[tuple[str, ...]]:

@@ -13,8 +13,8 @@ run, which leave the child's session but carry the tether's marker) are killed. 
 scheduler that fails sends SIGQUIT to its engine's process, whose handler kills that process's
 tree: the child, never this one; the job is then recorded as failed with the log's last lines and
 a new child starts for the jobs left. A job past its cap, or any job at the deadline, is killed
-with all it started and recorded as timed out. SIGTERM to this process records the running job
-as killed, ends the child's tree and exits 143.
+with all it started and recorded as timed out. SIGTERM, SIGINT or SIGHUP to this process records
+the running job as killed, ends the child's tree and returns 128 + the signal.
 
 ``--out`` must be empty or new: a plan never writes over or appends to another run's files
 (what comes back would mix two runs).
@@ -34,6 +34,7 @@ from pathlib import Path
 
 from soft_spatial.infra import tether
 from soft_spatial.infra.dirlock import check_dir_path
+from soft_spatial.infra.signals import exit_status, sigterm_raises
 from soft_spatial.bench.gpu.jobs import Job
 from soft_spatial.bench.gpu.report import JobFailed, LiveReport, Skip, StageFailed, stamp
 
@@ -132,14 +133,6 @@ def child_main(out: Path, work: Path, deadline_at: float, keys: list[str], dry: 
 
 
 # -- the parent: watches the child ----------------------------------------------------------------
-class _Terminated(Exception):
-    pass
-
-
-def _on_sigterm(signum, frame):
-    raise _Terminated()
-
-
 def check_out(out: Path, work: Path | None = None) -> None:
     """Refuse an ``--out`` that holds anything (another run's report, log or E's logs), and an
     ``--out`` or ``--work`` that cannot be a directory (a file at it or above it:
@@ -203,7 +196,8 @@ def _record_stuck(report: LiveReport, todo: list[str], why: str | None, rc, log:
 def run_plan(out: Path, work: Path, deadline_s: float, dry: bool, jobs: list[Job], render,
              header: list[str], poll_s: float = 1.0, caps: bool | None = None) -> int:
     """Run ``jobs`` with ``deadline_s`` seconds from now; returns 0 when every job that is not an
-    extra finished ok, 1 otherwise, 143 after a SIGTERM. Refuses a non-empty ``out`` and an
+    extra finished ok, 1 otherwise, 128 + the signal after SIGTERM, SIGINT or SIGHUP. Refuses a
+    non-empty ``out`` and an
     ``out`` or ``work`` that cannot be a directory, before anything is written. ``caps``: end a
     job past its cap (default: on a GPU; a GPU's seconds mean nothing on a busy CPU)."""
     check_out(out, work)
@@ -215,17 +209,15 @@ def run_plan(out: Path, work: Path, deadline_s: float, dry: bool, jobs: list[Job
     report.start(header, t0=t0, deadline_at=deadline_at)
     _smi(out / SMI)
     (work / PLAN_FILE).write_text(json.dumps([j.to_dict() for j in jobs]))
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    try:
-        _loop(out, work, deadline_at, dry, jobs, report, t0, poll_s,
-              (not dry) if caps is None else caps)
-        status = None
-    except _Terminated:
-        status = "killed"
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    killed = None
+    with sigterm_raises():  # SIGTERM and SIGHUP raise as SIGINT does
+        try:
+            _loop(out, work, deadline_at, dry, jobs, report, t0, poll_s,
+                  (not dry) if caps is None else caps)
+        except KeyboardInterrupt as e:
+            killed = exit_status(e)
     _tar_stage_e(work, out / STAGE_E_TAR)
-    return _end(report, jobs, out, t0, status)
+    return _end(report, jobs, out, t0, killed)
 
 
 def _loop(out, work, deadline_at, dry, jobs, report, t0, poll_s, caps) -> None:
@@ -247,8 +239,9 @@ def _loop(out, work, deadline_at, dry, jobs, report, t0, poll_s, caps) -> None:
             with open(log, "ab") as f:
                 child = tether.start(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
             why, shown = _watch(child, report, t0, deadline_at, poll_s, shown, caps)
-        except _Terminated:
-            _record_stuck(report, todo, "the plan's SIGTERM", None, log, start, "killed")
+        except KeyboardInterrupt as e:
+            _record_stuck(report, todo, f"the plan's {signal.Signals(exit_status(e) - 128).name}",
+                          None, log, start, "killed")
             raise
         finally:
             if child is not None:
@@ -262,16 +255,18 @@ def _loop(out, work, deadline_at, dry, jobs, report, t0, poll_s, caps) -> None:
             return
 
 
-def _end(report: LiveReport, jobs: list[Job], out: Path, t0: float, status) -> int:
+def _end(report: LiveReport, jobs: list[Job], out: Path, t0: float, killed: int | None) -> int:
+    """The plan's end record and status: 0 when every headline job is ok, 1 otherwise, ``killed``
+    (128 + the signal) when a signal ended it."""
     done = latest(report.records())
     headline = [j.key for j in jobs if not j.extra]
-    report.record("plan", "end", status or "done", values={
+    report.record("plan", "end", "killed" if killed else "done", values={
         "ok": [k for k in headline if done.get(k, {}).get("status") == "ok"],
         "not_ok": {k: done.get(k, {}).get("status", "not run") for k in headline
                    if done.get(k, {}).get("status") != "ok"}})
     print(f"report: {out / 'report.md'} ({stamp(t0)})", flush=True)
-    if status == "killed":
-        return 143
+    if killed:
+        return killed
     return 0 if all(done.get(k, {}).get("status") == "ok" for k in headline) else 1
 
 

@@ -21,7 +21,9 @@ embedded engine, graphs off and on), F (throughput against stock SGLang), X/sync
 X/overlap-parity (docs/gpu.md).
 
 The report is rewritten after every stage, so a run cut short keeps what finished. Timings
-synchronise the device and take the median of repeats after a warm-up.
+synchronise the device and take the median of repeats after a warm-up. SIGTERM (``timeout``),
+SIGINT and SIGHUP end the kit as Ctrl-C does: the running stage's children (tethered:
+``infra/tether.py``) end with it, its ``gpukit-*`` scratch folder is removed, exit 128 + the signal.
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ from soft_spatial.bench.gpu import actor_update, embedded, grpo, headline, softt
 from soft_spatial.bench.gpu.measure import Ctx, Report, free_memory, versions
 from soft_spatial.bench.gpu.report import JobFailed, Skip, StageFailed
 from soft_spatial.infra.dirlock import NotADirectoryOutput, check_dir_path
+from soft_spatial.infra.signals import command
 
 __all__ = ["STAGES", "main"]
 
@@ -85,6 +88,11 @@ def check_report_path(out: Path, stages: list[str]) -> str | None:
 
 
 def main(argv=None) -> int:
+    with command("scripts/gpu/check.py", "its children were ended and its scratch folder removed"):
+        return _main(argv)
+
+
+def _main(argv) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 2)[2])

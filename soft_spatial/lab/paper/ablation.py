@@ -12,7 +12,9 @@ then writes ``<out>/table4.md`` in the paper's layout (Avg., Egocentric, Allocen
 Hypothetical; ours with the paper's number in brackets) and ``<out>/table4.json``. Every stage
 logs to ``<out>/<row>/<stage>.log`` and is skipped when already done, so an interrupted sweep
 resumes where it stopped (training itself resumes from its checkpoints, evaluation from its
-samples). ``--dry-run`` prints the commands.
+samples). ``--dry-run`` prints the commands. Each stage's command is tethered to the sweep
+(``infra/tether.py``): SIGTERM, SIGINT or SIGHUP to the sweep (or its SIGKILL) ends the stage and
+everything it started, the run directory's lock released, and the sweep exits 128 + the signal.
 
 A row's training is done only if these settings made it: ``<row>/train.done`` holds its key
 (`RowRun.train_key`: training's own run key, `soft_spatial.train.run_key`, of the row's composed
@@ -36,16 +38,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Sequence
 
+from soft_spatial.infra import tether
 from soft_spatial.infra.dirlock import NotADirectoryOutput, check_dir_path
 from soft_spatial.infra.hydra_args import renamed_overrides
 from soft_spatial.infra.provenance import OutputKeyMismatch, Verdict, compare, record
 from soft_spatial.infra.run_dir import latest_step
+from soft_spatial.infra.signals import command
 from soft_spatial.models.loading import resolve_model_dir
 from soft_spatial.train import CONFIG_DIR, run_key
 
@@ -188,7 +191,7 @@ def _run(cmd: list[str], log: Path, what: str, env: dict | None = None) -> None:
     with log.open("a", encoding="utf-8") as f:
         f.write("$ " + " ".join(cmd) + "\n")
         f.flush()
-        res = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+        res = tether.run(cmd, stdout=f, stderr=f, env=env)  # ends with the sweep
     if res.returncode != 0:
         tail = "".join(log.read_text(encoding="utf-8", errors="replace").splitlines(True)[-30:])
         raise RuntimeError(f"{what} failed (exit {res.returncode}); log {log}:\n{tail}")
@@ -303,6 +306,12 @@ def preflight(runs: Sequence[RowRun]) -> dict[str, dict]:
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
+    with command("python -m soft_spatial.ablation",
+                 "the running stage was ended; the same command resumes from the stages done"):
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> Path:
     args = _parser().parse_args(argv)
     if not args.dry_run:
         try:

@@ -37,6 +37,7 @@ import torch
 from soft_spatial.data import build_messages, extract_answer, load_omnispatial
 from soft_spatial.data.synthetic import read_rows
 from soft_spatial.eval.runner import read_results
+from soft_spatial.infra.signals import command
 from soft_spatial.lab.softness.branches import path_rows, step_types
 from soft_spatial.lab.softness.gates import GATE_EVALS, first_guess, path_accuracy
 from soft_spatial.lab.softness.oracle_decode import OracleSpec, decode
@@ -479,7 +480,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     os.environ["OMP_NUM_THREADS"] = str(a.threads)  # the evaluations' processes inherit it
-    return run(Stage0Config(a.seed_dir, limit=a.limit, permutations=a.permutations))
+    # SIGTERM and SIGHUP as Ctrl-C: the running evaluation (tethered) ends with it, one line
+    with command("python -m soft_spatial.lab.softness.stage0",
+                 "the running evaluation was ended with it"):
+        return run(Stage0Config(a.seed_dir, limit=a.limit, permutations=a.permutations))
 
 
 if __name__ == "__main__":

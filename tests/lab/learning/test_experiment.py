@@ -329,14 +329,14 @@ def _ours(gate: Path) -> list[int]:
     return find_pids(environ=lambda env: env.get(barrier.DIR_ENV) == str(gate), same_user=True)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP, signal.SIGINT, signal.SIGTERM])
 def test_a_killed_command_leaves_no_stage_running(tmp_path, sig):
     """Issue 44 items 11-13. The command is held inside its data stage's child (each stage runs
     in its own session). A second command into the same out= is refused at once, naming the
     first, and changes nothing. SIGKILL (the OOM killer, Slurm after its grace) and SIGHUP (the
     terminal closing) ended the command and left the stage running; now nothing it started is
     left (the process table). SIGTERM ends it with 143 and one line, no traceback (it was a
-    traceback and 130)."""
+    traceback and 130); SIGHUP (issue 55) and SIGINT as it does, with 129 and 130."""
     gate, out = tmp_path / "gate", tmp_path / "learn"
     # after the stage's first image is written (its child runs synthetic as __main__)
     env = barrier.arm(gate, "PIL.Image:Image.save", site=True)
@@ -353,10 +353,12 @@ def test_a_killed_command_leaves_no_stage_running(tmp_path, sig):
             assert second.returncode == 1 and f"pid {first.pid}" in second.stderr, second.stderr
             assert sorted(p.relative_to(out) for p in out.rglob("*")) == files
             barrier.interrupt(first, sig)
-        else:
+        elif sig == signal.SIGKILL:
             first.send_signal(sig)
             first.wait(timeout=300)
             assert first.returncode == -sig
+        else:
+            barrier.interrupt(first, sig)
         barrier.wait_for(lambda: not _ours(gate), "every process of the command gone", limit_s=300.0)
         assert not alive(stage)
     finally:
