@@ -61,7 +61,7 @@ def main() -> None:
     eng = LocalEngine.from_pretrained(path, max_batch_rows=a.prompts * a.n)
     eng.eos_ids = []  # fixed-length decoding: every mode runs the same number of steps
     ctrl = AdaptSoft(eng.hidden_size)
-    eng.set_controller(ctrl)
+    eng.set_controller(ctrl.to_state())
     ps = prompts(a.prompts)
     sampling = SamplingConfig(max_new_tokens=a.steps)
     modes = {"hard": SoftThinkingConfig(mode="hard"), "fixed": SoftThinkingConfig(mode="fixed"),

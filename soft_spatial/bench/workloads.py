@@ -181,7 +181,8 @@ def rollouts(model_dir, n=2, max_new_tokens=12, seed=1, mode="fixed", controller
     """
     prompts = PROMPTS if prompts is None else prompts
 
-    eng = LocalEngine.from_pretrained(model_dir, controller=controller)
+    eng = LocalEngine.from_pretrained(model_dir, controller=None if controller is None
+                                      else controller.to_state())
     sampling = SamplingConfig(max_new_tokens=max_new_tokens)
     first = eng.generate(prompts, soft_thinking=SoftThinkingConfig(mode=mode), sampling=sampling,
                          n=n, seed=seed)

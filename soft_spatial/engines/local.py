@@ -109,7 +109,7 @@ class LocalEngine:
             length minus ``max_new_tokens``).
     """
 
-    def __init__(self, model, tokenizer, processor=None, controller: AdaptSoft | None = None,
+    def __init__(self, model, tokenizer, processor=None, controller: ControllerState | None = None,
                  eos_ids: Sequence[int] | None = None, max_batch_rows: int = 64,
                  max_prompt_length: int | None = None, name: str = "model"):
         self.model, self.tokenizer, self.processor = model, tokenizer, processor
@@ -141,8 +141,9 @@ class LocalEngine:
     # -- construction and weights -------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, path: str | Path, device="cpu", dtype=torch.float32,
-                        controller=None, **kwargs) -> "LocalEngine":
-        """Load a local model directory (no downloads); ``controller`` as in :meth:`set_controller`."""
+                        controller: ControllerState | None = None, **kwargs) -> "LocalEngine":
+        """Load a local model directory (no downloads); ``controller`` as in :meth:`set_controller`
+        (a checkpoint: :meth:`AdaptSoft.read_checkpoint`)."""
         model, processor, tokenizer = load_model(path, device=device, dtype=dtype)
         engine = cls(model, tokenizer, processor, name=str(path), **kwargs)
         if controller is not None:
@@ -163,17 +164,18 @@ class LocalEngine:
                                  f"{tuple(own[k].shape)}")
             own[k].copy_(v.to(own[k].device, own[k].dtype))
 
-    def set_controller(self, controller: AdaptSoft | ControllerState | str | Path | None) -> None:
-        """Install AdaptSoft: a module, its :class:`ControllerState` (loaded into the current
-        controller when that one was built the same way, else into a new one), a checkpoint path
-        (:meth:`AdaptSoft.save`), or None to remove it."""
+    def set_controller(self, controller: ControllerState | None) -> None:
+        """Install AdaptSoft's state (loaded into the current controller when that one was built
+        the same way, else into a new one; a module's is :meth:`AdaptSoft.to_state`, a
+        checkpoint's :meth:`AdaptSoft.read_checkpoint`), or remove it (None): the one form every
+        engine takes (:class:`~soft_spatial.engines.base.Engine`)."""
         if controller is None:
             self.controller = None
             return
-        if isinstance(controller, (str, Path)):
-            controller = AdaptSoft.load(controller)
-        elif isinstance(controller, ControllerState):
-            controller = AdaptSoft.from_state(controller, into=self.controller)
+        if not isinstance(controller, ControllerState):
+            raise TypeError(f"set_controller takes a ControllerState (AdaptSoft.to_state(), "
+                            f"AdaptSoft.read_checkpoint(path)) or None, got {type(controller).__name__}")
+        controller = AdaptSoft.from_state(controller, into=self.controller)
         if controller.hidden_size != self.hidden_size:
             raise ValueError(f"AdaptSoft was built for hidden size {controller.hidden_size}, "
                              f"{self.name} has {self.hidden_size}")

@@ -44,7 +44,7 @@ from soft_spatial.eval.steps import STEPS, steps_row
 from soft_spatial.infra.atomic import write_text
 from soft_spatial.infra.dirlock import DirLock, check_dir_path
 from soft_spatial.infra.jsonl import read_jsonl
-from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig, check_field_types
+from soft_spatial.softthink import AdaptSoft, SamplingConfig, SoftThinkingConfig, check_field_types
 
 __all__ = ["EvalConfig", "evaluate", "read_results"]
 
@@ -139,8 +139,9 @@ def _make_engine(cfg: EvalConfig):
         from soft_spatial.engines.sglang.engine import SGLangEngine
         return SGLangEngine(cfg.model_path, cfg.soft_thinking, controller=cfg.controller,
                             seed=cfg.seed, server_args=cfg.sglang)
+    state = AdaptSoft.read_checkpoint(cfg.controller) if cfg.controller else None
     return LocalEngine.from_pretrained(cfg.model_path, device=cfg.device,
-                                       dtype=getattr(torch, cfg.dtype), controller=cfg.controller,
+                                       dtype=getattr(torch, cfg.dtype), controller=state,
                                        max_batch_rows=cfg.batch_rows)
 
 

@@ -73,8 +73,8 @@ class LocalSoftServer:
             max_batch_rows=self.settings.max_batch_rows,
             max_prompt_length=prompt_length)
         if self.settings.soft_thinking.mode == "adaptsoft":
-            self.engine.set_controller(AdaptSoft.from_config(self.settings.adaptsoft,
-                                                             self.engine.hidden_size))
+            self.engine.set_controller(AdaptSoft.from_config(
+                self.settings.adaptsoft, self.engine.hidden_size).to_state())
         self._pending: list[PendingRequest] = []
         self._streams: dict[str, _Stream] = {}
         self._flush_task: asyncio.Task | None = None

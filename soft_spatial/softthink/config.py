@@ -22,6 +22,7 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 __all__ = [
+    "TAU0",
     "SoftThinkingConfig",
     "SamplingConfig",
     "AdaptSoftConfig",
@@ -112,6 +113,11 @@ def _pair(value) -> tuple[float, float] | None:
     return (lo, hi)
 
 
+#: τ₀, the paper's: the centre of AdaptSoft's τ (:attr:`AdaptSoftConfig.tau0`) and the fixed-soft
+#: baseline's τ (:attr:`SoftThinkingConfig.fixed_tau`), one number for both defaults
+TAU0 = 0.5
+
+
 @dataclass
 class SoftThinkingConfig:
     """How the chain of thought is decoded (§2.1–2.3, §2.5 modes): ``hard`` (ordinary discrete
@@ -125,8 +131,9 @@ class SoftThinkingConfig:
     :attr:`SamplingConfig.top_k` (verl's sampling parameter)."""
     noise_scale: float = 1.0
     """c, the Gumbel noise scale (§2.2); 0 gives deterministic soft decoding."""
-    fixed_tau: float = 0.5
-    """τ in ``fixed`` mode: the paper's fixed-soft baseline at τ₀."""
+    fixed_tau: float = TAU0
+    """τ in ``fixed`` mode: the paper's fixed-soft baseline at τ₀ (:data:`TAU0`, the controller's
+    default centre; set either and the other keeps its own)."""
     noise_clamp: tuple[float, float] | None = None
     """Optional clip of γ; ``[-1.5, 3.0]`` reproduces the authors' sampler (compatibility only)."""
     think_end: str = "</think>"
@@ -185,8 +192,9 @@ class AdaptSoftConfig:
     """d_p, rows of the fixed random projection P of LN(h)."""
     width: int = 256
     """Hidden width of the MLP."""
-    tau0: float = 0.5
-    """τ₀, the centre of τ = τ₀ + Δ·tanh(u) and τ at initialisation."""
+    tau0: float = TAU0
+    """τ₀, the centre of τ = τ₀ + Δ·tanh(u) and τ at initialisation (:data:`TAU0`: also the
+    fixed mode's default τ)."""
     delta: float = 0.4
     """Δ, the half-width of τ's range; 0 < Δ < τ₀ keeps τ positive."""
     entropy_mean: float = 0.173

@@ -77,6 +77,16 @@ class ControllerState:
         return cls(hidden, config, weights)
 
 
+class _Setting:
+    """An :class:`AdaptSoft` setting read from its :attr:`~AdaptSoft.config` (the one copy)."""
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        return self if obj is None else getattr(obj.config, self.name)
+
+
 class AdaptSoft(nn.Module):
     """Per-step temperature controller f_φ (fp32; replicated on every rank, outside FSDP).
 
@@ -93,11 +103,7 @@ class AdaptSoft(nn.Module):
         cfg = dataclasses.replace(config or AdaptSoftConfig(), **settings)
         if hidden_size <= 0:
             raise ValueError(f"hidden_size must be positive, got {hidden_size}")
-        self.config = cfg
-        self.hidden_size, self.proj_dim, self.width = hidden_size, cfg.proj_dim, cfg.width
-        self.tau0, self.delta = cfg.tau0, cfg.delta
-        self.entropy_mean, self.entropy_std = cfg.entropy_mean, cfg.entropy_std
-        self.use_hidden, self.use_entropy, self.seed = cfg.use_hidden, cfg.use_entropy, cfg.seed
+        self.config, self.hidden_size = cfg, hidden_size
         proj_dim, width, seed = cfg.proj_dim, cfg.width, cfg.seed
         use_hidden, use_entropy = cfg.use_hidden, cfg.use_entropy
 
@@ -115,6 +121,11 @@ class AdaptSoft(nn.Module):
             self.fc2.bias.zero_()
         self.a = nn.Parameter(torch.zeros(()))
         self.b = nn.Parameter(torch.zeros(()))
+
+    # the settings, read from the config (the one copy)
+    proj_dim, width, tau0, delta = _Setting(), _Setting(), _Setting(), _Setting()
+    entropy_mean, entropy_std, seed = _Setting(), _Setting(), _Setting()
+    use_hidden, use_entropy = _Setting(), _Setting()
 
     @property
     def feature_dim(self) -> int:

@@ -54,8 +54,8 @@ class RecordFields:
     soft: Tensor = _record(torch.bool)  # [L] the soft-step mask (a record field: the name is part of the format)
 
     def record_fields(self) -> dict[str, Tensor]:
-        """The record fields by name, in their order."""
-        return {f.name: getattr(self, f.name) for f in fields(RecordFields)}
+        """The record fields by name, in their order (:data:`TRACE_KEYS`)."""
+        return {name: getattr(self, name) for name in TRACE_KEYS}
 
 
 @dataclass

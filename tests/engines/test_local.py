@@ -15,7 +15,7 @@ from local_engine_helpers import BiasedHead, chat, check_replay, with_think_bonu
 from soft_spatial.engines import LocalEngine, PromptTooLongError
 from soft_spatial.engines.replay import replay_completion
 from soft_spatial.models import think_end_id
-from soft_spatial.softthink import DensityConfig, SamplingConfig, SoftThinkingConfig
+from soft_spatial.softthink import AdaptSoft, DensityConfig, SamplingConfig, SoftThinkingConfig
 
 
 def test_cached_decoding_equals_uncached_forward_logits(engine64):
@@ -167,7 +167,7 @@ def test_images_change_outputs_and_seeds_reproduce(engine):
 
 def test_adaptsoft_records_the_controllers_tau(engine):
     ctrl = trained_controller(engine.hidden_size, seed=3)
-    engine.set_controller(ctrl)
+    engine.set_controller(ctrl.to_state())
     outs = engine.generate([chat()], soft_thinking=SoftThinkingConfig(mode="adaptsoft"),
                            sampling=SamplingConfig(max_new_tokens=20), n=2, debug=True)
     for o in outs:
@@ -247,7 +247,7 @@ def test_update_weights_and_set_controller(engine, tmp_path):
         engine.update_weights({"nope.weight": old})
     ctrl = trained_controller(engine.hidden_size, seed=4)
     ctrl.save(tmp_path / "c.pt")
-    engine.set_controller(tmp_path / "c.pt")
+    engine.set_controller(AdaptSoft.read_checkpoint(tmp_path / "c.pt"))
     x = torch.randn(3, ctrl.feature_dim)
     assert torch.equal(engine.controller(x), ctrl(x))
     engine.set_controller(None)

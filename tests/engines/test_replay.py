@@ -19,7 +19,8 @@ from soft_spatial.softthink import DensityConfig, SamplingConfig, SoftThinkingCo
 @pytest.mark.parametrize("mode", ["fixed", "adaptsoft"])
 def test_replay_reproduces_every_step_fp32(engine, mode):
     eng = with_think_bonus(engine)
-    eng.set_controller(trained_controller(eng.hidden_size) if mode == "adaptsoft" else None)
+    eng.set_controller(trained_controller(eng.hidden_size).to_state() if mode == "adaptsoft"
+                       else None)
     prompt = chat()
     outs = eng.generate([prompt], soft_thinking=SoftThinkingConfig(mode=mode),
                         sampling=SamplingConfig(max_new_tokens=40), n=3, seed=1, debug=True)

@@ -232,8 +232,10 @@ def reference(model, soft, controller=None):
     """``run(prompts, sampling, **generate_kwargs) -> (fp32 rows, fp64 rows)`` of the local
     engine on ``model`` (with the AdaptSoft checkpoint ``controller``), and the fp64 engine."""
     from soft_spatial.engines import LocalEngine
-    l32 = LocalEngine.from_pretrained(model, controller=controller)
-    l64 = LocalEngine.from_pretrained(model, dtype=torch.float64, controller=controller)
+    from soft_spatial.softthink import AdaptSoft
+    state = AdaptSoft.read_checkpoint(controller) if controller else None
+    l32 = LocalEngine.from_pretrained(model, controller=state)
+    l64 = LocalEngine.from_pretrained(model, dtype=torch.float64, controller=state)
 
     def run(prompts, sampling, **kw):
         return (l32.generate(prompts, soft_thinking=soft, sampling=sampling, **kw),

@@ -87,7 +87,7 @@ def prepare(ctx: Ctx) -> tuple:
     eng = LocalEngine(model, tok, max_batch_rows=rows * n)
     eng.eos_ids = []
     ctrl = random_controller(eng.hidden_size)
-    eng.set_controller(ctrl)
+    eng.set_controller(ctrl.to_state())
     prompts = [[5 + i, 9, 13, 40 + i, 41, 42, 7, 8] for i in range(rows // n)]
     outs = eng.generate(prompts, soft_thinking=SoftThinkingConfig(mode="adaptsoft"), n=n,
                         sampling=SamplingConfig(max_new_tokens=steps))

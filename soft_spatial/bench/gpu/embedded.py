@@ -36,7 +36,7 @@ def stage_a(ctx: Ctx) -> list[str]:
     processor.image_processor.size = {"shortest_edge": 32 * 32, "longest_edge": 128 * 32 * 32}
     eng = LocalEngine(model, tok, processor, max_batch_rows=prompts_n * g, name="qwen3-vl-8b-shape")
     eng.eos_ids = []  # fixed-length decoding: every mode runs the same number of steps
-    eng.set_controller(random_controller(eng.hidden_size))
+    eng.set_controller(random_controller(eng.hidden_size).to_state())
     prompts = image_prompts(prompts_n, side)
     lines = [f"Model: Qwen3-VL-8B-Thinking shape, random weights, {n_params / 1e9:.2f} B parameters, "
              f"{str(ctx.dtype).replace('torch.', '')}, built on {dev} in {build_s:.1f} s."]

@@ -71,6 +71,11 @@ def _signature_problems(cls, cls_name: str, name: str, params: list, why: str = 
     return [] if got == params else [f"{cls_name}.{name} signature changed: {got} != {params}"]
 
 
+def _lacks(fn, needle: str) -> bool:
+    """Whether ``fn`` is gone or its source no longer contains ``needle``."""
+    return fn is None or needle not in inspect.getsource(fn)
+
+
 def _check_overrides() -> list:
     problems = []
     for (module, cls_name, name), (params, caller, call) in OVERRIDDEN_PRIVATE_METHODS.items():
@@ -79,8 +84,7 @@ def _check_overrides() -> list:
         problems += moved
         if moved:
             continue
-        caller_fn = getattr(cls, caller, None)
-        if caller_fn is None or call not in inspect.getsource(caller_fn):
+        if _lacks(getattr(cls, caller, None), call):
             problems.append(f"{cls_name}.{caller} no longer calls {call!r} (soft_spatial "
                             f"overrides {name})")
     return problems
@@ -215,8 +219,7 @@ def _generation_problems(trainer_cls) -> list:
                            ("_validate", "self.async_rollout_manager.generate_sequences("),
                            ("_validate", '"validate": True'),
                            ("fit", "self.global_steps += 1")):
-        fn = getattr(trainer_cls, caller, None)
-        if fn is None or needle not in inspect.getsource(fn):
+        if _lacks(getattr(trainer_cls, caller, None), needle):
             problems.append(f"RayPPOTrainer.{caller} no longer contains {needle!r} "
                             f"(before_each_generation, tag_noise_keys)")
     return problems

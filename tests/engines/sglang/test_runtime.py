@@ -150,7 +150,7 @@ def test_runtime_parity_with_local_engine(engine, mode, graphs, monkeypatch):
     seeds = [7, 8, 9]
     ctrl = trained_controller(engine.hidden_size, seed=1)
     if mode == "adaptsoft":
-        engine.set_controller(ctrl)
+        engine.set_controller(ctrl.to_state())
     outs, steps, mixes = run_local(engine, PROMPTS, soft_thinking, sampling, seeds, monkeypatch)
     rt = SoftRuntime(settings_for(engine, soft_thinking))
     if mode == "adaptsoft":
