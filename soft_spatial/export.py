@@ -4,7 +4,7 @@ OUT_DIR gets the Hugging Face weights (verl's model merger, ``merge --backend fs
 actor's FSDP shards by :mod:`soft_spatial.compat.verl.merger`), the AdaptSoft controller (``adaptsoft.pt``,
 when the run trained one) and the soft settings of the run (``soft_settings.yaml``: the
 ``SoftSettings.to_dict()`` training wrote beside its checkpoints, copied as it is; an older run's
-``soft_thinking.yaml`` is read too and exported under the new name). Then
+``soft_thinking.yaml`` is refused, saying to rename it). Then
 
     python -m soft_spatial.eval model.path=OUT_DIR
 
@@ -74,8 +74,8 @@ def actor_dir(checkpoint: str | Path) -> Path:
 
 
 def settings_file(actor: Path) -> Path | None:
-    """The run's settings file (``soft_settings.yaml``, or an older run's ``soft_thinking.yaml``):
-    in the trainer's directory above ``global_step_N``."""
+    """The run's settings file (``soft_settings.yaml``) in the trainer's directory above
+    ``global_step_N``."""
     for directory in (actor, actor.parent, actor.parent.parent):
         found = run_settings_file(directory)
         if found is not None:

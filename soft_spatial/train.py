@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from soft_spatial.infra import ray_session
 from soft_spatial.infra.ray_auth import token_auth
 from soft_spatial.infra.atomic import write_text
 from soft_spatial.infra.dirlock import DirLock, check_dir_path
-from soft_spatial.infra.hydra_args import rename_argv
+from soft_spatial.infra.hydra_args import refuse_renamed
 from soft_spatial.infra.hydra_record import hydra_record
 from soft_spatial.infra.ray_env import plugin_env
 from soft_spatial.infra.signals import command, reinstall
@@ -420,7 +421,7 @@ def main() -> None:
         # Hydra's record (configs/train.yaml turns Hydra's own off), one directory per start
         run(cfg, record=hydra_record(cfg, f"hydra/{time.strftime('%Y-%m-%d_%H-%M-%S')}"))
 
-    rename_argv()  # soft_thinking=... (the settings group's old name) reads as soft=...
+    refuse_renamed(sys.argv[1:], "python -m soft_spatial.train")  # the settings group's old name
     # SIGTERM (Slurm's time limit or preemption, timeout, kill) ends the run as Ctrl-C does
     with command("python -m soft_spatial.train",
                  "the run directory keeps its last checkpoint; the same command resumes from it"):

@@ -58,8 +58,6 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
                             "tests/e2e/test_stats_entropy_usage.py")),
     "ablation.py": (_COMMAND, ("tests/lab/paper/test_ablation.py",)),
     "analysis.py": (_COMMAND, ("tests/lab/paper/analysis/test_cli.py",)),
-    "lab/learn.py": (_COMMAND + " (the learning experiment's former name)",
-                     ("tests/lab/learning/test_experiment.py",)),
     "lab/learning/__main__.py": (_COMMAND, ("tests/lab/learning/test_experiment.py",)),
     "lab/softness/__main__.py": (_COMMAND + " (run or the decision, by the first argument)",
                                  ("tests/lab/softness/test_phase0.py", "tests/e2e/test_softness_phase0.py")),

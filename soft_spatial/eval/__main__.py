@@ -20,7 +20,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from soft_spatial.infra.hydra_args import rename_argv
+from soft_spatial.infra.hydra_args import refuse_renamed
 from soft_spatial.infra.hydra_record import hydra_record
 from soft_spatial.infra.signals import command
 from soft_spatial.models.loading import check_top_k, resolve_model_dir
@@ -198,7 +198,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    rename_argv()  # soft_thinking=... (the settings group's old name) reads as soft=...
+    refuse_renamed(sys.argv[1:], "python -m soft_spatial.eval")  # the settings group's old name
     # SIGTERM (Slurm, timeout, kill) as Ctrl-C: the engine and its processes ended, the lock
     # released, every finished sample kept for the resume; exit 143 (130)
     with command("python -m soft_spatial.eval",

@@ -1,9 +1,7 @@
-"""``python -m soft_spatial.lab.learn``: the learning experiment's former name; it runs
-``python -m soft_spatial.lab.learning`` (:mod:`soft_spatial.lab.learning`) with the same arguments."""
+"""``python -m soft_spatial.lab.learn``, the learning experiment's name until 729c705: refused in
+one line naming ``python -m soft_spatial.lab.learning`` (nothing runs)."""
 import sys
 
-from soft_spatial.lab.learning.experiment import main
-
 if __name__ == "__main__":
-    print("python -m soft_spatial.lab.learn is now python -m soft_spatial.lab.learning", file=sys.stderr)
-    main()
+    sys.exit("python -m soft_spatial.lab.learn is now python -m soft_spatial.lab.learning "
+             "(the same arguments; nothing was run)")

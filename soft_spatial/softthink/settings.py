@@ -27,14 +27,15 @@ from soft_spatial.softthink import (AdaptSoftConfig, AlignmentConfig, DensityCon
                                     ReplayCheckConfig, SamplingConfig, SoftThinkingConfig,
                                     check_field_types, from_mapping)
 
-__all__ = ["SoftSettings", "SETTINGS_FILE", "OLD_SETTINGS_FILES", "settings_file", "ROLLOUT_KEY",
+__all__ = ["SoftSettings", "SETTINGS_FILE", "OLD_SETTINGS_FILE", "settings_file", "ROLLOUT_KEY",
            "CONTROLLER_FILE", "sampling_config"]
 
 #: the run's settings (``SoftSettings.to_dict()`` as YAML): written by training beside its
 #: checkpoints, copied by export into the model directory, read by evaluation
 SETTINGS_FILE = "soft_settings.yaml"
-#: the same file's earlier names, still read (older run directories and exports)
-OLD_SETTINGS_FILES = ("soft_thinking.yaml",)
+#: the same file's earlier name (runs and exports before 2026-11-23, read until 729c705): refused
+#: with a line saying to rename it
+OLD_SETTINGS_FILE = "soft_thinking.yaml"
 #: where verl's config carries the settings block (the key is verl's)
 ROLLOUT_KEY = "actor_rollout_ref.rollout.custom"
 #: the trained AdaptSoft controller beside it (each checkpoint's, and the exported model's)
@@ -146,11 +147,14 @@ class SoftSettings:
 
 
 def settings_file(directory: str | Path) -> Path | None:
-    """The settings file in ``directory``: :data:`SETTINGS_FILE`, or an older export's or run's
-    file under a name of :data:`OLD_SETTINGS_FILES`; None when there is none."""
-    for name in (SETTINGS_FILE, *OLD_SETTINGS_FILES):
-        if (Path(directory) / name).is_file():
-            return Path(directory) / name
+    """The settings file in ``directory`` (:data:`SETTINGS_FILE`); None when there is none. A
+    file under the old name only (:data:`OLD_SETTINGS_FILE`) is refused, naming the new one."""
+    path, old = Path(directory) / SETTINGS_FILE, Path(directory) / OLD_SETTINGS_FILE
+    if path.is_file():
+        return path
+    if old.is_file():
+        raise FileNotFoundError(f"{old}: the soft settings' file has a new name; rename it "
+                                f"{SETTINGS_FILE} (its content is the same)")
     return None
 
 

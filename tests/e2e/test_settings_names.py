@@ -1,33 +1,33 @@
 """One name per thing: the soft settings are ``soft`` (Hydra group ``configs/soft/``, the run's
-``soft_settings.yaml``, evaluation's ``soft`` block) and ``top_k`` is K; the old names still read
-(docs/design.md §6). The old group name on a command line: tests/infra/test_hydra_args.py."""
+``soft_settings.yaml``, evaluation's ``soft`` block) and ``top_k`` is K; a settings file under its
+old name is refused naming the new one (docs/design.md §6). The old group name on a command line:
+tests/infra/test_hydra_args.py."""
 from __future__ import annotations
 
 import re
 
+import pytest
 from hydra import compose, initialize_config_dir
 
-from soft_spatial.softthink.settings import (OLD_SETTINGS_FILES, SETTINGS_FILE, SoftSettings,
+from soft_spatial.softthink.settings import (OLD_SETTINGS_FILE, SETTINGS_FILE, SoftSettings,
                                              settings_file)
 from soft_spatial.train import CONFIG_DIR
 
 
-def test_the_runs_settings_file_is_read_under_its_old_name(tmp_path):
-    assert SETTINGS_FILE == "soft_settings.yaml" and "soft_thinking.yaml" in OLD_SETTINGS_FILES
-    assert settings_file(tmp_path) is None and SoftSettings.exported(tmp_path) is None
-    SoftSettings.from_dict({"soft_thinking": {"mode": "fixed"}}).save(tmp_path / "soft_thinking.yaml")
-    assert settings_file(tmp_path) == tmp_path / "soft_thinking.yaml"
-    assert SoftSettings.exported(tmp_path).soft_thinking.mode == "fixed"
-    SoftSettings.from_dict({"soft_thinking": {"mode": "hard"}}).save(tmp_path / SETTINGS_FILE)
-    assert SoftSettings.exported(tmp_path).soft_thinking.mode == "hard"  # the new name first
-
-
-def test_export_finds_an_old_runs_settings_file(tmp_path):
+def test_a_settings_file_under_its_old_name_is_refused_naming_the_new(tmp_path):
     from soft_spatial.export import settings_file as export_settings
-    actor = tmp_path / "global_step_2" / "actor"
+    assert SETTINGS_FILE == "soft_settings.yaml" and OLD_SETTINGS_FILE == "soft_thinking.yaml"
+    assert settings_file(tmp_path) is None and SoftSettings.exported(tmp_path) is None
+    SoftSettings.from_dict({"soft_thinking": {"mode": "fixed"}}).save(tmp_path / OLD_SETTINGS_FILE)
+    with pytest.raises(FileNotFoundError, match="soft_thinking.yaml: .*rename it soft_settings.yaml"):
+        SoftSettings.exported(tmp_path)
+    actor = tmp_path / "run" / "global_step_2" / "actor"
     actor.mkdir(parents=True)
-    SoftSettings().save(tmp_path / "soft_thinking.yaml")
-    assert export_settings(actor) == tmp_path / "soft_thinking.yaml"
+    (tmp_path / OLD_SETTINGS_FILE).rename(tmp_path / "run" / OLD_SETTINGS_FILE)
+    with pytest.raises(FileNotFoundError, match="rename it soft_settings.yaml"):
+        export_settings(actor)
+    SoftSettings.from_dict({"soft_thinking": {"mode": "hard"}}).save(tmp_path / "run" / SETTINGS_FILE)
+    assert export_settings(actor) == tmp_path / "run" / SETTINGS_FILE  # the new name: read
 
 
 def _eval(*overrides):

@@ -45,7 +45,7 @@ from collections.abc import Sequence
 
 from soft_spatial.infra import tether
 from soft_spatial.infra.dirlock import NotADirectoryOutput, check_dir_path
-from soft_spatial.infra.hydra_args import renamed_overrides
+from soft_spatial.infra.hydra_args import refuse_renamed
 from soft_spatial.infra.provenance import OutputKeyMismatch, Verdict, compare, record
 from soft_spatial.infra.run_dir import latest_step
 from soft_spatial.infra.signals import command
@@ -109,7 +109,8 @@ def _compose_train(overrides: Sequence[str]):
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        return compose(config_name="train", overrides=renamed_overrides(overrides))
+        refuse_renamed(overrides, "python -m soft_spatial.ablation")
+        return compose(config_name="train", overrides=list(overrides))
 
 
 def _list(xs: Sequence[str]) -> str:

@@ -32,7 +32,7 @@ from soft_spatial.lab.paper.calibration.entropy import (
     soft_step_entropies,
     usage_args,
 )
-from soft_spatial.infra.hydra_args import renamed_overrides
+from soft_spatial.infra.hydra_args import refuse_renamed
 from soft_spatial.models.loading import resolve_model_dir
 from soft_spatial.softthink import AdaptSoftConfig, SamplingConfig, SoftThinkingConfig, from_mapping
 from soft_spatial.train import CONFIG_DIR
@@ -68,7 +68,8 @@ def compose_train(overrides: Sequence[str]):
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        return compose(config_name="train", overrides=renamed_overrides(overrides))
+        refuse_renamed(overrides, "python -m soft_spatial.stats entropy")
+        return compose(config_name="train", overrides=list(overrides))
 
 
 def entropy_main(args) -> Path:
