@@ -171,7 +171,7 @@ def main() -> None:
                                   "--out", "bench-sglang-gpu", "--deadline", "3600"]))
     reexec_with_sglang_overlay("bench_sglang")
 
-    from soft_spatial.bench.workloads import interleaved, ratio_lines
+    from soft_spatial.bench.workloads import interleaved
     from soft_spatial.engines import LocalEngine
     from soft_spatial.models import build_tiny_model
     from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
@@ -213,6 +213,12 @@ def main() -> None:
         for w in workers.values():
             w.close()
 
+    _print(a, timings, tokens, prefill)
+
+
+def _print(a, timings, tokens, prefill) -> None:
+    """The run's table: seconds per generate, tokens/s, throughput ratios, prefill counts."""
+    from soft_spatial.bench.workloads import ratio_lines
     print(f"\ndecode, {a.prompts} image prompts × G={a.n}, {a.steps} steps, vocab {a.vocab}, "
           f"{os.cpu_count()} CPUs, {a.repeats} interleaved turns (seconds per generate):")
     print("CUDA graphs: unavailable on the CPU (every SGLang engine here runs without them; "

@@ -71,3 +71,20 @@ def test_the_torch_load_scan_sees_an_unsafe_call():
     tree = ast.parse("import torch\nx = torch.load(p)\ny = torch.load(p, weights_only=False)\n"
                      "z = torch.load(p, map_location='cpu', weights_only=True)\n")
     assert _torch_loads(tree) == [(2, False), (3, False), (4, True)]
+
+
+def _long_functions(path: Path, limit: int, root: Path = ROOT) -> list[str]:
+    import ast
+    tree = ast.parse(path.read_text())
+    return [f"{path.relative_to(root)}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)"
+            for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.end_lineno - n.lineno + 1 > limit]
+
+
+def test_no_function_of_the_package_or_its_scripts_is_longer_than_80_lines(tmp_path):
+    files = sorted((ROOT / "soft_spatial").rglob("*.py")) + sorted((ROOT / "scripts").rglob("*.py"))
+    assert len(files) > 200
+    assert [f for p in files for f in _long_functions(p, 80)] == []
+    long = tmp_path / "long.py"  # the scan sees one of 81 lines, and not one of 80
+    long.write_text("def f():\n" + "    x = 1\n" * 80 + "def g():\n" + "    x = 1\n" * 79)
+    assert _long_functions(long, 80, tmp_path) == ["long.py:1 f (81 lines)"]

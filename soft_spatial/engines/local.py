@@ -96,6 +96,17 @@ class _RowState:
     """Why it ended: the length limit until it emits an end-of-sequence token."""
 
 
+def _every_row(rec: StepRecord, active: Tensor, rows: int, k: int, fdim: int,
+               debug: bool) -> StepRecord:
+    """The live rows' step ``rec`` placed at rows ``active`` of ``rows`` zero rows (finished
+    rows hold zeros past their length)."""
+    full = StepRecord.zeros(rows, k, fdim, active.device, debug)
+    for f in fields(StepRecord):
+        if getattr(rec, f.name) is not None:
+            getattr(full, f.name)[active] = getattr(rec, f.name)
+    return full
+
+
 class LocalEngine:
     """Batched soft/hard decoding with a KV cache, on any device PyTorch runs on.
 
@@ -346,10 +357,7 @@ class LocalEngine:
                                   self.controller, fdim, debug, density)
             token = rec.tokens
             # 4. Record it for every row (finished rows hold zeros past their length).
-            full = StepRecord.zeros(len(rows), k, fdim, dev, debug)
-            for f in fields(StepRecord):
-                if getattr(rec, f.name) is not None:
-                    getattr(full, f.name)[active] = getattr(rec, f.name)
+            full = _every_row(rec, active, len(rows), k, fdim, debug)
             recorder.record(full)
             loglik.append(full.loglik)
             if debug:
@@ -357,12 +365,7 @@ class LocalEngine:
                 dbg["logp"].append(full.logp.cpu())
             # 5. Each live row's state: its length, whether it stopped; soft rows that emitted
             # </think> decode discretely from the next step.
-            done = torch.zeros(b, dtype=torch.bool, device=dev)
-            for j, (r, tok) in enumerate(zip(active.tolist(), token.tolist())):
-                row = rows[r]
-                row.length = step + 1
-                if tok in self.eos_ids:
-                    row.finish, done[j] = FINISH_STOP, True
+            done = self._advance(rows, active, token, step)
             if think_end is not None and soft_thinking.is_soft:
                 thinking[active] &= token != think_end  # the </think> step itself was soft
             if step + 1 == sampling.max_new_tokens:
@@ -386,7 +389,24 @@ class LocalEngine:
                                 position_ids=pos, past_key_values=cache, use_cache=True)
                 h, logits = self._step_outputs(out, fp32)
                 cache = out.past_key_values
-        # 8. One completion per row, cut to its length.
+        return self._completions(prompt_idx, prepared, rows, recorder, loglik, dbg, think_end,
+                                 debug)
+
+    def _advance(self, rows: list["_RowState"], active: Tensor, token: Tensor,
+                 step: int) -> Tensor:
+        """Each live row's length after ``step``, and whether it stopped (an end-of-sequence
+        token): the stopped rows' mask ``[b]``."""
+        done = torch.zeros(active.numel(), dtype=torch.bool, device=active.device)
+        for j, (r, tok) in enumerate(zip(active.tolist(), token.tolist())):
+            row = rows[r]
+            row.length = step + 1
+            if tok in self.eos_ids:
+                row.finish, done[j] = FINISH_STOP, True
+        return done
+
+    def _completions(self, prompt_idx, prepared, rows, recorder, loglik, dbg, think_end,
+                     debug) -> list[Completion]:
+        """One completion per row, cut to its length."""
         traces = recorder.build([row.length for row in rows])
         loglik_all = torch.stack(loglik, 1).cpu()
         results = []
