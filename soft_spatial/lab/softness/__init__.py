@@ -15,7 +15,9 @@ Key files:
 ``branches.py``      the mechanism readouts of path traces (live mass, effective K, t*)
 ``stage0.py``        ``python -m soft_spatial.lab.softness.stage0 SEED_DIR``: the second attempt's
                      Stage 0 (can the model read a superposition?)
-``oracle_decode.py`` Stage 0's decode: the true live mixture fed at branch steps
+``oracle_decode.py`` Stage 0's decode: the true live mixture fed at branch steps (soft or hard)
+``reading.py``       ``python -m soft_spatial.lab.softness.reading SEED_DIR``: the reading
+                     diagnostic (the oracle decode with every other step hard, issue 54)
 ``__main__.py``      the two commands above by the first argument (``run``, or seed directories)
 ===================  ===========================================================================
 
