@@ -1,6 +1,9 @@
 """The repository documents itself: every "§" citation resolves to a numbered section of a document
-in the repository (docs/design.md unless another document is named), every test a document cites by
-path (``tests/<path>.py``, ``tests/<path>.py::<name>``) exists, and nothing points outside it.
+in the repository (docs/design.md unless another document is named), every section cited by its
+title (``docs/x.md, "Title"``) to a heading of that document, every relative link of README.md and
+docs/ to a file and its ``#anchor`` to a heading (rules above the link checks), every test a
+document cites by path (``tests/<path>.py``, ``tests/<path>.py::<name>``) exists, and nothing
+points outside it.
 
 Citation rules (what the scanner below enforces):
 * a document is named by its repository path, ``docs/design.md §2.6``, ``docs/notes/benchmarks.md §2.2``;
@@ -229,3 +232,183 @@ def test_scanner_rejects_citations_outside_the_repository(text):
                                   "design notes", "release notes"])
 def test_scanner_accepts_repository_citations(text):
     assert not STALE.search(text)
+
+
+# -- links, anchors and section titles resolve -------------------------------------------------
+# Rules (what the checks below enforce):
+# * every relative Markdown link or image in README.md and docs/**/*.md (``[text](path)``,
+#   ``[text](path#anchor)``, ``[text](#anchor)``, ``[ref]: path``) names a file or folder of the
+#   repository, and its ``#anchor`` a heading of the Markdown file it names, slugged as GitHub
+#   slugs headings (lowercase; every character but letters, digits, ``_``, ``-`` and spaces
+#   dropped; spaces become ``-``; the n-th repeat of a slug gets ``-n``);
+# * a section named by its title after a document's path, ``docs/x.md, "Title"`` or
+#   ``docs/x.md ("Title"`` (backticks allowed around the path), in any cited file (code, configs,
+#   scripts, docs), is a heading of that document or a paragraph opening with a bold title
+#   (``**Title...**``), matched case-insensitively and across line breaks; a title may be the
+#   start or any run of words of the heading's text. A quote right before a line break is a
+#   string's end, not a title: not checked.
+FENCE = re.compile(r"^\s*(```|~~~)")
+ATX = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+REF_DEF = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+.*)?$")
+INLINE_CODE = re.compile(r"(`+)(.+?)\1")
+SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
+TITLE_REF = re.compile(r"(docs/[\w./-]+?\.md)`{0,2}(?:,\s*|\s+\(\s*)[\"“](?!\s)([^\"”]{2,200})[\"”]")
+BOLD_TITLE = re.compile(r"^\s*\*\*(.+?)\*\*")
+
+
+def _prose_lines(text: str):
+    """(line number, line) of a Markdown text outside fenced code blocks."""
+    fenced = False
+    for n, line in enumerate(text.splitlines(), 1):
+        if FENCE.match(line):
+            fenced = not fenced
+            continue
+        if not fenced:
+            yield n, line
+
+
+def _plain(heading: str) -> str:
+    """A heading's text as rendered: inline code, emphasis and link targets dropped."""
+    text = INLINE_CODE.sub(lambda m: m.group(2), heading)
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", text)
+    return re.sub(r"(\*\*|__|(?<!\w)[*_]|[*_](?!\w))", "", text)
+
+
+def headings(text: str) -> list:
+    """The rendered texts of a Markdown text's headings (``#`` .. ``######``, not in code)."""
+    return [_plain(m.group(2)) for _, line in _prose_lines(text) if (m := ATX.match(line))]
+
+
+def github_slug(heading: str) -> str:
+    """GitHub's anchor for a heading's rendered text (without the ``-n`` of a repeat)."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(text: str) -> set:
+    """Every anchor GitHub gives the headings of a Markdown text (repeats as ``slug-1``, ...)."""
+    seen: dict = {}
+    out = set()
+    for h in headings(text):
+        slug = github_slug(h)
+        n = seen.get(slug, 0)
+        out.add(slug if n == 0 else f"{slug}-{n}")
+        seen[slug] = n + 1
+    return out
+
+
+def _links(text: str):
+    """(line number, target) of every link, image and reference definition outside code."""
+    for n, line in _prose_lines(text):
+        bare = INLINE_CODE.sub("", line)
+        for m in LINK.finditer(bare):
+            yield n, m.group(1)
+        if m := REF_DEF.match(bare):
+            yield n, m.group(1)
+
+
+def link_problems(root: Path, doc: Path) -> list:
+    """The relative links of the Markdown file ``doc`` (under ``root``) whose file or anchor
+    does not exist."""
+    text = doc.read_text(encoding="utf-8")
+    bad = []
+    for n, target in _links(text):
+        if SCHEME.match(target):
+            continue  # http:, https:, mailto: ...
+        path, _, anchor = target.partition("#")
+        dest = (doc.parent / path).resolve() if path else doc
+        if path and (not dest.exists() or root.resolve() not in (dest, *dest.parents)):
+            bad.append(f"line {n}: {target} (no such file in the repository)")
+        elif anchor and dest.suffix == ".md" and dest.is_file() and anchor not in anchors(
+                dest.read_text(encoding="utf-8")):
+            bad.append(f"line {n}: {target} (no heading with the anchor #{anchor})")
+    return bad
+
+
+def section_titles(text: str) -> list:
+    """What a quoted title may name in a Markdown text: its headings and bold paragraph titles,
+    whitespace-normalised and lowercased."""
+    bold = [_plain(m.group(1)) for _, line in _prose_lines(text) if (m := BOLD_TITLE.match(line))]
+    return [" ".join(t.split()).lower() for t in headings(text) + bold]
+
+
+def _unquote(title: str) -> str:
+    """A quoted title as written across lines of code: comment marks and indentation dropped."""
+    return " ".join(re.sub(r"\n\s*(?:#+|//|\*)?\s*", " ", title).split()).lower()
+
+
+def title_problems(root: Path, text: str) -> list:
+    """The ``docs/x.md, "Title"`` citations of ``text`` whose document has no such section (or
+    does not exist)."""
+    bad = []
+    cache: dict = {}
+    for m in TITLE_REF.finditer(text):
+        doc, title = m.group(1), _unquote(m.group(2))
+        if doc not in cache:
+            path = root / doc
+            cache[doc] = section_titles(path.read_text(encoding="utf-8")) if path.is_file() else None
+        line = text.count("\n", 0, m.start()) + 1
+        if cache[doc] is None:
+            bad.append(f"line {line}: {doc} (no such document)")
+        elif not any(title in t for t in cache[doc]):
+            bad.append(f"line {line}: {doc}, \"{m.group(2)}\" (no such section)")
+    return bad
+
+
+def markdown_docs():
+    """README.md and docs/**/*.md: the files whose links must resolve."""
+    for rel, path in repo_files():
+        if path.suffix == ".md" and (rel == Path("README.md") or rel.parts[0] == "docs"):
+            yield rel, path
+
+
+def test_every_link_and_anchor_resolves():
+    bad = [f"{rel}: {p}" for rel, path in markdown_docs() for p in link_problems(ROOT, path)]
+    assert not bad, "links to files or headings that do not exist:\n" + "\n".join(bad)
+
+
+def test_every_section_cited_by_title_exists():
+    bad = []
+    for rel, path in cited_files():
+        bad += [f"{rel}: {p}" for p in title_problems(ROOT, path.read_text(encoding="utf-8",
+                                                                            errors="replace"))]
+    assert not bad, "sections cited by title that their document does not have:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("heading, slug", [
+    ("The softness line, closed: what it learned, and what a larger study would need",
+     "the-softness-line-closed-what-it-learned-and-what-a-larger-study-would-need"),
+    ("2026-11-28 (later) — Stage 0: +3.4 points on m = 2",
+     "2026-11-28-later--stage-0-34-points-on-m--2"),
+    ("Ambiguous-start path tracking (`path_known`, `path_two`)",
+     "ambiguous-start-path-tracking-path_known-path_two"),
+    ("Δ₀ and τ", "δ₀-and-τ"),
+])
+def test_headings_are_slugged_as_github_slugs_them(heading, slug):
+    assert github_slug(_plain(heading)) == slug
+
+
+def test_a_renamed_heading_breaks_the_links_and_titles_that_point_to_it(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    target = docs / "a.md"
+    target.write_text("# A\n\n## The line, closed: what it learned\n\ntext\n\n## Notes\n\n## Notes\n\n"
+                      "**Attention on Hopper, and why.** text\n\n```\n## Not a heading\n```\n")
+    (docs / "b.md").write_text(
+        "[closed](a.md#the-line-closed-what-it-learned), [again](a.md#notes-1), "
+        "[top](#b), [away](https://example.com/x#y), `[code](nowhere.md)`\n\n# B\n")
+    code = ('"""See docs/a.md, "The line, closed" and `docs/a.md` ("what it\n    learned"),\n'
+            'docs/a.md, "Attention on Hopper"; a string ends: "docs/a.md, "\n    f"x"."""\n')
+    assert link_problems(tmp_path, docs / "b.md") == []
+    assert title_problems(tmp_path, code) == []
+    # a heading renamed, a fenced "heading" linked, a missing file: each is reported
+    target.write_text(target.read_text().replace("The line, closed", "The line, shut"))
+    (docs / "c.md").write_text("[gone](a.md#not-a-heading) [lost](missing.md) [x](a.md#notes-2)\n")
+    assert link_problems(tmp_path, docs / "b.md") == [
+        "line 1: a.md#the-line-closed-what-it-learned (no heading with the anchor "
+        "#the-line-closed-what-it-learned)"]
+    assert [p.split(" (")[0] for p in link_problems(tmp_path, docs / "c.md")] == [
+        "line 1: a.md#not-a-heading", "line 1: missing.md", "line 1: a.md#notes-2"]
+    assert [p.split(": ", 1)[0] for p in title_problems(tmp_path, code)] == ["line 1"]
+    assert title_problems(tmp_path, 'docs/b.md, "B" and docs/z.md, "Zed"') == [
+        "line 1: docs/z.md (no such document)"]

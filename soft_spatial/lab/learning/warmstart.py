@@ -63,7 +63,7 @@ from soft_spatial.softthink.replay import soft_inputs
 
 __all__ = ["WarmStartConfig", "assistant_turn", "demonstration", "encode", "encode_views",
            "collate", "add_mixture_noise",
-           "response_loss", "train", "run"]
+           "response_logits", "response_loss", "train", "run"]
 
 CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
 CHECKPOINT = "warmstart_state.pt"
@@ -293,19 +293,25 @@ def _mixture_hook(model, batch: dict[str, Tensor]):
     return soft_inputs(model.get_input_embeddings(), mask, ids, scores, tau, mask)
 
 
+def response_logits(model, batch: dict[str, Tensor]) -> Tensor:
+    """The model's logits ``[B, L, V]`` over a :func:`collate` batch, its mixture positions
+    (``mix_*``, with their noise drawn by :func:`add_mixture_noise`) fed their mixtures: what
+    :func:`response_loss` scores."""
+    from contextlib import nullcontext
+
+    if "mix_ids" in batch and "mix_scores" not in batch:
+        raise ValueError("the batch has mixture inputs without their noise: add_mixture_noise()")
+    with _mixture_hook(model, batch) if "mix_ids" in batch else nullcontext():
+        return model(**{k: v for k, v in batch.items() if k not in LOSS_KEYS}).logits
+
+
 def response_loss(model, batch: dict[str, Tensor]) -> Tensor:
     """Weighted mean next-token cross-entropy over the response tokens (position t predicts
     t+1; ``batch["weights"]``, when given, weighs each label; without it, the plain mean). Soft
     labels (``soft_*``) add −Σ_j q_j log p_j at their positions; mixture positions (``mix_*``,
     with their noise drawn by :func:`add_mixture_noise`) are fed their mixtures."""
-    from contextlib import nullcontext
-
     labels = batch["labels"]
-    if "mix_ids" in batch and "mix_scores" not in batch:
-        raise ValueError("the batch has mixture inputs without their noise: add_mixture_noise()")
-    with _mixture_hook(model, batch) if "mix_ids" in batch else nullcontext():
-        out = model(**{k: v for k, v in batch.items() if k not in LOSS_KEYS})
-    logits = out.logits[:, :-1].float()
+    logits = response_logits(model, batch)[:, :-1].float()
     target = labels[:, 1:]
     ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                            target.reshape(-1), ignore_index=-100,

@@ -6,7 +6,8 @@
         Phase 1's analysis and the registered decision (:mod:`.decision`; a seed directory named
         ``run`` is given as ``./run``)
 
-Stage 0 is ``python -m soft_spatial.lab.softness.stage0 SEED_DIR`` (:mod:`.stage0`).
+Stage 0 is ``python -m soft_spatial.lab.softness.stage0 SEED_DIR`` (:mod:`.stage0`), the reading
+diagnostic ``python -m soft_spatial.lab.softness.reading SEED_DIR`` (:mod:`.reading`).
 """
 import sys
 

@@ -46,8 +46,8 @@ from soft_spatial.lab.learning.warmstart import WarmStartConfig, encode
 from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
 
 __all__ = ["Stage0Config", "DECODES", "additive_code", "bump_accuracy_teacher_forced",
-           "bump_accuracy_free", "never_closed", "bootstrap_diff", "bootstrap_did", "decide", "run",
-           "main"]
+           "bump_accuracy_free", "never_closed", "per_question", "bootstrap_diff", "bootstrap_did",
+           "decide", "decode_to_file", "same_texts", "accuracy_by_m", "run", "main"]
 
 #: decode -> (oracle kind, the m it runs on)
 DECODES = {"oracle_mixture": ("mixture", (1, 2, 3)), "oracle_guess": ("guess", (2, 3)),
@@ -272,20 +272,30 @@ candidates (:attr:`SoftThinkingConfig.top_k`)."""
 def run_decode(cfg: Stage0Config, name: str, engine, records, rows, say=print) -> Path:
     """One of :data:`DECODES` over the test questions of its m (resumable by question)."""
     kind, ms = DECODES[name]
-    path = cfg.out / f"samples_{name}.jsonl"
-    done = {r["question_id"] for r in read_results(path)}
     soft = SoftThinkingConfig(mode="fixed", fixed_tau=cfg.tau)
     sampling = SamplingConfig(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
                               top_k=DECODE_SAMPLE_TOP_K)
-    spec = OracleSpec(kind, cfg.warm_seed, cfg.distractor_mass)
+    return decode_to_file(cfg.out / f"samples_{name}.jsonl", name, engine, records, rows, ms, soft,
+                          sampling, OracleSpec(kind, cfg.warm_seed, cfg.distractor_mass),
+                          cfg.samples, cfg.eval_seed, cfg.limit, say)
+
+
+def decode_to_file(path: Path, name: str, engine, records, rows, ms: Sequence[int],
+                   soft: SoftThinkingConfig, sampling: SamplingConfig, spec: OracleSpec,
+                   samples: int, eval_seed: int, limit: int | None = None, say=print) -> Path:
+    """:func:`~soft_spatial.lab.softness.oracle_decode.decode` of the test questions with ``ms``
+    starts (the first ``limit`` per m; all when None), ``samples`` each, question i seeded
+    ``eval_seed + i`` as ``python -m soft_spatial.eval seed=<eval_seed>`` seeds it, appended to
+    ``path`` one question at a time: a re-run resumes at the first question it lacks."""
+    done = {r["question_id"] for r in read_results(path)}
     todo = [(i, rec) for i, rec in enumerate(records)
             if len(rows[rec.id]["branches"]) in ms and rec.id not in done]
-    if cfg.limit is not None:
+    if limit is not None:
         per_m = defaultdict(int)
         keep = []
         for i, rec in enumerate(records):
             m = len(rows[rec.id]["branches"])
-            if m in ms and per_m[m] < cfg.limit:
+            if m in ms and per_m[m] < limit:
                 per_m[m] += 1
                 keep.append(rec.id)
         todo = [(i, rec) for i, rec in todo if rec.id in keep]
@@ -294,8 +304,8 @@ def run_decode(cfg: Stage0Config, name: str, engine, records, rows, say=print) -
         for n, (i, rec) in enumerate(todo, 1):
             row = rows[rec.id]
             lines = []
-            for d in decode(engine, build_messages(rec), row, soft, sampling, cfg.samples,
-                            cfg.eval_seed + i, spec):
+            for d in decode(engine, build_messages(rec), row, soft, sampling, samples,
+                            eval_seed + i, spec):
                 pred = extract_answer("omnispatial", d.text, "ours", options=rec.options)
                 lines.append({"question_id": rec.id, "question_index": i, "sample": d.sample,
                               "m": len(row["branches"]), "t_star": row["t_star"], "pred": pred,
@@ -305,7 +315,7 @@ def run_decode(cfg: Stage0Config, name: str, engine, records, rows, say=print) -
             f.write("".join(json.dumps(x) + "\n" for x in lines))
             f.flush()
             if n % 25 == 0 or n == len(todo):
-                say(f"  {name}: {n}/{len(todo)} questions ({(time.time() - t0) / n:.1f} s each)")
+                say(f"  {name}: {n}/{len(todo)} questions ({(time.time() - t0) / n:.2f} s each)")
     return path
 
 
@@ -325,7 +335,7 @@ def readout_means(samples: Sequence[Mapping], m: int) -> dict:
     return {k: float(np.mean(v)) for k, v in vals.items()} | {"steps": len(vals["live_mass"])}
 
 
-def _rate_same(a: Sequence[Mapping], b: Sequence[Mapping]) -> dict:
+def same_texts(a: Sequence[Mapping], b: Sequence[Mapping]) -> dict:
     """How many (question, sample) pairs both hold, and the % whose texts are identical."""
     other = {(r["question_id"], r["sample"]): r["text"] for r in b}
     pairs = [(r["text"], other[r["question_id"], r["sample"]]) for r in a
@@ -334,7 +344,8 @@ def _rate_same(a: Sequence[Mapping], b: Sequence[Mapping]) -> dict:
             if pairs else float("nan")}
 
 
-def _accuracy_by_m(samples: Sequence[Mapping]) -> dict[int, float]:
+def accuracy_by_m(samples: Sequence[Mapping]) -> dict[int, float]:
+    """Accuracy (%) of the decoded samples by their question's m."""
     by = defaultdict(list)
     for r in samples:
         by[r["m"]].append(float(bool(r["correct"])))
@@ -357,7 +368,7 @@ def measure(cfg: Stage0Config, evals: Mapping[str, Path], engine, records, rows,
     for name in DECODES:
         say(f"2 decode {name}")
         decoded[name] = read_results(run_decode(cfg, name, engine, records, rows, say))
-    dec_acc = {n: _accuracy_by_m(v) for n, v in decoded.items()}
+    dec_acc = {n: accuracy_by_m(v) for n, v in decoded.items()}
     by_q = {n: {m: per_question(v, paths, m) for m in (1, 2, 3)} for n, v in decoded.items()}
     hard_q = {m: per_question(evals_rows["gate_mix_hard"], paths, m) for m in (1, 2, 3)}
     delta = bootstrap_diff(by_q["oracle_mixture"][2], hard_q[2])
@@ -387,7 +398,7 @@ def measure(cfg: Stage0Config, evals: Mapping[str, Path], engine, records, rows,
         "g2_low_temperature": {"temperature": cfg.low_temperature,
                                "hard": acc[low + "mix_hard"], "soft": acc[low + f"mix_fixed_{cfg.tau:g}"],
                                "G2": acc[low + f"mix_fixed_{cfg.tau:g}"][2] - acc[low + "mix_hard"][2]},
-        "plain_vs_engine": _rate_same(decoded["plain"], evals_rows[f"gate_mix_fixed_{cfg.tau:g}"]),
+        "plain_vs_engine": same_texts(decoded["plain"], evals_rows[f"gate_mix_fixed_{cfg.tau:g}"]),
         "additive_code": code, "readouts": readouts, "bump_accuracy": bumps,
         "never_closed": {**{n: never_closed(v) for n, v in evals_rows.items()},
                          **{n: never_closed(v) for n, v in decoded.items()}},

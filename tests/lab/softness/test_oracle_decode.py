@@ -3,7 +3,8 @@ oracle it draws exactly the engine's samples; with one, the input after each bra
 live mixture built from the soft view's candidates with the rollout's own uniforms and τ
 (checked against a float64 formula), the model reads exactly those inputs (an uncached forward
 over the prompt and the recorded inputs gives the recorded logits), and the emitted tokens up to
-the first replaced input are the plain decode's."""
+the first replaced input are the plain decode's; in hard decoding (the reading diagnostic) exactly
+the inputs after the branch steps are replaced, every other one is the sampled token's."""
 from __future__ import annotations
 
 import math
@@ -114,3 +115,61 @@ def test_cross_cells_and_the_spec():
     with pytest.raises(ValueError, match="oracle must be one of"):
         OracleSpec("perfect")
     assert math.isclose(OracleSpec().distractor_mass, 0.05)
+
+
+HARD = SoftThinkingConfig(mode="hard")
+
+
+def test_in_hard_decoding_exactly_the_branch_steps_inputs_are_replaced(setup):
+    """The reading diagnostic's decode: every input is the sampled token's embedding but those
+    after the branch steps (here the 2nd and 5th words), which are the oracle's: the live mixture
+    at Stage 0's τ 0.9 and the step's own uniforms, or the guessed start's live cell. The readouts
+    are the model's next-token probabilities at those steps."""
+    engine, rec, row = setup
+    messages = build_messages(rec)
+    truth = PathTruth.from_row(row)
+    tok = engine.tokenizer
+    live = {s: [tok.encode(" " + b[s - 1], add_special_tokens=False)[0] for b in truth.branches]
+            for s in (1, 2)}
+    plain = decode(engine, messages, row, HARD, SAMPLING, 3, 3, branch_step=_forced, debug=True)
+    seen = 0
+    for spec in (OracleSpec("mixture", seed=0), OracleSpec("guess")):
+        plan = oracle_plan(tok, row, spec, HARD.top_k)
+        got = decode(engine, messages, row, HARD, SAMPLING, 3, 3, spec, branch_step=_forced,
+                     debug=True)
+        for j, (d, p) in enumerate(zip(got, plain)):
+            assert d.token_ids[:2] == p.token_ids[:2]  # nothing differs before the first oracle
+            replaced = {1: 1, 4: 2}  # input index (after token i) -> step s
+            for i, x in enumerate(d.inputs):
+                if i not in replaced:
+                    assert torch.equal(x, engine.embed.weight[d.token_ids[i]]), (spec.kind, j, i)
+                    continue
+                s = replaced[i]
+                if spec.kind == "guess":
+                    want = engine.embed.weight[live[s][d.branch]].double()
+                else:
+                    ids, logp = plan[s]
+                    u = noise_uniforms(seed_tensor([row_seed(3, j)]), i, HARD.top_k + 1)[0, :HARD.top_k]
+                    w = torch.softmax((logp + (-torch.log(-torch.log(u.double())))) / 0.9, -1)
+                    want = (w[:, None] * engine.embed.weight.double()[ids]).sum(0)
+                    assert not torch.allclose(x.double(), engine.embed.weight[d.token_ids[i]].double())
+                assert torch.allclose(x.double(), want, atol=1e-6), (spec.kind, j, i)
+                seen += 1
+            assert [r.step for r in d.readouts] == [s for i, s in replaced.items()
+                                                    if i < len(d.token_ids)]
+            for r, i in zip(d.readouts, replaced):
+                probs = torch.softmax(d.logits[i].double() / SAMPLING.temperature, -1)
+                assert r.live_mass == pytest.approx(float(probs[live[r.step]].sum()))
+                assert r.true_weight == pytest.approx(float(probs[live[r.step][truth.true_branch]]))
+    assert seen >= 8  # both oracles replaced both steps in most samples
+
+
+def test_cross_cells_fair_null_is_the_rest_of_the_live_rows_and_columns():
+    from soft_spatial.lab.softness.oracle_decode import line_cells
+
+    line = line_cells(["b2", "d5"])
+    # columns b, d and rows 2, 5: 20 cells, less the live pair and its cross pair
+    assert len(line) == 16 and not {"b2", "d5", "b5", "d2"} & set(line)
+    assert {"b1", "b6", "d3", "a2", "f2", "c5"} <= set(line) and "c3" not in line
+    assert sorted(line_cells(["c3"])) == sorted(({f"c{r}" for r in range(1, 7)}
+                                                 | {f"{c}3" for c in "abcdef"}) - {"c3"})

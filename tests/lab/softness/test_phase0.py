@@ -42,7 +42,8 @@ def test_the_gate_stages_are_evaluations_of_the_warm_starts_then_the_table(tmp_p
     for stage, (view, mode, tau) in zip(evals, GATE_EVALS.values()):
         settings = stage.key["settings"]
         assert settings["inputs"]["model"] == exp.warm_stage(view).key["settings"]
-        assert settings["mode"] == mode and stage.redo_on == ()
+        assert settings["mode"] == mode and stage.redo_on == ("settings.samples",)  # more samples:
+        # made again (a row depends on the rows decoded with it), never extended
         assert settings["extra"] == ([] if tau is None else [f"soft_thinking.fixed_tau={tau}"])
         model = exp.warm_dir(view)
         assert stage.key == exp.eval_stage(stage.output.name, exp.keyed_model(model), mode,

@@ -9,12 +9,10 @@ import shutil
 import numpy as np
 import pytest
 
-from soft_spatial.data.synthetic import SyntheticConfig, read_rows, write_benchmark
+from soft_spatial.data.synthetic import read_rows
 from soft_spatial.eval.runner import read_results
 from soft_spatial.lab.softness.stage0 import (DECODES, Stage0Config, additive_code, bootstrap_did, bootstrap_diff,
                                      bump_accuracy_free, decide, evaluations, never_closed, run)
-
-PATHS = ("path_known", "path_two", "path_three")
 
 
 def test_an_additive_code_fits_and_a_random_one_does_not():
@@ -68,16 +66,6 @@ def test_never_closed_reads_the_text_for_the_engines_hard_samples_say_nothing():
     run: 100% "never closed" for every hard evaluation, 0.04% by the text)."""
     hard = [{"think_closed": False, "text": "north a1 : a1 northwest\n</think>\n\nA"}] * 3
     assert never_closed(hard + [{"think_closed": False, "text": "north a1 north"}]) == 25.0
-
-
-@pytest.fixture(scope="module")
-def seed_dir(tmp_path_factory, tiny_paths_model):
-    root = tmp_path_factory.mktemp("stage0") / "seed0"
-    write_benchmark(root / "data", train=3, test=6, seed=0,
-                    cfg=SyntheticConfig(size=192, tasks=PATHS, options=(4,), describe=True,
-                                        option_order="canonical"))
-    shutil.copytree(tiny_paths_model, root / "models" / "warmstart")
-    return root
 
 
 def _fake_eval(path, rows, right):
