@@ -35,17 +35,18 @@ What is hooked, and why each server argument is required (``server_args.required
   requests, while KV computed from soft inputs is never inserted and never matched.
 
 CUDA graphs work (``disable_cuda_graph`` is not forced; set it to compare): the decode inputs
-come from static per-slot buffers (:class:`~.runtime.DecodeInputBuffers`, ``[pool rows, K]`` ids
-and weights written by the sampler, which runs after the graph) gathered by the graph runner's
-static ``req_pool_indices``; the embedding hook runs inside the captured forward with no
-per-batch state, and the row check runs on the host before the forward (docs/sglang.md,
-"CUDA graphs").
+come from the static per-slot table (:class:`~.slots.SlotTable`, ``[pool rows, K]`` ids and
+weights written by the sampler, which runs after the forward, in a captured graph of its own:
+:class:`~.sampler_graph.SamplerGraphs`, sized by :func:`sampler_graph_sizes`) gathered by the
+graph runner's static ``req_pool_indices``; the embedding hook runs inside the captured forward
+with no per-batch state; that each row read its own request's state is checked when the request
+ends, by the records' noise steps (docs/sglang.md, "CUDA graphs").
 
 Overlap scheduling (``disable_overlap_schedule=False``) is the user's choice; off by default.
 SGLang then launches batch t+1 before it processes batch t's results, on the same scheduler
 thread (and, on a GPU, the same forward stream), so the sampler of batch t has written its rows'
 decode inputs before batch t+1's forward reads them. ``Req.output_ids`` lags one step, so a
-request's noise step is its own counter (:class:`~.runtime.RequestState`); a re-prefill
+request's noise step is its own counter (kept in its slot on the device); a re-prefill
 (retraction) is recognised by an extend batch for a request that already sampled; a request that
 finished at t and rides along in t+1 still owns its slot (SGLang frees it when it processes t)
 and its row is discarded; the radix-cache protection is decided when SGLang inserts, not before
