@@ -1,7 +1,7 @@
 """The GPU kit's CPU-side parts: trimming wheels into a site (on small fake wheels), the #include
 closure that keeps flashinfer's RMSNorm build sources, reproducible xz packs, the per-call size
 budget, splitting and reassembly across device calls, checksum refusal, idempotent install. No network.
-(check.py's --help and --dry-run: tests/bench/gpu/test_stages.py.)"""
+(check.py's dry runs: tests/bench/gpu/test_headline.py and the jobs' own tests.)"""
 import json
 import os
 import shutil
