@@ -17,8 +17,6 @@ TESTS = ROOT / "tests"
 
 _SGLANG = "SGLang's real modules: tests that need the overlay live in tests/sglang_real/"
 _COMMAND = "a command's entry point (an import and a call): its code has the tests named"
-_CHECK = ("stage {} of scripts/gpu/check.py (CUDA at full size on a lent GPU): only the command runs it, "
-          "on the CPU at tiny sizes with --dry-run: tests/bench/gpu/test_stages.py::{}")
 _PLAN = ("the headline plan's {} jobs (an SGLang engine each, CUDA on a lent GPU): only the plan's runner "
          "runs them, on SGLang's real CPU engine with --dry-run: "
          "tests/sglang_real/test_gpu_headline_dry_run.py::test_the_headline_plan_runs_whole_on_the_cpu; their "
@@ -43,12 +41,6 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
                                    "runs in the TaskRunner actor of a real training run (no part of it runs alone): "
                                    "test_train_cpu.py::test_train_resume_export_and_evaluate",
                                    ("tests/e2e/test_train_cpu.py", "tests/lab/paper/test_ablation.py")),
-    "bench/gpu/embedded.py": (_CHECK.format("a", "test_check_dry_run_engine_and_softthink_stages"),
-                              ("tests/bench/gpu/test_stages.py",)),
-    "bench/gpu/softthink_sizes.py": (_CHECK.format("b", "test_check_dry_run_engine_and_softthink_stages"),
-                                     ("tests/bench/gpu/test_stages.py",)),
-    "bench/gpu/actor_update.py": (_CHECK.format("c", "test_check_dry_run_actor_update_stage (slow)"),
-                                  ("tests/bench/gpu/test_stages.py",)),
     "bench/gpu/soft_parity.py": (_PLAN.format("D and G"), ("tests/sglang_real/test_gpu_headline_dry_run.py",
                                                            "tests/bench/gpu/test_headline.py")),
     "bench/gpu/selftest.py": ("jobs that exist to be run by the plan's runner in its watched child process (they "

@@ -13,6 +13,7 @@ never a time asserted. Elsewhere: the launcher (tests/launch/test_cluster.py), t
 SIGKILL (tests/infra/test_tether.py, tests/infra/test_ray_session.py)."""
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 
@@ -69,15 +70,18 @@ def test_the_ablation_sweep_ends_its_training_and_releases_the_run_directory(tmp
 
 
 @SIGNALS
-def test_the_gpu_kits_stage_ends_its_child_and_removes_its_scratch_folder(tmp_path, sig):
+def test_the_gpu_kit_ends_its_jobs_and_removes_its_scratch_folder(tmp_path, sig):
     """Issue 55 item 7: SIGTERM to the kit's stage c (``timeout`` sends it) left its
-    ``actor_update`` child running and its ``gpukit-*`` scratch folder in TMPDIR."""
-    scratch, pids = tmp_path / "tmp", tmp_path / "pids"
+    ``actor_update`` child running and its ``gpukit-*`` scratch folder in TMPDIR. The stages are
+    the plan's jobs now: the plan's child and what it started end, the job is recorded as killed."""
+    scratch, pids, out = tmp_path / "tmp", tmp_path / "pids", tmp_path / "out"
     scratch.mkdir()
-    lifetime.signal_run(lifetime.command("kit", pids, "--stages", "c", "--dry-run", "--out",
-                                         tmp_path / "report.md"), pids, sig,
-                        lifetime.env(TMPDIR=str(scratch)))
+    lifetime.signal_run(lifetime.command("kit", pids, "--only", "T/orphan", "--dry-run", "--out",
+                                         out), pids, sig, lifetime.env(TMPDIR=str(scratch)))
     assert list(scratch.glob("gpukit-*")) == []  # (torch's own cache folder may be there)
+    records = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in records if r.get("job") in ("orphan", "end")][-2:] == ["killed",
+                                                                                         "killed"]
 
 
 @pytest.mark.slow

@@ -3,7 +3,7 @@
 trainer run every code path of the lease plan's jobs once at tiny sizes through the same code a
 GPU runs — the shared model and the 8B shape without weights, F's engines (stock and plugin, native
 and fused kernels, overlap on and off, a warm-up engine, decoding timed from the schedulers' own
-logs, a profile pass), the sampler's sync check and its graph path against its eager one, D's references
+logs, a profile pass), the sampler's sync check, D's references
 and a parity engine (G: graphs on, its warm-up generate; D's graphs-off engine is the same code
 without it), E in fp32 with its diagnosis — each in the plan's watched child process,
 each result a JSON line and the Markdown report rebuilt after it. (The plugin under overlap
@@ -17,7 +17,7 @@ with the plugin, verl's weight sync before every step and the controller's after
 controller installed at every sync is the one sent, the replay within its bound, every part of a
 step timed, the n samples of a prompt sharing its prefill, and no process left behind. (The
 stage-e dry run, a third verl run that trained and resumed, checked the same; its resume is
-unit-tested in tests/bench/gpu/test_grpo.py and test_stages.py, and a resumed adaptsoft run's
+unit-tested in tests/bench/gpu/test_grpo.py and test_headline.py, and a resumed adaptsoft run's
 controller and optimizer in tests/e2e/test_train_cpu.py.)"""
 from __future__ import annotations
 
@@ -66,8 +66,6 @@ def test_the_headline_plan_runs_whole_on_the_cpu(tmp_path):
     prof = val["F/fused-plugin-adaptsoft"]["profile"]  # the scheduler's own trace, summarised
     assert prof["steps"] >= 5 and prof["host_us"]["run"] > 0 and prof["host_us"]["sample"] > 0
     assert prof["kernels_outside_graphs"] == 0 and prof["top"] == []  # no GPU: no kernel
-    sampler = val["X/sampler"]  # the static path against the eager one, every mode and size
-    assert sampler["mismatch"] is None and len(sampler["rows"]) == 12
     f_ok = [r["values"] for r in jobs if r["part"] == "F" and r["status"] == "ok"]
     kinds = {(v["kernels"], v["attention"], v["model"]) for v in f_ok}
     assert len(kinds) == 3, kinds  # native, fused (2B) and fused 8B
@@ -76,7 +74,7 @@ def test_the_headline_plan_runs_whole_on_the_cpu(tmp_path):
     assert [v["warmup_engine_s"] is not None for v in f_ok] == [True] + [False] * (len(f_ok) - 1)
     for key in ("F/fused-plugin-adaptsoft", "F/8b-plugin-fixed"):  # the plugin's rows think softly
         assert val[key]["soft_step_fraction"] == 1.0, key
-    assert val["F/stock-hard"]["overlap"] and "soft_step_fraction" not in val["F/stock-hard"]
+    assert val["F/stock-hard"]["overlap"] and val["F/stock-hard"]["soft_step_fraction"] is None
     assert val["F/8b-plugin-fixed"]["model"] == "8b" and val["model/build-8b"]["weights"]
     assert val["X/sync"]["waits"] == []
     d = val["G/adaptsoft"]  # fp32 on the CPU, every row within the bound

@@ -6,7 +6,9 @@ its own tether, its own cleanup; only the child's command line differs)::
 
     python tests/support/lifetime.py export|ablation|kit PIDS_FILE ARGS...
 
-The stand-in (:data:`STUB`) writes ``PIDS_FILE`` once it has started what a real child starts: a
+The GPU kit's plan runs its jobs in a child process of its own, so there the stand-in is a job
+(``selftest``'s orphan: the plan's child writes ``PIDS_FILE`` once its own child left its session).
+Elsewhere the stand-in (:data:`STUB`) writes ``PIDS_FILE`` once it has started what a real child starts: a
 process that leaves its session (as SGLang's schedulers do) and one that stays in it with an empty
 environment (as Ray's agents, whose setproctitle wipes it); with ``--mkdir DIR`` it first writes
 into ``DIR`` (export's ``OUT.partial``), with ``--lock DIR`` it holds ``DIR``'s lock (a training run
@@ -120,11 +122,11 @@ def _main(which: str, pids: str, argv: list[str]) -> int | None:
         ablation.RowRun.train_cmd = lambda self: stub("--lock", self.train_dir)
         ablation.main(argv)
         return 0
-    if which == "kit":
-        from soft_spatial.bench.gpu import actor_update, stages
-        actor_update.prepare = lambda ctx: (ctx.workdir / "model", ctx.workdir / "batch.pt", 0, 4, 8)
-        actor_update.child_command = lambda group, model, batch, dry_run: stub()
-        return stages.main(argv)
+    if which == "kit":  # the plan's one job: the runner's own orphan (its child leaves the session)
+        from soft_spatial.bench.gpu import headline, jobs
+        jobs.plan = lambda: [jobs.Job("T", "orphan", None, 1.0, min_left=1.0, args={
+            "kind": "selftest", "action": "orphan", "number": 0, "pid_file": pids})]
+        return headline.main(argv)
     raise SystemExit(f"unknown command {which!r}")
 
 

@@ -1,9 +1,9 @@
-"""Stage c: one actor update through verl's FSDP2 engine on one GPU (a Qwen3-VL-2B-shaped language
-model): hard vs soft_fixed vs adaptsoft time and peak memory, each mode in its own process on a
-device, so that each peak is its own (``python -m soft_spatial.bench.gpu.actor_update
+"""C/actor-update: one actor update through verl's FSDP2 engine on one GPU (a Qwen3-VL-2B-shaped
+language model): hard vs soft_fixed vs adaptsoft time and peak memory, each mode in its own process
+on a device, so that each peak is its own (``python -m soft_spatial.bench.gpu.actor_update
 MODE[,MODE...] MODEL BATCH [--dry-run]`` prints their JSON; a dry run's modes share one process:
 two fewer start-ups of verl on a CPU, where no memory is measured). Each child is tethered to the
-kit (``infra/tether.py``): it ends with the kit, however the kit ends."""
+job's process (``infra/tether.py``): it ends with the plan, however the plan ends."""
 from __future__ import annotations
 
 import json
@@ -13,54 +13,73 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 
 from soft_spatial.bench.workloads import random_controller
 from soft_spatial.infra import tether
 from soft_spatial.bench.gpu import parity
-from soft_spatial.bench.gpu.measure import Ctx, PeakMemory, free_memory, random_model, sync
-from soft_spatial.bench.gpu.report import Skip, StageFailed, table
+from soft_spatial.bench.gpu.context import KitContext, free_memory
+from soft_spatial.bench.gpu.measure import PeakMemory, random_model, sync
+from soft_spatial.bench.gpu.report import JobFailed, Skip, table
 from soft_spatial.models.shapes import QWEN3_VL_2B_TEXT
 
-__all__ = ["stage_c", "prepare", "child_c", "child_command", "process_groups", "MODES"]
+__all__ = ["ActorResult", "measure", "render", "prepare", "child_c", "child_command",
+           "process_groups", "MODES"]
 
-#: the modes stage c times, hard first (the ratios' denominator)
+#: the modes C times, hard first (the ratios' denominator)
 MODES = ("hard", "soft_fixed", "adaptsoft")
 
 
-def stage_c(ctx: Ctx) -> list[str]:
+@dataclass
+class ActorResult:
+    """C/actor-update's result: the batch (rows × response tokens), per mode its update's timing
+    and memory (``modes``) or the end of its child's stderr (``errors``)."""
+
+    params_b: float
+    rows: int
+    steps: int
+    dry: bool
+    modes: dict = field(default_factory=dict)
+    errors: dict = field(default_factory=dict)
+
+
+def measure(ctx: KitContext, job) -> ActorResult:
     model_dir, batch, n_params, rows, steps = prepare(ctx)
-    results, errors = {}, {}
+    r = ActorResult(round(n_params / 1e9, 3), rows, steps, ctx.dry_run)
     for group in process_groups(ctx.dry_run):
         res = tether.run(child_command(group, model_dir, batch, ctx.dry_run),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if res.returncode != 0:
-            errors.update(dict.fromkeys(group, res.stderr[-4000:]))
+            r.errors.update(dict.fromkeys(group, res.stderr[-4000:]))
             continue
-        results.update(json.loads(res.stdout.strip().splitlines()[-1]))
-    h = results.get("hard") or next(iter(results.values()), None)
-    rows_t = [[m, round(r["time_s"], 3), round(r["min_s"], 3), round(r["time_s"] / h["time_s"], 2),
-               round(r["peak_mib"], 0), round(r["peak_mib"] / max(h["peak_mib"], 1e-3), 2),
-               round(r["max_allocated_mib"], 0)] for m, r in results.items()]
-    head = ["mode", "update s (median)", "min s", "× hard", "update peak MiB", "× hard",
-            "max allocated MiB"]
-    if errors:
-        raise StageFailed(table(head, rows_t) + [
-            ""] + [x for m, e in errors.items() for x in (f"{m} failed:", "```", e, "```")])
-    return [f"Model: Qwen3-VL-2B language-model shape (text-only Qwen3, random weights, "
-            f"{n_params / 1e9:.2f} B parameters); verl FSDP2 engine, fp32 master weights, "
-            f"{'fp32' if ctx.dry_run else 'bf16'} compute, gradient checkpointing "
-            f"{'off' if ctx.dry_run else 'on'}; one micro-batch update of {rows} sequences × {steps} response tokens "
-            f"(adaptsoft rollouts; `hard` re-scores their spines as a discrete chain), median "
-            f"of {h['repeats']} updates after a warm-up, each mode in a fresh process"
-            f"{' (a dry run: one process)' if ctx.dry_run else ''}. `hard` is "
-            f"verl's stock engine (model type language_model); update peak is the memory an "
-            f"update allocates above the weights and optimizer state.",
-            "", *table(head, rows_t)]
+        r.modes.update(json.loads(res.stdout.strip().splitlines()[-1]))
+    if r.errors:
+        raise JobFailed(f"the update of {', '.join(r.errors)} failed", r)
+    return r
 
 
-def prepare(ctx: Ctx) -> tuple:
-    """Stage c's model and batch, saved in the scratch directory for the children: (model
-    directory, batch file, parameters, rows, response tokens)."""
+def render(r: ActorResult) -> list[str]:
+    h = r.modes.get("hard") or next(iter(r.modes.values()), None)
+    rows = [[m, round(x["time_s"], 3), round(x["min_s"], 3), round(x["time_s"] / h["time_s"], 2),
+             round(x["peak_mib"], 0), round(x["peak_mib"] / max(h["peak_mib"], 1e-3), 2),
+             round(x["max_allocated_mib"], 0)] for m, x in r.modes.items()]
+    lines = [f"Model: Qwen3-VL-2B language-model shape (text-only Qwen3, random weights, "
+             f"{r.params_b:.2f} B parameters); verl FSDP2 engine, fp32 master weights, "
+             f"{'fp32' if r.dry else 'bf16'} compute, gradient checkpointing "
+             f"{'off' if r.dry else 'on'}; one micro-batch update of {r.rows} sequences × "
+             f"{r.steps} response tokens (adaptsoft rollouts; `hard` re-scores their spines as a "
+             f"discrete chain), median of {h['repeats'] if h else '–'} updates after a warm-up, "
+             f"each mode in a fresh process{' (a dry run: one process)' if r.dry else ''}. "
+             f"`hard` is verl's stock engine (model type language_model); update peak is the "
+             f"memory an update allocates above the weights and optimizer state.", "",
+             *table(["mode", "update s (median)", "min s", "× hard", "update peak MiB", "× hard",
+                     "max allocated MiB"], rows)]
+    return lines + [x for m, e in r.errors.items() for x in ("", f"{m} failed:", "```", e, "```")]
+
+
+def prepare(ctx: KitContext) -> tuple:
+    """The model and batch, saved in the scratch directory for the children: (model directory,
+    batch file, parameters, rows, response tokens)."""
     import torch
 
     try:
@@ -68,18 +87,18 @@ def prepare(ctx: Ctx) -> tuple:
         import tensordict  # noqa: F401
         import verl  # noqa: F401
     except ImportError as e:
-        raise Skip(f"verl's stack is not installed ({e}); stage its wheels with kit.py") from e
+        raise Skip(f"verl's stack is not installed ({e}); stage its pack with kit.py") from e
     from soft_spatial.engines import LocalEngine
     from soft_spatial.models.tiny import build_tokenizer, tiny_config
     from soft_spatial.models.shapes import check_config
     from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
 
     dev = ctx.device
-    rows, n, steps = (4, 2, 8) if ctx.dry_run else (8, 2, 256 if ctx.quick else 1024)
-    model_dir = ctx.workdir / "actor_model"
+    rows, n, steps = (4, 2, 8) if ctx.dry_run else (8, 2, 1024)
+    model_dir = ctx.work / "actor_model"
     tok = build_tokenizer("qwen")
     config = check_config(tiny_config("qwen3", tok, **({} if ctx.dry_run else QWEN3_VL_2B_TEXT)),
-                          "stage c's model")
+                          "C/actor-update's model")
     model = random_model(config, dev, ctx.dtype)
     model.save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
@@ -91,7 +110,7 @@ def prepare(ctx: Ctx) -> tuple:
     prompts = [[5 + i, 9, 13, 40 + i, 41, 42, 7, 8] for i in range(rows // n)]
     outs = eng.generate(prompts, soft_thinking=SoftThinkingConfig(mode="adaptsoft"), n=n,
                         sampling=SamplingConfig(max_new_tokens=steps))
-    batch = ctx.workdir / "actor_batch.pt"
+    batch = ctx.work / "actor_batch.pt"
     torch.save({"prompts": [prompts[o.prompt_index] for o in outs],
                 "outs": parity.dump_completions(outs),
                 "controller": ctrl.to_state().to_blob()},
@@ -102,7 +121,7 @@ def prepare(ctx: Ctx) -> tuple:
 
 
 def child_command(group: tuple[str, ...], model_dir, batch, dry_run: bool) -> list[str]:
-    """The child process that times ``group``'s modes on the model and batch stage c saved."""
+    """The child process that times ``group``'s modes on the model and batch :func:`prepare` saved."""
     return ([sys.executable, "-m", "soft_spatial.bench.gpu.actor_update", ",".join(group),
              str(model_dir), str(batch)] + ["--dry-run"] * dry_run)
 

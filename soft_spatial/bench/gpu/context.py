@@ -1,18 +1,20 @@
 """What a piece of the GPU kit's work runs with: where it runs, its scratch and report, its
-deadline; the models F, D and G measure (the ``model`` jobs); environment changes scoped to one
-engine."""
+deadline; the models F, D and G measure (the ``model`` jobs, whose result is :class:`ModelFacts`);
+environment changes scoped to one engine."""
 from __future__ import annotations
 
 import gc
 import os
 import time
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from soft_spatial.bench.gpu.report import LiveReport
 
-__all__ = ["KitContext", "env_vars", "free_memory", "wait_device_free", "shared_model", "MODEL_DIR",
-           "CONTROLLER", "model_8b", "MODEL_8B_DIR", "measure_model", "render_model"]
+__all__ = ["KitContext", "ModelFacts", "env_vars", "free_memory", "wait_device_free",
+           "shared_model", "MODEL_DIR", "CONTROLLER", "model_8b", "MODEL_8B_DIR", "measure_model",
+           "render_model"]
 
 MODEL_DIR = "model"          # under KitContext.work: the model F and D share
 MODEL_8B_DIR = "model-8b"    # Qwen3-VL-8B-Thinking's shape without weights (SGLang's dummy load)
@@ -23,7 +25,7 @@ CONTROLLER = "adaptsoft.pt"  # beside it: a random AdaptSoft (τ varies by step)
 class KitContext:
     """dry_run: tiny sizes on the CPU; device: "cuda" or "cpu"; work: scratch that outlives a
     child process (models, references; never sent back); out: what comes back (report, results,
-    log, stage e's logs); deadline_at: wall time (epoch s) every piece of work must end by."""
+    log, E's logs); deadline_at: wall time (epoch s) every piece of work must end by."""
 
     dry_run: bool
     device: str
@@ -35,21 +37,45 @@ class KitContext:
     def remaining(self) -> float:
         return self.deadline_at - time.time()
 
+    @property
+    def dtype(self):
+        """The dtype a job computes in unless it says otherwise: bf16 on a GPU, fp32 on the CPU."""
+        import torch
+        return torch.float32 if self.dry_run else torch.bfloat16
 
-class env_vars:
+
+@dataclass
+class ModelFacts:
+    """A ``model`` job's result: the shape of the model built or found (``model``: "2b" or "8b"),
+    its weights, the seconds it took."""
+
+    model: str
+    hidden: int
+    layers: int
+    head_dim: int
+    vision_depth: int
+    mrope_section: list
+    tied: bool
+    weights: str
+    seconds: float
+
+    @classmethod
+    def of(cls, model: str, config, weights: str, t0: float) -> "ModelFacts":
+        text = config.text_config
+        return cls(model, text.hidden_size, text.num_hidden_layers, text.head_dim,
+                   config.vision_config.depth, list(text.rope_parameters["mrope_section"]),
+                   bool(config.tie_word_embeddings), weights, round(time.perf_counter() - t0, 1))
+
+
+@contextmanager
+def env_vars(values: dict[str, str]):
     """Set environment variables while a block runs (processes started inside inherit them)."""
-
-    def __init__(self, values: dict[str, str]):
-        self.values, self.saved = values, {}
-
-    def __enter__(self):
-        for k, v in self.values.items():
-            self.saved[k] = os.environ.get(k)
-            os.environ[k] = v
-        return self
-
-    def __exit__(self, *exc):
-        for k, v in self.saved.items():
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
@@ -79,11 +105,11 @@ def wait_device_free(fraction: float = 0.8, timeout: float = 30.0) -> float:
         time.sleep(0.5)
 
 
-def shared_model(ctx: KitContext) -> tuple[Path, Path, dict]:
+def shared_model(ctx: KitContext) -> tuple[Path, Path, ModelFacts]:
     """(model directory, controller checkpoint, facts) of the model F and D measure, built once
     per machine in ``ctx.work`` (a second call finds it: the directory appears whole or not at
     all). On a GPU: Qwen3-VL-2B's published shape (:data:`~soft_spatial.models.shapes.QWEN3_VL_2B`)
-    with stage d's parity weights (:func:`~soft_spatial.models.shapes.parity_init`, untied), built
+    with the parity weights (:func:`~soft_spatial.models.shapes.parity_init`, untied), built
     and drawn on the device and saved in bf16 (every engine then reads the same bf16-exact
     weights, fp32 and fp64 ones included); in a dry run the tiny Qwen3-VL on the CPU."""
     import torch
@@ -108,19 +134,14 @@ def shared_model(ctx: KitContext) -> tuple[Path, Path, dict]:
                              save_dtype=torch.bfloat16, **shape)
         free_memory()
     config = check_config(AutoConfig.from_pretrained(model), "the kit's shared model")
-    text = config.text_config
     if not ctrl.is_file():
-        random_controller(text.hidden_size).save(ctrl)
+        random_controller(config.text_config.hidden_size).save(ctrl)
     size = sum(f.stat().st_size for f in model.glob("*.safetensors"))
-    facts = {"hidden": text.hidden_size, "layers": text.num_hidden_layers,
-             "head_dim": text.head_dim, "vision_depth": config.vision_config.depth,
-             "mrope_section": text.rope_parameters["mrope_section"],
-             "tied": bool(config.tie_word_embeddings), "weights_gib": round(size / 2 ** 30, 2),
-             "built_s" if built else "found_s": round(time.perf_counter() - t0, 1)}
-    return model, ctrl, facts
+    weights = f"{size / 2 ** 30:.2f} GiB, {'built' if built else 'found'}"
+    return model, ctrl, ModelFacts.of("2b", config, weights, t0)
 
 
-def model_8b(ctx: KitContext) -> tuple[Path, Path, dict]:
+def model_8b(ctx: KitContext) -> tuple[Path, Path, ModelFacts]:
     """(model directory, controller checkpoint, facts) of Qwen3-VL-8B-Thinking's published shape
     (:data:`~soft_spatial.models.shapes.QWEN3_VL_8B`) without weights: the config, tokenizer and
     processor only; its engines load random weights themselves (SGLang's ``load_format=dummy``,
@@ -133,6 +154,7 @@ def model_8b(ctx: KitContext) -> tuple[Path, Path, dict]:
     from soft_spatial.models.tiny import build_processor, build_tokenizer, tiny_config
 
     model, ctrl = ctx.work / MODEL_8B_DIR, ctx.work / ("8b-" + CONTROLLER)
+    t0 = time.perf_counter()
     if not (model / "config.json").is_file():
         tok = build_tokenizer("qwen")
         config = tiny_config("qwen3_vl", tok, **({} if ctx.dry_run else QWEN3_VL_8B))
@@ -145,23 +167,17 @@ def model_8b(ctx: KitContext) -> tuple[Path, Path, dict]:
         build_processor("qwen3_vl", tok).save_pretrained(tmp)
         tmp.replace(model)
     config = check_config(AutoConfig.from_pretrained(model), "the kit's 8B-shaped model")
-    text = config.text_config
     if not ctrl.is_file():
-        random_controller(text.hidden_size).save(ctrl)
-    return model, ctrl, {"hidden": text.hidden_size, "layers": text.num_hidden_layers,
-                         "head_dim": text.head_dim, "vision_depth": config.vision_config.depth,
-                         "weights": "SGLang's dummy load (random, no file)"}
+        random_controller(config.text_config.hidden_size).save(ctrl)
+    return model, ctrl, ModelFacts.of("8b", config, "SGLang's dummy load (random, no file)", t0)
 
 
-def measure_model(ctx: KitContext, job) -> dict:
+def measure_model(ctx: KitContext, job) -> ModelFacts:
     """The ``model`` jobs: build (2B) or write (8B, no weights) the model the engines share."""
-    which = job.args.get("model", "2b")
-    _, _, facts = (model_8b if which == "8b" else shared_model)(ctx)
-    return {"model": which, **facts}
+    return (model_8b if job.args.get("model", "2b") == "8b" else shared_model)(ctx)[2]
 
 
-def render_model(values: dict) -> list[str]:
-    shape = {"2b": "Qwen3-VL-2B", "8b": "Qwen3-VL-8B-Thinking"}[values["model"]]
-    facts = {k: v for k, v in values.items() if k not in ("model", "job_s")}
+def render_model(facts: ModelFacts) -> list[str]:
+    shape = {"2b": "Qwen3-VL-2B", "8b": "Qwen3-VL-8B-Thinking"}[facts.model]
     return [f"{shape}'s published shape (tiny in a dry run), random weights: "
-            + ", ".join(f"{k} {v}" for k, v in facts.items())]
+            + ", ".join(f"{k} {v}" for k, v in asdict(facts).items() if k != "model")]

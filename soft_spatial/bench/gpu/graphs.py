@@ -35,7 +35,7 @@ import statistics
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from soft_spatial.compat.sglang import GRAPH_LOG_ENV, PHASE_LOG_ENV, read_graph_log, read_phase_log
 from soft_spatial.bench.gpu.context import (KitContext, env_vars, free_memory, model_8b,
@@ -47,8 +47,8 @@ from soft_spatial.bench.gpu.sglang_args import (FUSED_ATTENTION, cpu_args, cuda_
                                               unset_backends)
 from soft_spatial.models.shapes import QWEN3_VL_2B_TEXT
 
-__all__ = ["EngineSpec", "measure", "render", "render_profile", "decode_window", "profile_pass",
-           "server_args", "shape", "warm_up", "measure_sync",
+__all__ = ["EngineSpec", "FResult", "SyncResult", "measure", "render", "render_profile",
+           "decode_window", "profile_pass", "server_args", "shape", "warm_up", "measure_sync",
            "render_sync", "plugin_engine", "engine"]
 
 
@@ -81,11 +81,34 @@ class EngineSpec:
             return self.attention_backend
         return FUSED_ATTENTION if self.kernels == "fused" else "triton"
 
-    def describe(self) -> dict:
-        return {"engine": f"{self.kind} {self.mode}", "graphs": self.graphs,
-                "overlap": self.overlap, "kernels": self.kernels,
-                "native_ops": self.kernels == "native", "attention": self.attention,
-                "model": self.model}
+
+
+@dataclass
+class FResult:
+    """An F job's result: what ran (``engine``: "stock hard", "plugin fixed", ...); at 64
+    (``big``) and 8 (``small``) rows the median rate, every repeat's, the host µs of a step."""
+
+    engine: str
+    graphs: bool
+    overlap: bool
+    kernels: str
+    attention: str
+    model: str
+    steps: int
+    repeats: int
+    warmup_engine_s: float | None = None
+    start_s: float | None = None
+    rows: dict = field(default_factory=dict)
+    tps_big: float | None = None
+    tps_big_all: list = field(default_factory=list)
+    host_us_big: float | None = None
+    tps_small: float | None = None
+    tps_small_all: list = field(default_factory=list)
+    host_us_small: float | None = None
+    soft_step_fraction: float | None = None  # the plugin's
+    profile: dict | None = None
+    graph_batches: dict | None = None
+    free_after: float | None = None
 
 
 def shape(dry: bool) -> tuple[int, int, int, int]:
@@ -220,14 +243,15 @@ def decode_window(phase_log, t0: float, t1: float, steps: int, settle_s: float =
             - min(r["start"] for r in rows), "host_us": statistics.median(host)}
 
 
-def _rates(eng, prompts, n_prompts: int, g: int, steps: int, repeats: int, phase_log) -> dict:
-    """Decoding tok/s (:func:`decode_window`) of every repeat at both sizes after a warm-up
-    generate of each; host µs of a decode step outside the forward; soft steps."""
-    out, soft, total = {"rows": {"big": n_prompts * g, "small": n_prompts}}, 0, 0
+def _rates(r: FResult, eng, prompts, n_prompts: int, g: int, phase_log) -> None:
+    """Into ``r``: decoding tok/s (:func:`decode_window`) of every repeat at both sizes after a
+    warm-up generate of each; host µs of a decode step outside the forward; soft steps."""
+    soft, total, steps = 0, 0, r.steps
+    r.rows = {"big": n_prompts * g, "small": n_prompts}
     for size, per_prompt in (("big", g), ("small", 1)):
         eng.tokens(prompts, per_prompt, min(steps, 16))  # the sizes' graphs and kernels, once
         rates, hosts = [], []
-        for _ in range(repeats):
+        for _ in range(r.repeats):
             eng.backend.flush_cache()
             t1 = time.monotonic()
             tokens, s = eng.tokens(prompts, per_prompt, steps)
@@ -235,12 +259,12 @@ def _rates(eng, prompts, n_prompts: int, g: int, steps: int, repeats: int, phase
             rates.append(window["tokens"] / window["seconds"] if window["seconds"] else 0.0)
             hosts.append(window["host_us"])
             soft, total = soft + s, total + tokens
-        out[f"tps_{size}"] = round(statistics.median(rates), 1)
-        out[f"tps_{size}_all"] = [round(r, 1) for r in rates]
         known = [h for h in hosts if h is not None]
-        out[f"host_us_{size}"] = round(statistics.median(known), 1) if known else None
-    out["soft_step_fraction"] = round(soft / max(total, 1), 4)
-    return out
+        setattr(r, f"tps_{size}", round(statistics.median(rates), 1))
+        setattr(r, f"tps_{size}_all", [round(x, 1) for x in rates])
+        setattr(r, f"host_us_{size}", round(statistics.median(known), 1) if known else None)
+    if r.engine.startswith("plugin"):
+        r.soft_step_fraction = round(soft / max(total, 1), 4)
 
 
 def profile_pass(ctx: KitContext, eng, prompts, g: int, name: str) -> dict:
@@ -263,50 +287,49 @@ def profile_pass(ctx: KitContext, eng, prompts, g: int, name: str) -> dict:
     return summarize(read_trace(traces[0]))
 
 
-def measure(ctx: KitContext, job) -> dict:
+def measure(ctx: KitContext, job) -> FResult:
     """One F job: the warm-up engine if its kind is cold, then the measured engine."""
     from transformers import AutoTokenizer
     spec = EngineSpec.from_args(job.args)
     n_prompts, g, steps, repeats = shape(ctx.dry_run)
-    values = {**spec.describe(), "steps": steps, "repeats": repeats,
-              "warmup_engine_s": warm_up(ctx, spec)}
+    r = FResult(f"{spec.kind} {spec.mode}", spec.graphs, spec.overlap, spec.kernels,
+                spec.attention, spec.model, steps, repeats, warm_up(ctx, spec))
     stamp_ns = time.time_ns()
     graph_log = ctx.work / "graph-logs" / f"{job.name}-{stamp_ns}"
     phase_log = ctx.work / "phase-logs" / f"{job.name}-{stamp_ns}"
     t0 = time.perf_counter()
     try:
         with engine(ctx, spec, graph_log, phase_log) as (eng, model):
-            values["start_s"] = round(time.perf_counter() - t0, 1)
+            r.start_s = round(time.perf_counter() - t0, 1)
             prompts = text_prompts(AutoTokenizer.from_pretrained(model), n_prompts,
                                    4 if ctx.dry_run else 16)
-            values.update(_rates(eng, prompts, n_prompts, g, steps, repeats, phase_log))
+            _rates(r, eng, prompts, n_prompts, g, phase_log)
             if job.args.get("profile"):
-                values["profile"] = profile_pass(ctx, eng, prompts, g, job.name)
+                r.profile = profile_pass(ctx, eng, prompts, g, job.name)
     except Exception as e:
-        values["graph_batches"] = read_graph_log(str(graph_log))
-        raise JobFailed(f"{type(e).__name__}: {e}", values) from e
-    if spec.kind == "stock":
-        values.pop("soft_step_fraction")
-    values["graph_batches"] = read_graph_log(str(graph_log))  # none on a CPU
-    values["free_after"] = None if ctx.dry_run else round(wait_device_free(), 3)
-    return values
+        r.graph_batches = read_graph_log(str(graph_log))
+        raise JobFailed(f"{type(e).__name__}: {e}", r) from e
+    r.graph_batches = read_graph_log(str(graph_log))  # none on a CPU
+    r.free_after = None if ctx.dry_run else round(wait_device_free(), 3)
+    return r
 
 
-def render(v: dict) -> list[str]:
-    g = v.get("graph_batches") or {"replayed": "–", "eager": "–", "first_eager": None}
-    rates = ", ".join(f"{v['rows'][n]} rows {v[f'tps_{n}']} tok/s decoding (repeats "
-                      f"{v.get(f'tps_{n}_all')}; host {v.get(f'host_us_{n}', '–')} µs a step "
-                      f"outside the forward)" for n in ("big", "small") if f"tps_{n}" in v)
-    warm = v.get("warmup_engine_s")
-    return [f"{v['engine']} on the {v.get('model', '2b').upper()}-shaped model: {v['kernels']} "
-            f"kernels, attention {v['attention']}, overlap {'on' if v['overlap'] else 'off'}, "
-            f"graphs {'on' if v['graphs'] else 'off'} (decode batches replayed: "
+def render(r: FResult) -> list[str]:
+    g = r.graph_batches or {"replayed": "–", "eager": "–", "first_eager": None}
+    rates = ", ".join(f"{r.rows[n]} rows {getattr(r, f'tps_{n}')} tok/s decoding (repeats "
+                      f"{getattr(r, f'tps_{n}_all')}; host {getattr(r, f'host_us_{n}')} µs a "
+                      f"step outside the forward)" for n in ("big", "small")
+                      if getattr(r, f"tps_{n}") is not None)
+    warm = r.warmup_engine_s
+    return [f"{r.engine} on the {r.model.upper()}-shaped model: {r.kernels} "
+            f"kernels, attention {r.attention}, overlap {'on' if r.overlap else 'off'}, "
+            f"graphs {'on' if r.graphs else 'off'} (decode batches replayed: "
             f"{g['replayed']}, eager: {g['eager']}"
             + (f"; first eager: {g['first_eager']}" if g.get("first_eager") else "") + "); "
             + (f"a warm-up engine first ({warm} s); " if warm else "its kind was warm; ")
-            + f"started in {v.get('start_s', '–')} s; " + (rates or "no rate")
-            + (f"; soft steps {v['soft_step_fraction']:.0%}" if "soft_step_fraction" in v
-               else "")] + (render_profile(v["profile"]) if v.get("profile") else [])
+            + f"started in {r.start_s if r.start_s is not None else '–'} s; " + (rates or "no rate")
+            + (f"; soft steps {r.soft_step_fraction:.0%}" if r.soft_step_fraction is not None
+               else "")] + (render_profile(r.profile) if r.profile else [])
 
 
 def render_profile(p: dict) -> list[str]:
@@ -324,7 +347,19 @@ def render_profile(p: dict) -> list[str]:
 
 
 # -- X/sync: the soft sampler never waits for the device ------------------------------------------
-def measure_sync(ctx: KitContext, job) -> dict:
+@dataclass
+class SyncResult:
+    """X/sync's result: per mode (``"fixed, graphs"``, ...) the rows sampled and the op that
+    waited (None: none); ``waits``: the modes that waited."""
+
+    device: str
+    vocab: int
+    hidden: int
+    modes: dict
+    waits: list
+
+
+def measure_sync(ctx: KitContext, job) -> SyncResult:
     """The soft sampler (``SoftRuntime.sample``) driven as SGLang drives it, under
     ``torch.cuda.set_sync_debug_mode("error")`` on a GPU (meta tensors in a dry run): the modes
     whose sampler waits (none expected)."""
@@ -343,18 +378,17 @@ def measure_sync(ctx: KitContext, job) -> dict:
         except Exception as e:  # the synchronising op, named by torch
             rows[name] = {"rows": None,
                           "waits": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
-    values = {"device": dev, "vocab": vocab, "hidden": hidden, "modes": rows,
-              "waits": [m for m, r in rows.items() if r["waits"]]}
-    if values["waits"]:
-        raise JobFailed(f"the soft sampler waits for the device in {values['waits']}", values)
-    return values
+    r = SyncResult(dev, vocab, hidden, rows, [m for m, x in rows.items() if x["waits"]])
+    if r.waits:
+        raise JobFailed(f"the soft sampler waits for the device in {r.waits}", r)
+    return r
 
 
-def render_sync(v: dict) -> list[str]:
-    check = ("meta tensors (any host read raises)" if v["device"] == "meta" else
+def render_sync(r: SyncResult) -> list[str]:
+    check = ("meta tensors (any host read raises)" if r.device == "meta" else
              'torch.cuda.set_sync_debug_mode("error")')
-    return [f"Soft sampler waits for the device? (SoftRuntime.sample, vocabulary {v['vocab']}, "
-            f"hidden {v['hidden']}, on {v['device']}, checked by {check}):", "",
+    return [f"Soft sampler waits for the device? (SoftRuntime.sample, vocabulary {r.vocab}, "
+            f"hidden {r.hidden}, on {r.device}, checked by {check}):", "",
             *table(["mode", "rows sampled", "synchronising op"],
-                   [[m, r["rows"] if r["rows"] is not None else "–", r["waits"] or "none"]
-                    for m, r in v["modes"].items()])]
+                   [[m, x["rows"] if x["rows"] is not None else "–", x["waits"] or "none"]
+                    for m, x in r.modes.items()])]

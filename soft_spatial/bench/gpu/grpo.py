@@ -46,7 +46,7 @@ from pathlib import Path
 from soft_spatial.bench.gpu.report import JobFailed, Skip, table
 from soft_spatial.bench.gpu.sglang_args import engine_env
 
-__all__ = ["ESpec", "measure", "render", "run", "train_command", "verdict", "FP32_BOUND",
+__all__ = ["ESpec", "EResult", "measure", "render", "run", "train_command", "verdict", "FP32_BOUND",
            "REPLAY", "STOCK_OVERRIDES", "e_summary_rows", "step_price_rows", "smoke_reward_path"]
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -143,6 +143,31 @@ class ESpec:
     @property
     def adaptsoft(self) -> bool:
         return self.experiment == "adaptsoft"
+
+
+@dataclass
+class EResult:
+    """An E job's result: its runs (rc, seconds, command, peak memory per process), the steps verl
+    logged and their time split, the syncs, the :func:`verdict`, the problems, the diagnosis."""
+
+    spec: ESpec
+    dry: bool
+    build_s: float
+    params_m: float
+    runs: list = field(default_factory=list)
+    commands: list = field(default_factory=list)
+    memory: list = field(default_factory=list)
+    log_tail: str | None = None
+    steps: list = field(default_factory=list)
+    sync_rows: list = field(default_factory=list)
+    sync_equal: bool | None = None
+    timing_rows: list = field(default_factory=list)
+    timing: dict = field(default_factory=dict)
+    memory_keys: list = field(default_factory=list)
+    graph_batches: dict | None = None
+    verdict: dict | None = None
+    problems: list = field(default_factory=list)
+    diagnosis: dict | None = None
 
 
 def train_command(spec: ESpec, model: Path, data: Path, ckpt: Path, steps: int, save: bool,
@@ -358,8 +383,9 @@ def model_shape(spec: ESpec, dry: bool) -> dict:
     return dict(vocab="qwen", **text, vision_config=vision, tie_word_embeddings=False, **init)
 
 
-def _prepare(spec: ESpec, work: Path, dry: bool) -> tuple[Path, dict]:
-    """The model and the parquet files of one E job, built where it runs."""
+def _prepare(spec: ESpec, work: Path, dry: bool) -> tuple[Path, tuple[float, float]]:
+    """The model and the parquet files of one E job, built where it runs: (the model, (its
+    seconds, its millions of parameters))."""
     from transformers import AutoConfig
 
     from soft_spatial.data.fixtures import write_fixtures
@@ -370,13 +396,13 @@ def _prepare(spec: ESpec, work: Path, dry: bool) -> tuple[Path, dict]:
     t0 = time.perf_counter()
     model = build_tiny_model(work / "model", family="qwen3_vl", device="cpu" if dry else "cuda",
                              **model_shape(spec, dry))
-    check_config(AutoConfig.from_pretrained(model), "stage e's model")
+    check_config(AutoConfig.from_pretrained(model), "E's model")
     fx = write_fixtures(work / "fixtures")
     for split in ("train", "test"):
         prepare(["--benchmark", "omnispatial", "--root", str(fx.omnispatial), "--split", split,
                  "--out", str(work / "data" / f"{split}.parquet"), "--processor", str(model)])
     n_params = sum(f.stat().st_size for f in model.glob("*.safetensors")) / 4  # fp32 on disk
-    return model, {"build_s": round(time.perf_counter() - t0, 1), "params_m": round(n_params / 1e6, 1)}
+    return model, (round(time.perf_counter() - t0, 1), round(n_params / 1e6, 1))
 
 
 def _env(spec: ESpec, out: Path, metrics: Path) -> dict:
@@ -397,55 +423,53 @@ def _env(spec: ESpec, out: Path, metrics: Path) -> dict:
     return env
 
 
-def run(spec: ESpec, *, out: Path, work: Path, dry: bool, deadline_at: float) -> dict:
+def run(spec: ESpec, *, out: Path, work: Path, dry: bool, deadline_at: float) -> EResult:
     """Train through verl with SGLang rollouts: the runs of ``spec`` in one run directory, each
     ending by ``deadline_at`` (epoch s) at the latest; logs, ``metrics.jsonl`` and controller
-    logs in ``out``. Returns the values; raises :class:`JobFailed` with what it measured on a
-    failed run or check, :class:`Skip` without verl or SGLang."""
+    logs in ``out``. Raises :class:`JobFailed` with what it measured on a failed run or check,
+    :class:`Skip` without verl or SGLang."""
     from soft_spatial.softthink.controller import FINGERPRINT_LOG_ENV
     if spec.stock:
         raise Skip(f"verl's stock hard GRPO: {STOCK_BLOCKED}")
     _requirements(dry)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    model, facts = _prepare(spec, work, dry)
+    model, (build_s, params_m) = _prepare(spec, work, dry)
     metrics_path = out / "metrics.jsonl"
     env = _env(spec, out, metrics_path)
-    values = {"spec": spec.__dict__ | {"overrides": list(spec.overrides)}, **facts, "runs": [],
-              "commands": [], "memory": [], "dry": dry}
+    r = EResult(spec, dry, build_s, params_m)
     syncs, checkpoints = [], {}
     for i, (steps, save, _) in enumerate(spec.runs(), 1):
         cmd = train_command(spec, model, work / "data", work / "ckpt", steps, save, dry)
-        values["commands"].append(" ".join(cmd[1:]).replace(str(work), "<work>"))
+        r.commands.append(" ".join(cmd[1:]).replace(str(work), "<work>"))
         env[FINGERPRINT_LOG_ENV] = str(out / f"controller-run{i}")
-        _train_once(i, cmd, out / f"train-run{i}.log", env, deadline_at, values, metrics_path)
+        _train_once(i, cmd, out / f"train-run{i}.log", env, deadline_at, r, metrics_path)
         syncs.append(read_sync_log(out / f"controller-run{i}"))
         if save and spec.adaptsoft:
             checkpoints[steps] = checkpoint_fingerprint(work / "ckpt", steps)
-    return _assess(spec, values, step_metrics(metrics_path), syncs, checkpoints, out, model, dry,
+    return _assess(spec, r, step_metrics(metrics_path), syncs, checkpoints, out, model, dry,
                    deadline_at)
 
 
-def _train_once(i, cmd, log: Path, env, deadline_at, values, metrics_path) -> None:
+def _train_once(i, cmd, log: Path, env, deadline_at, r: EResult, metrics_path) -> None:
     timeout = deadline_at - time.time()
     if timeout < 30:
-        raise JobFailed(f"run {i} not started: {timeout:.0f} s left before the deadline", values)
+        raise JobFailed(f"run {i} not started: {timeout:.0f} s left before the deadline", r)
     print(f"E: run {i}, log {log}, timeout {timeout:.0f} s", flush=True)
     t1 = time.perf_counter()
     with GpuMemorySampler() as mem:
         rc = run_training(cmd, log, env, timeout)
     wall = time.perf_counter() - t1
-    values["runs"].append({"run": i, "rc": rc, "wall_s": round(wall, 1)})
-    values["memory"] += [[i, pid, mem.names.get(pid, "?"), round(mib)]
-                         for pid, mib in sorted(mem.peaks.items())]
+    r.runs.append({"run": i, "rc": rc, "wall_s": round(wall, 1)})
+    r.memory += [[i, pid, mem.names.get(pid, "?"), round(mib)]
+                 for pid, mib in sorted(mem.peaks.items())]
     if mem.total_mib:
-        values["memory"].append([i, "all", "device total (nvidia-smi memory.used)",
-                                 round(mem.total_mib)])
+        r.memory.append([i, "all", "device total (nvidia-smi memory.used)", round(mem.total_mib)])
     if rc != 0:
-        values["log_tail"] = log.read_text(errors="replace")[-4000:] if log.exists() else ""
-        values["steps"] = sorted(step_metrics(metrics_path))
+        r.log_tail = log.read_text(errors="replace")[-4000:] if log.exists() else ""
+        r.steps = sorted(step_metrics(metrics_path))
         raise JobFailed(f"run {i} exited with {rc}{' (timed out)' if rc == 124 else ''} after "
-                        f"{wall:.0f} s", values)
+                        f"{wall:.0f} s", r)
 
 
 def _problems(spec: ESpec, metrics: dict, dry: bool) -> list[str]:
@@ -493,26 +517,25 @@ def verdict(spec: ESpec, metrics: dict, dry: bool) -> dict:
                 else None)
 
 
-def _assess(spec, values, metrics, syncs, checkpoints, out, model, dry, deadline_at) -> dict:
+def _assess(spec, r: EResult, metrics, syncs, checkpoints, out, model, dry,
+            deadline_at) -> EResult:
     problems = _problems(spec, metrics, dry)
     if spec.adaptsoft:
-        rows, sync_problems = check_sync(syncs, [r[2] for r in spec.runs()], checkpoints)
-        values.update(sync_rows=rows, sync_equal=not sync_problems)
+        r.sync_rows, sync_problems = check_sync(syncs, [x[2] for x in spec.runs()], checkpoints)
+        r.sync_equal = not sync_problems
         problems += sync_problems
     from soft_spatial.compat.sglang import read_graph_log
-    values.update(steps=sorted(metrics), timing_rows=timing_rows(metrics),
-                  timing={s: {k: metrics[s].get(k) for k in (*TIMING, ALIGNMENT)
-                              if k in metrics[s]} for s in metrics},
-                  memory_keys=[[k, *(_num(metrics[s].get(k)) for s in sorted(metrics))]
-                               for k in MEMORY],
-                  graph_batches=read_graph_log(str(out / "graph-log")),
-                  verdict=verdict(spec, metrics, dry), problems=problems)
-    if spec.adaptsoft and (values["verdict"]["status"] == "fail" or (dry and spec.diagnose_dry)):
-        values["diagnosis"] = _diagnose(spec, model, out, dry, deadline_at)
-    if problems or values["verdict"]["status"] == "fail":
-        raise JobFailed("; ".join(problems) or f"replay consistency beyond {FP32_BOUND} nats",
-                        values)
-    return values
+    r.steps, r.timing_rows = sorted(metrics), timing_rows(metrics)
+    r.timing = {s: {k: metrics[s].get(k) for k in (*TIMING, ALIGNMENT) if k in metrics[s]}
+                for s in metrics}
+    r.memory_keys = [[k, *(_num(metrics[s].get(k)) for s in sorted(metrics))] for k in MEMORY]
+    r.graph_batches = read_graph_log(str(out / "graph-log"))
+    r.verdict, r.problems = verdict(spec, metrics, dry), problems
+    if spec.adaptsoft and (r.verdict["status"] == "fail" or (dry and spec.diagnose_dry)):
+        r.diagnosis = _diagnose(spec, model, out, dry, deadline_at)
+    if problems or r.verdict["status"] == "fail":
+        raise JobFailed("; ".join(problems) or f"replay consistency beyond {FP32_BOUND} nats", r)
+    return r
 
 
 def _diagnose(spec, model, out, dry, deadline_at) -> dict:
@@ -528,7 +551,7 @@ def _diagnose(spec, model, out, dry, deadline_at) -> dict:
         return {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
 
 
-def measure(ctx, job) -> dict:
+def measure(ctx, job) -> EResult:
     """One E job of the plan (its runs, its verdict), in ``work/e-<name>``; what comes back in
     ``work/e-<name>-out`` (tarred into ``stage-e.tar.gz``)."""
     spec = ESpec.from_args(job.args)
@@ -540,42 +563,39 @@ def _fmt(x) -> str:
     return "not recorded" if x is None else f"{x:.3g}"
 
 
-def render(v: dict) -> list[str]:
-    spec = v.get("spec", {})
-    where = ("the CPU (dry run: tiny Qwen3-VL, fp32, cluster=cpu)" if v.get("dry") else
-             f"one GPU (Qwen3-VL-2B widths, 4 + 4 layers, {spec.get('dtype')}, cluster=gpu1)")
-    lines = [f"`python -m soft_spatial.train rollout=sglang experiment={spec.get('experiment')}`"
-             f"{' (stock verl: its SGLang rollout, actor and loss)' if spec.get('stock') else ''} "
-             f"on {where}; {spec.get('weights')} weights, {v.get('params_m', '–')} M parameters "
-             f"written in {v.get('build_s', '–')} s; runs "
-             + ", ".join(f"{r['run']}: rc {r['rc']}, {r['wall_s']:.0f} s" for r in v.get("runs", []))
+def render(v: EResult) -> list[str]:
+    spec = v.spec
+    where = ("the CPU (dry run: tiny Qwen3-VL, fp32, cluster=cpu)" if v.dry else
+             f"one GPU (Qwen3-VL-2B widths, 4 + 4 layers, {spec.dtype}, cluster=gpu1)")
+    lines = [f"`python -m soft_spatial.train rollout=sglang experiment={spec.experiment}`"
+             f"{' (stock verl: its SGLang rollout, actor and loss)' if spec.stock else ''} "
+             f"on {where}; {spec.weights} weights, {v.params_m} M parameters "
+             f"written in {v.build_s} s; runs "
+             + ", ".join(f"{r['run']}: rc {r['rc']}, {r['wall_s']:.0f} s" for r in v.runs)
              + ". Logs, metrics.jsonl and the controller logs: `stage-e.tar.gz`.", ""]
-    lines += [f"- run {i}: `{c}`" for i, c in enumerate(v.get("commands", []), 1)] + [""]
-    if "failure" in v:
-        lines += [f"**Failed**: {v['failure']}", ""]
-    if v.get("log_tail"):
-        lines += ["```", v["log_tail"].rstrip(), "```", ""]
-    lines += _verdict_lines(v.get("verdict"), v.get("graph_batches"))
-    steps = v.get("steps", [])
-    if v.get("timing_rows"):
+    lines += [f"- run {i}: `{c}`" for i, c in enumerate(v.commands, 1)] + [""]
+    if v.log_tail:
+        lines += ["```", v.log_tail.rstrip(), "```", ""]
+    lines += _verdict_lines(v.verdict, v.graph_batches)
+    if v.timing_rows:
         lines += ["Time split per step (s; verl's `timing_s/*`):", "",
-                  *table(["key", "what", *(f"step {s}" for s in steps)], v["timing_rows"]), ""]
-    if v.get("memory_keys"):
+                  *table(["key", "what", *(f"step {s}" for s in v.steps)], v.timing_rows), ""]
+    if v.memory_keys:
         lines += ["Memory of the training worker (verl's `actor/perf/*`, GiB):", "",
-                  *table(["key", *(f"step {s}" for s in steps)], v["memory_keys"]), ""]
-    if v.get("memory"):
+                  *table(["key", *(f"step {s}" for s in v.steps)], v.memory_keys), ""]
+    if v.memory:
         lines += ["Peak device memory per process (nvidia-smi, sampled every 0.5 s, MiB):", "",
-                  *table(["run", "pid", "process", "peak MiB"], v["memory"]), ""]
-    if v.get("sync_rows"):
+                  *table(["run", "pid", "process", "peak MiB"], v.memory), ""]
+    if v.sync_rows:
         lines += ["Controller at every weight sync: the trainer's fingerprint, the SGLang "
                   "plugin's, the checkpoint's:", "",
                   *table(["run", "sync after step", "trainer", "rollout server", "equal",
-                          "= checkpoint"], v["sync_rows"]), ""]
-    if v.get("diagnosis"):
+                          "= checkpoint"], v.sync_rows), ""]
+    if v.diagnosis:
         from soft_spatial.bench.gpu.replay_inputs import render as render_diagnosis
-        lines += render_diagnosis(v["diagnosis"])
-    if v.get("problems"):
-        lines += ["Problems:", *(f"- {p}" for p in v["problems"])]
+        lines += render_diagnosis(v.diagnosis)
+    if v.problems:
+        lines += ["Problems:", *(f"- {p}" for p in v.problems)]
     return lines
 
 

@@ -1,8 +1,9 @@
 """The headline plan: the GPU numbers of the next loans, each call a set of jobs, whatever breaks.
+The kit's one command (``scripts/gpu/check.py`` is this module's ``main``):
 
-    python -m soft_spatial.bench.gpu.headline --out OUT --deadline 520 --only KEYS      # on the GPU
-    python -m soft_spatial.bench.gpu.headline --out OUT --deadline 900 --dry-run        # CPU, tiny
-    (``scripts/gpu/check.py --plan headline ...`` is the same command)
+    python3 scripts/gpu/check.py --plan headline --out OUT --deadline 520 --only KEYS   # on the GPU
+    python3 scripts/gpu/check.py --plan headline --out OUT --lease 1.1 --deadline 520   # a loan's call
+    python scripts/gpu/check.py --plan headline --out OUT --deadline 900 --dry-run      # CPU, tiny
 
 The jobs (:mod:`.jobs`; docs/gpu.md has the table and the lease plan):
 
@@ -18,7 +19,10 @@ The jobs (:mod:`.jobs`; docs/gpu.md has the table and the lease plan):
   tensor by tensor: :mod:`.replay_inputs`), ``E/bf16`` on the parity weights, ``E/hard`` (the
   same pipeline in hard mode: the price of a step, part by part; verl's own stock GRPO is
   ``X/hard-stock``, blocked until the trainer runs a rollout without records);
-* **X** — the sampler's sync check, overlap parity, hard parity, graphs off, E's resume.
+* **X** — the sampler's sync check, overlap parity, hard parity, graphs off, E's resume;
+* **A**, **B**, **C** — the first checks, no SGLang (the former stages a, b, c; ``--stages`` now
+  names their jobs: :data:`.jobs.STAGES`): the embedded engine at the 8B shape, softthink at real
+  sizes, one actor update through verl's FSDP2 engine.
 
 What comes back in ``OUT`` (at most 5 files): ``report.md``, ``results.jsonl``, ``log.txt``,
 ``stage-e.tar.gz`` (every E job's logs, metrics and controller logs) and ``nvidia-smi.txt``.
@@ -40,8 +44,9 @@ from soft_spatial.bench.gpu.measure import versions
 from soft_spatial.bench.gpu.report import table
 from soft_spatial.bench.gpu.runner import OutNotEmpty, child_main, latest, run_plan
 from soft_spatial.infra.dirlock import NotADirectoryOutput
+from soft_spatial.infra.signals import command
 
-__all__ = ["render", "main", "COMMIT_FILE", "commit", "header", "GOAL"]
+__all__ = ["render", "main", "COMMIT_FILE", "commit", "header", "GOAL", "stages_moved"]
 
 ROOT = Path(__file__).resolve().parents[3]
 COMMIT_FILE = "COMMIT"  # in each .gpukit/send/NN, written by ``kit.py stage``
@@ -173,8 +178,11 @@ def render(jobs: list[dict]) -> list[str]:
 
 # -- the command ------------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m soft_spatial.bench.gpu.headline",
-                                 description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="scripts/gpu/check.py", description=__doc__.split("\n")[0])
+    ap.add_argument("--plan", choices=["headline"], default="headline",
+                    help="the plan (one: headline; the default)")
+    ap.add_argument("--stages", help="gone: the former stages are the plan's jobs (the error "
+                                     "names them)")
     ap.add_argument("--out", required=True,
                     help="directory that comes back (report, results, log); empty or new")
     ap.add_argument("--work", help="scratch (models; default: a temporary directory)")
@@ -231,14 +239,33 @@ def _with_overrides(ap, jobs: list, sets: list[str]) -> list:
             if j.key in extra else j for j in jobs]
 
 
+def stages_moved(stages: str) -> str:
+    """Why ``--stages`` is refused: the command that runs those stages' jobs now."""
+    names = [s.strip() for s in stages.split(",") if s.strip()]
+    unknown = [s for s in names if s not in plan_jobs.STAGES]
+    if unknown:
+        return f"--stages: unknown stages {unknown}; the stages were {sorted(plan_jobs.STAGES)}"
+    keys = list(dict.fromkeys(k for s in names for k in plan_jobs.STAGES[s]))
+    return (f"--stages is gone: stages {','.join(names)} are the plan's jobs "
+            f"{','.join(keys)}: python3 scripts/gpu/check.py --plan headline --only "
+            f"{','.join(keys)} --out DIR (docs/gpu.md)")
+
+
 def main(argv=None) -> int:
     ap = _parser()
     a = ap.parse_args(argv)
+    if a.stages is not None:
+        ap.error(stages_moved(a.stages))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if a.child:
         return child_main(Path(a.out), Path(a.work), a.deadline_at, a.child.split(","),
                           a.dry_run, render)
+    with command("scripts/gpu/check.py", "the running job's processes were ended"):
+        return _plan(ap, a)
+
+
+def _plan(ap, a) -> int:
     if a.deadline <= 0:
         ap.error("--deadline must be > 0 seconds")
     if not a.dry_run:

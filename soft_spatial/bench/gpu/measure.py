@@ -1,48 +1,14 @@
-"""What the GPU kit's stages share: their context, their Markdown report, device-synchronised
-timing and peak memory, and random models built on the device."""
+"""How the GPU kit measures on a device: its modes, device-synchronised timing, peak memory,
+random models built on the device, the versions a report names."""
 from __future__ import annotations
 
 import platform
 import statistics
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 
-from soft_spatial.bench.gpu.context import free_memory  # noqa: F401  (re-exported for the stages)
-
-__all__ = ["MODES", "Ctx", "Report", "sync", "timed", "PeakMemory", "free_memory", "random_model",
-           "versions"]
+__all__ = ["MODES", "sync", "timed", "PeakMemory", "random_model", "versions"]
 
 MODES = ("hard", "fixed", "adaptsoft")
-
-
-@dataclass
-class Ctx:
-    dry_run: bool
-    quick: bool
-    device: str
-    report: "Report"
-    workdir: Path
-    notes: list = field(default_factory=list)
-
-    @property
-    def dtype(self):
-        import torch
-        return torch.float32 if self.dry_run else torch.bfloat16
-
-
-class Report:
-    """Markdown report, rewritten after every stage."""
-
-    def __init__(self, path: Path, header: list[str]):
-        self.path, self.header, self.sections = path, header, []
-
-    def add(self, title: str, status: str, lines: list[str], seconds: float) -> None:
-        self.sections.append([f"## {title}", "", f"**{status}** ({seconds:.0f} s)", ""] + lines + [""])
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("\n".join(self.header + [x for s in self.sections for x in s]) + "\n")
-        tmp.replace(self.path)
 
 
 def sync(device: str) -> None:

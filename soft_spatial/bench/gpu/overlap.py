@@ -11,6 +11,8 @@ the control's decoding path or, on a GPU, differs by more than the control does.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from soft_spatial.bench.gpu.context import KitContext, env_vars, shared_model
 from soft_spatial.bench.gpu.graphs import plugin_engine
 from soft_spatial.bench.gpu.prompts import text_prompts
@@ -18,7 +20,7 @@ from soft_spatial.bench.gpu.report import JobFailed, table
 from soft_spatial.bench.gpu.sglang_args import cpu_args, cuda_args, engine_env
 from soft_spatial.bench.gpu.soft_parity import STATIC_KV_SPLITS
 
-__all__ = ["measure", "render", "first_difference", "FIELDS"]
+__all__ = ["OverlapResult", "measure", "render", "first_difference", "FIELDS"]
 
 FIELDS = ("token_ids", "topk_ids", "soft", "weights", "tau", "loglik")
 PATH = ("token_ids", "topk_ids", "soft")
@@ -93,7 +95,18 @@ def _runs(ctx: KitContext, mode: str, prompts, g: int, steps: int) -> dict:
     return outs
 
 
-def measure(ctx: KitContext, job) -> dict:
+@dataclass
+class OverlapResult:
+    """X/overlap-parity's result: per mode, batched and alone, [on vs off, off twice] as
+    :func:`summary` text; ``bad``: the comparisons that failed."""
+
+    rows: dict
+    bad: list
+    shape: list
+    graphs: bool
+
+
+def measure(ctx: KitContext, job) -> OverlapResult:
     from transformers import AutoTokenizer
     model, _, _ = shared_model(ctx)
     n, g, steps = (2, 2, 8) if ctx.dry_run else (4, 2, 32)
@@ -112,19 +125,19 @@ def measure(ctx: KitContext, job) -> dict:
                 if left_path or (not ctx.dry_run and test[1] is not None
                                  and max(test[0].values()) > max(control[0].values())):
                     bad.append(f"{mode} ({what})")
-    values = {"rows": rows, "bad": bad, "shape": [n, g, steps], "graphs": not ctx.dry_run}
+    r = OverlapResult(rows, bad, [n, g, steps], not ctx.dry_run)
     if bad:
-        raise JobFailed(f"overlap on differs beyond SGLang's run-to-run control in {bad}", values)
-    return values
+        raise JobFailed(f"overlap on differs beyond SGLang's run-to-run control in {bad}", r)
+    return r
 
 
-def render(v: dict) -> list[str]:
-    n, g, steps = v["shape"]
+def render(v: OverlapResult) -> list[str]:
+    n, g, steps = v.shape
     return [f"Overlap scheduling on vs off, fp32, radix cache off, CUDA graphs "
-            f"{'on' if v['graphs'] else 'off (CPU)'}: {n} token-id prompts × {g} samples batched "
+            f"{'on' if v.graphs else 'off (CPU)'}: {n} token-id prompts × {g} samples batched "
             f"and every prompt alone, {steps} steps, next to overlap off twice (SGLang's "
             f"run-to-run control); fails where overlap leaves the control's path"
-            + (" or differs beyond it" if v["graphs"] else "") + ":", "",
+            + (" or differs beyond it" if v.graphs else "") + ":", "",
             *table(["mode", "batched on vs off", "batched, off twice", "alone on vs off",
                     "alone, off twice"],
-                   [[m, *r["batch"], *r["alone"]] for m, r in v["rows"].items()])]
+                   [[m, *r["batch"], *r["alone"]] for m, r in v.rows.items()])]

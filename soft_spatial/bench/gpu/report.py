@@ -1,5 +1,5 @@
 """The GPU kit's live report: one JSON line per finished piece of work, appended the moment it
-exists, and the Markdown report rebuilt from those lines after each one.
+exists, and the Markdown report rebuilt from those lines after each one; what a job raises.
 
 Every process of a plan (the parent and each child that measures) writes through
 :class:`LiveReport` on the same two files, one process at a time, so a call killed at its timeout
@@ -18,28 +18,21 @@ from pathlib import Path
 
 from soft_spatial.infra.jsonl import read_jsonl
 
-__all__ = ["Skip", "StageFailed", "JobFailed", "table", "LiveReport", "stamp"]
+__all__ = ["Skip", "JobFailed", "table", "LiveReport", "stamp"]
 
 
 class Skip(Exception):
     """A piece of work cannot run here (missing package or device); the message says why."""
 
 
-class StageFailed(Exception):
-    """Work that failed after measuring part of what it measures (``lines``: those results)."""
-
-    def __init__(self, lines: list[str]):
-        super().__init__("\n".join(lines))
-        self.lines = lines
-
-
 class JobFailed(Exception):
-    """A plan job that failed after measuring part of what it measures (``values``: those, for
-    the report and ``results.jsonl``); ``why`` names the failure."""
+    """A job that failed after measuring part of what it measures: ``result`` is its kind's
+    result as far as it got (for the report and ``results.jsonl``; None: nothing yet), the
+    message names the failure."""
 
-    def __init__(self, why: str, values: dict):
+    def __init__(self, why: str, result=None):
         super().__init__(why)
-        self.values = dict(values, failure=why)
+        self.result = result
 
 
 def table(head: list[str], rows: list[list]) -> list[str]:
@@ -62,24 +55,20 @@ class LiveReport:
 
     The first record (kind ``header``) holds the report's title lines and the plan's start time;
     every later record is a piece of work (``part``, ``job``, ``status``, ``values``, ``lines``,
-    ``tail``). ``render`` turns the records into Markdown: ``renderer(records)`` (the plan's) or a
-    plain listing.
+    ``tail``). ``renderer(job records)`` turns them into the Markdown below the header's lines.
     """
 
-    def __init__(self, directory: str | os.PathLike, renderer: Callable[[list], list[str]] | None = None,
-                 jsonl: str = "results.jsonl", markdown: str = "report.md"):
+    def __init__(self, directory: str | os.PathLike, renderer: Callable[[list], list[str]]):
         self.dir = Path(directory)
-        self.jsonl, self.markdown = self.dir / jsonl, self.dir / markdown
+        self.jsonl, self.markdown = self.dir / "results.jsonl", self.dir / "report.md"
         self.renderer = renderer
 
     # -- writing --------------------------------------------------------------------------------
-    def start(self, header: list[str], t0: float | None = None, **facts) -> float:
-        """Begin a new report (an existing one is replaced); returns the start time."""
+    def start(self, header: list[str], t0: float, **facts) -> None:
+        """Begin a new report (an existing one is replaced) at ``t0`` (epoch s)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        t0 = time.time() if t0 is None else t0
         self.jsonl.unlink(missing_ok=True)
         self._append({"kind": "header", "t0": t0, "lines": header, **facts})
-        return t0
 
     def record(self, part: str, job: str, status: str, *, values: dict | None = None,
                lines: list[str] | None = None, tail: str | None = None, **extra) -> dict:
@@ -121,11 +110,4 @@ class LiveReport:
 
     def render(self, recs: list[dict]) -> list[str]:
         head = next((r for r in recs if r.get("kind") == "header"), {"lines": []})
-        jobs = [r for r in recs if r.get("kind") == "job"]
-        if self.renderer is not None:
-            return list(head["lines"]) + self.renderer(jobs)
-        out = list(head["lines"])
-        for r in jobs:
-            out += [f"## {r['part']} {r['job']}: {r['status']} ({r['time']}, +{r['elapsed_s']} s)",
-                    "", *r["lines"], ""]
-        return out
+        return list(head["lines"]) + self.renderer([r for r in recs if r.get("kind") == "job"])

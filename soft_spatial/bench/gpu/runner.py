@@ -1,10 +1,10 @@
 """Runs a plan's jobs: a watched child process measures them one by one; this parent keeps the
 deadline, each job's cap and what comes back.
 
-Every kind of job is two functions in :data:`KINDS`: ``measure(ctx, job) -> values`` (a dict
-that goes to ``results.jsonl``) and ``render(values) -> lines`` (its section of the report). A
-job that fails after measuring part of what it measures raises :class:`~.report.JobFailed` with
-those values.
+Every kind of job is two functions in :data:`KINDS`: ``measure(ctx, job) -> result`` (a
+dataclass of its kind, whose fields go to ``results.jsonl`` as the record's ``values``) and
+``render(result) -> lines`` (its section of the report). A job that fails after measuring part of
+what it measures raises :class:`~.report.JobFailed` with its result as far as it got.
 
 Containment: the child runs in its own session, tethered to this process
 (:mod:`soft_spatial.infra.tether`): when this process ends by any means — its return, SIGTERM,
@@ -14,7 +14,8 @@ scheduler that fails sends SIGQUIT to its engine's process, whose handler kills 
 tree: the child, never this one; the job is then recorded as failed with the log's last lines and
 a new child starts for the jobs left. A job past its cap, or any job at the deadline, is killed
 with all it started and recorded as timed out. SIGTERM, SIGINT or SIGHUP to this process records
-the running job as killed, ends the child's tree and returns 128 + the signal.
+the running job as killed, ends the child's tree and raises on (the command's
+:func:`~soft_spatial.infra.signals.command` exits 128 + the signal).
 
 ``--out`` must be empty or new: a plan never writes over or appends to another run's files
 (what comes back would mix two runs).
@@ -30,16 +31,17 @@ import tarfile
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 from soft_spatial.infra import tether
 from soft_spatial.infra.dirlock import check_dir_path
 from soft_spatial.infra.signals import exit_status, sigterm_raises
 from soft_spatial.bench.gpu.jobs import Job
-from soft_spatial.bench.gpu.report import JobFailed, LiveReport, Skip, StageFailed, stamp
+from soft_spatial.bench.gpu.report import JobFailed, LiveReport, Skip, stamp
 
-__all__ = ["KINDS", "run_plan", "child_main", "OutNotEmpty", "latest", "LOG", "STAGE_E_TAR",
-           "SMI", "PLAN_FILE"]
+__all__ = ["KINDS", "run_plan", "child_main", "OutNotEmpty", "latest", "counted", "LOG",
+           "STAGE_E_TAR", "SMI", "PLAN_FILE"]
 
 ROOT = Path(__file__).resolve().parents[3]
 LOG, STAGE_E_TAR, SMI = "log.txt", "stage-e.tar.gz", "nvidia-smi.txt"
@@ -51,8 +53,8 @@ class OutNotEmpty(FileExistsError):
 
 
 def _kinds() -> dict[str, tuple[Callable, Callable]]:
-    from soft_spatial.bench.gpu import (context, graphs, grpo, overlap, sampler_bench, selftest,
-                                        soft_parity)
+    from soft_spatial.bench.gpu import (actor_update, context, embedded, graphs, grpo, overlap,
+                                        sampler_bench, selftest, soft_parity, softthink_sizes)
     return {"model": (context.measure_model, context.render_model),
             "engine": (graphs.measure, graphs.render),
             "sampler": (sampler_bench.measure, sampler_bench.render),
@@ -61,6 +63,9 @@ def _kinds() -> dict[str, tuple[Callable, Callable]]:
             "overlap": (overlap.measure, overlap.render),
             "sync": (graphs.measure_sync, graphs.render_sync),
             "grpo": (grpo.measure, grpo.render),
+            "embedded": (embedded.measure, embedded.render),
+            "softthink": (softthink_sizes.measure, softthink_sizes.render),
+            "actor": (actor_update.measure, actor_update.render),
             "selftest": (selftest.measure, selftest.render)}
 
 
@@ -84,23 +89,26 @@ def latest(records: list[dict]) -> dict[str, dict]:
 
 # -- the child: runs jobs in order ----------------------------------------------------------------
 def run_job(ctx, job: Job) -> tuple[str, dict, list[str], str | None]:
-    """(status, values, report lines, traceback) of one job run in this process."""
+    """(status, values, report lines, traceback) of one job run in this process: the values are
+    its result's fields (with ``failure``: why it failed), the lines its rendering."""
     measure, render = KINDS[job.args["kind"]]
-    tail = None
+    result = why = tail = None
     try:
-        values, status = measure(ctx, job), "ok"
+        result, status = measure(ctx, job), "ok"
     except Skip as e:
         return "skipped", {}, [str(e)], None
     except JobFailed as e:
-        values, status = e.values, "failed"
-    except StageFailed as e:
-        return "failed", {}, e.lines, None
+        result, status, why = e.result, "failed", str(e)
     except Exception:
-        values, status, tail = {}, "failed", traceback.format_exc()
+        status, tail = "failed", traceback.format_exc()
+    values = asdict(result) if result is not None else {}
     try:
-        lines = render(values) if values else []
+        lines = render(result) if result is not None else []
     except Exception:  # a partial result the renderer does not expect: the values as they are
         lines = ["```", json.dumps(values, default=str, indent=1)[:4000], "```"]
+    if why:
+        values["failure"] = why
+        lines += ["", f"**Failed**: {why}"]
     return status, values, lines, tail
 
 
@@ -195,11 +203,11 @@ def _record_stuck(report: LiveReport, todo: list[str], why: str | None, rc, log:
 
 def run_plan(out: Path, work: Path, deadline_s: float, dry: bool, jobs: list[Job], render,
              header: list[str], poll_s: float = 1.0, caps: bool | None = None) -> int:
-    """Run ``jobs`` with ``deadline_s`` seconds from now; returns 0 when every job that is not an
-    extra finished ok, 1 otherwise, 128 + the signal after SIGTERM, SIGINT or SIGHUP. Refuses a
-    non-empty ``out`` and an
-    ``out`` or ``work`` that cannot be a directory, before anything is written. ``caps``: end a
-    job past its cap (default: on a GPU; a GPU's seconds mean nothing on a busy CPU)."""
+    """Run ``jobs`` with ``deadline_s`` seconds from now; returns 0 when every job counted
+    (:func:`counted`) finished ok, 1 otherwise; after SIGTERM, SIGINT or SIGHUP raises on once the
+    running job is recorded as killed. Refuses a non-empty ``out`` and an ``out`` or ``work`` that
+    cannot be a directory, before anything is written. ``caps``: end a job past its cap (default:
+    on a GPU; a GPU's seconds mean nothing on a busy CPU)."""
     check_out(out, work)
     t0 = time.time()
     deadline_at = t0 + deadline_s
@@ -209,15 +217,16 @@ def run_plan(out: Path, work: Path, deadline_s: float, dry: bool, jobs: list[Job
     report.start(header, t0=t0, deadline_at=deadline_at)
     _smi(out / SMI)
     (work / PLAN_FILE).write_text(json.dumps([j.to_dict() for j in jobs]))
-    killed = None
     with sigterm_raises():  # SIGTERM and SIGHUP raise as SIGINT does
         try:
             _loop(out, work, deadline_at, dry, jobs, report, t0, poll_s,
                   (not dry) if caps is None else caps)
-        except KeyboardInterrupt as e:
-            killed = exit_status(e)
+        except KeyboardInterrupt as e:  # recorded, then on to the command's exit
+            _tar_stage_e(work, out / STAGE_E_TAR)
+            _end(report, jobs, out, t0, exit_status(e))
+            raise
     _tar_stage_e(work, out / STAGE_E_TAR)
-    return _end(report, jobs, out, t0, killed)
+    return _end(report, jobs, out, t0, None)
 
 
 def _loop(out, work, deadline_at, dry, jobs, report, t0, poll_s, caps) -> None:
@@ -255,11 +264,17 @@ def _loop(out, work, deadline_at, dry, jobs, report, t0, poll_s, caps) -> None:
             return
 
 
+def counted(jobs: list[Job]) -> list[str]:
+    """The jobs the plan's exit status counts: those that are not extras, or all of them when
+    every job is one (``--only X/grpo-resume`` fails when it fails)."""
+    return [j.key for j in jobs if not j.extra] or [j.key for j in jobs]
+
+
 def _end(report: LiveReport, jobs: list[Job], out: Path, t0: float, killed: int | None) -> int:
-    """The plan's end record and status: 0 when every headline job is ok, 1 otherwise, ``killed``
+    """The plan's end record and status: 0 when every counted job is ok, 1 otherwise, ``killed``
     (128 + the signal) when a signal ended it."""
     done = latest(report.records())
-    headline = [j.key for j in jobs if not j.extra]
+    headline = counted(jobs)
     report.record("plan", "end", "killed" if killed else "done", values={
         "ok": [k for k in headline if done.get(k, {}).get("status") == "ok"],
         "not_ok": {k: done.get(k, {}).get("status", "not run") for k in headline

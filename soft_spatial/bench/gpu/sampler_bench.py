@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import torch
@@ -24,9 +25,23 @@ import torch
 from soft_spatial.bench.gpu.measure import MODES
 from soft_spatial.bench.gpu.report import JobFailed, table
 
-__all__ = ["measure", "render", "SIZES"]
+__all__ = ["SamplerResult", "measure", "render", "SIZES"]
 
 SIZES = (8, 64)
+
+
+@dataclass
+class SamplerResult:
+    """X/sampler's result: the noise kernel's check; per mode, size and path (eager, graphed) the
+    median launch and device µs; the first graphed record unlike the eager one (None: none)."""
+
+    noise: dict
+    device: str = ""
+    vocab: int = 0
+    hidden: int = 0
+    steps: int = 0
+    rows: list = field(default_factory=list)
+    mismatch: str | None = None
 
 
 def _reqs(n: int, tag: str):
@@ -96,7 +111,7 @@ def noise_check(dev) -> dict:
     return {"fused": fused_available(dev), "equal": bool(equal)}
 
 
-def measure(ctx, job) -> dict:
+def measure(ctx, job) -> SamplerResult:
     dry = ctx.dry_run
     dev = torch.device("cpu" if dry else "cuda")
     vocab, hidden, steps = (97, 16, 6) if dry else (151936, 2048, 60)
@@ -104,7 +119,7 @@ def measure(ctx, job) -> dict:
     noise = noise_check(dev)
     if not noise["equal"]:
         raise JobFailed("the fused noise kernel's uniforms differ from the noise contract's",
-                        {"noise": noise})
+                        SamplerResult(noise))
     g = torch.Generator().manual_seed(0)
     for mode in MODES:
         for n in SIZES:
@@ -137,22 +152,20 @@ def measure(ctx, job) -> dict:
                                  "launch_us": round(statistics.median(times[path][0]), 1),
                                  "device_us": round(statistics.median(times[path][1]), 1)})
             rows_out[-1]["stats"] = dict(rts["graphed"].stats)
-    values = {"device": str(dev), "vocab": vocab, "hidden": hidden, "steps": steps,
-              "rows": rows_out, "mismatch": mismatch, "noise": noise}
+    r = SamplerResult(noise, str(dev), vocab, hidden, steps, rows_out, mismatch)
     if mismatch:
-        raise JobFailed(f"the graphed sampler's records differ from the eager ones: {mismatch}",
-                        values)
-    return values
+        raise JobFailed(f"the graphed sampler's records differ from the eager ones: {mismatch}", r)
+    return r
 
 
-def render(v: dict) -> list[str]:
-    by = {(r["mode"], r["rows"], r["path"]): r for r in v["rows"]}
-    lines = [f"The soft sampler's decode step without an engine (vocabulary {v['vocab']}, hidden "
-             f"{v['hidden']}, {v['steps']} steps, on {v['device']}): host µs to launch it and the "
+def render(v: SamplerResult) -> list[str]:
+    by = {(r["mode"], r["rows"], r["path"]): r for r in v.rows}
+    lines = [f"The soft sampler's decode step without an engine (vocabulary {v.vocab}, hidden "
+             f"{v.hidden}, {v.steps} steps, on {v.device}): host µs to launch it and the "
              f"device's span, eager against the captured graphs; graphed records equal to the "
-             f"eager ones bit for bit: {'yes' if not v['mismatch'] else 'no, ' + v['mismatch']}; "
-             f"noise drawn by the fused kernel: {'yes' if v['noise']['fused'] else 'no (ops)'}, "
-             f"its bits the contract's: {'yes' if v['noise']['equal'] else 'no'}", ""]
+             f"eager ones bit for bit: {'yes' if not v.mismatch else 'no, ' + v.mismatch}; "
+             f"noise drawn by the fused kernel: {'yes' if v.noise['fused'] else 'no (ops)'}, "
+             f"its bits the contract's: {'yes' if v.noise['equal'] else 'no'}", ""]
     rows = []
     for mode in MODES:
         for n in SIZES:

@@ -1,7 +1,7 @@
 """Jobs that test the plan's runner itself (tests/bench/gpu/test_runner.py): each ``action`` does
 what a real job may do to its process, so containment is tested on real processes without SGLang.
 
-* ``ok``: returns ``{"number": args["number"]}``;
+* ``ok``: returns its ``args["number"]`` (:class:`SelftestResult`);
 * ``sigquit_tree``: kills its own process, as SGLang's SIGQUIT handler kills its engine's process
   tree after a scheduler failed;
 * ``hang``: sleeps until killed;
@@ -15,11 +15,17 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
-__all__ = ["measure", "render"]
+__all__ = ["SelftestResult", "measure", "render"]
 
 
-def measure(ctx, job) -> dict:
+@dataclass
+class SelftestResult:
+    number: int
+
+
+def measure(ctx, job) -> SelftestResult:
     a = job.args
     if a["action"] == "sigquit_tree":
         os.kill(os.getpid(), signal.SIGKILL)
@@ -32,8 +38,8 @@ def measure(ctx, job) -> dict:
                 f.write(f"{os.getpid()} {grand.pid}")
             os.replace(tmp, a["pid_file"])
         time.sleep(3600)
-    return {"number": a["number"]}
+    return SelftestResult(a["number"])
 
 
-def render(values: dict) -> list[str]:
-    return [f"number {values['number']}"]
+def render(r: SelftestResult) -> list[str]:
+    return [f"number {r.number}"]

@@ -28,18 +28,20 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from soft_spatial.compat.sglang import GRAPH_LOG_ENV, read_graph_log
 from soft_spatial.bench.gpu import parity
-from soft_spatial.bench.gpu.context import (KitContext, env_vars, free_memory, shared_model,
-                                          wait_device_free)
+from soft_spatial.bench.gpu.context import (KitContext, ModelFacts, env_vars, free_memory,
+                                          shared_model, wait_device_free)
 from soft_spatial.bench.gpu.prompts import image_prompts
 from soft_spatial.bench.gpu.report import JobFailed, table
 from soft_spatial.bench.gpu.sglang_args import cpu_args, cuda_args, engine_env, unset_backends
 
-__all__ = ["measure_references", "render_references", "measure_parity", "render_parity",
-           "server_args", "shape", "tf32_off", "STATIC_KV_SPLITS"]
+__all__ = ["RefsResult", "ParityResult", "measure_references", "render_references",
+           "measure_parity", "render_parity", "server_args", "shape", "tf32_off",
+           "STATIC_KV_SPLITS"]
 
 SEED = 7
 STATIC_KV_SPLITS = {"SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS": "1"}
@@ -66,9 +68,22 @@ def _refs_path(ctx: KitContext, mode: str) -> Path:
     return ctx.work / f"d-refs-{mode}.json"
 
 
-def measure_references(ctx: KitContext, job) -> dict:
+@dataclass
+class RefsResult:
+    """A references job's result: per mode the rows local fp32 kept on fp64's path; the shape
+    (prompts, samples, steps, image side)."""
+
+    modes: list
+    seconds: float
+    fp32_on_fp64_path: dict
+    rows: int
+    shape: list
+    model: ModelFacts
+
+
+def measure_references(ctx: KitContext, job) -> RefsResult:
     """The embedded engine's fp32 and fp64 runs for the job's modes, stored for the parity jobs."""
-    from soft_spatial.softthink import SoftThinkingConfig
+    from soft_spatial.softthink import AdaptSoft, SoftThinkingConfig
     modes = tuple(job.args["modes"])
     model, ctrl, facts = shared_model(ctx)
     n, g, steps, side = shape(ctx.dry_run)
@@ -76,26 +91,25 @@ def measure_references(ctx: KitContext, job) -> dict:
     t0 = time.perf_counter()
     runs = parity.local_runs(model, ctx.device, {m: SoftThinkingConfig(mode=m) for m in modes},
                              image_prompts(n, side), _sampling(ctx.dry_run), g, seed=SEED,
-                             controller=ctrl)
+                             controller=AdaptSoft.read_checkpoint(ctrl))
     free_memory()
     for m in modes:
         path = _refs_path(ctx, m)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps({k: parity.dump_completions(v) for k, v in runs[m].items()}))
         tmp.replace(path)
-    return {"modes": list(modes), "seconds": round(time.perf_counter() - t0, 1),
-            "fp32_on_fp64_path": {m: sum(parity.same_path(a, b) for a, b in
-                                         zip(runs[m]["float32"], runs[m]["float64"]))
-                                  for m in modes},
-            "rows": n * g, "shape": [n, g, steps, side], "model": facts}
+    on_path = {m: sum(parity.same_path(a, b) for a, b in zip(runs[m]["float32"],
+                                                            runs[m]["float64"])) for m in modes}
+    return RefsResult(list(modes), round(time.perf_counter() - t0, 1), on_path, n * g,
+                      [n, g, steps, side], facts)
 
 
-def render_references(v: dict) -> list[str]:
-    n, g, steps, side = v["shape"]
+def render_references(r: RefsResult) -> list[str]:
+    n, g, steps, side = r.shape
     return [f"Embedded engine (transformers, TF32 off) in fp32 and fp64 for "
-            f"{', '.join(v['modes'])}: {n} image prompts ({side}×{side}) × {g} samples, {steps} "
-            f"steps, seed {SEED}, {v['seconds']:.0f} s; local fp32 on fp64's path: "
-            + ", ".join(f"{m} {c}/{v['rows']}" for m, c in v["fp32_on_fp64_path"].items())]
+            f"{', '.join(r.modes)}: {n} image prompts ({side}×{side}) × {g} samples, {steps} "
+            f"steps, seed {SEED}, {r.seconds:.0f} s; local fp32 on fp64's path: "
+            + ", ".join(f"{m} {c}/{r.rows}" for m, c in r.fp32_on_fp64_path.items())]
 
 
 def server_args(dry: bool, graphs: bool) -> dict:
@@ -136,7 +150,30 @@ def _generate(ctx: KitContext, mode: str, graphs: bool, graph_log: Path) -> tupl
     return got, args
 
 
-def measure_parity(ctx: KitContext, job) -> dict:
+@dataclass
+class ParityResult:
+    """A D or G job's result: ``verdicts``, rows per status of :func:`~.parity.row_verdicts`
+    (``bad_rows``: those beyond the bound); the diagnosis as report lines."""
+
+    mode: str
+    graphs: bool
+    attention: str
+    graph_batches: dict
+    graphs_ran: str
+    rows: int
+    same_path_as_fp32: int
+    verdicts: dict
+    within_bound: int
+    max_dev_vs_fp32: dict
+    soft_step_fraction: float
+    seconds: float
+    passed: bool
+    shape: list
+    bad_rows: list
+    diagnosis: list
+
+
+def measure_parity(ctx: KitContext, job) -> ParityResult:
     """SGLang in fp32 for the job's mode (graphs off: D; on: G) against the stored references."""
     mode, graphs = job.args["mode"], bool(job.args.get("graphs", False))
     path = _refs_path(ctx, mode)
@@ -151,19 +188,17 @@ def measure_parity(ctx: KitContext, job) -> dict:
     verdicts, count, same, dev = parity.summarize(got, want, ref)
     soft = sum(int(c.trace.soft.sum()) for c in got) / max(sum(len(c.token_ids) for c in got), 1)
     g = read_graph_log(str(graph_log))
-    values = {"mode": mode, "graphs": graphs, "attention": args["attention_backend"],
-              "graph_batches": g, "graphs_ran": _graphs_ran(graphs, g, ctx.dry_run),
-              "rows": len(ref), "same_path_as_fp32": len(same), "verdicts": count,
-              "within_bound": count["ok"] + count["ill-conditioned"],
-              "max_dev_vs_fp32": {k: (None if v != v else v) for k, v in dev.items()},
-              "soft_step_fraction": round(soft, 4), "seconds": round(time.perf_counter() - t0, 1),
-              "passed": not (count["path"] or count["bound"]), "shape": list(shape(ctx.dry_run)),
-              "bad_rows": [dict(v, row=r) for r, v in enumerate(verdicts) if v["status"] == "bound"],
-              "diagnosis": _diagnosis(got, want, ref)}
-    if not values["passed"]:
-        raise JobFailed(f"{count['path']} rows off the path, {count['bound']} beyond the bound",
-                        values)
-    return values
+    r = ParityResult(
+        mode, graphs, args["attention_backend"], g, _graphs_ran(graphs, g, ctx.dry_run), len(ref),
+        len(same), count, count["ok"] + count["ill-conditioned"],
+        {k: (None if v != v else v) for k, v in dev.items()}, round(soft, 4),
+        round(time.perf_counter() - t0, 1), not (count["path"] or count["bound"]),
+        list(shape(ctx.dry_run)),
+        [dict(v, row=i) for i, v in enumerate(verdicts) if v["status"] == "bound"],
+        _diagnosis(got, want, ref))
+    if not r.passed:
+        raise JobFailed(f"{count['path']} rows off the path, {count['bound']} beyond the bound", r)
+    return r
 
 
 def _graphs_ran(asked: bool, g: dict, dry: bool) -> str:
@@ -190,20 +225,19 @@ def _diagnosis(got, want, ref) -> list[str]:
     return out
 
 
-def render_parity(v: dict) -> list[str]:
-    n, g, steps, _ = v["shape"]
-    c, dev = v["verdicts"], v["max_dev_vs_fp32"]
-    lines = [f"**{v['mode']}** (SGLang fp32: attention {v['attention']}, CUDA graphs "
-             f"{v['graphs_ran']}, native ops, TF32 off; {n} image prompts × {g}, {steps} steps, "
-             f"seed {SEED}; soft steps {v['soft_step_fraction']:.0%}): {c['ok']} ok, "
+def render_parity(v: ParityResult) -> list[str]:
+    n, g, steps, _ = v.shape
+    c, dev = v.verdicts, v.max_dev_vs_fp32
+    lines = [f"**{v.mode}** (SGLang fp32: attention {v.attention}, CUDA graphs "
+             f"{v.graphs_ran}, native ops, TF32 off; {n} image prompts × {g}, {steps} steps, "
+             f"seed {SEED}; soft steps {v.soft_step_fraction:.0%}): {c['ok']} ok, "
              f"{c['ill-conditioned']} ill-conditioned (local fp32 leaves fp64's path), "
              f"{c['path']} off the path, {c['bound']} beyond the bound (max\\|SGLang − fp64\\| ≤ "
              f"{parity.ATOL:g} + {parity.AMPLIFICATION:g}·max\\|fp32 − fp64\\|)", ""]
     lines += table(["same path as local fp32", "max \\|Δ loglik\\|", "max \\|Δ scores\\|",
                     "max \\|Δ τ\\|", "within the bound"],
-                   [[f"{v['same_path_as_fp32']}/{v['rows']}", dev["loglik"], dev["scores"],
-                     dev["tau"] if v["mode"] == "adaptsoft" else "–",
-                     f"{v['within_bound']}/{v['rows']}"]])
+                   [[f"{v.same_path_as_fp32}/{v.rows}", dev["loglik"], dev["scores"],
+                     dev["tau"] if v.mode == "adaptsoft" else "–", f"{v.within_bound}/{v.rows}"]])
     lines += [""] + [f"- row {b['row']}: {b['field']} max\\|Δ\\| {b['dev']:.3g} > bound "
-                     f"{b['bound']:.3g} over {b['steps']} steps" for b in v["bad_rows"]]
-    return lines + v["diagnosis"]
+                     f"{b['bound']:.3g} over {b['steps']} steps" for b in v.bad_rows]
+    return lines + v.diagnosis

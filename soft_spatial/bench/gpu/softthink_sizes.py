@@ -1,38 +1,59 @@
-"""Stage b: ``softthink`` at real sizes (V=151,936, D=4,096, N up to 32k): exact gradient alignment's
-time and peak memory against the naive per-step V×D form; Gumbel-density, replay and per-step
-likelihood throughput."""
+"""B/softthink: ``softthink`` at real sizes (V=151,936, D=4,096, N up to 32k): exact gradient
+alignment's time and peak memory against the naive per-step V×D form; Gumbel-density, replay and
+per-step likelihood throughput. A dry run: V=1000, D=64, N=256 on the CPU."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from soft_spatial.bench.workloads import ALIGN_DENSE, ALIGN_K, alignment_inputs, naive_gref, naive_steps
-from soft_spatial.bench.gpu.measure import Ctx, PeakMemory, free_memory, timed
+from soft_spatial.bench.gpu.context import KitContext, free_memory
+from soft_spatial.bench.gpu.measure import PeakMemory, timed
 from soft_spatial.bench.gpu.report import table
 
-__all__ = ["stage_b"]
+__all__ = ["SoftthinkResult", "measure", "render"]
+
+ALIGNMENT = ["N", "ours ms", "ours MiB", "naive s (scaled)", "naive MiB", "time ×", "memory ×",
+             "rel. err (first steps)"]
+OPS = ["operation (forward + backward)", "size", "ms", "rows/s", "peak extra MiB"]
 
 
-def stage_b(ctx: Ctx) -> list[str]:
+@dataclass
+class SoftthinkResult:
+    """B/softthink's result: a row of :data:`ALIGNMENT` per N (the naive form timed on
+    ``naive_steps`` and scaled), a row of :data:`OPS` per operation."""
+
+    vocab: int
+    hidden: int
+    naive_steps: int
+    alignment: list
+    ops: list
+
+
+def measure(ctx: KitContext, job) -> SoftthinkResult:
     dev = ctx.device
     if ctx.dry_run:
         v, d, sizes, n_naive = 1000, 64, [256], 4
     else:
-        v, d, sizes, n_naive = 151_936, 4096, ([2048, 8192] if ctx.quick else
-                                                   [2048, 8192, 32_768]), 8
-    lines = [f"Exact gradient alignment (`alignment_scores`, fp32) against the naive form (dense "
-             f"G_ref once, then one V×D outer product per step, timed on {n_naive} steps and "
-             f"scaled to N): V={v}, D={d}, K={ALIGN_K}, 25% reference steps plus {ALIGN_DENSE} dense ones.", ""]
+        v, d, sizes, n_naive = 151_936, 4096, [2048, 8192, 32_768], 8
     rows = []
     for n in sizes:
         rows.append(_alignment_row(dev, v, d, n, n_naive))
         free_memory()  # the row's tensors died with its frame
-    lines += table(["N", "ours ms", "ours MiB", "naive s (scaled)", "naive MiB", "time ×",
-                    "memory ×", "rel. err (first steps)"], rows)
-    lines += ["", *_softthink_op_table(ctx, v, d)]
+    ops = _softthink_ops(ctx, v, d)
     free_memory()
-    return lines
+    return SoftthinkResult(v, d, n_naive, rows, ops)
+
+
+def render(r: SoftthinkResult) -> list[str]:
+    return [f"Exact gradient alignment (`alignment_scores`, fp32) against the naive form (dense "
+            f"G_ref once, then one V×D outer product per step, timed on {r.naive_steps} steps and "
+            f"scaled to N): V={r.vocab}, D={r.hidden}, K={ALIGN_K}, 25% reference steps plus "
+            f"{ALIGN_DENSE} dense ones.", "", *table(ALIGNMENT, r.alignment), "",
+            *table(OPS, r.ops)]
 
 
 def _alignment_row(dev: str, v: int, d: int, n: int, n_naive: int) -> list:
-    """One row of stage b's alignment table: ours against the naive form at N = ``n`` steps."""
+    """One row of the alignment table: ours against the naive form at N = ``n`` steps."""
     import torch
 
     from soft_spatial.softthink import alignment_scores
@@ -52,8 +73,8 @@ def _alignment_row(dev: str, v: int, d: int, n: int, n_naive: int) -> list:
             round(mem_n.mib / max(mem.mib, 1e-3), 1), f"{err:.1e}"]
 
 
-def _softthink_op_table(ctx: Ctx, v: int, d: int) -> list[str]:
-    """Stage b's second table: density, replay and the per-step likelihood from logits."""
+def _softthink_ops(ctx: KitContext, v: int, d: int) -> list[list]:
+    """Rows of :data:`OPS`: density, replay and the per-step likelihood from logits."""
     import torch
 
     from soft_spatial.softthink import gumbel_log_density, record_input_embeddings, step_log_likelihood
@@ -83,10 +104,9 @@ def _softthink_op_table(ctx: Ctx, v: int, d: int) -> list[str]:
         t_ll, _, _ = timed(lambda: step_log_likelihood(logits, lids, lsc, lsoft).sum().backward(),
                            dev, repeats=5)
     dtype = str(ctx.dtype).replace("torch.", "")
-    return table(["operation (forward + backward)", "size", "ms", "rows/s", "peak extra MiB"], [
-        ["Gumbel log-density (eq. 5)", f"{big}×{k}", round(t_dens * 1e3, 3),
-         f"{big / t_dens:.3g}", "–"],
-        [f"replay embeddings (E {dtype} {v}×{d})", f"{nrec}×{k}", round(t_rep * 1e3, 3),
-         f"{nrec / t_rep:.3g}", round(mem_r.mib, 1)],
-        [f"per-step likelihood from {dtype} logits", f"{nlog}×{v}", round(t_ll * 1e3, 3),
-         f"{nlog / t_ll:.3g}", round(mem_l.mib, 1)]])
+    return [["Gumbel log-density (eq. 5)", f"{big}×{k}", round(t_dens * 1e3, 3),
+             f"{big / t_dens:.3g}", "–"],
+            [f"replay embeddings (E {dtype} {v}×{d})", f"{nrec}×{k}", round(t_rep * 1e3, 3),
+             f"{nrec / t_rep:.3g}", round(mem_r.mib, 1)],
+            [f"per-step likelihood from {dtype} logits", f"{nlog}×{v}", round(t_ll * 1e3, 3),
+             f"{nlog / t_ll:.3g}", round(mem_l.mib, 1)]]

@@ -7,6 +7,7 @@ tests/sglang_real/test_gpu_headline_dry_run.py.)"""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -36,15 +37,18 @@ def test_the_8b_shaped_model_is_written_once_without_weights(tmp_path):
 
     ctx = context.KitContext(dry_run=True, device="cpu", work=tmp_path / "work", out=tmp_path / "out",
                              deadline_at=0.0, report=None)
-    values = context.measure_model(ctx, SimpleNamespace(args={"model": "8b"}))
+    facts = context.measure_model(ctx, SimpleNamespace(args={"model": "8b"}))
     model = tmp_path / "work" / context.MODEL_8B_DIR
     files = {p.name: p.stat().st_mtime_ns for p in model.iterdir()}
     assert {"config.json", "generation_config.json", "tokenizer.json", "processor_config.json"} <= set(files)
     assert not [f for f in files if f.endswith((".safetensors", ".bin"))]  # SGLang draws the weights
     config = AutoConfig.from_pretrained(model)
     assert config.architectures == ["Qwen3VLForConditionalGeneration"]
-    assert values["model"] == "8b" and values["hidden"] == config.text_config.hidden_size
+    assert facts.model == "8b" and facts.hidden == config.text_config.hidden_size
+    assert facts.mrope_section == config.text_config.rope_parameters["mrope_section"]
     assert (tmp_path / "work" / ("8b-" + context.CONTROLLER)).is_file()
-    assert context.model_8b(ctx)[2] == {k: v for k, v in values.items() if k != "model"}
+    again = context.model_8b(ctx)[2]
+    assert replace(again, seconds=0.0) == replace(facts, seconds=0.0)
     assert {p.name: p.stat().st_mtime_ns for p in model.iterdir()} == files  # found, not rewritten
-    assert context.render_model(values)[0].startswith("Qwen3-VL-8B-Thinking's published shape")
+    line = context.render_model(facts)[0]
+    assert line.startswith("Qwen3-VL-8B-Thinking's published shape") and "weights SGLang's" in line

@@ -98,3 +98,43 @@ def test_the_e_summary_puts_each_split_under_its_name():
             "max step 0 (the prompt alone) | max all steps |") in text
     assert "| E/fp32 | ok | float32 | parity | – replayed / – eager | pass | 2e-05 | not recorded " \
            "| 1e-06 | 2e-05 |" in text
+
+
+# -- the command: scripts/gpu/check.py -----------------------------------------------------------
+def test_the_former_stages_fail_naming_the_jobs_that_replaced_them(capsys):
+    """``--stages`` retired with the per-stage command: it fails in one line naming the command
+    that runs the same checks now; stage e is E with a checkpoint and a resume."""
+    from soft_spatial.bench.gpu import grpo
+    from soft_spatial.bench.gpu.jobs import STAGES
+    by = {j.key: j for j in plan()}
+    assert {k for keys in STAGES.values() for k in keys} <= set(by)
+    for stage, keys in STAGES.items():  # each stage's jobs run alone: what they need comes along
+        assert all(n in keys for k in keys for n in by[k].needs), stage
+    e = grpo.ESpec.from_args(by[STAGES["e"][0]].args)
+    assert e == grpo.ESpec(dtype="bfloat16", weights="tiny", steps=2, resume=True)
+    with pytest.raises(SystemExit) as exit_:
+        headline.main(["--stages", "a,b,e", "--out", "r.md"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_.value.code == 2 and err.endswith(
+        "--stages is gone: stages a,b,e are the plan's jobs A/embedded,B/softthink,X/grpo-resume: "
+        "python3 scripts/gpu/check.py --plan headline --only A/embedded,B/softthink,X/grpo-resume "
+        "--out DIR (docs/gpu.md)")
+    assert "unknown stages ['z']" in headline.stages_moved("a,z")
+
+
+def test_check_runs_a_job_of_the_plan_in_its_watched_child(tmp_path):
+    """The command's one way in, end to end on the CPU: B/softthink (the cheapest kind) measured
+    in the plan's child process, its result a JSON line and its section of the report."""
+    import subprocess
+    import sys
+    out = tmp_path / "out"
+    res = subprocess.run([sys.executable, str(ROOT / "scripts/gpu/check.py"), "--dry-run",
+                          "--only", "B/softthink", "--out", str(out), "--deadline", "600"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    recs = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    done = headline.latest(recs)
+    assert done["B/softthink"]["status"] == "ok" and done["plan/end"]["values"]["ok"] == ["B/softthink"]
+    v = done["B/softthink"]["values"]
+    assert (v["vocab"], v["hidden"]) == (1000, 64) and v["alignment"][0][0] == 256
+    assert "## B softthink: ok" in (out / "report.md").read_text()

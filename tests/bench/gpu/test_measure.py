@@ -1,8 +1,7 @@
-"""What the GPU kit's stages share (soft_spatial/bench/gpu/measure.py), on the CPU: timing takes the
-median and the minimum of the repeats after the warm-up calls and returns the last result; the
-report is rewritten whole after each stage; random models are drawn from their seed on the asked
-device and dtype; the versions line names every package. (The stages themselves:
-tests/bench/gpu/test_stages.py.)"""
+"""How the GPU kit measures on a device (soft_spatial/bench/gpu/measure.py), on the CPU: timing takes
+the median and the minimum of the repeats after the warm-up calls and returns the last result;
+random models are drawn from their seed on the asked device and dtype; the versions line names
+every package."""
 from __future__ import annotations
 
 import torch
@@ -17,17 +16,6 @@ def test_timed_reports_the_median_and_minimum_of_the_repeats_after_the_warm_up(m
     median, fastest, out = measure.timed(lambda: calls.append(len(calls)) or len(calls), "cpu",
                                          repeats=4, warmup=2)
     assert (median, fastest) == (2.5, 1.0) and out == 6 and calls == list(range(6))
-
-
-def test_the_report_is_rewritten_whole_after_each_stage(tmp_path):
-    path = tmp_path / "out" / "report.md"
-    report = measure.Report(path, ["# GPU check", ""])
-    report.add("a. first", "ok", ["| x |"], 12.4)
-    first = path.read_text()
-    assert first == "# GPU check\n\n## a. first\n\n**ok** (12 s)\n\n| x |\n\n"
-    report.add("b. second", "failed", ["why"], 3.0)
-    assert path.read_text() == first + "## b. second\n\n**failed** (3 s)\n\nwhy\n\n"
-    assert sorted(p.name for p in path.parent.iterdir()) == ["report.md"]  # no temporary left
 
 
 def test_a_random_model_is_its_seeds_on_the_asked_device_and_dtype():

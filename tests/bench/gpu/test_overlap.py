@@ -45,9 +45,9 @@ def test_first_difference_names_row_step_and_field():
 
 
 def test_render_names_every_comparison():
-    v = {"rows": {"adaptsoft": {"batch": ["exact", "exact"], "alone": ["Δtau 1e-07; first: x",
-                                                                       "exact"]}},
-         "bad": [], "shape": [4, 2, 32], "graphs": True}
+    v = overlap.OverlapResult({"adaptsoft": {"batch": ["exact", "exact"],
+                                             "alone": ["Δtau 1e-07; first: x", "exact"]}},
+                              [], [4, 2, 32], True)
     text = "\n".join(overlap.render(v))
     assert "| adaptsoft | exact | exact | Δtau 1e-07; first: x | exact |" in text
     assert "or differs beyond it" in text and "CUDA graphs on" in text
@@ -103,11 +103,11 @@ def test_the_job_fails_where_overlap_leaves_the_controls_path(monkeypatch, tmp_p
     if bad:
         with pytest.raises(JobFailed) as failed:
             overlap.measure(ctx, job)
-        values = failed.value.values
+        result = failed.value.result
     else:
-        values = overlap.measure(ctx, job)
-    assert values["bad"] == bad
+        result = overlap.measure(ctx, job)
+    assert result.bad == bad
     assert [e.overlap for e in engines] == [False, True] and all(e.closed for e in engines)
     assert all(e.args["disable_radix_cache"] for e in engines)
-    control = values["rows"]["adaptsoft"]["batch"][1]
-    assert control == "exact" and (values["rows"]["adaptsoft"]["batch"][0] == "exact") == (change is None)
+    control = result.rows["adaptsoft"]["batch"][1]
+    assert control == "exact" and (result.rows["adaptsoft"]["batch"][0] == "exact") == (change is None)

@@ -17,7 +17,7 @@ def _f(engine, kernels, overlap, big, small, model="2b"):
 
 def test_each_record_is_a_json_line_and_rewrites_the_markdown(tmp_path):
     rep = LiveReport(tmp_path, headline.render)
-    rep.start(["# title", ""])
+    rep.start(["# title", ""], t0=0.0)
     rep.record("F", "stock-hard", "ok", values=_f("stock hard", "fused", True, 1000.0, 200.0))
     assert "stock-hard" in (tmp_path / "report.md").read_text()
     rep.record("F", "stock-hard-overlap-off", "ok",

@@ -57,6 +57,13 @@ def test_a_child_killed_like_sglangs_sigquit_handler_is_failed_and_the_next_job_
         ["report.md", "results.jsonl", "log.txt", "nvidia-smi.txt", "stage-e.tar.gz"])
 
 
+def test_the_exit_status_counts_the_headline_jobs_or_every_extra_asked_alone():
+    jobs = _jobs(("a", "ok", None), ("b", "ok", None))
+    extra = [Job("X", "grpo-resume", None, 1.0, extra=True), Job("A", "embedded", 1, 1.0, extra=True)]
+    assert runner.counted(jobs + extra) == ["T/a", "T/b"]
+    assert runner.counted(extra) == ["X/grpo-resume", "A/embedded"]
+
+
 def test_a_deadline_reached_mid_plan_keeps_every_finished_number(tmp_path):
     jobs = _jobs(("first", "ok", None), ("hangs", "hang", None), ("never", "ok", None))
     out = tmp_path / "out"
@@ -125,10 +132,12 @@ PLAN = textwrap.dedent("""
     from pathlib import Path
     from soft_spatial.bench.gpu import headline, runner
     from soft_spatial.bench.gpu.jobs import Job
+    from soft_spatial.infra.signals import command
     job = Job("T", "orphan", None, 1.0, min_left=1.0,
               args={"kind": "selftest", "action": "orphan", "number": 0, "pid_file": sys.argv[3]})
-    sys.exit(runner.run_plan(Path(sys.argv[1]), Path(sys.argv[2]), 3600, True, [job],
-                             headline.render, ["# test"], poll_s=0.1))
+    with command("plan"):
+        sys.exit(runner.run_plan(Path(sys.argv[1]), Path(sys.argv[2]), 3600, True, [job],
+                                 headline.render, ["# test"], poll_s=0.1))
 """)
 
 
@@ -161,7 +170,7 @@ def test_a_killed_plan_leaves_no_process_behind(tmp_path, sig):
         rc = plan.wait()
         wait_for(lambda: not alive(watchdogs[0]), "the watchdog finished")
         assert not alive(child) and not alive(grand)
-        if sig == signal.SIGTERM:  # the plan's own exit: 143, the job recorded as killed
+        if sig == signal.SIGTERM:  # the command's exit: 143, the job recorded as killed
             assert rc == 143
             assert _latest(out)["orphan"]["status"] == "killed"
             assert _latest(out)["end"]["status"] == "killed"

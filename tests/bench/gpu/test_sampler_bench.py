@@ -13,12 +13,12 @@ from soft_spatial.bench.gpu.report import JobFailed
 
 def test_the_dry_run_measures_every_mode_and_size_and_compares_the_records():
     v = sampler_bench.measure(SimpleNamespace(dry_run=True), None)
-    assert v["mismatch"] is None and v["noise"] == {"fused": False, "equal": True}
-    assert {(r["mode"], r["rows"], r["path"]) for r in v["rows"]} == {
+    assert v.mismatch is None and v.noise == {"fused": False, "equal": True}
+    assert {(r["mode"], r["rows"], r["path"]) for r in v.rows} == {
         (m, n, p) for m in ("hard", "fixed", "adaptsoft") for n in (8, 64)
         for p in ("eager", "graphed")}
-    graphed = [r["stats"] for r in v["rows"] if "stats" in r]
-    assert all(s == {"extend": 1, "graphed": v["steps"] + 2} for s in graphed)
+    graphed = [r["stats"] for r in v.rows if "stats" in r]
+    assert all(s == {"extend": 1, "graphed": v.steps + 2} for s in graphed)
     text = "\n".join(sampler_bench.render(v))
     assert "bit for bit: yes" in text and "| fixed | 64 |" in text
 
