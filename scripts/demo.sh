@@ -9,7 +9,7 @@
 #   5. evaluate the trained policy and print accuracy before and after, with a 95% CI, and
 #      where the table and the plots are.
 # A finished stage is not redone when the command runs again.
-#   bash scripts/demo.sh [seed=1] [budget=full] [out=DIR] [any key of configs/learn.yaml]
+#   bash scripts/demo.sh [seed=1] [budget=full] [out=DIR] [any key of configs/learning/learn.yaml]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh"

@@ -42,9 +42,8 @@ from soft_spatial.infra.hydra_args import refuse_renamed
 from soft_spatial.infra.hydra_record import hydra_record
 from soft_spatial.infra.ray_env import plugin_env
 from soft_spatial.infra.signals import command, reinstall
-from soft_spatial.infra.provenance import (OutputKeyMismatch, Verdict, compare, differences,
-                                           path_digest, read_key, sha256_cache, tree_fingerprint)
-from soft_spatial.infra.provenance import record as record_key
+from soft_spatial.infra.provenance import (Keyed, OutputKeyMismatch, differences, path_digest,
+                                           sha256_cache, tree_fingerprint)
 from soft_spatial.infra.run_dir import (TRACKER, checkpoint_steps, finished, keep_metrics_until,
                                         resume_step, step_folder)
 from soft_spatial.models.loading import check_top_k, resolve_model_dir
@@ -53,6 +52,19 @@ from soft_spatial.softthink.settings import settings_file as run_settings_file
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 RUN_DIR_ENV = "SOFT_SPATIAL_RUN_DIR"
+
+
+def register_recipes() -> None:
+    """Training's ``recipe`` group (``recipe=synthetic_cpu``), kept beside the experiment that trains
+    with it (configs/learning/recipe/): stored for Hydra when this module is imported."""
+    from hydra.core.config_store import ConfigStore
+
+    for path in sorted((CONFIG_DIR / "learning" / "recipe").glob("*.yaml")):
+        ConfigStore.instance().store(group="recipe", name=path.stem, node=OmegaConf.load(path),
+                                     package="_global_")
+
+
+register_recipes()
 
 
 def cpu_workers(cores_per_worker: int, cap: int = 8) -> int:
@@ -224,6 +236,14 @@ def run_key(cfg) -> dict:
                                   "inputs": inputs}))
 
 
+def keyed(run_dir: Path, key: dict) -> Keyed:
+    """The checkpoints of ``run_dir`` and their key (`run_key`, in `SETTINGS_KEY`)."""
+    return Keyed("the training run", run_dir, key, at=run_dir / SETTINGS_KEY, hint=(
+        "A run directory holds one run: resume it with the model, data and settings that trained "
+        "it (trainer.total_training_steps may change: a run trains on), or train these into a new "
+        "trainer.default_local_dir; nothing was changed"))
+
+
 def check_settings(run_dir: Path, key: dict) -> None:
     """Refuse to train into ``run_dir`` with another model, other data or other settings than
     those that trained its checkpoints (`run_key`; resumed or overwritten, they would mix two runs
@@ -234,8 +254,8 @@ def check_settings(run_dir: Path, key: dict) -> None:
     a directory without checkpoints takes this key."""
     if not (run_dir / TRACKER).is_file() and not checkpoint_steps(run_dir):
         return
-    path = run_dir / SETTINGS_KEY
-    recorded = read_key(path)
+    run = keyed(run_dir, key)
+    path, recorded = run.key_path, run.recorded()
     if recorded is not None and "training" not in (recorded.get("settings") or {}):
         raise OutputKeyMismatch(
             f"{path} keys the soft settings only (written before the model, the data and the "
@@ -243,22 +263,21 @@ def check_settings(run_dir: Path, key: dict) -> None:
             f"unknown, so a resume could mix two runs. Train into a new trainer.default_local_dir, "
             f"or, if the model, data and settings are these, delete {path}: the run is then "
             f"compared with its {SETTINGS_FILE} and keyed anew; nothing was changed")
-    hint = ("A run directory holds one run: resume it with the model, data and settings that "
-            "trained it (trainer.total_training_steps may change: a run trains on), or train "
-            "these into a new trainer.default_local_dir; nothing was changed")
-    if compare(path, key, "the training run", hint) is Verdict.ABSENT:
-        old = run_settings_file(run_dir)
-        if old is None:
-            return
-        method = {k: v for k, v in SoftSettings.load(old).to_dict().items() if k not in NOT_IN_KEY}
-        diff = differences({"soft": method}, {"soft": key["settings"]["soft"]})
-        if diff:
-            raise OutputKeyMismatch(
-                f"the checkpoints in {run_dir} were trained with other soft settings than these; "
-                f"what differs (recorded in {old} -> requested):\n  " + "\n  ".join(diff) + f"\n{hint}")
-        print(f"note: {run_dir} has no key (written before keys were kept): its soft settings "
-              f"match {old}; the model, the data and the training settings could not be compared "
-              f"and are keyed from now on ({path})")
+    if recorded is not None:
+        run.verdict()  # the same key, or refused naming each difference
+        return
+    old = run_settings_file(run_dir)
+    if old is None:
+        return
+    method = {k: v for k, v in SoftSettings.load(old).to_dict().items() if k not in NOT_IN_KEY}
+    diff = differences({"soft": method}, {"soft": key["settings"]["soft"]})
+    if diff:
+        raise OutputKeyMismatch(
+            f"the checkpoints in {run_dir} were trained with other soft settings than these; what "
+            f"differs (recorded in {old} -> requested):\n  " + "\n  ".join(diff) + f"\n{run.hint}")
+    print(f"note: {run_dir} has no key (written before keys were kept): its soft settings match "
+          f"{old}; the model, the data and the training settings could not be compared and are "
+          f"keyed from now on ({path})")
 
 
 def check_controller(folder: Path, settings: SoftSettings) -> None:
@@ -355,7 +374,7 @@ def open_run_dir(cfg, run_dir: Path, env: dict) -> str | None:
     # kept beside the checkpoints (each checkpoint gets its own copy: integration.ppo_trainer);
     # python -m soft_spatial.export copies them to the model
     settings.save(run_dir / SETTINGS_FILE)
-    record_key(run_dir / SETTINGS_KEY, key)
+    keyed(run_dir, key).record()
     return metrics
 
 

@@ -72,9 +72,9 @@ from typing import Any
 
 from soft_spatial.data.benchmarks import source_files
 from soft_spatial.data.record import QuestionRecord
-from soft_spatial.infra.atomic import write_text
-from soft_spatial.infra.provenance import (FINGERPRINT_SCHEME, SHA256_CACHE, differences,
-                                           file_sha256, sha256_cache, tree_fingerprint)
+from soft_spatial.infra.provenance import (FINGERPRINT_SCHEME, SHA256_CACHE, Keyed,
+                                           OutputKeyMismatch, differences, file_sha256,
+                                           sha256_cache, tree_fingerprint)
 
 __all__ = ["RUN_KEY", "RunKeyMismatch", "run_key", "check_run_key", "weights_fingerprint",
            "file_sha256", "sha256_cache", "SHA256_CACHE"]
@@ -89,7 +89,7 @@ ADDED_FIELDS = ("batch_rows", "samples", "limit", "task_types")
 SHOWN_IMAGES = 5
 
 
-class RunKeyMismatch(ValueError):
+class RunKeyMismatch(OutputKeyMismatch):
     """The output directory holds results of a different evaluation."""
 
 
@@ -172,9 +172,22 @@ def key_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]
     return differences(old, new) + lines
 
 
-def _holds_results(out: Path, results: Sequence[str]) -> bool:
-    """Whether any of the ``results`` files in ``out`` holds a byte (a torn line counts)."""
-    return any((out / name).is_file() and (out / name).stat().st_size for name in results)
+class RunKeyed(Keyed):
+    """An evaluation's output directory keyed by its `run_key` (``run_key.json`` inside it): a
+    refusal lists `key_differences` and names the fields the recorded key lacks."""
+
+    error = RunKeyMismatch
+
+    def refusal(self, old: Mapping[str, Any], diff: list[str]) -> RunKeyMismatch:
+        diff = key_differences(old, self.key)  # each benchmark's images summed up
+        absent = [f for f in ADDED_FIELDS if f in self.key and f not in old]
+        absent += [f"data.{b}.images" for b, d in self.key.get("data", {}).items()
+                   if "images" in d and "images" not in (old.get("data") or {}).get(b, {})]
+        note = (f"\n{', '.join(absent)}: not recorded in {self.key_path} (written by an earlier "
+                f"version), so its rows may have been made with another value." if absent else "")
+        return RunKeyMismatch(f"{self.output} holds results of a different evaluation; what differs "
+                              f"(recorded -> requested):\n  " + "\n  ".join(diff) + note
+                              + f"\n{self.hint}")
 
 
 def check_run_key(out_dir: str | Path, key: dict[str, Any], results: str | Sequence[str],
@@ -191,41 +204,14 @@ def check_run_key(out_dir: str | Path, key: dict[str, Any], results: str | Seque
     """
     out = Path(out_dir)
     path = out / RUN_KEY
-    results = [results] if isinstance(results, str) else list(results)
-    held = _holds_results(out, results)
+    names = [results] if isinstance(results, str) else list(results)
+    held = [n for n in names if (out / n).is_file() and (out / n).stat().st_size]  # a torn line counts
     fresh = (f"To start fresh, choose another output_dir=... or delete {out}; to resume, run "
              f"with the settings recorded in {path}.")
-    key = json.loads(json.dumps(key))  # the JSON view (tuples become lists)
-    if path.exists() and held:
-        try:
-            old = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise RunKeyMismatch(f"{path} is not valid JSON ({exc}). {fresh}") from exc
-        diff = key_differences(old, key)
-        if diff:
-            absent = [f for f in ADDED_FIELDS if f in key and f not in old]
-            absent += [f"data.{b}.images" for b, d in key.get("data", {}).items()
-                       if "images" in d and "images" not in (old.get("data") or {}).get(b, {})]
-            note = (f"\n{', '.join(absent)}: not recorded in {path} (written by an earlier "
-                    f"version), so its rows may have been made with another value."
-                    if absent else "")
-            raise RunKeyMismatch(
-                f"{out} holds results of a different evaluation; what differs (recorded -> "
-                f"requested):\n  " + "\n  ".join(diff) + note + f"\n{fresh}")
-        return
-    if held and not path.exists():
-        first = next(n for n in results if (out / n).is_file() and (out / n).stat().st_size)
-        raise RunKeyMismatch(f"{out / first} was written without a run key ({RUN_KEY}), so "
-                             f"the configuration that produced it is unknown. {fresh}")
-    if write:
-        _write_if_changed(path, json.dumps(key, indent=2) + "\n")
-
-
-def _write_if_changed(path: Path, text: str) -> None:
-    """Write ``text`` atomically unless ``path`` holds it already (a resume changes no file)."""
-    try:
-        if path.read_text(encoding="utf-8") == text:
-            return
-    except (OSError, UnicodeDecodeError):
-        pass
-    write_text(path, text)
+    run = RunKeyed("the evaluation", out, json.loads(json.dumps(key)), at=path, hint=fresh, unkeyed=(
+        f"{out / held[0]} was written without a run key ({RUN_KEY}), so the configuration that "
+        f"produced it is unknown. {fresh}" if held else ""))
+    if held:
+        run.verdict()  # the same key, or refused
+    elif write:
+        run.record()

@@ -1,23 +1,25 @@
 """What made an output: the settings and input bytes behind it, recorded beside it and compared
 before a re-run trusts it.
 
-An output is trusted because *these settings* made it, never because it exists. Every stage that
-writes a lasting output (a learning stage, a warm start, a training run, an export, an evaluation)
-builds a **key**: a JSON object of the settings its bytes depend on (and the code's version where it
-matters) and the content digests of its inputs (`file_sha256`, `tree_fingerprint`, every byte). The
-key is stored as a small JSON file beside the output (`record`); a re-run calls `compare` first:
+An output is trusted because *these settings* made it, never because it exists. Every lasting
+output (a learning stage, a warm start, a training run, an evaluation, an ablation row) is a
+`Keyed`: the output, and its **key**, a JSON object of the settings its bytes depend on (and the
+code's version where it matters) and the content digests of its inputs (`file_sha256`,
+`tree_fingerprint`, every byte), stored as a small JSON file beside the output (`Keyed.record`).
+A re-run asks `Keyed.verdict` first:
 
 * the same key: the output is this command's, skip (a finished stage re-run is a no-op);
-* no key recorded: `Verdict.ABSENT` (nothing there yet, or an output written before keys were
-  kept: the caller decides, and says which it chose);
+* no key and no output: `Verdict.ABSENT` (nothing there yet); an output without a key (written
+  before keys were kept, or not by its command) is refused, saying how to proceed;
 * another key: `OutputKeyMismatch`, naming the key file and each field that differs
-  (``settings.seed: 0 -> 1``), so one run's numbers are never reported under another's name.
+  (``settings.seed: 0 -> 1``), so one run's numbers are never reported under another's name;
+  differences the output follows by contract (``redo_on``) are `Verdict.REDO` instead.
 
-    key = make_key(settings={"seed": 1, "steps": 40}, inputs={"data": data_dir})
-    if compare(out / "stage.key.json", key, what="the warm start") is Verdict.SAME:
+    stage = Keyed("the warm start", out, make_key({"seed": 1, "steps": 40}, {"data": data_dir}))
+    if stage.verdict() is Verdict.SAME:
         return                        # done under these settings
     ... run the stage ...
-    record(out / "stage.key.json", key)
+    stage.record()
 
 Digests: every hashed file is hashed whole with sha256, cached in
 ``$SOFT_SPATIAL_CACHE/file-sha256.json`` under the file's path and (device, inode, size, mtime,
@@ -33,26 +35,28 @@ import json
 import os
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from soft_spatial.infra.atomic import write_text
 from soft_spatial.infra.cache import cache_root
 
-__all__ = ["SHA256_CACHE", "FINGERPRINT_SCHEME", "Verdict", "OutputKeyMismatch", "file_sha256",
-           "sha256_cache", "tree_fingerprint", "path_digest", "make_key", "differences", "compare",
-           "record", "read_key"]
+__all__ = ["SHA256_CACHE", "FINGERPRINT_SCHEME", "ANY", "Verdict", "OutputKeyMismatch", "Keyed",
+           "stage_key", "file_sha256", "sha256_cache", "tree_fingerprint", "path_digest", "make_key",
+           "differences", "record"]
 
 SHA256_CACHE = "file-sha256.json"
 FINGERPRINT_SCHEME = "sha256 of every byte of every file"
 
 
 class Verdict(enum.Enum):
-    """What `compare` found: no key recorded (``ABSENT``) or the same key (``SAME``); another key
-    raises `OutputKeyMismatch`."""
+    """What `Keyed.verdict` found: nothing yet (``ABSENT``), the same key (``SAME``), or only
+    differences the output follows (``REDO``: make it again)."""
 
     ABSENT = "absent"
     SAME = "same"
+    REDO = "redo"
 
 
 class OutputKeyMismatch(ValueError):
@@ -158,7 +162,7 @@ def make_key(settings: Mapping[str, Any], inputs: Mapping[str, str | Path] | Non
              ) -> dict[str, Any]:
     """The key of an output: ``settings`` (JSON-able: what its bytes depend on) and the digest of
     every input path (a file or a directory), named as in ``inputs``. Returned in its JSON view
-    (tuples become lists), so it compares equal to what `read_key` reads back."""
+    (tuples become lists), so it compares equal to what `Keyed.recorded` reads back."""
     digests: dict[str, Any] = {}
     if inputs:
         with sha256_cache() as cache:
@@ -186,47 +190,92 @@ def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
             if k not in a or k not in b or a[k] != b[k]]
 
 
-def read_key(path: str | Path) -> dict[str, Any] | None:
-    """The key recorded at ``path``, or None when there is none; a file that is not a JSON object
-    is an error naming it."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    try:
-        key = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise OutputKeyMismatch(f"{path}: not valid JSON ({exc}); the output beside it cannot be "
-                                f"trusted") from exc
-    if not isinstance(key, dict):
-        raise OutputKeyMismatch(f"{path}: not a JSON object; the output beside it cannot be trusted")
-    return key
+#: ``redo_on`` of an output that only follows others: any difference makes it again
+ANY = ("",)
 
 
-def compare(path: str | Path, key: Mapping[str, Any], what: str, hint: str = "") -> Verdict:
-    """Compare ``key`` with the key recorded at ``path`` for the output ``what``: `Verdict.SAME`,
-    `Verdict.ABSENT`, or `OutputKeyMismatch` listing each difference (recorded -> requested),
-    followed by ``hint`` (what the user can do)."""
-    old = read_key(path)
-    if old is None:
-        return Verdict.ABSENT
-    new = json.loads(json.dumps(dict(key)))
-    diff = differences(old, new)
-    if not diff:
-        return Verdict.SAME
-    raise OutputKeyMismatch(
-        f"{what} in {Path(path).parent} was made with other settings or inputs than these; what "
-        f"differs (recorded in {path} -> requested):\n  " + "\n  ".join(diff)
-        + (f"\n{hint}" if hint else ""))
+@dataclass
+class Keyed:
+    """A lasting output and its key, recorded at ``key_path`` (``<output>.key.json`` unless
+    ``at`` says where). ``redo_on``: the key paths whose differences mean "make it again" (the
+    output follows an upstream output that changed by contract), not "refuse"; `ANY` for an output
+    that only follows others (its key recorded once it is complete). ``hint`` (what the user can
+    do) ends a refusal; ``unkeyed`` refuses an output without a key."""
+
+    what: str
+    output: Path
+    key: dict
+    redo_on: tuple[str, ...] = ()
+    at: Path | None = None
+    hint: str = ""
+    unkeyed: str = ""
+    error: ClassVar[type[OutputKeyMismatch]] = OutputKeyMismatch  # the refusals' type
+
+    @property
+    def key_path(self) -> Path:
+        return self.at or self.output.with_name(self.output.name + ".key.json")
+
+    @property
+    def derived(self) -> bool:
+        return self.redo_on == ANY
+
+    def recorded(self) -> dict[str, Any] | None:
+        """The key recorded for the output (None: none); a file that is not a JSON object is
+        refused, naming it."""
+        try:
+            key = json.loads(self.key_path.read_text(encoding="utf-8"))
+            problem = "" if isinstance(key, dict) else "not a JSON object"
+        except FileNotFoundError:
+            return None
+        except ValueError as exc:
+            problem = f"not valid JSON ({exc})"
+        if problem:
+            raise self.error("\n".join(filter(None, (
+                f"{self.key_path}: {problem}; the output beside it cannot be trusted", self.hint))))
+        return key
+
+    def verdict(self) -> Verdict:
+        """`Verdict.SAME`, `Verdict.ABSENT` (no key and no output yet) or `Verdict.REDO`; refuses
+        an output of other settings, naming each difference, and one without a key. Reads only."""
+        old = self.recorded()
+        if old is None:
+            if not self.output.exists():
+                return Verdict.ABSENT
+            if self.derived:
+                return Verdict.REDO
+            raise self.error(self.unkeyed or f"{self.what}: {self.output} has no key "
+                             f"({self.key_path.name}), so nothing says these settings made it")
+        diff = differences(old, self.key)
+        if not diff:
+            return Verdict.SAME
+        if self.redo_on and all(d.startswith(self.redo_on) for d in diff):
+            return Verdict.REDO
+        raise self.refusal(old, diff)
+
+    def refusal(self, old: Mapping[str, Any], diff: list[str]) -> OutputKeyMismatch:
+        """The refusal of an output made by other settings: what differs, then the hint."""
+        return self.error(
+            f"{self.what} in {self.key_path.parent} was made with other settings or inputs than "
+            f"these; what differs (recorded in {self.key_path} -> requested):\n  "
+            + "\n  ".join(diff) + (f"\n{self.hint}" if self.hint else ""))
+
+    def record(self) -> None:
+        self.key_path.parent.mkdir(parents=True, exist_ok=True)
+        record(self.key_path, self.key)
+
+
+def stage_key(settings: Mapping[str, Any], **inputs: Keyed) -> dict[str, Any]:
+    """A key of ``settings`` and of the settings behind each input's key (so a changed upstream
+    output changes the key of every output made from it)."""
+    return make_key({**settings, "inputs": {n: k.key["settings"] for n, k in inputs.items()}})
 
 
 def record(path: str | Path, key: Mapping[str, Any]) -> None:
     """Store ``key`` at ``path`` atomically; a key already there and equal is not rewritten (a
-    finished run re-run changes no file)."""
+    finished run re-run changes no file, whatever layout the key was written in)."""
     path = Path(path)
-    text = json.dumps(json.loads(json.dumps(dict(key))), indent=2, sort_keys=True) + "\n"
-    with contextlib.suppress(OSError, UnicodeDecodeError):
-        if path.read_text(encoding="utf-8") == text:
+    key = json.loads(json.dumps(dict(key)))
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads(path.read_text(encoding="utf-8")) == key:
             return
-    write_text(path, text)
+    write_text(path, json.dumps(key, indent=2, sort_keys=True) + "\n")

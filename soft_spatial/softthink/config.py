@@ -251,7 +251,7 @@ class DensityConfig:
     @classmethod
     def reference(cls) -> "DensityConfig":
         """The authors' release's variant (mean over the slots with log p̃ > −3, γ̃ clamped to
-        [−1.5, 3]): what ``configs/recipe/synthetic_cpu.yaml`` trains with."""
+        [−1.5, 3]): what ``configs/learning/recipe/synthetic_cpu.yaml`` trains with."""
         return cls(reduce="mean", clamp=(-1.5, 3.0), min_logp=-3.0)
 
     @property

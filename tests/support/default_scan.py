@@ -1,6 +1,6 @@
 """Finds a setting's default defined or restated outside its dataclass: an AST scan of Python
 source, for the tests that keep each default in one place (``tests/softthink/test_config.py``: the
-method's hyperparameters; ``tests/lab/learning/test_warmstart_settings.py``: the lab's settings).
+method's hyperparameters; ``tests/lab/learning/test_config.py``: the lab's settings).
 
 A *table* maps each setting's name (a parameter, attribute or key name) to its dataclass default;
 *only* lists the names that mean nothing else in the package, so that any literal default of theirs

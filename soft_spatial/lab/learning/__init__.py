@@ -9,14 +9,15 @@ Key files:
 =========================  =====================================================================
 ``experiment.py``          the stages over one ``out=`` (data, model, warm starts, parquet, GRPO
                            per mode, export, evaluation, report), each keyed by the settings that
-                           made it; ``LearnConfig``; the ``BeforeGRPO`` hook
+                           made it; the ``BeforeGRPO`` hook
+``config.py``              every setting's default, constraint and why, once (``LearnConfig``)
 ``warmstart.py``           ``python -m soft_spatial.lab.learning.warmstart``: the supervised warm
                            start (a resumable PyTorch loop)
-``warmstart_settings.py``  ``WarmStartSettings``: every warm-start knob's default, constraint, why
 ``path_views.py``          the warm start's views of a path question (hard, soft, no-chain)
 ``report.py``              ``report.md``, ``results.json``, the reward and τ plots of a run
 ``effects.py``             effect sizes in plain Python: paired means, a trend's slope with its
                            interval, pass@k, random-effects pooling
-``configs/learn.yaml``     the experiment's deltas (with ``configs/budget/``, ``warmstart.yaml``)
+``configs/learning/``      the experiment's deltas (``learn.yaml``, ``budget/``, ``warmstart.yaml``)
+                           and the GRPO preset it trains with (``recipe/``)
 =========================  =====================================================================
 """

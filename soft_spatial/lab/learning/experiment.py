@@ -1,7 +1,7 @@
 """The learning experiment: ``python -m soft_spatial.lab.learning [budget=full] [seed=S]``.
 
 Does GRPO with soft thinking and AdaptSoft learn? On a laptop-class CPU, end to end through the
-real entry points (config: ``configs/learn.yaml``; ``budget=demo`` trains adaptsoft only,
+real entry points (config: ``configs/learning/learn.yaml``; ``budget=demo`` trains adaptsoft only,
 ``budget=full`` compares ``hard``, ``soft_fixed`` and ``adaptsoft``)::
 
     1 data       python -m soft_spatial.data.synthetic        -> out/data (OmniSpatial layout)
@@ -15,15 +15,10 @@ real entry points (config: ``configs/learn.yaml``; ``budget=demo`` trains adapts
                  out/reward.png, out/tau.png, out/results.json
     8 analysis   python -m soft_spatial.analysis all on the adaptsoft run -> out/analysis
 
-**Experiments built on this one** run it through another command that hands the runner stages of
-their own (`BeforeGRPO`: keyed outputs made after the parquet and before any GRPO, and whether GRPO
-may proceed); the runner knows them only through that hook. A budget names the command that runs
-it (``command``): ``budget=paths`` (the path-tracking questions, three warm starts: two-view
-``mix``, hard-only, no-chain; lab/learning/path_views.py) is the softness experiment's, run by
-``python -m soft_spatial.lab.softness run budget=paths``, and this command refuses it, naming that
-one. Its arms start from the two-view warm start; the adaptsoft arm's μ_H/σ_H are re-estimated on
-that warm start first (``entropy_prompts``: ``python -m soft_spatial.stats entropy`` ->
-out/stats/entropy.yaml).
+**Experiments built on this one** hand the runner stages of their own through `BeforeGRPO` (keyed
+outputs made after the parquet and before any GRPO, and whether GRPO may proceed). A budget names
+the command that runs it (``command``): ``budget=paths`` is the softness experiment's, run by
+``python -m soft_spatial.lab.softness run budget=paths``; this command refuses it, naming that one.
 
 **A stage is done only if these settings made it.** Every stage's output has a key
 (`infra.provenance`): the settings it depends on and its inputs' keys (so a changed upstream stage
@@ -52,25 +47,21 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Protocol
 
 from soft_spatial.infra import tether
 from soft_spatial.infra.dirlock import DirLock, DirLockedError, NotADirectoryOutput, check_dir_path
-from soft_spatial.infra.provenance import (OutputKeyMismatch, compare, differences, make_key,
-                                           read_key, record)
+from soft_spatial.infra.provenance import ANY, Keyed, OutputKeyMismatch, Verdict, stage_key
+from soft_spatial.infra.run_dir import latest_step
 from soft_spatial.infra.signals import command
-from soft_spatial.lab.learning.warmstart_settings import VIEWS, WarmStartSettings
+from soft_spatial.lab.learning.config import CONFIG_DIR, EVAL_MODE, PROG, LearnConfig, WarmStartSettings
 
-__all__ = ["LearnConfig", "Experiment", "BeforeGRPO", "Keyed", "stage_key", "StageFailed", "EVAL_MODE",
-           "run_experiment", "main"]
+__all__ = ["Experiment", "BeforeGRPO", "keyed", "StageFailed", "run_experiment", "main"]
 
-PROG = "python -m soft_spatial.lab.learning"
-CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
-#: arm -> the decoding mode its policy is evaluated in
-EVAL_MODE = {"hard": "hard", "soft_fixed": "fixed", "soft_fixed_hi": "fixed",
-             "adaptsoft": "adaptsoft"}
+#: where the stages' commands run: the repository, whose configs/ they read
+ROOT = CONFIG_DIR.parents[1]
 #: arm -> its training preset (configs/experiment/), where the two differ
 PRESET = {"soft_fixed_hi": "soft_fixed"}
 #: the warm start evaluated in each decoding mode; adaptsoft's untrained controller gives τ = τ₀
@@ -78,246 +69,21 @@ PRESET = {"soft_fixed_hi": "soft_fixed"}
 BEFORE_MODE = {"hard": "hard", "fixed": "fixed", "adaptsoft": "fixed"}
 
 
-def _need(ok: bool, key: str, value, rule: str) -> None:
-    """Refuse a setting, naming its key."""
-    if not ok:
-        raise ValueError(f"{key} must be {rule}, got {value!r}")
-
-
-@dataclass
-class DataSpec:
-    """``python -m soft_spatial.data.synthetic``'s knobs for this experiment."""
-
-    train: int = 8000
-    """Training questions: 4000 scenes per task (mental rotation has few distinct ones)."""
-    test: int = 300
-    """Held-out questions, the evaluation's."""
-    size: int = 96
-    """Image side in pixels; the tiny processor makes (size/32)^2 image tokens."""
-    options: list[int] = field(default_factory=lambda: [4])
-    """Option counts per question (chance 25% with 4)."""
-    difficulty: str = "medium"
-    """The generator's difficulty preset (distractors, margins, sizes, counts)."""
-    describe: bool = True
-    """Questions start with the scene in words: a tiny model trained from scratch reads text,
-    never the pixels (docs/results/learning.md)."""
-    option_order: str = "canonical"
-    """One option order per task: the letter follows from the answer."""
-    tasks: list[str] = field(default_factory=lambda: ["mental_rotation", "counting"])
-    """The tasks this tiny model learns from the warm start: relative position and egocentric
-    stay at chance in every warm start measured, depth order in most; they only add coin-flip
-    rewards."""
-
-    def __post_init__(self):
-        from soft_spatial.data.synthetic import DIFFICULTIES, SyntheticConfig
-
-        for name in ("train", "test"):
-            _need(getattr(self, name) >= 1, f"data.{name}", getattr(self, name), ">= 1")
-        _need(self.difficulty in DIFFICULTIES, "data.difficulty", self.difficulty,
-              f"one of {sorted(DIFFICULTIES)}")
-        _need(self.option_order in ("shuffled", "canonical"), "data.option_order",
-              self.option_order, "shuffled or canonical")
-        try:  # the generator's own checks: tasks, option counts, the board's image size
-            SyntheticConfig(size=self.size, tasks=tuple(self.tasks), options=tuple(self.options),
-                            describe=self.describe, option_order=self.option_order)
-        except ValueError as e:
-            raise ValueError(f"data (data.tasks, data.options, data.size): {e}") from None
-
-
-@dataclass
-class ModelSpec:
-    """The tiny Qwen3-VL the warm start trains from scratch."""
-
-    hidden_size: int = 128
-    intermediate_size: int = 256
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    head_dim: int = 32
-    vision_hidden_size: int = 64
-    vision_depth: int = 2
-    bpe_size: int = 640
-    """A small BPE trained with the benchmark's words."""
-    system_prompt_token: bool = True
-    """Our system prompt is one added token (a prompt of ~60 tokens, not ~200)."""
-    init_std: float = 0.02
-    """Weights (and the output layer) ~ N(0, init_std), as for training from scratch."""
-
-    def __post_init__(self):
-        for name, value in asdict(self).items():
-            if isinstance(value, int) and not isinstance(value, bool):
-                _need(value >= 1, f"model.{name}", value, ">= 1")
-        _need(self.init_std > 0, "model.init_std", self.init_std, "> 0")
-        _need(self.num_attention_heads % self.num_key_value_heads == 0, "model.num_key_value_heads",
-              self.num_key_value_heads, f"a divisor of model.num_attention_heads "
-              f"({self.num_attention_heads})")
-
-
-@dataclass
-class WarmStartSpec(WarmStartSettings):
-    """The warm starts: every knob of `WarmStartSettings` (defaults, constraints and why live
-    there), and the views to train."""
-
-    views: list[str] = field(default_factory=lambda: ["hard"])
-    """The warm starts to train, one per view (lab/learning/path_views.py: hard, mix, nochain); the
-    first is the arms' start."""
-
-    def __post_init__(self):
-        super().__post_init__()
-        _need(bool(self.views) and all(v in VIEWS for v in self.views)
-              and len(set(self.views)) == len(self.views), "warmstart.views", self.views,
-              f"a non-empty list of distinct views among {list(VIEWS)}")
-
-
-@dataclass
-class TrainSpec:
-    """``python -m soft_spatial.train`` per arm."""
-
-    steps: int = 40
-    """GRPO steps per arm (``trainer.total_training_steps``)."""
-    save_freq: int = 10
-    """A verl checkpoint every this many steps (the resume points)."""
-    overrides: list[str] = field(default_factory=list)
-    """Extra keys of configs/train.yaml for every arm."""
-
-    def __post_init__(self):
-        _need(self.steps >= 1, "train.steps", self.steps, ">= 1")
-        _need(self.save_freq >= 1, "train.save_freq", self.save_freq, ">= 1")
-
-
-@dataclass
-class EvalSpec:
-    """``python -m soft_spatial.eval`` of the warm starts and the trained policies."""
-
-    samples: int = 4
-    """Responses per question, reported as mean@samples."""
-    temperature: float = 1.0
-    """The temperature the policy is trained at: what GRPO changed."""
-    max_new_tokens: int = 32
-    """The response budget, as in training (recipe synthetic_cpu)."""
-
-    def __post_init__(self):
-        _need(self.samples >= 1, "eval.samples", self.samples, ">= 1")
-        _need(self.temperature > 0, "eval.temperature", self.temperature, "> 0")
-        _need(self.max_new_tokens >= 1, "eval.max_new_tokens", self.max_new_tokens, ">= 1")
-
-
-@dataclass
-class LearnConfig:
-    """Typed form of ``configs/learn.yaml`` (Hydra's structured config ``learn_schema``: the
-    YAML and the budgets hold deltas only). Every setting is checked here, before any stage."""
-
-    out: str
-    seed: int = 0
-    modes: list[str] = field(default_factory=lambda: ["adaptsoft"])
-    budget_name: str = "demo"
-    data: DataSpec = field(default_factory=DataSpec)
-    model: ModelSpec = field(default_factory=ModelSpec)
-    warmstart: WarmStartSpec = field(default_factory=WarmStartSpec)
-    train: TrainSpec = field(default_factory=TrainSpec)
-    eval: EvalSpec = field(default_factory=EvalSpec)
-    command: str = PROG
-    """The command that runs this configuration: a budget of an experiment built on this one names
-    that experiment's command (configs/budget/paths.yaml), which adds its stages (`BeforeGRPO`);
-    any other command refuses the budget, naming this one."""
-    high_tau: float = 0.9
-    """τ of the ``soft_fixed_hi`` arm (the control for a higher mean τ)."""
-    entropy_prompts: int = 0
-    """Prompts the adaptsoft arm's μ_H/σ_H are re-estimated on, on the arms' warm start
-    (budget=paths: 128); 0 keeps the configured values (the 8B model's)."""
-
-    def __post_init__(self):
-        unknown = [m for m in self.modes if m not in EVAL_MODE]
-        if unknown or len(set(self.modes)) != len(self.modes):
-            raise ValueError(f"modes must be distinct arms among {list(EVAL_MODE)}, got "
-                             f"{self.modes}")
-        _need(bool(self.out), "out", self.out, "a directory")
-        _need(self.seed >= 0, "seed", self.seed, ">= 0")
-        _need(0 < self.high_tau <= 1, "high_tau", self.high_tau, "in (0, 1]")
-        _need(self.entropy_prompts >= 0, "entropy_prompts", self.entropy_prompts, ">= 0")
-
-    @classmethod
-    def from_omegaconf(cls, cfg) -> "LearnConfig":
-        """The checked config from a composed one; any bad value, type or key is a ValueError
-        naming the key."""
-        from omegaconf import OmegaConf
-        from omegaconf.errors import OmegaConfBaseException
-
-        try:
-            return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), cfg))
-        except OmegaConfBaseException as e:  # an unknown key, a value of the wrong type
-            raise ValueError(str(e).strip()) from None
-
-
-def register_schema() -> None:
-    """`LearnConfig` as Hydra's structured config ``learn_schema`` (``configs/learn.yaml``
-    extends it with the experiment's deltas). Done when this module is imported, so that any
-    ``compose("learn")`` after the import finds it."""
-    from hydra.core.config_store import ConfigStore
-
-    ConfigStore.instance().store(name="learn_schema", node=LearnConfig)
-
-
-register_schema()
-
-
 class StageFailed(RuntimeError):
     """A stage's command failed; the message holds the end of its log."""
 
 
-# -- keys ------------------------------------------------------------------------------------------
-SAME, ABSENT, REDO = "same", "absent", "redo"
-ANY = ("",)  # redo_on: any difference (an output that only follows others)
-
-
-@dataclass
-class Keyed:
-    """A stage's lasting output and its key (`infra.provenance`), recorded at
-    ``<output>.key.json``. ``redo_on``: the key paths whose differences mean "make it again"
-    (the output follows an upstream output that changed by contract) rather than "refuse";
-    `ANY` for an output that only follows others (its key is recorded once it is complete)."""
-
-    what: str
-    output: Path
-    key: dict
-    redo_on: tuple[str, ...] = ()
-
-    @property
-    def key_path(self) -> Path:
-        return self.output.with_name(self.output.name + ".key.json")
-
-    @property
-    def derived(self) -> bool:
-        return self.redo_on == ANY
-
-    def verdict(self) -> str:
-        """`SAME`, `ABSENT` (nothing there yet) or `REDO`; refuses (`OutputKeyMismatch`) an
-        output of other settings, naming what differs, and an output without a key. Reads only."""
-        old = read_key(self.key_path)
-        if old is None:
-            if not self.output.exists():
-                return ABSENT
-            if self.derived:
-                return REDO
-            raise OutputKeyMismatch(
-                f"{self.what}: {self.output} has no key ({self.key_path.name}): it was written "
-                f"before {PROG} recorded the settings that make each output, or not by it, so "
-                f"nothing says these settings made it. Remove it to make it again with these "
-                f"settings, or choose another out=.")
-        diff = differences(old, self.key)
-        if not diff:
-            return SAME
-        if self.redo_on and all(d.startswith(self.redo_on) for d in diff):
-            return REDO
-        compare(self.key_path, self.key, self.what, hint=(
-            f"Choose another out= for these settings, or run with the recorded ones (remove "
-            f"{self.output} and its key to make it again)."))
-        raise AssertionError("unreachable: compare raised")  # pragma: no cover
-
-
-def stage_key(settings: dict, **inputs: Keyed) -> dict:
-    """A key of ``settings`` and of the settings behind each input's key."""
-    return make_key({**settings, "inputs": {n: k.key["settings"] for n, k in inputs.items()}})
+def keyed(what: str, output: Path, settings: dict, redo_on: tuple[str, ...] = (),
+          **inputs: Keyed) -> Keyed:
+    """A stage's keyed output (`infra.provenance`): its key holds ``settings`` and its inputs'
+    settings (`stage_key`); its refusals say how to proceed with this command."""
+    return Keyed(what, output, stage_key(settings, **inputs), redo_on, hint=(
+        f"Choose another out= for these settings, or run with the recorded ones (remove {output} "
+        f"and its key to make it again)."), unkeyed=(
+        f"{what}: {output} has no key ({output.name}.key.json): it was written before {PROG} "
+        f"recorded the settings that make each output, or not by it, so nothing says these "
+        f"settings made it. Remove it to make it again with these settings, or choose another "
+        f"out=."))
 
 
 def _remove(path: Path) -> None:
@@ -325,19 +91,6 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)
-
-
-def _python() -> list[str]:
-    return [sys.executable]
-
-
-def run_tau0(runs) -> float:
-    """τ₀ of the adaptsoft run (its settings file beside the checkpoints; the default without
-    one): the report's reference line for τ."""
-    from soft_spatial.softthink.settings import SoftSettings, settings_file
-
-    found = settings_file(runs["adaptsoft"]["metrics"].parent) if "adaptsoft" in runs else None
-    return (SoftSettings.load(found) if found else SoftSettings()).adaptsoft.tau0
 
 
 class BeforeGRPO(Protocol):
@@ -397,7 +150,7 @@ class Experiment:
             f.write(f"\n$ {' '.join(map(str, cmd))}\n")
             f.flush()
             child = tether.start(list(map(str, cmd)), stdout=f, stderr=subprocess.STDOUT,
-                                 env=env or self.env, cwd=CONFIG_DIR.parent)
+                                 env=env or self.env, cwd=ROOT)
             try:
                 if follow is not None:
                     follow(child)
@@ -408,33 +161,31 @@ class Experiment:
             tail = "".join(log.read_text(errors="replace").splitlines(True)[-30:])
             raise StageFailed(f"{name} failed (exit {child.returncode}); log {log}:\n{tail}")
 
-    def start(self, stage: Keyed) -> str:
+    def start(self, stage: Keyed) -> Verdict:
         """Before a stage makes its output: whether it is to run (its output absent, incomplete
         or made again). A stage that keeps its output across runs records its key first (its
         resume then belongs to it); the output of a redone stage is removed first."""
         verdict = stage.verdict()
-        if verdict == REDO:
+        if verdict is Verdict.REDO:
             _remove(stage.output)
             stage.key_path.unlink(missing_ok=True)
         if not stage.derived:
-            stage.key_path.parent.mkdir(parents=True, exist_ok=True)
-            record(stage.key_path, stage.key)
+            stage.record()
         return verdict
 
     @staticmethod
     def finish(stage: Keyed) -> None:
         """After a derived stage completed: its key, which says it is complete."""
         if stage.derived:
-            record(stage.key_path, stage.key)
+            stage.record()
 
     # -- the keys ------------------------------------------------------------------------------
     def data_stage(self) -> Keyed:
-        return Keyed("1 data", self.data, stage_key({"seed": self.cfg.seed, **asdict(self.cfg.data)}))
+        return keyed("1 data", self.data, {"seed": self.cfg.seed, **asdict(self.cfg.data)})
 
     def model_stage(self) -> Keyed:
         c = self.cfg
-        return Keyed("2 model", self.init_model,
-                     stage_key({"seed": c.seed, "tasks": c.data.tasks, **asdict(c.model)}))
+        return keyed("2 model", self.init_model, {"seed": c.seed, "tasks": c.data.tasks, **asdict(c.model)})
 
     def warm_dir(self, view: str) -> Path:
         """The warm start of ``view``: ``models/warmstart`` for the first view, else
@@ -444,14 +195,13 @@ class Experiment:
 
     def warm_stage(self, view: str) -> Keyed:
         w = self.cfg.warmstart
-        return Keyed(f"3 warm start {view}", self.warm_dir(view),
-                     stage_key({**w.weight_settings(), "view": view, "seed": self.cfg.seed},
-                               data=self.data_stage(), model=self.model_stage()))
+        return keyed(f"3 warm start {view}", self.warm_dir(view),
+                     {**w.weight_settings(), "view": view, "seed": self.cfg.seed},
+                     data=self.data_stage(), model=self.model_stage())
 
     def parquet_stage(self) -> Keyed:
-        return Keyed("4 parquet", self.parquet,
-                     stage_key({}, data=self.data_stage(),
-                               processor=self.warm_stage(self.cfg.warmstart.views[0])))
+        return keyed("4 parquet", self.parquet, {}, data=self.data_stage(),
+                     processor=self.warm_stage(self.cfg.warmstart.views[0]))
 
     def eval_stage(self, name: str, model: Keyed, mode: str, controller: bool = False,
                    extra: Sequence[str] = (), trained: bool = False) -> Keyed:
@@ -459,11 +209,12 @@ class Experiment:
         depends on the rows decoded with it, so the evaluation's own key holds ``samples``: more
         samples cannot extend a run) and, a trained policy's, when the policy changed."""
         e = self.cfg.eval
-        return Keyed(f"eval {name}", self.out / "eval" / name, stage_key(
-            {"mode": mode, "controller": controller, "extra": list(extra),
-             "temperature": e.temperature, "max_new_tokens": e.max_new_tokens,
-             "seed": self.cfg.seed, "samples": e.samples}, data=self.data_stage(), model=model),
-            redo_on=("settings.samples",) + (("settings.inputs.model.",) if trained else ()))
+        return keyed(f"eval {name}", self.out / "eval" / name, {
+            "mode": mode, "controller": controller, "extra": list(extra),
+            "temperature": e.temperature, "max_new_tokens": e.max_new_tokens,
+            "seed": self.cfg.seed, "samples": e.samples},
+            ("settings.samples",) + (("settings.inputs.model.",) if trained else ()),
+            data=self.data_stage(), model=model)
 
     def before_stage(self, mode: str) -> Keyed:
         name = f"warmstart_{BEFORE_MODE[EVAL_MODE[mode]]}"
@@ -475,26 +226,24 @@ class Experiment:
         c = self.cfg
         if c.entropy_prompts <= 0 or "adaptsoft" not in c.modes:
             return None
-        return Keyed("5e entropy", self.out / "stats" / "entropy.yaml",
-                     stage_key({"prompts": c.entropy_prompts, "train_overrides": c.train.overrides},
-                               warm=self.warm_stage(c.warmstart.views[0]),
-                               parquet=self.parquet_stage()))
+        return keyed("5e entropy", self.out / "stats" / "entropy.yaml",
+                     {"prompts": c.entropy_prompts, "train_overrides": c.train.overrides},
+                     warm=self.warm_stage(c.warmstart.views[0]), parquet=self.parquet_stage())
 
     def train_stage(self, mode: str) -> Keyed:
         """A training run's identity (not ``train.steps``: a run trained further keeps it, as
         ``python -m soft_spatial.train`` resumes it; not ``train.save_freq``)."""
         c = self.cfg
         entropy = self.entropy_stage() if mode == "adaptsoft" else None
-        return Keyed(f"6 train {mode}", self.out / "runs" / mode / "checkpoints", stage_key(
-            {"mode": mode, "preset": PRESET.get(mode, mode), "seed": c.seed,
-             "arm": self.arm_overrides(mode), "overrides": c.train.overrides},
+        return keyed(f"6 train {mode}", self.out / "runs" / mode / "checkpoints", {
+            "mode": mode, "preset": PRESET.get(mode, mode), "seed": c.seed,
+            "arm": self.arm_overrides(mode), "overrides": c.train.overrides},
             warm=self.warm_stage(c.warmstart.views[0]), parquet=self.parquet_stage(),
-            **({"entropy": entropy} if entropy else {})))
+            **({"entropy": entropy} if entropy else {}))
 
     def export_stage(self, mode: str) -> Keyed:
-        return Keyed(f"6 export {mode}", self.out / "runs" / mode / "final",
-                     stage_key({"step": self.cfg.train.steps}, train=self.train_stage(mode)),
-                     redo_on=ANY)
+        return keyed(f"6 export {mode}", self.out / "runs" / mode / "final",
+                     {"step": self.cfg.train.steps}, ANY, train=self.train_stage(mode))
 
     def after_stages(self, mode: str) -> list[Keyed]:
         """The trained policy's evaluations: in its own mode, and (path tasks, a soft arm)
@@ -515,12 +264,12 @@ class Experiment:
         for m in c.modes:
             inputs[f"{m}_before"] = self.before_stage(m)
             inputs[f"{m}_after"] = self.after_stages(m)[0]
-        return Keyed("7 report", self.out / "report.md",
-                     stage_key({"seed": c.seed, "budget": c.budget_name}, **inputs), redo_on=ANY)
+        return keyed("7 report", self.out / "report.md", {"seed": c.seed, "budget": c.budget_name},
+                     ANY, **inputs)
 
     def analysis_stage(self) -> Keyed:
-        return Keyed("8 analysis", self.out / "analysis",
-                     stage_key({}, after=self.after_stages("adaptsoft")[0]), redo_on=ANY)
+        return keyed("8 analysis", self.out / "analysis", {}, ANY,
+                     after=self.after_stages("adaptsoft")[0])
 
     def stages(self) -> list[Keyed]:
         """Every keyed output this configuration makes, in the order the run makes them."""
@@ -541,15 +290,11 @@ class Experiment:
         return out
 
     def trained_steps(self, mode: str) -> int:
-        """The step of the run's latest verl checkpoint (0 without one)."""
-        latest = self.out / "runs" / mode / "checkpoints" / "latest_checkpointed_iteration.txt"
+        """The step of the run's latest verl checkpoint (0 without one; a garbled tracker refused)."""
         try:
-            return int(latest.read_text().strip())
-        except FileNotFoundError:
-            return 0
-        except ValueError:
-            raise OutputKeyMismatch(f"{latest}: not a step number; the run's checkpoints cannot "
-                                    f"be trusted (remove the run, or repair the file)") from None
+            return latest_step(self.out / "runs" / mode / "checkpoints") or 0
+        except ValueError as e:
+            raise OutputKeyMismatch(str(e)) from None
 
     def preflight(self) -> None:
         """Compare every stage's key with the recorded one before anything runs: an output made
@@ -570,16 +315,16 @@ class Experiment:
     # -- stages --------------------------------------------------------------------------------
     def make_data(self) -> None:
         stage = self.data_stage()
-        if self.start(stage) == SAME and (self.data / "OmniSpatial-test" / "data.json").is_file():
+        if self.start(stage) is Verdict.SAME and (self.data / "OmniSpatial-test" / "data.json").is_file():
             return self.say("1 data: done")
         d = self.cfg.data
         tmp = self.data.with_name("data.tmp")
         _remove(tmp)
         self.say(f"1 data: synthetic benchmark, {d.train} train / {d.test} test questions "
                  f"(log {self.logs / 'data.log'})")
-        self._run("data", _python() + [
-            "-m", "soft_spatial.data.synthetic", "--out", tmp, "--train", d.train, "--test",
-            d.test, "--seed", self.cfg.seed, "--size", d.size, "--options",
+        self._run("data", [
+            sys.executable, "-m", "soft_spatial.data.synthetic", "--out", tmp, "--train", d.train,
+            "--test", d.test, "--seed", self.cfg.seed, "--size", d.size, "--options",
             ",".join(map(str, d.options)), "--difficulty", d.difficulty, "--option-order",
             d.option_order, "--tasks", ",".join(d.tasks)] + (["--describe"] if d.describe else []))
         _remove(self.data)  # an incomplete one of these settings
@@ -605,7 +350,7 @@ class Experiment:
 
     def make_model(self) -> None:
         stage = self.model_stage()
-        if self.start(stage) == SAME and (self.init_model / "config.json").is_file():
+        if self.start(stage) is Verdict.SAME and (self.init_model / "config.json").is_file():
             return self.say("2 model: done")
         m = self.cfg.model
         self.say(f"2 model: tiny Qwen3-VL, hidden {m.hidden_size}, {m.num_hidden_layers} layers")
@@ -617,17 +362,17 @@ class Experiment:
         for view in w.views:
             stage = self.warm_stage(view)
             out, name = stage.output, stage.output.name
-            if self.start(stage) == SAME and (out / "model.safetensors").is_file():
+            if self.start(stage) is Verdict.SAME and (out / "model.safetensors").is_file():
                 self.say(f"3 warm start {view}: done")
                 continue
             self.say(f"3 warm start {view}: {w.steps} supervised steps of {w.batch_size}, lr "
                      f"{w.lr} (log {self.logs / (name + '.log')})")
             knobs = [f"{f.name}={'null' if getattr(w, f.name) is None else getattr(w, f.name)}"
                      for f in fields(WarmStartSettings)]  # every knob, none left to a default
-            self._run(name, _python() + [
-                "-m", "soft_spatial.lab.learning.warmstart", f"model_path={self.init_model}",
-                f"data_root={self.data}", f"output_dir={out}", *knobs, f"view={view}",
-                f"seed={self.cfg.seed}"],
+            self._run(name, [
+                sys.executable, "-m", "soft_spatial.lab.learning.warmstart",
+                f"model_path={self.init_model}", f"data_root={self.data}", f"output_dir={out}",
+                *knobs, f"view={view}", f"seed={self.cfg.seed}"],
                 follow=lambda child, name=name: self._follow_log(
                     child, self.logs / f"{name}.log", "warm start step"))
 
@@ -640,9 +385,9 @@ class Experiment:
                 continue
             self.say(f"4 parquet: {split}")
             tmp = out.with_name(f"{split}.tmp.parquet")
-            self._run("prepare", _python() + [
-                "-m", "soft_spatial.data.prepare", "--benchmark", "omnispatial", "--root",
-                self.data, "--split", split, "--out", tmp, "--processor", self.warm,
+            self._run("prepare", [
+                sys.executable, "-m", "soft_spatial.data.prepare", "--benchmark", "omnispatial",
+                "--root", self.data, "--split", split, "--out", tmp, "--processor", self.warm,
                 "--max-pixels", "0"])
             os.replace(tmp, out)
 
@@ -672,15 +417,16 @@ class Experiment:
         settings = stage.key["settings"]
         summary = out / "summary.json"
         n = self.cfg.data.test * e.samples
-        if self.start(stage) == SAME and summary.is_file() and json.loads(summary.read_text())[
+        if self.start(stage) is Verdict.SAME and summary.is_file() and json.loads(summary.read_text())[
                 "benchmarks"]["omnispatial"]["samples"] == n:
             return out
         name = out.name
         self.say(f"  eval {name} ({settings['mode']}, mean@{e.samples} over {self.cfg.data.test} "
                  f"questions)")
-        self._run(f"eval_{name}", _python() + [
-            "-m", "soft_spatial.eval", "benchmarks=[omnispatial]", f"data.omnispatial={self.data}",
-            f"model.path={model}", f"model.name={name}", f"mode={settings['mode']}",
+        self._run(f"eval_{name}", [
+            sys.executable, "-m", "soft_spatial.eval", "benchmarks=[omnispatial]",
+            f"data.omnispatial={self.data}", f"model.path={model}", f"model.name={name}",
+            f"mode={settings['mode']}",
             f"controller={controller if controller else 'null'}", f"samples={e.samples}",
             f"temperature={e.temperature}", f"max_new_tokens={e.max_new_tokens}",
             f"seed={self.cfg.seed}", f"output_dir={out}", *settings["extra"]])
@@ -693,11 +439,11 @@ class Experiment:
         if stage is None:
             return []
         out, n = stage.output, self.cfg.entropy_prompts
-        if not (self.start(stage) == SAME and out.is_file()):
+        if not (self.start(stage) is Verdict.SAME and out.is_file()):
             self.say(f"5e entropy: mu_H, sigma_H of the warm start over {n} prompts")
-            self._run("entropy", _python() + [
-                "-m", "soft_spatial.stats", "entropy", "--prompts", n, "--name", "warmstart",
-                "--out", out, "--work-dir", self.out / "stats" / "work", "--no-progress",
+            self._run("entropy", [
+                sys.executable, "-m", "soft_spatial.stats", "entropy", "--prompts", n, "--name",
+                "warmstart", "--out", out, "--work-dir", self.out / "stats" / "work", "--no-progress",
                 "model=tiny", "cluster=cpu", "recipe=synthetic_cpu", f"model.path={self.warm}",
                 f"data.train_files={self.parquet / 'train.parquet'}",
                 f"data.val_files={self.parquet / 'test.parquet'}", *self.cfg.train.overrides])
@@ -717,14 +463,14 @@ class Experiment:
         t = self.cfg.train
         stage = self.train_stage(mode)
         ckpt = stage.output
-        if self.start(stage) == SAME and self.trained_steps(mode) >= t.steps:
+        if self.start(stage) is Verdict.SAME and self.trained_steps(mode) >= t.steps:
             self.say(f"6 train {mode}: done")
             return ckpt
         self.say(f"6 train {mode}: {t.steps} GRPO steps through verl "
                  f"(log {self.logs / ('train_' + mode + '.log')})")
-        cmd = _python() + [
-            "-m", "soft_spatial.train", "model=tiny", "cluster=cpu", "recipe=synthetic_cpu",
-            f"experiment={PRESET.get(mode, mode)}", f"model.path={self.warm}",
+        cmd = [
+            sys.executable, "-m", "soft_spatial.train", "model=tiny", "cluster=cpu",
+            "recipe=synthetic_cpu", f"experiment={PRESET.get(mode, mode)}", f"model.path={self.warm}",
             f"data.train_files={self.parquet / 'train.parquet'}",
             f"data.val_files={self.parquet / 'test.parquet'}",
             f"trainer.total_training_steps={t.steps}", f"trainer.save_freq={t.save_freq}",
@@ -782,20 +528,20 @@ class Experiment:
         """The final checkpoint as one model directory (``python -m soft_spatial.export``:
         verl's merger, the controller and the run's soft settings)."""
         stage = self.export_stage(mode)
-        if self.start(stage) == SAME and stage.output.is_dir():
+        if self.start(stage) is Verdict.SAME and stage.output.is_dir():
             return stage.output
-        self._run(f"export_{mode}", _python() + [
-            "-m", "soft_spatial.export", ckpt, stage.output, "--overwrite"])
+        self._run(f"export_{mode}", [sys.executable, "-m", "soft_spatial.export", ckpt, stage.output,
+                                     "--overwrite"])
         self.finish(stage)
         return stage.output
 
     def report(self, runs: dict) -> dict:
         """``report.md``, ``results.json`` and the figures (made again when an input changed)."""
-        from soft_spatial.lab.learning.report import write_report
+        from soft_spatial.lab.learning.report import run_tau0, write_report
 
         stage = self.report_stage()
         results = self.out / "results.json"
-        if self.start(stage) == SAME and results.is_file() and stage.output.is_file():
+        if self.start(stage) is Verdict.SAME and results.is_file() and stage.output.is_file():
             self.say("7 report: done")
         else:
             self.say("7 report")
@@ -811,7 +557,7 @@ class Experiment:
         from soft_spatial.lab.paper.analysis.cli import main as analysis
 
         stage = self.analysis_stage()
-        if self.start(stage) == SAME and stage.output.is_dir():
+        if self.start(stage) is Verdict.SAME and stage.output.is_dir():
             return self.say("8 analysis: done")
         self.say("8 analysis: python -m soft_spatial.analysis all (adaptsoft)")
         analysis(["all", "--metrics", str(run["metrics"]), "--eval", str(run["after"]),
@@ -867,24 +613,17 @@ def _run_checked(exp: Experiment) -> dict:
         return exp.run()
 
 
-def refuse_other_command(cfg: LearnConfig, prog: str) -> None:
-    """Refuse a configuration whose budget another command runs (``command``), naming it."""
-    if cfg.command != prog:
-        raise ValueError(f"budget={cfg.budget_name} is not run by this command: run "
-                         f"{cfg.command} budget={cfg.budget_name} [seed=S] [out=DIR] [key=value ...] "
-                         f"(the budget's command, configs/budget/{cfg.budget_name}.yaml)")
-
-
 def main(prog: str = PROG, before_grpo: BeforeGRPO | None = None) -> None:
-    """The command ``prog`` over Hydra's command line (``configs/learn.yaml`` and its overrides):
-    this experiment, with ``before_grpo``'s stages when a command built on it hands them over."""
+    """The command ``prog`` over Hydra's command line (``configs/learning/learn.yaml`` and its
+    overrides): this experiment, with ``before_grpo``'s stages when a command built on it hands
+    them over."""
     import hydra
 
     @hydra.main(config_path=str(CONFIG_DIR), config_name="learn", version_base=None)
     def _main(cfg) -> None:
         try:  # a bad setting: refused before anything is written
             config = LearnConfig.from_omegaconf(cfg)
-            refuse_other_command(config, prog)
+            config.check_command(prog)
             exp = Experiment(config, before_grpo)
         except ValueError as e:
             raise SystemExit(f"{prog}: {e}") from None

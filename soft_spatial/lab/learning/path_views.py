@@ -35,7 +35,7 @@ from torch import Tensor
 
 from soft_spatial.data.record import QuestionRecord, index_to_letter
 from soft_spatial.data.synthetic import PATH_TASKS, QUARTERS, cell_name
-from soft_spatial.lab.learning.warmstart_settings import VIEWS
+from soft_spatial.lab.learning.config import VIEWS
 from soft_spatial.softthink.config import AdaptSoftConfig, SoftThinkingConfig
 from soft_spatial.softthink.mixture import gumbel_from_uniform, perturb
 

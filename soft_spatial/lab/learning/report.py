@@ -22,7 +22,7 @@ from soft_spatial.lab.paper.analysis.data import load_metrics
 from soft_spatial.lab.paper.analysis.training import plot_tau_over_training
 from soft_spatial.lab.learning.effects import Z975, paired_mean, trend
 
-__all__ = ["read_metrics", "per_question", "paired_difference", "write_report",
+__all__ = ["read_metrics", "per_question", "paired_difference", "run_tau0", "write_report",
            "step_times", "CATEGORY_ORDER", "STEP_TIMES"]
 
 CATEGORY_ORDER = ("relative_position", "depth_order", "egocentric", "mental_rotation", "counting")
@@ -116,6 +116,15 @@ def _plot(path: Path, curves: dict[str, list[float]], ylabel: str, title: str) -
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def run_tau0(runs) -> float:
+    """τ₀ of the adaptsoft run (its settings file beside the checkpoints; the default without
+    one): the report's reference line for τ."""
+    from soft_spatial.softthink.settings import SoftSettings, settings_file
+
+    found = settings_file(runs["adaptsoft"]["metrics"].parent) if "adaptsoft" in runs else None
+    return (SoftSettings.load(found) if found else SoftSettings()).adaptsoft.tau0
 
 
 def write_report(out, runs: Mapping[str, Mapping[str, Path]], data_dir, tau0: float,

@@ -1,7 +1,7 @@
 """The warm start: a short supervised stage that teaches a tiny Qwen3-VL the training format.
 
 ``python -m soft_spatial.lab.learning.warmstart model_path=INIT data_root=BENCH output_dir=OUT
-[knob=value ...]`` (the knobs, their defaults and why: ``lab/learning/warmstart_settings.py``) trains on the
+[knob=value ...]`` (the knobs, their defaults and why: ``lab/learning/config.py``) trains on the
 synthetic benchmark's train split: our training prompt (system prompt, image, question and lettered
 options, exactly as
 ``soft_spatial.data.prepare`` builds it) followed by the target response
@@ -52,51 +52,23 @@ from soft_spatial.data.synthetic import PATH_TASKS, read_rows
 from soft_spatial.engines.prompts import chat_images
 from soft_spatial.infra.dirlock import DirLockedError, OutputLock
 from soft_spatial.infra.malloc import large_blocks_mapped
-from soft_spatial.infra.provenance import (OutputKeyMismatch, Verdict, compare, make_key,
-                                           path_digest, record, sha256_cache)
+from soft_spatial.infra.provenance import (Keyed, OutputKeyMismatch, Verdict, make_key, path_digest,
+                                           record, sha256_cache)
 from soft_spatial.infra.signals import command
+from soft_spatial.lab.learning.config import CONFIG_DIR, WarmStartConfig
 from soft_spatial.lab.learning.path_views import (PathTruth, Target, draw_mixture_scores, hard_trace,
                                          soft_view_targets, trace_words, word_positions)
 from soft_spatial.models.loading import load_model
-from soft_spatial.lab.learning.warmstart_settings import VIEWS, WarmStartSettings
 from soft_spatial.softthink.replay import soft_inputs
 
-__all__ = ["WarmStartConfig", "assistant_turn", "demonstration", "encode", "encode_views",
+__all__ = ["assistant_turn", "demonstration", "encode", "encode_views",
            "collate", "add_mixture_noise",
            "response_logits", "response_loss", "train", "run"]
 
-CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
 CHECKPOINT = "warmstart_state.pt"
 #: the key (`run_key`) beside the saved state in ``OUT.work`` and inside the finished ``OUT``
 KEY_FILE = "warmstart.key.json"
 THINK_OPEN = "<think>\n"
-
-
-@dataclass(kw_only=True)
-class WarmStartConfig(WarmStartSettings):
-    """Typed form of ``configs/warmstart.yaml``: the knobs (`WarmStartSettings`, their defaults and
-    constraints) and what one run reads and writes."""
-
-    model_path: str
-    """The initial model (a Hugging Face directory with its processor)."""
-    data_root: str
-    """A benchmark in the OmniSpatial layout (``python -m soft_spatial.data.synthetic --out``)."""
-    output_dir: str
-    """Where the trained model directory appears, whole (its checkpoints in ``OUT.work``)."""
-    split: str = "train"
-    """The split trained on."""
-    seed: int = 0
-    """Data order, the demonstrator's wrong letters, the hard view's traces and the soft view's
-    noise."""
-    view: str = "hard"
-    """Which views path questions are trained in: ``hard`` (the hard view alone, W-hard),
-    ``mix`` (hard and soft view of every scene in each step, W-mix) or ``nochain`` (the answer
-    alone): :mod:`soft_spatial.lab.learning.path_views`."""
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.view not in VIEWS:
-            raise ValueError(f"warmstart.view must be one of {VIEWS}, got {self.view!r}")
 
 
 def assistant_turn(reasoning: str, letter: str) -> str:
@@ -400,43 +372,37 @@ def run_key(cfg: WarmStartConfig) -> dict:
                      "split": cfg.split, "inputs": inputs})
 
 
-def _trusted(out: Path, work: Path, key: dict) -> bool:
-    """Whether ``out`` is this warm start's finished model (then the run is a no-op); refuses an
-    ``out`` or a saved state (in ``work``) made by other settings or inputs, or by a version that
-    kept no key, naming what differs. Changes nothing."""
-    if out.exists():
-        if compare(out / KEY_FILE, key, "the warm start", hint=f"Choose another output_dir, or "
-                   f"remove {out} to train it again.") is Verdict.ABSENT:
-            raise OutputKeyMismatch(f"{out} exists but holds no {KEY_FILE} (written before the warm "
-                                    f"start recorded its settings, or not by it): remove it to "
-                                    f"train it again, or choose another output_dir")
-        if (out / "model.safetensors").is_file():
-            return True
-    if (work / CHECKPOINT).is_file():
-        hint = (f"Resume with the settings it was saved with, or remove {work} to start over: a "
-                f"resume keeps the saved optimizer, schedule and data order.")
-        if compare(work / KEY_FILE, key, "the warm start's saved state", hint) is Verdict.ABSENT:
-            raise OutputKeyMismatch(f"{work / CHECKPOINT} holds no {KEY_FILE} beside it (saved "
-                                    f"before the warm start recorded its settings): remove {work} "
-                                    f"to start over")
-    return False
+def _keyed(out: Path, work: Path, key: dict) -> tuple[Keyed, Keyed]:
+    """The finished model ``out`` and the saved state in ``work``, each keyed by ``key``
+    (`run_key`; its file inside the directory)."""
+    model = Keyed("the warm start", out, key, at=out / KEY_FILE, hint=(
+        f"Choose another output_dir, or remove {out} to train it again."), unkeyed=(
+        f"{out} exists but holds no {KEY_FILE} (written before the warm start recorded its "
+        f"settings, or not by it): remove it to train it again, or choose another output_dir"))
+    state = Keyed("the warm start's saved state", work / CHECKPOINT, key, at=work / KEY_FILE, hint=(
+        f"Resume with the settings it was saved with, or remove {work} to start over: a resume "
+        f"keeps the saved optimizer, schedule and data order."), unkeyed=(
+        f"{work / CHECKPOINT} holds no {KEY_FILE} beside it (saved before the warm start recorded "
+        f"its settings): remove {work} to start over"))
+    return model, state
 
 
 def run(cfg: WarmStartConfig) -> Path:
     """Encode the split, train (or resume) and write the Hugging Face model to ``output_dir``.
     Nothing runs when ``output_dir`` already holds this warm start (its key equal); an output or a
-    saved state of other settings is refused, naming what differs."""
-
+    saved state (in ``OUT.work``) of other settings, or of a version that kept no key, is refused
+    before anything changes, naming what differs."""
     out = Path(cfg.output_dir)
     work = out.with_name(out.name + ".work")
-    key = run_key(cfg)
+    model, state = _keyed(out, work, run_key(cfg))
     with OutputLock(out, "warm start output"):
-        if _trusted(out, work, key):
+        if model.verdict() is Verdict.SAME and (out / "model.safetensors").is_file():
             print(f"warm start: {out} is done with these settings", flush=True)
             return out
-        work.mkdir(parents=True, exist_ok=True)
-        record(work / KEY_FILE, key)  # the state saved there is this key's
-        _train_and_save(cfg, out, work, key)
+        if state.output.is_file():  # a key beside no saved state protects nothing
+            state.verdict()
+        state.record()  # the state saved in work is this key's
+        _train_and_save(cfg, out, work, model.key)
     return out
 
 
@@ -473,17 +439,6 @@ def _train_and_save(cfg: WarmStartConfig, out: Path, work: Path, key: dict) -> N
     os.replace(tmp, out)
     shutil.rmtree(work, ignore_errors=True)
     print(f"warm start: Hugging Face model at {out}", flush=True)
-
-
-def register_schema() -> None:
-    """`WarmStartConfig` as Hydra's structured config ``warmstart_schema``, which
-    ``configs/warmstart.yaml`` extends with deltas only (done when this module is imported)."""
-    from hydra.core.config_store import ConfigStore
-
-    ConfigStore.instance().store(name="warmstart_schema", node=WarmStartConfig)
-
-
-register_schema()
 
 
 def main() -> None:

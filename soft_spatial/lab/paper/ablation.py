@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from soft_spatial.infra import tether
 from soft_spatial.infra.dirlock import NotADirectoryOutput, check_dir_path
 from soft_spatial.infra.hydra_args import refuse_renamed
-from soft_spatial.infra.provenance import OutputKeyMismatch, Verdict, compare, record
+from soft_spatial.infra.provenance import Keyed, OutputKeyMismatch, Verdict
 from soft_spatial.infra.run_dir import latest_step
 from soft_spatial.infra.signals import command
 from soft_spatial.models.loading import resolve_model_dir
@@ -148,19 +148,24 @@ class RowRun:
         key["settings"]["trainer.total_training_steps"] = self.steps
         return key
 
+    def done(self, key: dict) -> Keyed:
+        """``train.done``: the row's finished training, the marker its key (`train_key`)."""
+        done = self.dir / "train.done"
+        return Keyed(f"{self.row.key}: the training", done, key, at=done, hint=(
+            f"Train these settings into another --out, or remove {self.dir} to train the row "
+            f"again; nothing was changed"))
+
     def trained(self, key: dict) -> bool:
         """Whether ``train.done`` holds ``key`` (False: no training recorded yet); a key of other
         settings, or a marker without one, is refused naming it (`OutputKeyMismatch`)."""
-        done = self.dir / "train.done"
-        hint = (f"Train these settings into another --out, or remove {self.dir} to train the row "
-                f"again; nothing was changed")
+        done = self.done(key)
         try:
-            return compare(done, key, f"{self.row.key}: the training", hint) is Verdict.SAME
-        except OutputKeyMismatch:
-            if done.is_file() and not done.read_text(encoding="utf-8", errors="replace").lstrip().startswith("{"):
-                raise OutputKeyMismatch(f"{done} holds no key (written by an earlier version): "
+            return done.verdict() is Verdict.SAME
+        except OutputKeyMismatch:  # a key of other settings, or a marker that is no key
+            if not done.output.read_text(encoding="utf-8", errors="replace").lstrip().startswith("{"):
+                raise OutputKeyMismatch(f"{done.output} holds no key (written by an earlier version): "
                                         f"which settings trained {self.train_dir} is unknown. "
-                                        f"{hint}") from None
+                                        f"{done.hint}") from None
             raise
 
     def train_cmd(self) -> list[str]:
@@ -211,7 +216,7 @@ def run_row(r: RowRun, progress=print, key: dict | None = None) -> None:
                 f"{r.row.key}: {r.train_dir} holds the checkpoint of step {step}, not of "
                 f"trainer.total_training_steps={r.steps}: its policy is not this row's. Train into "
                 f"another --out, or remove {r.dir}")
-        record(r.dir / "train.done", key)
+        r.done(key).record()
     actor = r.actor_dir()
     merged = r.dir / "merge.done"
     if not merged.is_file() or merged.read_text().strip() != str(actor):

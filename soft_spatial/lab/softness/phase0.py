@@ -21,8 +21,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from soft_spatial.infra.provenance import ANY, Keyed, Verdict
 from soft_spatial.lab.learning import experiment as learning
-from soft_spatial.lab.learning.experiment import ANY, SAME, Experiment, Keyed, LearnConfig, stage_key
+from soft_spatial.lab.learning.config import LearnConfig
+from soft_spatial.lab.learning.experiment import Experiment, keyed
 from soft_spatial.lab.softness.gates import GATE_EVALS
 
 __all__ = ["PROG", "GATE_VIEWS", "Phase0Gates", "GATES", "main"]
@@ -49,8 +51,7 @@ class Phase0Gates:
 
     def gates_stage(self, exp: Experiment) -> Keyed:
         """``gates.json`` (and ``gates.md``): made again whenever an evaluation changed."""
-        return Keyed("5g gates", exp.out / "gates.json", stage_key({}, **self.gate_stages(exp)),
-                     redo_on=ANY)
+        return keyed("5g gates", exp.out / "gates.json", {}, ANY, **self.gate_stages(exp))
 
     def stages(self, exp: Experiment) -> list[Keyed]:
         return [*self.gate_stages(exp).values(), self.gates_stage(exp)]
@@ -66,7 +67,7 @@ class Phase0Gates:
         evals = {name: exp.evaluate_keyed(stage, exp.warm_dir(GATE_EVALS[name][0]))
                  for name, stage in self.gate_stages(exp).items()}
         stage = self.gates_stage(exp)
-        if not (exp.start(stage) == SAME and stage.output.is_file()):
+        if not (exp.start(stage) is Verdict.SAME and stage.output.is_file()):
             rows = read_rows(exp.data / "OmniSpatial-test")
             result = measure_gates(evals, rows)
             from transformers import AutoTokenizer

@@ -238,7 +238,8 @@ def _experiment(cfg: Stage0Config, temperature: float):
     Phase 0's stages (its evaluation command, names and directories), sampling at ``temperature``."""
     from hydra import compose, initialize_config_dir
 
-    from soft_spatial.lab.learning.experiment import CONFIG_DIR, Experiment, LearnConfig
+    from soft_spatial.lab.learning.config import CONFIG_DIR, LearnConfig
+    from soft_spatial.lab.learning.experiment import Experiment
     from soft_spatial.lab.softness.phase0 import GATES
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):

@@ -1,8 +1,8 @@
-"""The learning experiment: the typed config and its refusals, the stages' keys (each stage trusted
+"""The learning experiment: a refused command writes nothing, the stages' keys (each stage trusted
 only if these settings made it: the stages' commands replaced by stand-ins that write what the
 real ones write), the command's lock and its stages' processes under real signals (held at a
-barrier in the data stage's child), and (slow) a reduced run end to end. (The report's
-statistics: tests/lab/learning/test_report.py.)"""
+barrier in the data stage's child), and (slow) a reduced run end to end. (The typed config and its
+refusals: tests/lab/learning/test_config.py; the report's statistics: test_report.py.)"""
 from __future__ import annotations
 
 import json
@@ -22,8 +22,8 @@ import barrier  # noqa: E402
 from soft_spatial.data import synthetic
 from soft_spatial.infra.procs import alive, find_pids
 from soft_spatial.infra.provenance import OutputKeyMismatch
-from soft_spatial.lab.learning.experiment import (BEFORE_MODE, EVAL_MODE, Experiment, LearnConfig, WarmStartSpec,
-                                    run_experiment)
+from soft_spatial.lab.learning.config import CONFIG_DIR, LearnConfig
+from soft_spatial.lab.learning.experiment import Experiment, run_experiment
 from soft_spatial.lab.learning.report import read_metrics
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -31,47 +31,9 @@ PROG = [sys.executable, "-m", "soft_spatial.lab.learning"]
 
 
 def _config(*overrides: str) -> LearnConfig:
-    """configs/learn.yaml composed as the command composes it, then checked."""
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
+    """configs/learning/learn.yaml composed as the command composes it, then checked."""
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         return LearnConfig.from_omegaconf(compose(config_name="learn", overrides=list(overrides)))
-
-
-def test_learn_config_is_typed_and_checked():
-    demo = _config()
-    full = _config("budget=full", "seed=3")
-    assert demo.modes == ["adaptsoft"] and demo.out.endswith("demo/seed0")
-    # the dataclasses' defaults and configs/learn.yaml's one delta
-    assert demo == LearnConfig(out=demo.out, warmstart=WarmStartSpec(noise=0.3))
-    assert full.modes == ["hard", "soft_fixed", "adaptsoft"] and full.out.endswith("full/seed3")
-    assert {BEFORE_MODE[EVAL_MODE[m]] for m in full.modes} == {"hard", "fixed"}
-    paths = _config("budget=paths")
-    assert (paths.warmstart.noise, paths.warmstart.steps, paths.warmstart.views) == (
-        0.0, 1000, ["mix", "hard", "nochain"])
-    with pytest.raises(ValueError, match="modes"):
-        LearnConfig(out="x", modes=["greedy"])
-    with pytest.raises(ValueError, match="trian"):
-        LearnConfig.from_omegaconf({"out": "x", "data": {"trian": 3}})
-    with pytest.raises(ValueError, match="data.train"):
-        LearnConfig.from_omegaconf({"out": "x", "data": {"train": "abc"}})
-    with pytest.raises(Exception, match="data.train"):  # Hydra refuses it while composing
-        _config("data.train=abc")
-
-
-@pytest.mark.parametrize("override, key", [
-    ("eval.samples=0", "eval.samples"), ("train.steps=0", "train.steps"),
-    ("data.train=-5", "data.train"), ("data.test=0", "data.test"),
-    ("warmstart.steps=0", "warmstart.steps"), ("warmstart.batch_size=-1", "warmstart.batch_size"),
-    ("warmstart.noise=1.0", "warmstart.noise"), ("train.save_freq=0", "train.save_freq"),
-    ("eval.temperature=0", "eval.temperature"), ("eval.max_new_tokens=0", "eval.max_new_tokens"),
-    ("entropy_prompts=-1", "entropy_prompts"), ("model.hidden_size=0", "model.hidden_size"),
-    ("warmstart.views=[hard,soft]", "warmstart.views"), ("modes=[adaptsfot]", "modes"),
-    ("data.tasks=[counting,nope]", "data.tasks"), ("seed=-1", "seed"),
-])
-def test_a_bad_setting_is_refused_before_any_stage_naming_its_key(override, key):
-    """Issue 44 item 14: a bad count was refused only by the stage that read it, after data, model
-    and warm start had run (minutes); the config's check refuses it, naming the key."""
-    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
-        _config(override)
 
 
 @pytest.mark.parametrize("override, named", [

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from soft_spatial.lab.learning.experiment import ANY, CONFIG_DIR, Experiment, LearnConfig
+from soft_spatial.infra.provenance import ANY
+from soft_spatial.lab.learning.config import CONFIG_DIR, LearnConfig
+from soft_spatial.lab.learning.experiment import Experiment
 from soft_spatial.lab.softness.gates import GATE_EVALS
 from soft_spatial.lab.softness.phase0 import GATE_VIEWS, GATES, PROG
 

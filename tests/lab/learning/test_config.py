@@ -1,8 +1,10 @@
-"""The warm start's settings are defined once (issue 45 item 3): each knob's default, constraint and
-explanation in `WarmStartSettings`; ``configs/warmstart.yaml`` holds no value of its own and
-``configs/learn.yaml`` (with its budgets) only the experiment's deltas, both read by Hydra through
-the dataclasses; no literal default of a lab setting appears anywhere else in ``soft_spatial/``
-(the AST scan of ``tests/softthink/test_config.py``, over the lab's settings)."""
+"""The learning experiment's settings (lab/learning/config.py): `LearnConfig` typed and checked,
+each bad setting refused naming its key before any stage; the warm start's settings defined once
+(issue 45 item 3): each knob's default, constraint and explanation in `WarmStartSettings`;
+``configs/learning/warmstart.yaml`` holds no value of its own and ``learn.yaml`` (with its
+budgets) only the experiment's deltas, both read by Hydra through the dataclasses; no literal
+default of a lab setting appears anywhere else in ``soft_spatial/`` (the AST scan of
+``tests/softthink/test_config.py``, over the lab's settings)."""
 from __future__ import annotations
 
 import ast
@@ -14,14 +16,14 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from default_scan import restated_defaults as scan
-from soft_spatial.lab.learning.experiment import LearnConfig, WarmStartSpec  # their import registers the schemas
-from soft_spatial.lab.learning.warmstart import WarmStartConfig
-from soft_spatial.lab.learning.warmstart_settings import OUTPUT_NEUTRAL, WarmStartSettings
+from soft_spatial.lab.learning.config import (CONFIG_DIR, EVAL_MODE, OUTPUT_NEUTRAL, LearnConfig,  # registers
+                                              WarmStartConfig, WarmStartSettings, WarmStartSpec)  # the schemas
+from soft_spatial.lab.learning.experiment import BEFORE_MODE
 
 ROOT = Path(__file__).resolve().parents[3]
-CONFIGS = ROOT / "configs"
+CONFIGS = CONFIG_DIR
 PACKAGE = ROOT / "soft_spatial"
-HOME = PACKAGE / "lab" / "learning" / "warmstart_settings.py"
+HOME = PACKAGE / "lab" / "learning" / "config.py"
 KNOBS = [f.name for f in dataclasses.fields(WarmStartSettings)]
 
 #: the lab's settings (name -> its dataclass default) the scan looks for: the warm start's knobs
@@ -46,6 +48,49 @@ def _compose(config: str, overrides=()) -> dict:
         return compose(config_name=config, overrides=list(overrides))
 
 
+def _learn(*overrides: str) -> LearnConfig:
+    """learn.yaml composed as the command composes it, then checked."""
+    return LearnConfig.from_omegaconf(_compose("learn", overrides))
+
+
+def test_learn_config_is_typed_and_checked():
+    demo = _learn()
+    full = _learn("budget=full", "seed=3")
+    assert demo.modes == ["adaptsoft"] and demo.out.endswith("demo/seed0")
+    # the dataclasses' defaults and learn.yaml's one delta
+    assert demo == LearnConfig(out=demo.out, warmstart=WarmStartSpec(noise=0.3))
+    assert full.modes == ["hard", "soft_fixed", "adaptsoft"] and full.out.endswith("full/seed3")
+    assert {BEFORE_MODE[EVAL_MODE[m]] for m in full.modes} == {"hard", "fixed"}
+    paths = _learn("budget=paths")
+    assert (paths.warmstart.noise, paths.warmstart.steps, paths.warmstart.views) == (
+        0.0, 1000, ["mix", "hard", "nochain"])
+    with pytest.raises(ValueError, match="modes"):
+        LearnConfig(out="x", modes=["greedy"])
+    with pytest.raises(ValueError, match="trian"):
+        LearnConfig.from_omegaconf({"out": "x", "data": {"trian": 3}})
+    with pytest.raises(ValueError, match="data.train"):
+        LearnConfig.from_omegaconf({"out": "x", "data": {"train": "abc"}})
+    with pytest.raises(Exception, match="data.train"):  # Hydra refuses it while composing
+        _learn("data.train=abc")
+
+
+@pytest.mark.parametrize("override, key", [
+    ("eval.samples=0", "eval.samples"), ("train.steps=0", "train.steps"),
+    ("data.train=-5", "data.train"), ("data.test=0", "data.test"),
+    ("warmstart.steps=0", "warmstart.steps"), ("warmstart.batch_size=-1", "warmstart.batch_size"),
+    ("warmstart.noise=1.0", "warmstart.noise"), ("train.save_freq=0", "train.save_freq"),
+    ("eval.temperature=0", "eval.temperature"), ("eval.max_new_tokens=0", "eval.max_new_tokens"),
+    ("entropy_prompts=-1", "entropy_prompts"), ("model.hidden_size=0", "model.hidden_size"),
+    ("warmstart.views=[hard,soft]", "warmstart.views"), ("modes=[adaptsfot]", "modes"),
+    ("data.tasks=[counting,nope]", "data.tasks"), ("seed=-1", "seed"),
+])
+def test_a_bad_setting_is_refused_before_any_stage_naming_its_key(override, key):
+    """Issue 44 item 14: a bad count was refused only by the stage that read it, after data, model
+    and warm start had run (minutes); the config's check refuses it, naming the key."""
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+        _learn(override)
+
+
 def test_the_knobs_are_documented_beside_their_defaults():
     """Every knob has its explanation (an attribute docstring) in the class."""
     tree = ast.parse(HOME.read_text(encoding="utf-8"))
@@ -58,7 +103,7 @@ def test_the_knobs_are_documented_beside_their_defaults():
 
 
 def test_warmstart_yaml_holds_no_value_and_composes_to_the_class():
-    """configs/warmstart.yaml: Hydra's own settings and the schema only; what Hydra composes is
+    """configs/learning/warmstart.yaml: Hydra's own settings and the schema only; what Hydra composes is
     the class's defaults (the paths still to be given)."""
     assert set(_yaml("warmstart.yaml")) == {"defaults", "hydra"}
     cfg = _compose("warmstart", ["model_path=m", "data_root=d", "output_dir=o"])
@@ -69,7 +114,7 @@ def test_warmstart_yaml_holds_no_value_and_composes_to_the_class():
 
 
 def test_learn_yaml_holds_the_experiments_deltas_only():
-    """configs/learn.yaml's warm-start block: each value differs from the class default; a
+    """configs/learning/learn.yaml's warm-start block: each value differs from the class default; a
     budget's from what it would be without the budget. Composed, each is the class with them."""
     block = _yaml("learn.yaml")["warmstart"]
     defaults = dataclasses.asdict(WarmStartSpec())
@@ -103,7 +148,7 @@ def test_each_constraint_refuses_naming_the_knob(knob, bad):
 
 
 def test_no_lab_setting_default_outside_its_dataclass():
-    homes = {HOME, PACKAGE / "lab" / "learning" / "experiment.py"}  # WarmStartSettings; LearnConfig's own fields
+    homes = {HOME}  # WarmStartSettings and LearnConfig's own fields
     files = sorted(p for p in PACKAGE.rglob("*.py") if p not in homes)
     found = [hit for p in files for hit in scan(p.read_text(encoding="utf-8"),
                                                   str(p.relative_to(ROOT)), LAB_SETTINGS, LAB_ONLY)]
