@@ -123,8 +123,8 @@ def preflight(cfg) -> Path:
     check_budget(cfg.trainer.get("total_training_steps"))
     task_types = normalise_task_types(cfg.data.get("task_types"))
     if task_types:  # counted here, written into the run directory once the run is accepted
-        for key, split, least in _subsets(cfg):
-            count_subset(cfg.data[key], task_types, split, least)
+        for files, split, least in _subsets(cfg):
+            count_subset(cfg.data[files], task_types, split, least)
     # warned here, where the user sees it (the worker checks verl's built actor config again); the
     # actor's module imports verl: after run() set the environment verl reads at import
     from soft_spatial.actor.loss import check_actor_config
@@ -366,8 +366,8 @@ def open_run_dir(cfg, run_dir: Path, env: dict) -> str | None:
     task_types = normalise_task_types(cfg.data.get("task_types"))
     if task_types:
         with open_dict(cfg):
-            for key, split, least in _subsets(cfg):
-                cfg.data[key] = task_subset_files(cfg.data[key], task_types, run_dir / "data", split, least)
+            for files, split, least in _subsets(cfg):
+                cfg.data[files] = task_subset_files(cfg.data[files], task_types, run_dir / "data", split, least)
     settings = SoftSettings.from_rollout(cfg.actor_rollout_ref.rollout)  # preflight's dict
     print("soft thinking settings (actor_rollout_ref.rollout.custom):\n"
           + OmegaConf.to_yaml(settings.to_dict()))

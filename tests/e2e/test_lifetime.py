@@ -55,15 +55,22 @@ def test_export_ends_its_merger_and_leaves_no_partial_output(tmp_path, sig):
 
 
 @SIGNALS
-def test_the_ablation_sweep_ends_its_training_and_releases_the_run_directory(tmp_path, sig):
+def test_the_ablation_sweep_ends_its_training_and_releases_the_run_directory(tmp_path, sig,
+                                                                              tiny_qwen3_vl_small):
     """Issue 55 item 6: SIGTERM to the sweep left its ``soft_spatial.train`` child running,
     holding the run directory's lock (a plain ``subprocess.run``, no tether)."""
     config = tmp_path / "sweep.yaml"
     config.write_text("benchmark: omnispatial\ntask_types: [Perspective_Taking]\n"
                       "columns: [Egocentric]\nrows:\n  - {key: a, name: A, experiment: soft_fixed}\n")
     out, pids = tmp_path / "t4", tmp_path / "pids"
-    lifetime.signal_run(lifetime.command("ablation", pids, "--out", out, "--config", config,
-                                         "--override", "model=tiny"), pids, sig)
+    data = [tmp_path / f"{split}.parquet" for split in ("train", "test")]
+    for f in data:  # the training key digests them; the stub training never reads them
+        f.write_bytes(b"rows")
+    lifetime.signal_run(lifetime.command(
+        "ablation", pids, "--out", out, "--config", config, "--override", "model=tiny",
+        "--override", f"model.path={tiny_qwen3_vl_small}",
+        "--train-override", f"data.train_files={data[0]}",
+        "--train-override", f"data.val_files={data[1]}"), pids, sig)
     with DirLock(out / "a" / "train", "training run directory"):  # nothing holds it
         pass
     assert not (out / "a" / "train.done").exists()

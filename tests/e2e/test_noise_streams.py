@@ -168,14 +168,17 @@ def drive(rt: SoftRuntime, schedule, monkeypatch, device="cpu", extend=False):
     drawn: dict[str, list[torch.Tensor]] = {}
     current: list = []
 
-    def spy_noise(seed, step, n):
-        u = noise_uniforms(seed, step, n)
+    real = rtmod.slot_uniforms
+
+    def spy_noise(seed_mix, step, slots, n):  # the rows of one sampling setting: all of them here
+        u, at = real(seed_mix, step, slots, n)
         live = [r for r in current if not getattr(r, "is_chunked", 0)]
+        assert len(live) == len(u)
         for r, row in zip(live, u):
             drawn.setdefault(r.rid, []).append(row.cpu())
-        return u
+        return u, at
 
-    monkeypatch.setattr(rtmod, "noise_uniforms", spy_noise)
+    monkeypatch.setattr(rtmod, "slot_uniforms", spy_noise)
     g = torch.Generator().manual_seed(0)
     for batch in schedule:
         current[:] = batch
