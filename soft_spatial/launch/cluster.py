@@ -22,6 +22,7 @@ from pathlib import Path
 
 from soft_spatial.infra import tether
 from soft_spatial.infra.procs import alive as pid_alive
+from soft_spatial.infra.procs import start_time
 from soft_spatial.infra.ray_auth import UnsafeToken, token_auth
 from soft_spatial.infra.signals import exit_status
 from soft_spatial.launch.plan import (LaunchError, Options, log, plan_launch, ray_start, resolve_head_ip,
@@ -85,10 +86,17 @@ class Run:
             print(f"[dry-run] {shlex.join(argv)} > {shlex.quote(str(logf))} 2>&1 &", flush=True)
             self.started.append((name, None))
             return
+        # the run's marker (what `stop` and the teardown's last sweep find) and, for the tether,
+        # one of this node's own: its watchdog (and `tether.stop`) then ends this node alone. Under
+        # the run's marker the first node stopped took every node's processes with it, SIGTERM to
+        # all at once: a `ray start` whose GCS went first waits out Ray's 30 s drain (and the
+        # launcher the grace period) before anything is killed.
+        env = dict(self.environ)
+        env[tether.MARKER_VAR] = ",".join(m for m in (env.get(tether.MARKER_VAR), self.marker) if m)
         with open(logf, "wb") as out:
-            child = tether.start(argv, STOP_GRACE_S, marker=self.marker,
+            child = tether.start(argv, STOP_GRACE_S, marker=f"{self.marker}-{name}",
                                  watch=self.opts.subcommand == "launch", stdout=out,
-                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.environ)
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         self.started.append((name, child))  # before the pid file: a signal now still stops it
         (self.state_dir / f"{name}.pid").write_text(f"{child.pid}\n")
         log(f"started {name} (pid {child.pid}), log {logf}")
@@ -118,9 +126,10 @@ class Run:
         (self.state_dir / f"{name}.pid").unlink(missing_ok=True)
 
     def teardown(self) -> None:
-        """Stop everything started for this run: each tethered process in reverse start order, then
-        (the tether's reaper) every process left in a recorded process's session or carrying the
-        run's marker."""
+        """Stop everything started for this run: each process in reverse start order (a tethered
+        one with its tether, a recorded pid's session with the reaper; one node at a time, so that
+        a worker's `ray start` drains while its GCS lives), then (the tether's reaper) every
+        process left in a recorded process's session or carrying the run's marker."""
         if self.opts.dry_run:
             for name, _ in reversed(self.started):
                 print(f"[dry-run] # on exit: kill -TERM <pid of {name}>", flush=True)
@@ -131,6 +140,9 @@ class Run:
                 if child.poll() is None:
                     log(f"stopping {name} (pid {child.pid})")
                 tether.stop(child)
+            elif isinstance(child, int) and tether.members(self.marker, [child], by_marker=False):
+                log(f"stopping {name} (pid {child})")
+                tether.reap(self.marker, [child], STOP_GRACE_S, by_marker=False)
         sessions = [c if isinstance(c, int) else c.pid for _, c in self.started]
         left = tether.members(self.marker, sessions)
         if left:
@@ -272,6 +284,8 @@ def cmd_stop(opts: Options, environ: dict) -> int:
     for pid_file in sorted(run.state_dir.glob("*.pid")):
         if not opts.name or pid_file.stem == opts.name:
             run.started.append((pid_file.stem, int(pid_file.read_text())))
+    # in start order (the head first), as teardown expects; a process gone sorts first
+    run.started.sort(key=lambda started: float(start_time(started[1]) or 0))
     if opts.name:  # only the named process: its Ray children go with it (`ray start --block`)
         if not run.started:
             raise LaunchError(f"no pid file for {opts.name} in {run.state_dir}")

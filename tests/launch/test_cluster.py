@@ -31,7 +31,9 @@ from barrier import hangup_default, interrupt
 from launch_helpers import (PLUGIN, REMOTE_ENV_PY, ROOT, assert_no_processes_left, clean_env,
                             kill_leftovers, marker_pids, parse_check, run_launcher, slurm_env,
                             small_ray_options)
+from soft_spatial.infra import tether
 from soft_spatial.launch import cluster
+from soft_spatial.launch.plan import Options
 
 SHELL_FILES = [ROOT / "slurm" / "train.sbatch", ROOT / "slurm" / "eval.sbatch", ROOT / "slurm" / "env.sh"]
 
@@ -138,6 +140,30 @@ def test_head_and_worker_outlive_their_command_until_stop_ends_them(tmp_path):
         assert not list((run_dir / "ray").glob("*.pid"))
     finally:
         kill_leftovers(run_dir)
+
+
+def test_stopping_one_node_of_a_launch_leaves_the_others_to_their_own_stop(tmp_path):
+    """Each node a launch starts is tethered under a marker of its own beside the run's: stopping
+    the worker (the teardown's first) ends the worker alone, the head runs on until its own stop,
+    and the run's marker still finds both. Under the run's marker alone the worker's watchdog sent
+    SIGTERM to every node's processes at once, and a head `ray start` whose GCS went first waited
+    out Ray's 30 s drain. Processes are `sleep`s, no Ray."""
+    opts = Options(subcommand="launch", run_dir=str(tmp_path / "run"))
+    run = cluster.Run.create(opts, clean_env())
+    try:
+        for name in ("head-local0", "worker-local1"):
+            run.start(name, ["sleep", "1000"])
+        head, worker = (child for _, child in run.started)
+        assert sorted(marker_pids(run.run_dir)) == sorted([head.pid, worker.pid])
+        tether.stop(worker)
+        assert worker.returncode is not None and head.poll() is None
+        assert marker_pids(run.run_dir) == [head.pid]
+        run.teardown()
+        assert head.returncode is not None
+        assert_no_processes_left(run.run_dir)
+        assert not list(run.state_dir.glob("*.pid"))
+    finally:
+        kill_leftovers(run.run_dir)
 
 
 def test_a_planted_token_is_refused_in_one_line_and_nothing_starts(tmp_path):
