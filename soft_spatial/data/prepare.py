@@ -271,6 +271,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="where relative image paths start, when the table is kept apart from the images")
     parser.add_argument("--split", default=None, help="benchmark split (default: its evaluation set)")
     parser.add_argument("--out", required=True, type=Path, help="output .parquet file")
+    parser.add_argument("--also", nargs=2, action="append", default=[], metavar=("SPLIT", "OUT"),
+                        help="another split of the same benchmark to OUT, in this process (the "
+                             "processor and the imports once; repeatable; each output its own, "
+                             "written as --out is)")
     parser.add_argument("--processor", required=True, type=Path, help="local model/processor directory")
     parser.add_argument("--max-prompt-length", type=int, default=10240)
     parser.add_argument(
@@ -285,22 +289,27 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> PrepareStats:
+    """Write ``--out`` (and each ``--also`` output); returns the first output's stats."""
     args = parse_args(argv)
-    records = load_benchmark(args.benchmark, args.root, args.split, image_root=args.image_root)
-    stats = write_parquet(
-        records,
-        args.out,
-        load_processor(args.processor),
-        max_prompt_length=args.max_prompt_length,
-        max_pixels=args.max_pixels or None,
-        limit=args.limit,
-        task_types=args.task_types,
-    )
-    print(f"{args.out}: {stats.summary()}")
-    if stats.dropped_ids:
-        shown = ", ".join(stats.dropped_ids[:20])
-        print(f"dropped ids: {shown}{' ...' if len(stats.dropped_ids) > 20 else ''}")
-    return stats
+    processor = load_processor(args.processor)
+    first = None
+    for split, out in [(args.split, args.out), *((s, Path(o)) for s, o in args.also)]:
+        records = load_benchmark(args.benchmark, args.root, split, image_root=args.image_root)
+        stats = write_parquet(
+            records,
+            out,
+            processor,
+            max_prompt_length=args.max_prompt_length,
+            max_pixels=args.max_pixels or None,
+            limit=args.limit,
+            task_types=args.task_types,
+        )
+        print(f"{out}: {stats.summary()}")
+        if stats.dropped_ids:
+            shown = ", ".join(stats.dropped_ids[:20])
+            print(f"dropped ids: {shown}{' ...' if len(stats.dropped_ids) > 20 else ''}")
+        first = first or stats
+    return first
 
 
 if __name__ == "__main__":

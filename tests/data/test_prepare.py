@@ -158,6 +158,22 @@ def test_cli(fx: FixtureSet, model_dir: Path, tmp_path: Path, capsys):
     assert [r["prompt"][1]["content"].count("<image>") for r in rows] == [2, 4, 3]
 
 
+def test_cli_writes_another_split_in_the_same_process(fx: FixtureSet, model_dir: Path, tmp_path: Path,
+                                                      capsys):
+    """``--also SPLIT OUT`` (the learning runner's train and test parquets in one process): each
+    output as if written by a command of its own, the first one's stats returned."""
+    alone, first, also = tmp_path / "alone.parquet", tmp_path / "first.parquet", tmp_path / "also.parquet"
+    common = ["--benchmark", "mindcube", "--root", str(fx.mindcube), "--processor", str(model_dir),
+              "--limit", "3"]
+    main([*common, "--out", str(alone)])
+    stats = main([*common, "--out", str(first), "--also", "tinybench", str(also)])
+    assert (stats.total, stats.written) == (3, 3)
+    out = capsys.readouterr().out
+    assert f"{first}: 3 of 3" in out and f"{also}: 3 of 3" in out
+    assert pq.read_table(also).to_pylist() == pq.read_table(alone).to_pylist()
+    assert pq.read_table(first).to_pylist() == pq.read_table(alone).to_pylist()
+
+
 def _rlhf_dataset(path: Path, processor, tmp_path: Path, monkeypatch):
     import datasets
     from omegaconf import OmegaConf

@@ -98,8 +98,10 @@ class StandIns:
             (out / "model.safetensors").write_text("weights")
             (out / "policy.txt").write_text(f"warm start {args['view']} seed {args['seed']}")
         elif module == "soft_spatial.data.prepare":
-            Path(_flag(cmd, "--out")).parent.mkdir(parents=True, exist_ok=True)
-            Path(_flag(cmd, "--out")).write_text("rows")
+            outs = [_flag(cmd, "--out")] + [cmd[i + 2] for i, a in enumerate(cmd) if a == "--also"]
+            for out in map(Path, outs):
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text("rows")
         elif module == "soft_spatial.train":
             ckpt = Path(args["trainer.default_local_dir"])
             steps = int(args["trainer.total_training_steps"])
@@ -168,7 +170,7 @@ def test_a_stage_is_trusted_only_if_these_settings_made_it(tmp_path, stand_ins):
     output without a key (written before keys were kept) is refused with how to proceed."""
     out = tmp_path / "learn"
     first = run_experiment(_config(f"out={out}", *TINY))
-    assert stand_ins.calls == ["data", "model", "warmstart", "prepare", "prepare",
+    assert stand_ins.calls == ["data", "model", "warmstart", "prepare",
                                "eval_warmstart_hard", "train_hard", "export_hard",
                                "eval_hard_trained"]
     assert first["seed"] == 0 and first["modes"]["hard"]["overall"]["n"] == 3
@@ -253,7 +255,7 @@ def test_stages_handed_to_the_runner_run_before_grpo_keyed_as_its_own(tmp_path, 
     out = tmp_path / "learn"
     stop = BeforeArms(go=False)
     assert run_experiment(_config(f"out={out}", *TINY), stop) == {}
-    assert stand_ins.calls == ["data", "model", "warmstart", "prepare", "prepare", "eval_extra"]
+    assert stand_ins.calls == ["data", "model", "warmstart", "prepare", "eval_extra"]
     assert stop.ran == 1 and not (out / "runs").exists() and not (out / "report.md").exists()
     assert (out / "eval/extra.key.json").is_file()
 
