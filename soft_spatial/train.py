@@ -1,8 +1,9 @@
 """``python -m soft_spatial.train``: soft GRPO with AdaptSoft through verl's trainer.
 
-Composes verl's config tree (``pkg://verl.trainer.config``) with ``configs/train.yaml``; see that
-file for the presets (``experiment=``, ``model=``, ``rollout=``, ``cluster=``). The plugin
-(:mod:`soft_spatial.plugin`) is loaded in every Ray process through ``VERL_USE_EXTERNAL_MODULES``.
+Composes verl's config tree (``verl/trainer/config``, found by `verl_config_dir` without importing
+verl) with ``configs/train.yaml``; see that file for the presets (``experiment=``, ``model=``,
+``rollout=``, ``cluster=``). The plugin (:mod:`soft_spatial.plugin`) is loaded in every Ray
+process through ``VERL_USE_EXTERNAL_MODULES``.
 
 Before Ray starts, `preflight` checks what would otherwise fail late inside a worker: the soft
 settings, the sampling temperatures, the actor's loss settings (a warning where they depart from
@@ -23,6 +24,7 @@ of ``data.train_files``/``data.val_files`` of those task types (or sub-types) ar
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -78,6 +80,20 @@ def cpu_workers(cores_per_worker: int, cap: int = 8) -> int:
 OmegaConf.register_new_resolver("cpu_workers", cpu_workers, replace=True)
 
 
+def verl_config_dir() -> str:
+    """verl's config tree (``verl/trainer/config``: ``${verl_config_dir:}`` in configs/train.yaml's
+    Hydra search path), located without importing verl: ``pkg://verl.trainer.config`` imports the
+    package, and verl's ``__init__`` imports torch and transformers (5 s of CPU), so a command
+    refused for a bad argument waited for them (the checks of `preflight` import verl last)."""
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("verl is not installed: training composes verl's config tree")
+    return str(Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config")
+
+
+OmegaConf.register_new_resolver("verl_config_dir", verl_config_dir, replace=True)
+
+
 def _files(value) -> list:
     return [value] if isinstance(value, str) else list(value or [])
 
@@ -126,7 +142,11 @@ def preflight(cfg) -> Path:
         for files, split, least in _subsets(cfg):
             count_subset(cfg.data[files], task_types, split, least)
     # warned here, where the user sees it (the worker checks verl's built actor config again); the
-    # actor's module imports verl: after run() set the environment verl reads at import
+    # actor's module imports verl: after run() set the environment verl reads at import. verl
+    # first, as in every Ray process: its __init__ loads the plugin (VERL_USE_EXTERNAL_MODULES),
+    # which imports the actor's modules (first imported from one of them, it would find it half made)
+    import verl  # noqa: F401
+
     from soft_spatial.actor.loss import check_actor_config
 
     check_actor_config(cfg.actor_rollout_ref.actor)
