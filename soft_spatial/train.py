@@ -98,10 +98,12 @@ def _files(value) -> list:
     return [value] if isinstance(value, str) else list(value or [])
 
 
-def preflight(cfg) -> Path:
+def preflight(cfg, actor: bool = True) -> Path:
     """Check the configuration before Ray starts; returns the model directory (written back to
     the config without a trailing "/"). Every error names the setting. The actor's settings are
-    checked last: that check imports verl (seconds), which a refusal of anything else skips."""
+    checked last (`check_actor`; with ``actor=False`` left to the caller: `run` checks them once
+    a finished run has been told apart): that check imports verl (seconds), which a refusal of
+    anything else skips."""
     from soft_spatial.integration.consistency import check_rollout_correction
 
     rollout = cfg.actor_rollout_ref.rollout
@@ -141,16 +143,22 @@ def preflight(cfg) -> Path:
     if task_types:  # counted here, written into the run directory once the run is accepted
         for files, split, least in _subsets(cfg):
             count_subset(cfg.data[files], task_types, split, least)
-    # warned here, where the user sees it (the worker checks verl's built actor config again); the
-    # actor's module imports verl: after run() set the environment verl reads at import. verl
-    # first, as in every Ray process: its __init__ loads the plugin (VERL_USE_EXTERNAL_MODULES),
+    if actor:
+        check_actor(cfg)
+    return model
+
+
+def check_actor(cfg) -> None:
+    """Warn about actor settings that depart from the method (``actor.loss.check_actor_config``),
+    here, where the user sees it (the worker checks verl's built actor config again). The actor's
+    module imports verl: after `run` set the environment verl reads at import."""
+    # verl first, as in every Ray process: its __init__ loads the plugin (VERL_USE_EXTERNAL_MODULES),
     # which imports the actor's modules (first imported from one of them, it would find it half made)
     import verl  # noqa: F401
 
     from soft_spatial.actor.loss import check_actor_config
 
     check_actor_config(cfg.actor_rollout_ref.actor)
-    return model
 
 
 def check_budget(steps) -> None:
@@ -345,10 +353,11 @@ def run(cfg, record: dict[str, str] | None = None) -> None:
     changes nothing."""
     env = plugin_env(str(cfg.trainer.get("device", "cuda")))
     os.environ.update(env)  # before verl's first import: it reads the plugin and the platform
-    preflight(cfg)
+    preflight(cfg, actor=False)
     run_dir = Path(str(cfg.trainer.default_local_dir)).resolve()
     if check_resume(cfg, run_dir) is None:  # a finished run is a no-op: before the lock creates anything
-        return
+        return  # (and before verl's import: it says so in seconds)
+    check_actor(cfg)
     if not joins_cluster(cfg):  # a local Ray's directory that is not this user's alone: refused here
         ray_session.private_dir(ray_session.runs_root())
     with DirLock(run_dir, "training run directory"):

@@ -3,8 +3,9 @@
 record under ``<run>/hydra/<time>/``. Each command is the real ``soft_spatial.train`` CLI (Hydra
 included) in a child process; the accepted one has verl's trainer and Ray replaced by a print. The
 refusals of later checks (task-type subsets: issue 44) call the same ``run`` in this process, with
-Ray replaced by a failure (no new interpreter per case). A refusal by the soft settings comes before
-torch and verl are imported (the command answers in about 2 s of CPU, not 7)."""
+Ray replaced by a failure (no new interpreter per case). A refusal by the soft settings and a
+finished run's note come before torch and verl are imported (the command answers in about 2 s of
+CPU, not 7-9)."""
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # the real entry point; STUB_VERL=1: the run stops where Ray and verl's trainer would start
 CHILD = """
 import atexit, os, sys
-# what the command imported, said last (a refusal by the checks before the actor's: neither)
+# what the command imported, said last (refused before the actor's check, or finished: neither)
 atexit.register(lambda: print("heavy imports:", [m for m in ("torch", "verl") if m in sys.modules], file=sys.stderr))
 import soft_spatial.train as t
 if os.environ.get("STUB_VERL"):
@@ -76,6 +77,7 @@ def test_a_finished_run_re_run_changes_no_byte(tiny_qwen3_vl_small, parquet, tmp
     assert res.returncode == 0, res.stderr[-3000:]
     assert "finished: the latest checkpoint is step 3" in res.stdout
     assert "verl would train here" not in res.stdout
+    assert res.stderr.strip().splitlines()[-1] == "heavy imports: []", res.stderr[-3000:]  # told in seconds
     assert _tree(run_dir) == before  # not even a lock file or a hydra/ directory
     assert _tree(cwd) == {}
 
