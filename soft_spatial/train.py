@@ -1,8 +1,9 @@
 """``python -m soft_spatial.train``: soft GRPO with AdaptSoft through verl's trainer.
 
-Composes verl's config tree (``pkg://verl.trainer.config``) with ``configs/train.yaml``; see that
-file for the presets (``experiment=``, ``model=``, ``rollout=``, ``cluster=``). The plugin
-(:mod:`soft_spatial.plugin`) is loaded in every Ray process through ``VERL_USE_EXTERNAL_MODULES``.
+Composes verl's config tree (``verl/trainer/config``, found by `verl_config_dir` without importing
+verl) with ``configs/train.yaml``; see that file for the presets (``experiment=``, ``model=``,
+``rollout=``, ``cluster=``). The plugin (:mod:`soft_spatial.plugin`) is loaded in every Ray
+process through ``VERL_USE_EXTERNAL_MODULES``.
 
 Before Ray starts, `preflight` checks what would otherwise fail late inside a worker: the soft
 settings, the sampling temperatures, the actor's loss settings (a warning where they depart from
@@ -23,6 +24,7 @@ of ``data.train_files``/``data.val_files`` of those task types (or sub-types) ar
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -78,14 +80,30 @@ def cpu_workers(cores_per_worker: int, cap: int = 8) -> int:
 OmegaConf.register_new_resolver("cpu_workers", cpu_workers, replace=True)
 
 
+def verl_config_dir() -> str:
+    """verl's config tree (``verl/trainer/config``: ``${verl_config_dir:}`` in configs/train.yaml's
+    Hydra search path), located without importing verl: ``pkg://verl.trainer.config`` imports the
+    package, and verl's ``__init__`` imports torch and transformers (5 s of CPU), so a command
+    refused for a bad argument waited for them (the checks of `preflight` import verl last)."""
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("verl is not installed: training composes verl's config tree")
+    return str(Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config")
+
+
+OmegaConf.register_new_resolver("verl_config_dir", verl_config_dir, replace=True)
+
+
 def _files(value) -> list:
     return [value] if isinstance(value, str) else list(value or [])
 
 
-def preflight(cfg) -> Path:
+def preflight(cfg, actor: bool = True) -> Path:
     """Check the configuration before Ray starts; returns the model directory (written back to
     the config without a trailing "/"). Every error names the setting. The actor's settings are
-    checked last: that check imports verl (seconds), which a refusal of anything else skips."""
+    checked last (`check_actor`; with ``actor=False`` left to the caller: `run` checks them once
+    a finished run has been told apart): that check imports verl (seconds), which a refusal of
+    anything else skips."""
     from soft_spatial.integration.consistency import check_rollout_correction
 
     rollout = cfg.actor_rollout_ref.rollout
@@ -125,12 +143,22 @@ def preflight(cfg) -> Path:
     if task_types:  # counted here, written into the run directory once the run is accepted
         for files, split, least in _subsets(cfg):
             count_subset(cfg.data[files], task_types, split, least)
-    # warned here, where the user sees it (the worker checks verl's built actor config again); the
-    # actor's module imports verl: after run() set the environment verl reads at import
+    if actor:
+        check_actor(cfg)
+    return model
+
+
+def check_actor(cfg) -> None:
+    """Warn about actor settings that depart from the method (``actor.loss.check_actor_config``),
+    here, where the user sees it (the worker checks verl's built actor config again). The actor's
+    module imports verl: after `run` set the environment verl reads at import."""
+    # verl first, as in every Ray process: its __init__ loads the plugin (VERL_USE_EXTERNAL_MODULES),
+    # which imports the actor's modules (first imported from one of them, it would find it half made)
+    import verl  # noqa: F401
+
     from soft_spatial.actor.loss import check_actor_config
 
     check_actor_config(cfg.actor_rollout_ref.actor)
-    return model
 
 
 def check_budget(steps) -> None:
@@ -325,10 +353,11 @@ def run(cfg, record: dict[str, str] | None = None) -> None:
     changes nothing."""
     env = plugin_env(str(cfg.trainer.get("device", "cuda")))
     os.environ.update(env)  # before verl's first import: it reads the plugin and the platform
-    preflight(cfg)
+    preflight(cfg, actor=False)
     run_dir = Path(str(cfg.trainer.default_local_dir)).resolve()
     if check_resume(cfg, run_dir) is None:  # a finished run is a no-op: before the lock creates anything
-        return
+        return  # (and before verl's import: it says so in seconds)
+    check_actor(cfg)
     if not joins_cluster(cfg):  # a local Ray's directory that is not this user's alone: refused here
         ray_session.private_dir(ray_session.runs_root())
     with DirLock(run_dir, "training run directory"):

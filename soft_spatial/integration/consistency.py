@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-
-import torch
+from typing import TYPE_CHECKING
 
 from soft_spatial.softthink import ReplayCheckConfig
+
+if TYPE_CHECKING:  # tensors only in replay_metrics: training's preflight imports this module before torch
+    import torch
 
 __all__ = ["replay_metrics", "REPLAY_METRICS", "check_replay", "replay_dtype",
            "check_rollout_correction", "ReplayMismatch", "EXCEEDED"]

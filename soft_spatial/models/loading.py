@@ -1,14 +1,23 @@
-"""Load a local model directory: Qwen3-VL / Qwen2.5-VL (with processor) or a text-only causal LM."""
+"""Load a local model directory: Qwen3-VL / Qwen2.5-VL (with processor) or a text-only causal LM.
+The directory checks (`resolve_model_dir`, `check_top_k`) import neither torch nor transformers:
+a command refuses a bad ``model.path`` or ``top_k`` before those imports."""
 
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-from soft_spatial.models.tiny import build_tiny_model
+
+def build_tiny_model(path, **kwargs):
+    """`soft_spatial.models.tiny.build_tiny_model`, imported when a model is built (it imports torch)."""
+    from soft_spatial.models.tiny import build_tiny_model as build
+
+    return build(path, **kwargs)
 
 
 def is_vision_language(config) -> bool:
@@ -39,16 +48,19 @@ def load_processing(path: str | os.PathLike):
 
 
 def load_model(
-    path: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32, **kwargs
+    path: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype | None = None, **kwargs
 ):
     """Load `(model, processor_or_None, tokenizer)` from a local model directory, in eval mode.
 
     Vision-language models (Qwen3-VL, Qwen2.5-VL, ...) load with `AutoModelForImageTextToText` and
     `AutoProcessor`, the tokenizer being the processor's; text-only models load with
     `AutoModelForCausalLM` and `AutoTokenizer`, with processor None. Attention is "sdpa". Extra
-    `kwargs` go to the model's `from_pretrained`.
+    `kwargs` go to the model's `from_pretrained`. ``dtype`` defaults to float32.
     """
+    import torch
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    dtype = torch.float32 if dtype is None else dtype
 
     config, processor, tokenizer = load_processing(path)
     kwargs.setdefault("attn_implementation", "sdpa")

@@ -13,37 +13,44 @@ Each equation lives in exactly one place:
   trace.py      §3        the per-step rollout record and its collation
   logits.py               the output head's logits in fp32 when the run asks (DensityConfig)
   config.py               typed settings with the paper's defaults
+
+The names below are imported on first use (PEP 562): ``softthink.settings`` (the typed settings
+a command checks first) and ``softthink.config`` import no torch, so a command refusing its
+settings answers without torch's import.
 """
-from soft_spatial.softthink.alignment import (AlignmentScaler, SparseGrad, alignment_loss, alignment_scores,
-                        all_gather_rows, center_per_rollout, controller_surrogate,
-                        select_reference, world_size)
-from soft_spatial.softthink.config import (AdaptSoftConfig, AlignmentConfig, DensityConfig, KLConfig,
-                                           ReplayCheckConfig, SamplingConfig,
-                     SoftThinkingConfig, check_field_types, from_mapping)
-from soft_spatial.softthink.controller import AdaptSoft, ControllerState
-from soft_spatial.softthink.density import (StepLikelihood, candidate_logp, gumbel_log_density,
-                      log_density_gap, soft_step_log_density, step_likelihood,
-                      step_log_likelihood, token_log_prob)
-from soft_spatial.softthink.kl import candidate_kl, gumbel_density_kl
-from soft_spatial.softthink.mixture import (candidates, gumbel_from_uniform, mixture_weights,
-                      normalized_entropy, perturb, record_input_embeddings,
-                      record_weights, soft_embedding, soft_step, sort_by_score,
-                      spine)
-from soft_spatial.softthink.noise import NoiseKey, noise_uniforms, seed_tensor
-from soft_spatial.softthink.trace import (SoftTrace, StepRecord, TraceRecorder, collate_traces,
-                                         uncollate_traces)
+from importlib import import_module
+
+#: the module that defines each of the package's names
+_MODULES = {
+    "alignment": "AlignmentScaler SparseGrad alignment_loss alignment_scores all_gather_rows center_per_rollout "
+                 "controller_surrogate select_reference world_size",
+    "config": "AdaptSoftConfig AlignmentConfig DensityConfig KLConfig ReplayCheckConfig SamplingConfig "
+              "SoftThinkingConfig check_field_types from_mapping",
+    "controller": "AdaptSoft ControllerState",
+    "density": "StepLikelihood candidate_logp gumbel_log_density log_density_gap soft_step_log_density "
+               "step_likelihood step_log_likelihood token_log_prob",
+    "kl": "candidate_kl gumbel_density_kl",
+    "mixture": "candidates gumbel_from_uniform mixture_weights normalized_entropy perturb "
+               "record_input_embeddings record_weights soft_embedding soft_step sort_by_score spine",
+    "noise": "NoiseKey noise_uniforms seed_tensor",
+    "trace": "SoftTrace StepRecord TraceRecorder collate_traces uncollate_traces",
+}
+_NAMES = {name: module for module, names in _MODULES.items() for name in names.split()}
 
 __all__ = [
     "AdaptSoft", "AdaptSoftConfig", "ControllerState", "AlignmentConfig", "AlignmentScaler", "DensityConfig",
     "SamplingConfig", "SoftThinkingConfig", "SoftTrace", "SparseGrad", "StepRecord", "TraceRecorder",
-    "alignment_loss", "alignment_scores", "all_gather_rows", "candidate_logp", "candidates",
-    "center_per_rollout", "check_field_types", "collate_traces", "controller_surrogate",
-    "from_mapping",
-    "gumbel_log_density", "mixture_weights", "normalized_entropy", "perturb",
-    "select_reference", "soft_embedding", "soft_step", "soft_step_log_density", "sort_by_score",
-    "spine", "uncollate_traces", "gumbel_from_uniform", "record_input_embeddings",
-    "record_weights", "noise_uniforms", "seed_tensor", "NoiseKey",
-    "step_log_likelihood", "step_likelihood", "StepLikelihood", "token_log_prob",
-    "KLConfig", "ReplayCheckConfig", "candidate_kl", "gumbel_density_kl", "world_size",
-    "log_density_gap",
+    "alignment_loss", "alignment_scores", "all_gather_rows", "candidate_logp", "candidates", "center_per_rollout",
+    "check_field_types", "collate_traces", "controller_surrogate", "from_mapping", "gumbel_log_density",
+    "mixture_weights", "normalized_entropy", "perturb", "select_reference", "soft_embedding", "soft_step",
+    "soft_step_log_density", "sort_by_score", "spine", "uncollate_traces", "gumbel_from_uniform",
+    "record_input_embeddings", "record_weights", "noise_uniforms", "seed_tensor", "NoiseKey", "step_log_likelihood",
+    "step_likelihood", "StepLikelihood", "token_log_prob", "KLConfig", "ReplayCheckConfig", "candidate_kl",
+    "gumbel_density_kl", "world_size", "log_density_gap",
 ]
+
+
+def __getattr__(name):
+    if name in _NAMES:
+        return getattr(import_module(f"{__name__}.{_NAMES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,7 +3,9 @@
 record under ``<run>/hydra/<time>/``. Each command is the real ``soft_spatial.train`` CLI (Hydra
 included) in a child process; the accepted one has verl's trainer and Ray replaced by a print. The
 refusals of later checks (task-type subsets: issue 44) call the same ``run`` in this process, with
-Ray replaced by a failure (no new interpreter per case)."""
+Ray replaced by a failure (no new interpreter per case). A refusal by the soft settings and a
+finished run's note come before torch and verl are imported (the command answers in about 2 s of
+CPU, not 7-9)."""
 import os
 import subprocess
 import sys
@@ -16,7 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # the real entry point; STUB_VERL=1: the run stops where Ray and verl's trainer would start
 CHILD = """
-import os, sys
+import atexit, os, sys
+# what the command imported, said last (refused before the actor's check, or finished: neither)
+atexit.register(lambda: print("heavy imports:", [m for m in ("torch", "verl") if m in sys.modules], file=sys.stderr))
 import soft_spatial.train as t
 if os.environ.get("STUB_VERL"):
     t.runtime_env = lambda cfg, env: None
@@ -56,6 +60,8 @@ def test_a_refused_training_command_creates_no_run_directory(tiny_qwen3_vl_small
     run_dir, cwd = tmp_path / "runs" / "new", tmp_path / "cwd"
     res = _train(cwd, tiny_qwen3_vl_small, parquet, run_dir, "soft_thinking.top_k=0")
     assert res.returncode != 0 and "top_k" in res.stderr, res.stderr[-3000:]
+    # refused before torch and verl were imported (seconds, not their import's)
+    assert res.stderr.strip().splitlines()[-1] == "heavy imports: []", res.stderr[-3000:]
     assert not (tmp_path / "runs").exists()  # neither the run directory nor Hydra's record
     assert _tree(cwd) == {}  # nor Hydra's outputs/ or a log where the command ran
 
@@ -71,6 +77,7 @@ def test_a_finished_run_re_run_changes_no_byte(tiny_qwen3_vl_small, parquet, tmp
     assert res.returncode == 0, res.stderr[-3000:]
     assert "finished: the latest checkpoint is step 3" in res.stdout
     assert "verl would train here" not in res.stdout
+    assert res.stderr.strip().splitlines()[-1] == "heavy imports: []", res.stderr[-3000:]  # told in seconds
     assert _tree(run_dir) == before  # not even a lock file or a hydra/ directory
     assert _tree(cwd) == {}
 
