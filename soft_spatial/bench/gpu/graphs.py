@@ -25,9 +25,11 @@ of a kind on a machine runs slower (Triton's JIT, cold caches: 52 s to start aga
 model) starts and stops a **warm-up engine** first (a marker in the scratch directory remembers
 it for later calls on the same machine). Each job reports how many decode batches replayed a CUDA
 graph and how many ran eagerly, counted in SGLang's scheduler processes. A dry run does the same
-with the tiny model on the CPU (2 prompts, 8 steps, once; SGLang captures no graphs there), and
-starts one warm-up engine for the whole plan: a CPU engine has no JIT and its kinds share every
-cache, so a warm-up per kind would only repeat the same start-up.
+with the tiny model on the CPU (2 prompts, 8 steps, once; SGLang captures no graphs there) and
+starts no warm-up engine: a CPU engine has no JIT and every kind shares its caches, so a warm-up
+engine would only repeat the measured engine's start-up, through the same calls
+(:func:`engine`, then a generate); which jobs start one on a device is unit-tested
+(tests/bench/gpu/test_graphs.py).
 """
 from __future__ import annotations
 
@@ -200,18 +202,17 @@ def engine(ctx: KitContext, spec: EngineSpec, graph_log=None, phase_log=None):
 
 
 def _warm_marker(ctx: KitContext, spec: EngineSpec):
-    """What one warm-up engine warms: a kind (kernels, attention, model) on a device; on a dry
-    run the CPU, once for every kind (module docstring)."""
-    kind = "dry-run" if ctx.dry_run else f"{spec.kernels}-{spec.attention}-{spec.model}"
-    return ctx.work / "warm" / kind
+    """What one warm-up engine warms: a kind (kernels, attention, model) on a device."""
+    return ctx.work / "warm" / f"{spec.kernels}-{spec.attention}-{spec.model}"
 
 
 def warm_up(ctx: KitContext, spec: EngineSpec) -> float | None:
     """Start, use and stop one engine of ``spec``'s kind unless one ran on this machine (its
     marker): Triton's JIT and the caches are then warm for the measured engine. Returns its
-    seconds, or None when the kind was warm."""
+    seconds, or None when the kind was warm, and on a dry run, where every kind is (module
+    docstring)."""
     marker = _warm_marker(ctx, spec)
-    if marker.exists():
+    if ctx.dry_run or marker.exists():
         return None
     t0 = time.perf_counter()
     from transformers import AutoTokenizer
