@@ -3,7 +3,6 @@ reference-set generator's state travels in ``adaptsoft.pt``, on every DP rank, a
 written before it did still loads (today's reseeding, with a warning)."""
 import copy
 import logging
-import os
 import sys
 from functools import partial
 
@@ -87,49 +86,10 @@ def test_a_checkpoint_without_the_generator_state_still_loads_with_a_warning(tmp
 
 
 # -- two DP ranks: only rank 0 writes adaptsoft.pt, yet every rank resumes its own stream -------
-def _rank_main(rank, world, init_file, out_dir):
-    import torch.distributed as dist
-
-    import actor_helpers as H2
-    from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
-    from soft_spatial.integration.platform import init_process_group, use_cpu_platform
-    from soft_spatial.softthink import select_reference
-
-    torch.set_num_threads(1)
-    use_cpu_platform()
-    init_process_group(rank, world, "file://" + init_file)
-    path = os.path.join(out_dir, "adaptsoft.pt")
-
-    def run(trainer, steps):
-        picks = []
-        for _ in range(steps):
-            for _ in range(3):  # three micro-batches, each draws a reference set (alignment_step)
-                picks.append(select_reference(16, 0.25, trainer.generator))
-            for p in trainer.controller.parameters():
-                p.grad = torch.ones_like(p)
-            trainer.step()
-        return picks
-
-    whole = AdaptSoftTrainer(H2.trained_controller(64, seed=2), seed=SEED)
-    want = run(whole, 4)
-    first = AdaptSoftTrainer(H2.trained_controller(64, seed=2), seed=SEED)
-    got = run(first, 2)
-    if rank == 0:  # as SoftFSDPEngine.save_checkpoint does
-        first.save(path)
-    dist.barrier()
-    resumed = AdaptSoftTrainer(H2.trained_controller(64, seed=2), seed=SEED)
-    resumed.load(path)
-    got += run(resumed, 2)
-    torch.save({"want": want, "got": got}, os.path.join(out_dir, f"rank{rank}.pt"))
-    dist.barrier()
-    dist.destroy_process_group()
-
-
-def test_every_rank_resumes_its_own_reference_stream(tmp_path):
-    import torch.multiprocessing as mp
-
-    mp.spawn(_rank_main, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
-    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1))
+def test_every_rank_resumes_its_own_reference_stream(two_rank_run):
+    """Each rank (tests/support/actor_two_ranks.py, _resume_body) draws 4 steps uninterrupted, and
+    2 steps, rank 0's checkpoint, 2 more: the same reference sets, and not those of the other rank."""
+    r0, r1 = (torch.load(two_rank_run / "resume" / f"rank{r}.pt", weights_only=True) for r in (0, 1))
     assert any(not torch.equal(a, b) for a, b in zip(r0["want"], r1["want"]))  # ranks draw their own
     for r in (r0, r1):
         assert len(r["got"]) == len(r["want"])

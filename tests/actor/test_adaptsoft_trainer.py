@@ -2,7 +2,6 @@
 gradient separation (θ only from GRPO, φ only from alignment), a 2-rank FSDP2/gloo update, and
 the checkpoint round trip."""
 import copy
-import os
 from functools import partial
 
 import pytest
@@ -282,48 +281,10 @@ def test_a_truncated_controller_checkpoint_is_named(tmp_path, keep):
 
 
 # -- 3. 2-rank FSDP2/gloo actor update with soft replay --------------------------------------
-def _rank_main(rank, world, init_file, model_dir, out_dir):
-    import torch.distributed as dist
-
-    import actor_helpers as H2
-    from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
-    from soft_spatial.actor.loss import soft_ppo_loss
-    from soft_spatial.integration.platform import init_process_group, use_cpu_platform
-
-    torch.set_num_threads(1)
-    use_cpu_platform()
-    init_process_group(rank, world, "file://" + init_file)
-    ctrl = H2.trained_controller(64)
-    _, prompts, outs, _ = H2.rollouts(model_dir, mode="adaptsoft", controller=ctrl)
-    mine = slice(rank * 2, rank * 2 + 2)  # the DP split of 4 sequences
-    train_engine = H2.make_train_engine(model_dir)
-    trainer = AdaptSoftTrainer(copy.deepcopy(ctrl), seed=7)
-    train_engine.configure_soft(adaptsoft=trainer)
-    td = H2.train_batch_td(train_engine, prompts[mine], outs[mine], micro_batch_size=1, seed=rank)
-    from verl.utils import tensordict_utils as tu
-
-    tu.assign_non_tensor(td, global_batch_size=4)
-    before = [p.detach().clone() for p in trainer.controller.parameters()]
-    with train_engine.train_mode():
-        out = train_engine.train_batch(td, partial(soft_ppo_loss, config=H2.actor_config()))
-    after = torch.cat([p.detach().reshape(-1) for p in trainer.controller.parameters()])
-    gathered = [torch.zeros_like(after) for _ in range(world)]
-    dist.all_gather(gathered, after)
-    changed = any(not torch.equal(a, b) for a, b in zip(before, trainer.controller.parameters()))
-    torch.save({"gathered": gathered, "changed": changed, "grad_norm": out["metrics"]["grad_norm"],
-                "metrics": {k: v for k, v in out["metrics"].items() if k.startswith("adaptsoft/")}},
-               os.path.join(out_dir, f"rank{rank}.pt"))
-    dist.barrier()
-    dist.destroy_process_group()
-
-
-def test_two_rank_fsdp2_update_keeps_controllers_equal(tiny_qwen3_text_small, tmp_path):
-    import torch.multiprocessing as mp
-
-    init_file = str(tmp_path / "init")
-    mp.spawn(_rank_main, args=(2, init_file, str(tiny_qwen3_text_small), str(tmp_path)),
-             nprocs=2, join=True)
-    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
+def test_two_rank_fsdp2_update_keeps_controllers_equal(two_rank_run):
+    """Each rank (tests/support/actor_two_ranks.py, _fsdp_body) rolls out, takes its half of 4
+    sequences and runs one FSDP2 train_batch with AdaptSoft: the controllers stay equal."""
+    r0, r1 = (torch.load(two_rank_run / "fsdp" / f"rank{r}.pt", weights_only=False) for r in (0, 1))
     torch.testing.assert_close(r0["gathered"][0], r0["gathered"][1], rtol=0, atol=0)
     assert r0["changed"] and r1["changed"]
     assert r0["grad_norm"] == pytest.approx(r1["grad_norm"])

@@ -42,7 +42,7 @@ from pathlib import Path
 from soft_spatial.bench.gpu import jobs as plan_jobs
 from soft_spatial.bench.gpu.measure import versions
 from soft_spatial.bench.gpu.report import table
-from soft_spatial.bench.gpu.runner import OutNotEmpty, child_main, latest, run_plan
+from soft_spatial.bench.gpu.runner import OutNotEmpty, check_out, child_main, latest, run_plan
 from soft_spatial.infra.dirlock import NotADirectoryOutput
 from soft_spatial.infra.signals import command
 
@@ -273,8 +273,10 @@ def _plan(ap, a) -> int:
         if not torch.cuda.is_available():
             ap.error("no CUDA device: run on a GPU machine, or pass --dry-run")
     jobs = select(ap, a)
-    head = header(a.dry_run, a.deadline, [j.key for j in jobs])
     try:
+        # a refused --out or --work is said before the header's versions (importing verl: seconds)
+        check_out(Path(a.out), Path(a.work) if a.work else None)
+        head = header(a.dry_run, a.deadline, [j.key for j in jobs])
         if a.work:
             return run_plan(Path(a.out), Path(a.work), a.deadline, a.dry_run, jobs, render, head)
         with tempfile.TemporaryDirectory(prefix="gpukit-headline-") as tmp:

@@ -12,12 +12,14 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 from barrier import wait_for
 
 from soft_spatial.infra import tether
+from soft_spatial.infra.jsonl import read_jsonl
 from soft_spatial.infra.procs import alive
 from soft_spatial.bench.gpu import headline, runner
 from soft_spatial.bench.gpu.jobs import Job
@@ -64,10 +66,30 @@ def test_the_exit_status_counts_the_headline_jobs_or_every_extra_asked_alone():
     assert runner.counted(extra) == ["X/grpo-resume", "A/embedded"]
 
 
-def test_a_deadline_reached_mid_plan_keeps_every_finished_number(tmp_path):
+class _DeadlineOnceStarted:
+    """The clock the runner's parent reads: the real time until ``job`` (part/name) is recorded started in
+    ``out``'s results, then ``jump`` seconds later (so the plan's deadline is reached while that
+    job runs, at an observable point rather than after a wait)."""
+
+    sleep = staticmethod(time.sleep)
+
+    def __init__(self, out: Path, job: str, jump: float):
+        self.out, self.job, self.jump, self.jumped = out, job, jump, False
+
+    def time(self) -> float:
+        if not self.jumped and (self.out / "results.jsonl").exists():
+            recs = read_jsonl(self.out / "results.jsonl", drop_torn_tail=True)
+            self.jumped = runner.latest(recs).get(self.job, {}).get("status") == "started"
+        return time.time() + self.jump * self.jumped
+
+
+def test_a_deadline_reached_mid_plan_keeps_every_finished_number(tmp_path, monkeypatch):
     jobs = _jobs(("first", "ok", None), ("hangs", "hang", None), ("never", "ok", None))
     out = tmp_path / "out"
-    assert _run(out, tmp_path / "work", 20, jobs) == 1
+    clock = _DeadlineOnceStarted(out, "T/hangs", 3600)
+    monkeypatch.setattr(runner, "time", clock)
+    assert _run(out, tmp_path / "work", 600, jobs) == 1
+    assert clock.jumped
     latest = _latest(out)
     assert latest["first"]["status"] == "ok" and latest["first"]["values"]["number"] == 0
     assert latest["hangs"]["status"] == "timeout"

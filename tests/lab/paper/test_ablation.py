@@ -154,7 +154,7 @@ def test_a_row_trained_under_other_settings_is_refused_before_anything_runs(
 
 
 @pytest.mark.slow
-def test_one_row_end_to_end_on_the_tiny_model(tiny_qwen3_vl_small, tmp_path):
+def test_one_row_end_to_end_on_the_tiny_model(tiny_qwen3_vl_small, tmp_path, monkeypatch, capsys):
     """Train a row on a task-type subset (1 step, verl on the CPU), merge, evaluate on that subset,
     write the table; a second invocation skips training and merging. (The train fixture has one
     Perspective_Taking question, so the subset adds Dynamic_Reasoning to fill a batch of two.) The
@@ -196,5 +196,12 @@ def test_one_row_end_to_end_on_the_tiny_model(tiny_qwen3_vl_small, tmp_path):
     table = (out / "table4.md").read_text()
     assert "| Method | Avg. | Egocentric | Manipulation |" in table
     assert f"| fixed tau | {summary['benchmarks']['omnispatial']['overall']:.2f} (50.00) |" in table
-    again = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
-    assert again.returncode == 0 and "training (" not in again.stdout and "merging" not in again.stdout
+    # the second invocation: the command's main in this process (the first ran the command itself)
+    assert args[1:3] == ["-m", "soft_spatial.ablation"]
+    for var in ("HF_HUB_OFFLINE", "RAY_USAGE_STATS_ENABLED"):
+        monkeypatch.setenv(var, env[var])
+    monkeypatch.chdir(ROOT)
+    capsys.readouterr()
+    assert main(args[3:]) == out / "table4.md"  # no SystemExit: exit 0
+    again = capsys.readouterr().out
+    assert "training (" not in again and "merging" not in again
