@@ -34,9 +34,8 @@ for arg in "$@"; do
   fi
 done
 # A whole run moves a few long files of the main set behind the SGLang tests, in the same .venv
-# without the overlay, so that both processes take about as long (2026-11-28, idle 2-core machine:
-# main 888 s, SGLang 463 s + these files 381 s, 892 s wall; another run 808 s and 463 + 356 s,
-# 828 s wall): the wall time is the longer process's.
+# without the overlay, so that both processes take about as long (2026-12-07, idle 2-core machine:
+# main 927 s, SGLang 482 s + these files 436 s, 932 s wall): the wall time is the longer process's.
 balance=() main_only=()
 if (( ${#main_paths[@]} + ${#sglang_paths[@]} == 0 )); then
   main_paths=(tests) sglang_paths=(tests/sglang_real)
