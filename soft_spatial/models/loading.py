@@ -13,13 +13,6 @@ if TYPE_CHECKING:
     import torch
 
 
-def build_tiny_model(path, **kwargs):
-    """`soft_spatial.models.tiny.build_tiny_model`, imported when a model is built (it imports torch)."""
-    from soft_spatial.models.tiny import build_tiny_model as build
-
-    return build(path, **kwargs)
-
-
 def is_vision_language(config) -> bool:
     """Whether `config` describes an image-text-to-text model (it has a vision tower config)."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
@@ -83,7 +76,9 @@ def resolve_model_dir(path: str | os.PathLike, *, build_tiny: bool = False, tiny
                 f"(or python -m soft_spatial.models.tiny --out {path})")
 
         print(f"building a tiny random {tiny_family} model at {path} (model.build_tiny=true)")
-        build_tiny_model(path, family=tiny_family, vocab="qwen")
+        from soft_spatial.models import tiny  # torch: imported only when a model is built
+
+        tiny.build_tiny_model(path, family=tiny_family, vocab="qwen")
     if not path.is_dir() or not (path / "config.json").is_file():
         raise ValueError(f"{setting}={str(path)!r} is not a model directory (no config.json)")
     return path

@@ -37,17 +37,7 @@ _MODULES = {
 }
 _NAMES = {name: module for module, names in _MODULES.items() for name in names.split()}
 
-__all__ = [
-    "AdaptSoft", "AdaptSoftConfig", "ControllerState", "AlignmentConfig", "AlignmentScaler", "DensityConfig",
-    "SamplingConfig", "SoftThinkingConfig", "SoftTrace", "SparseGrad", "StepRecord", "TraceRecorder",
-    "alignment_loss", "alignment_scores", "all_gather_rows", "candidate_logp", "candidates", "center_per_rollout",
-    "check_field_types", "collate_traces", "controller_surrogate", "from_mapping", "gumbel_log_density",
-    "mixture_weights", "normalized_entropy", "perturb", "select_reference", "soft_embedding", "soft_step",
-    "soft_step_log_density", "sort_by_score", "spine", "uncollate_traces", "gumbel_from_uniform",
-    "record_input_embeddings", "record_weights", "noise_uniforms", "seed_tensor", "NoiseKey", "step_log_likelihood",
-    "step_likelihood", "StepLikelihood", "token_log_prob", "KLConfig", "ReplayCheckConfig", "candidate_kl",
-    "gumbel_density_kl", "world_size", "log_density_gap",
-]
+__all__ = sorted(_NAMES)
 
 
 def __getattr__(name):

@@ -28,7 +28,7 @@ def test_load_model(tiny_qwen3_vl_small, tiny_qwen3_text_small, tmp_path):
 
 def test_a_model_path_is_a_model_directory_or_an_error_naming_the_setting(tiny_qwen3_vl_small, tmp_path,
                                                                           monkeypatch):
-    import soft_spatial.models.loading as loading
+    import soft_spatial.models.tiny as tiny
 
     assert resolve_model_dir(tiny_qwen3_vl_small) == tiny_qwen3_vl_small
     with pytest.raises(FileNotFoundError, match=r"actor\.path='.*mistyped' does not exist"):
@@ -38,7 +38,7 @@ def test_a_model_path_is_a_model_directory_or_an_error_naming_the_setting(tiny_q
     with pytest.raises(ValueError, match=r"model\.path='.*file' is not a model directory"):
         resolve_model_dir(tmp_path / "file")
     built = []
-    monkeypatch.setattr(loading, "build_tiny_model", lambda path, **kw: built.append((path, kw)))
+    monkeypatch.setattr(tiny, "build_tiny_model", lambda path, **kw: built.append((path, kw)))
     with pytest.raises(ValueError, match="is not a model directory"):  # built nothing: still refused
         resolve_model_dir(tmp_path / "asked", build_tiny=True, tiny_family="qwen2_5_vl")
     assert built == [(tmp_path / "asked", {"family": "qwen2_5_vl", "vocab": "qwen"})]
