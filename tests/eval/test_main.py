@@ -58,12 +58,12 @@ def test_controller_settings_conflicts_and_missing_paths_are_errors(fixture_set,
 
 def test_a_missing_model_path_is_an_error_unless_a_tiny_model_is_asked_for(fixture_set, tiny_qwen3_vl_small,
                                                                           tmp_path, monkeypatch):
-    import soft_spatial.models.loading as loading
+    import soft_spatial.models.tiny as tiny
     missing = tmp_path / "mistyped"
     with pytest.raises(FileNotFoundError, match=r"model.path='.*mistyped' does not exist.*build_tiny=true"):
         make_cfg(fixture_set, missing, tmp_path / "a")
     built = []
-    monkeypatch.setattr(loading, "build_tiny_model", lambda path, **kw: built.append(kw) or
+    monkeypatch.setattr(tiny, "build_tiny_model", lambda path, **kw: built.append(kw) or
                         shutil.copytree(tiny_qwen3_vl_small, path))
     cfg = make_cfg(fixture_set, missing, tmp_path / "a", **{"model.build_tiny": "true"})
     assert built == [{"family": "qwen3_vl", "vocab": "qwen"}] and cfg.model_path == str(missing)
