@@ -14,11 +14,18 @@ from soft_spatial.bench.gpu.report import LiveReport
 
 __all__ = ["KitContext", "ModelFacts", "env_vars", "free_memory", "wait_device_free",
            "shared_model", "MODEL_DIR", "CONTROLLER", "model_8b", "MODEL_8B_DIR", "measure_model",
-           "render_model"]
+           "render_model", "DRY_VOCAB"]
 
 MODEL_DIR = "model"          # under KitContext.work: the model F and D share
 MODEL_8B_DIR = "model-8b"    # Qwen3-VL-8B-Thinking's shape without weights (SGLang's dummy load)
 CONTROLLER = "adaptsoft.pt"  # beside it: a random AdaptSoft (τ varies by step)
+#: a dry run's vocabulary, both models (E's dry run has it too): the tiny models' 538-token BPE
+#: with the Qwen special tokens. Qwen's 151,669 tokens cost ~2 s of CPU per tokenizer load in
+#: transformers 5, three loads per engine (its tokenizer manager's processor, its scheduler's, its
+#: detokenizer's tokenizer), and 75 MB of embedding and head at the tiny width: 70 s of CPU in the
+#: plan's dry run (2026-12-07). No code path depends on the vocabulary's size; a GPU builds Qwen's
+#: (the published shapes' own).
+DRY_VOCAB = "small"
 
 
 @dataclass
@@ -83,9 +90,12 @@ def env_vars(values: dict[str, str]):
 
 
 def free_memory() -> None:
+    """After an engine or a model: the garbage that holds CUDA tensors collected, the cache given
+    back. Without CUDA (a dry run) there is nothing to give back, and a collection in the kit's
+    child, SGLang and transformers loaded, costs about 0.4 s of CPU."""
     import torch
-    gc.collect()
     if torch.cuda.is_available():
+        gc.collect()
         torch.cuda.empty_cache()
 
 
@@ -111,7 +121,8 @@ def shared_model(ctx: KitContext) -> tuple[Path, Path, ModelFacts]:
     all). On a GPU: Qwen3-VL-2B's published shape (:data:`~soft_spatial.models.shapes.QWEN3_VL_2B`)
     with the parity weights (:func:`~soft_spatial.models.shapes.parity_init`, untied), built
     and drawn on the device and saved in bf16 (every engine then reads the same bf16-exact
-    weights, fp32 and fp64 ones included); in a dry run the tiny Qwen3-VL on the CPU."""
+    weights, fp32 and fp64 ones included); in a dry run the tiny Qwen3-VL on the CPU with the
+    small vocabulary (:data:`DRY_VOCAB`)."""
     import torch
     from transformers import AutoConfig
 
@@ -126,7 +137,7 @@ def shared_model(ctx: KitContext) -> tuple[Path, Path, ModelFacts]:
     if built:
         if ctx.dry_run:
             shape = dict(init_std=DEFAULT_INIT_STD, head_init_std=DEFAULT_HEAD_INIT_STD)
-            build_tiny_model(model, family="qwen3_vl", vocab="qwen", **shape)
+            build_tiny_model(model, family="qwen3_vl", vocab=DRY_VOCAB, **shape)
         else:
             shape = dict(QWEN3_VL_2B, **parity_init(QWEN3_VL_2B["hidden_size"]),
                          tie_word_embeddings=False)
@@ -146,7 +157,7 @@ def model_8b(ctx: KitContext) -> tuple[Path, Path, ModelFacts]:
     (:data:`~soft_spatial.models.shapes.QWEN3_VL_8B`) without weights: the config, tokenizer and
     processor only; its engines load random weights themselves (SGLang's ``load_format=dummy``,
     the same weights for every engine), so nothing of 17.5 GB is drawn or written. In a dry run
-    the tiny shape, the same way."""
+    the tiny shape with the small vocabulary (:data:`DRY_VOCAB`), the same way."""
     from transformers import AutoConfig, GenerationConfig
 
     from soft_spatial.bench.workloads import random_controller
@@ -156,7 +167,7 @@ def model_8b(ctx: KitContext) -> tuple[Path, Path, ModelFacts]:
     model, ctrl = ctx.work / MODEL_8B_DIR, ctx.work / ("8b-" + CONTROLLER)
     t0 = time.perf_counter()
     if not (model / "config.json").is_file():
-        tok = build_tokenizer("qwen")
+        tok = build_tokenizer(DRY_VOCAB if ctx.dry_run else "qwen")
         config = tiny_config("qwen3_vl", tok, **({} if ctx.dry_run else QWEN3_VL_8B))
         config.architectures = ["Qwen3VLForConditionalGeneration"]  # what a checkpoint names
         tmp = model.with_name(model.name + ".tmp")

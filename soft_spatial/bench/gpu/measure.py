@@ -66,11 +66,24 @@ def random_model(config, device: str, dtype, seed: int = 0):
 
 
 def versions() -> str:
-    """``Python 3.12.3, torch …, transformers …, verl …, ray …, sglang …`` (– where missing)."""
+    """``Python 3.12.3, torch …, transformers …, verl …, ray …, sglang …`` (– where missing): the
+    installed distributions' versions, read without importing them (importing all five took 5 s
+    of CPU before a dry run's first job), but torch's from the module when it is imported (its
+    build, e.g. ``+cu130``, which a wheel's metadata may leave out; the header imports it on a
+    GPU), and a package's own ``__version__`` where its distribution is not found."""
+    import sys
+    from importlib import metadata
     out = [f"Python {platform.python_version()}"]
     for name in ("torch", "transformers", "verl", "ray", "sglang"):
         try:
-            out.append(f"{name} {__import__(name).__version__}")
+            if name in sys.modules:
+                version = sys.modules[name].__version__
+            else:
+                try:
+                    version = metadata.version(name)
+                except metadata.PackageNotFoundError:
+                    version = __import__(name).__version__
+            out.append(f"{name} {version}")
         except Exception:
             out.append(f"{name} –")
     return ", ".join(out)

@@ -42,9 +42,11 @@ FUSED_ATTENTION_WHY = (
 # CUDA graphs captured for these decode batch sizes: the 1, 8 and 64 rows the kit measures and
 # the batches on the way (a smaller batch pads to the next size); fewer sizes, a shorter start
 GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
-# SGLang's engine on this CPU, as tests/sglang_real runs it (docs/sglang.md)
+# SGLang's engine on this CPU, as tests/sglang_real runs it (docs/sglang.md); an idle scheduler
+# waits on its sockets (SGLang's default spins a core, which a dry run's own work needs), as
+# configs/cluster/cpu.yaml's does
 CPU_ARGS = dict(device="cpu", attention_backend="torch_native", grammar_backend="none",
-                max_total_tokens=8192)
+                max_total_tokens=8192, sleep_on_idle=True)
 
 
 def cuda_args(dtype: str, *, graphs: bool, plugin: bool, overlap: bool = False,
