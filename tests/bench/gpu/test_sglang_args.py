@@ -38,6 +38,7 @@ def test_gpu1_cluster_names_every_backend_as_verl_starts_sglang():
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    import soft_spatial.train  # noqa: F401 - its config's resolvers (verl_config_dir), as training has them
     from soft_spatial.engines.sglang.server_args import required_server_args
     with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
         cfg = compose(config_name="train", overrides=["cluster=gpu1", "rollout=sglang"])
