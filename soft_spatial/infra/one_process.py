@@ -32,6 +32,8 @@ __all__ = ["Run", "parse", "command_line", "main"]
 
 PROG = "python -m soft_spatial.infra.one_process"
 NEXT = "--next"
+#: a command's exit status after SIGINT, SIGTERM or SIGHUP (`infra.signals.command`)
+INTERRUPTED = (130, 143, 129)
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     with command(PROG, "the commands that finished are kept; the running one stopped as it stops"):
         for i, r in enumerate(runs):
             status = _with_output(r)
+            if status in INTERRUPTED:  # the command said so in its log (`infra.signals.command`)
+                print(f"{PROG}: python -m {r.module} interrupted (exit {status}; run {i + 1} of "
+                      f"{len(runs)}, the rest not run)", file=sys.stderr, flush=True)
+                return status
             if status:
                 tail = ("".join(r.log.read_text(errors="replace").splitlines(True)[-30:])
                         if r.log is not None and r.log.is_file() else "")

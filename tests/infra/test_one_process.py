@@ -14,6 +14,7 @@ import pytest
 from soft_spatial.infra.one_process import Run, command_line, parse
 
 PROG = [sys.executable, "-m", "soft_spatial.infra.one_process"]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_command_line_round_trips_and_a_malformed_one_is_named():
@@ -64,3 +65,56 @@ def test_each_runs_as_its_command_into_its_log_and_the_first_failure_ends_it(tmp
     refused = subprocess.run([*PROG, "json.tool"], capture_output=True, text=True, timeout=120)
     assert refused.returncode == 1 and refused.stderr.startswith(
         "python -m soft_spatial.infra.one_process: each run is")
+
+
+SLOW = '''import sys, time
+from pathlib import Path
+
+from soft_spatial.infra.signals import command
+
+def body():
+    Path(sys.argv[1]).write_text("started")
+    try:
+        time.sleep(120)
+    finally:
+        Path(sys.argv[1] + ".cleanup").write_text("done")
+
+if sys.argv[2] == "own":  # a command of the project: its own block
+    with command("slow"):
+        body()
+else:
+    body()
+'''
+
+
+@pytest.mark.parametrize("own", ["own", "bare"])
+def test_sigterm_ends_the_running_command_as_it_ends_alone_and_the_rest_do_not_run(tmp_path, own):
+    """SIGTERM (the learning runner's stop, through its tether) ends the running command, its
+    cleanup run: its own `command` block ends it (exit 143), or this command's ends a module without
+    one; the rest do not run; exit 143."""
+    import os
+    import signal
+    import time
+
+    (tmp_path / "slowmod.py").write_text(SLOW)
+    marks = [tmp_path / "first", tmp_path / "second"]
+    child = subprocess.Popen([*PROG, *command_line([Run("slowmod", (str(m), own)) for m in marks])],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                             env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)])))
+    try:
+        deadline = time.monotonic() + 60
+        while not marks[0].exists():
+            assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+            time.sleep(0.05)
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 143, err
+    assert (tmp_path / "first.cleanup").read_text() == "done" and not marks[1].exists()
+    assert "Traceback" not in err
+    if own == "own":
+        assert err == ("slow: interrupted by SIGTERM\npython -m soft_spatial.infra.one_process: "
+                       "python -m slowmod interrupted (exit 143; run 1 of 2, the rest not run)\n")
+    else:
+        assert err.startswith("python -m soft_spatial.infra.one_process: interrupted by SIGTERM")
