@@ -36,7 +36,10 @@ anything is written, so a refused command leaves no trace.
 Every stage's child process is tethered to this one (`infra.tether`): however this command ends
 (Ctrl-C, SIGTERM with exit 143, SIGHUP, SIGKILL), nothing it started is left running. Logs of every
 subprocess are in ``out/logs``; training progress (reward, accuracy, τ range per step) is printed as
-the steps finish.
+the steps finish. Several commands of one module in a row (the views' warm starts, Phase 0's gate
+evaluations: `Experiment.evaluate_many`) run in one child, ``python -m
+soft_spatial.infra.one_process``, each as its own command would (its log ``out/logs/<stage>.log``)
+with the interpreter's start and imports paid once (about 5 s of CPU per command on 2 cores).
 """
 from __future__ import annotations
 
@@ -160,6 +163,21 @@ class Experiment:
         if child.returncode != 0:
             tail = "".join(log.read_text(errors="replace").splitlines(True)[-30:])
             raise StageFailed(f"{name} failed (exit {child.returncode}); log {log}:\n{tail}")
+
+    def _run_many(self, runs: Sequence[tuple[str, Sequence]], name: str,
+                  follow: Callable[[tether.Tethered], None] | None = None) -> None:
+        """The commands ``runs`` (``(log name, [python, "-m", MODULE, ...])``, in order) in one
+        child process (`infra.one_process`: each as its own command would run, its output in
+        ``logs/<log name>.log``; the imports paid once), that child's own output in
+        ``logs/<name>.log``; a single command as `_run` runs it."""
+        if len(runs) == 1:
+            return self._run(*runs[0], follow=follow)
+        from soft_spatial.infra.one_process import Run, command_line
+
+        line = command_line([Run(str(cmd[2]), tuple(map(str, cmd[3:])), self.logs / f"{n}.log")
+                             for n, cmd in runs])
+        self._run(name, [sys.executable, "-m", "soft_spatial.infra.one_process", *line],
+                  follow=follow)
 
     def start(self, stage: Keyed) -> Verdict:
         """Before a stage makes its output: whether it is to run (its output absent, incomplete
@@ -358,7 +376,12 @@ class Experiment:
         self.build_model(self.init_model)
 
     def make_warmstart(self) -> None:
+        """The views' warm starts not made yet, in one child process when there are several
+        (`_run_many`)."""
         w = self.cfg.warmstart
+        knobs = [f"{f.name}={'null' if getattr(w, f.name) is None else getattr(w, f.name)}"
+                 for f in fields(WarmStartSettings)]  # every knob, none left to a default
+        runs = []
         for view in w.views:
             stage = self.warm_stage(view)
             out, name = stage.output, stage.output.name
@@ -367,14 +390,14 @@ class Experiment:
                 continue
             self.say(f"3 warm start {view}: {w.steps} supervised steps of {w.batch_size}, lr "
                      f"{w.lr} (log {self.logs / (name + '.log')})")
-            knobs = [f"{f.name}={'null' if getattr(w, f.name) is None else getattr(w, f.name)}"
-                     for f in fields(WarmStartSettings)]  # every knob, none left to a default
-            self._run(name, [
+            runs.append((name, [
                 sys.executable, "-m", "soft_spatial.lab.learning.warmstart",
                 f"model_path={self.init_model}", f"data_root={self.data}", f"output_dir={out}",
-                *knobs, f"view={view}", f"seed={self.cfg.seed}"],
-                follow=lambda child, name=name: self._follow_log(
-                    child, self.logs / f"{name}.log", "warm start step"))
+                *knobs, f"view={view}", f"seed={self.cfg.seed}"]))
+        if runs:
+            logs = [self.logs / f"{name}.log" for name, _ in runs]
+            self._run_many(runs, "warmstarts", follow=lambda child: self._follow_log(
+                child, logs, "warm start step"))
 
     def make_parquet(self) -> None:
         self.start(self.parquet_stage())
@@ -414,25 +437,35 @@ class Experiment:
 
     def evaluate_keyed(self, stage: Keyed, model: Path, controller: Path | None = None) -> Path:
         """The evaluation ``stage`` of ``model`` (skipped when complete under its key)."""
+        return self.evaluate_many([(stage, model, controller)])[0]
+
+    def evaluate_many(self, evals: Sequence[tuple[Keyed, Path, Path | None]],
+                      name: str = "evals") -> list[Path]:
+        """The evaluations ``evals`` (``(stage, model, controller)``; each skipped when complete
+        under its key), those to make in one child process (`_run_many`; its own log
+        ``logs/<name>.log``, each evaluation's ``logs/eval_<its name>.log``); their directories."""
         e = self.cfg.eval
-        out = stage.output
-        settings = stage.key["settings"]
-        summary = out / "summary.json"
         n = self.cfg.data.test * e.samples
-        if self.start(stage) is Verdict.SAME and summary.is_file() and json.loads(summary.read_text())[
-                "benchmarks"]["omnispatial"]["samples"] == n:
-            return out
-        name = out.name
-        self.say(f"  eval {name} ({settings['mode']}, mean@{e.samples} over {self.cfg.data.test} "
-                 f"questions)")
-        self._run(f"eval_{name}", [
-            sys.executable, "-m", "soft_spatial.eval", "benchmarks=[omnispatial]",
-            f"data.omnispatial={self.data}", f"model.path={model}", f"model.name={name}",
-            f"mode={settings['mode']}",
-            f"controller={controller if controller else 'null'}", f"samples={e.samples}",
-            f"temperature={e.temperature}", f"max_new_tokens={e.max_new_tokens}",
-            f"seed={self.cfg.seed}", f"output_dir={out}", *settings["extra"]])
-        return out
+        runs = []
+        for stage, model, controller in evals:
+            out = stage.output
+            settings = stage.key["settings"]
+            summary = out / "summary.json"
+            if self.start(stage) is Verdict.SAME and summary.is_file() and json.loads(
+                    summary.read_text())["benchmarks"]["omnispatial"]["samples"] == n:
+                continue
+            self.say(f"  eval {out.name} ({settings['mode']}, mean@{e.samples} over "
+                     f"{self.cfg.data.test} questions)")
+            runs.append((f"eval_{out.name}", [
+                sys.executable, "-m", "soft_spatial.eval", "benchmarks=[omnispatial]",
+                f"data.omnispatial={self.data}", f"model.path={model}", f"model.name={out.name}",
+                f"mode={settings['mode']}",
+                f"controller={controller if controller else 'null'}", f"samples={e.samples}",
+                f"temperature={e.temperature}", f"max_new_tokens={e.max_new_tokens}",
+                f"seed={self.cfg.seed}", f"output_dir={out}", *settings["extra"]]))
+        if runs:
+            self._run_many(runs, name)
+        return [stage.output for stage, _, _ in evals]
 
     def entropy_overrides(self) -> list[str]:
         """μ_H/σ_H of the arms' warm start (``python -m soft_spatial.stats entropy`` on the
@@ -486,19 +519,22 @@ class Experiment:
                   follow=lambda child: self._follow(child, ckpt / "metrics.jsonl", mode, t.steps))
         return ckpt
 
-    def _follow_log(self, child, log: Path, prefix: str) -> None:
-        """Echo the lines of ``log`` that start with ``prefix`` while ``child`` runs."""
-        pos = log.stat().st_size if log.is_file() else 0
+    def _follow_log(self, child, logs: Sequence[Path], prefix: str) -> None:
+        """Echo the lines of ``logs`` (in order) that start with ``prefix`` while ``child`` runs."""
+        pos = {log: log.stat().st_size if log.is_file() else 0 for log in logs}
         while True:
             done = child.poll() is not None
-            with log.open("rb") as f:
-                f.seek(pos)
-                chunk = f.read()
-            cut = chunk.rfind(b"\n") + 1  # whole lines only
-            pos += cut
-            for line in chunk[:cut].decode(errors="replace").splitlines():
-                if line.startswith(prefix):
-                    self.say("  " + line)
+            for log in logs:
+                if not log.is_file():
+                    continue
+                with log.open("rb") as f:
+                    f.seek(pos[log])
+                    chunk = f.read()
+                cut = chunk.rfind(b"\n") + 1  # whole lines only
+                pos[log] += cut
+                for line in chunk[:cut].decode(errors="replace").splitlines():
+                    if line.startswith(prefix):
+                        self.say("  " + line)
             if done:
                 return
             time.sleep(2)

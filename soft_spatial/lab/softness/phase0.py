@@ -64,8 +64,10 @@ class Phase0Gates:
         from soft_spatial.lab.softness.gates import measure_gates, write_gates
 
         exp.say("5g gates: the warm starts before any GRPO")
-        evals = {name: exp.evaluate_keyed(stage, exp.warm_dir(GATE_EVALS[name][0]))
-                 for name, stage in self.gate_stages(exp).items()}
+        stages = self.gate_stages(exp)  # those to make in one process (`Experiment.evaluate_many`)
+        evals = dict(zip(stages, exp.evaluate_many(
+            [(stage, exp.warm_dir(GATE_EVALS[name][0]), None) for name, stage in stages.items()],
+            "eval_gates")))
         stage = self.gates_stage(exp)
         if not (exp.start(stage) is Verdict.SAME and stage.output.is_file()):
             rows = read_rows(exp.data / "OmniSpatial-test")
