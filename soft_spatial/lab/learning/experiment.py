@@ -46,7 +46,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -60,6 +59,7 @@ from soft_spatial.infra.provenance import ANY, Keyed, OutputKeyMismatch, Verdict
 from soft_spatial.infra.run_dir import latest_step
 from soft_spatial.infra.signals import command
 from soft_spatial.lab.learning.config import CONFIG_DIR, EVAL_MODE, PROG, LearnConfig, WarmStartSettings
+from soft_spatial.lab.learning.stage_child import StageFailed, follow_log, follow_metrics, run_logged
 
 __all__ = ["Experiment", "BeforeGRPO", "keyed", "StageFailed", "run_experiment", "main"]
 
@@ -70,10 +70,6 @@ PRESET = {"soft_fixed_hi": "soft_fixed"}
 #: the warm start evaluated in each decoding mode; adaptsoft's untrained controller gives τ = τ₀
 #: exactly (zero output layer, a = b = 0), so its "before" is the fixed-τ₀ evaluation
 BEFORE_MODE = {"hard": "hard", "fixed": "fixed", "adaptsoft": "fixed"}
-
-
-class StageFailed(RuntimeError):
-    """A stage's command failed; the message holds the end of its log."""
 
 
 def keyed(what: str, output: Path, settings: dict, redo_on: tuple[str, ...] = (),
@@ -144,25 +140,8 @@ class Experiment:
 
     def _run(self, name: str, cmd: Sequence[str], env: dict | None = None,
              follow: Callable[[tether.Tethered], None] | None = None) -> None:
-        """Run a stage's command, tethered to this process (`infra.tether`: it and whatever it
-        starts end with this process however it ends), its output in ``logs/<name>.log``
-        (``follow(child)`` watches it meanwhile). Raise `StageFailed` with the log's tail."""
-        self.logs.mkdir(parents=True, exist_ok=True)
-        log = self.logs / f"{name}.log"
-        with log.open("a") as f:
-            f.write(f"\n$ {' '.join(map(str, cmd))}\n")
-            f.flush()
-            child = tether.start(list(map(str, cmd)), stdout=f, stderr=subprocess.STDOUT,
-                                 env=env or self.env, cwd=ROOT)
-            try:
-                if follow is not None:
-                    follow(child)
-                child.wait()
-            finally:  # what is left of it (Ray's workers, a killed command's children) ends here
-                tether.stop(child)
-        if child.returncode != 0:
-            tail = "".join(log.read_text(errors="replace").splitlines(True)[-30:])
-            raise StageFailed(f"{name} failed (exit {child.returncode}); log {log}:\n{tail}")
+        """A stage's command, its output in ``logs/<name>.log`` (`stage_child.run_logged`)."""
+        run_logged(self.logs, name, cmd, env or self.env, ROOT, follow)
 
     def _run_many(self, runs: Sequence[tuple[str, Sequence]], name: str,
                   follow: Callable[[tether.Tethered], None] | None = None) -> None:
@@ -396,8 +375,8 @@ class Experiment:
                 *knobs, f"view={view}", f"seed={self.cfg.seed}"]))
         if runs:
             logs = [self.logs / f"{name}.log" for name, _ in runs]
-            self._run_many(runs, "warmstarts", follow=lambda child: self._follow_log(
-                child, logs, "warm start step"))
+            self._run_many(runs, "warmstarts",
+                           follow=lambda child: follow_log(self.say, child, logs, "warm start step"))
 
     def make_parquet(self) -> None:
         self.start(self.parquet_stage())
@@ -516,51 +495,9 @@ class Experiment:
         env = dict(self.env, VERL_FILE_LOGGER_PATH=str(ckpt / "metrics.jsonl"))
         ckpt.mkdir(parents=True, exist_ok=True)
         self._run(f"train_{mode}", cmd, env,
-                  follow=lambda child: self._follow(child, ckpt / "metrics.jsonl", mode, t.steps))
+                  follow=lambda child: follow_metrics(self.say, child, ckpt / "metrics.jsonl", mode,
+                                                     t.steps))
         return ckpt
-
-    def _follow_log(self, child, logs: Sequence[Path], prefix: str) -> None:
-        """Echo the lines of ``logs`` (in order) that start with ``prefix`` while ``child`` runs."""
-        pos = {log: log.stat().st_size if log.is_file() else 0 for log in logs}
-        while True:
-            done = child.poll() is not None
-            for log in logs:
-                if not log.is_file():
-                    continue
-                with log.open("rb") as f:
-                    f.seek(pos[log])
-                    chunk = f.read()
-                cut = chunk.rfind(b"\n") + 1  # whole lines only
-                pos[log] += cut
-                for line in chunk[:cut].decode(errors="replace").splitlines():
-                    if line.startswith(prefix):
-                        self.say("  " + line)
-            if done:
-                return
-            time.sleep(2)
-
-    def _follow(self, child, metrics: Path, mode: str, steps: int) -> None:
-        """Print one line per finished training step while ``child`` runs."""
-        from soft_spatial.lab.learning.report import read_metrics
-
-        seen, last = set(), time.time()
-        while True:
-            done = child.poll() is not None
-            for m in read_metrics(metrics):
-                if m["step"] in seen:
-                    continue
-                seen.add(m["step"])
-                now = time.time()
-                tau = (f"  tau {m['soft/tau_min']:.2f}..{m['soft/tau_max']:.2f}"
-                       if "soft/tau_min" in m else "")
-                self.say(f"  {mode} step {m['step']}/{steps}: reward "
-                         f"{m.get('critic/score/mean', float('nan')):.3f}, acc "
-                         f"{m.get('reward/acc_mean', float('nan')):.3f}{tau} "
-                         f"({now - last:.0f} s)")
-                last = now
-            if done:
-                return
-            time.sleep(2)
 
     def merge(self, mode: str, ckpt: Path) -> Path:
         """The final checkpoint as one model directory (``python -m soft_spatial.export``:
