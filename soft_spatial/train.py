@@ -40,6 +40,7 @@ from soft_spatial.infra import ray_session
 from soft_spatial.infra.ray_auth import token_auth
 from soft_spatial.infra.atomic import write_text
 from soft_spatial.infra.dirlock import DirLock, check_dir_path
+from soft_spatial.infra.gc_imports import WORKER_SETUP_HOOK
 from soft_spatial.infra.hydra_args import refuse_renamed
 from soft_spatial.infra.hydra_record import hydra_record
 from soft_spatial.infra.ray_env import plugin_env
@@ -92,6 +93,9 @@ def verl_config_dir() -> str:
 
 
 OmegaConf.register_new_resolver("verl_config_dir", verl_config_dir, replace=True)
+# a file of configs/ by its absolute path (``${config_file:load_balancer.yaml}``): what verl reads
+# by path, wherever the command runs
+OmegaConf.register_new_resolver("config_file", lambda name: str(CONFIG_DIR / name), replace=True)
 
 
 def _files(value) -> list:
@@ -357,7 +361,6 @@ def run(cfg, record: dict[str, str] | None = None) -> None:
     run_dir = Path(str(cfg.trainer.default_local_dir)).resolve()
     if check_resume(cfg, run_dir) is None:  # a finished run is a no-op: before the lock creates anything
         return  # (and before verl's import: it says so in seconds)
-    check_actor(cfg)
     if not joins_cluster(cfg):  # a local Ray's directory that is not this user's alone: refused here
         ray_session.private_dir(ray_session.runs_root())
     with DirLock(run_dir, "training run directory"):
@@ -366,8 +369,12 @@ def run(cfg, record: dict[str, str] | None = None) -> None:
             return
         for rel, text in (record or {}).items():
             write_text(run_dir / rel, text)
-        local = runtime_env(cfg, env)
+        local = runtime_env(cfg, env)  # a local Ray's head starts meanwhile (seconds)
         try:
+            # the actor's check imports verl (5-7 s of CPU): while the head starts, not before
+            check_actor(cfg)
+            if local is not None:
+                join_local(cfg, local)
             run_verl(cfg)
         finally:
             if local is not None:
@@ -417,12 +424,17 @@ def runtime_env(cfg, env: dict) -> ray_session.LocalRay | None:
     """Ray's runtime environment: the plugin environment for every Ray process. Without a cluster
     address the run starts its local Ray here (`ray_session.start_local`: a tethered head that ends
     with the run, its orphans from a killed run reaped first), listening on this machine only, with
-    the run's own token, and returns it; the driver then joins it as a client."""
+    the run's own token, and returns it at once, still starting: `join_local` waits for it and
+    points the driver at it, which then joins it as a client."""
     with open_dict(cfg):
         ray_init = cfg.ray_kwargs.setdefault("ray_init", {})
-        env_vars = ray_init.setdefault("runtime_env", {}).setdefault("env_vars", {})
+        runtime = ray_init.setdefault("runtime_env", {})
+        env_vars = runtime.setdefault("env_vars", {})
         for k, v in env.items():
             env_vars.setdefault(k, v)
+        # every worker imports torch and verl without the collector's passes over them (2-3 s of
+        # CPU each: infra/gc_imports.py)
+        runtime.setdefault("worker_process_setup_hook", WORKER_SETUP_HOOK)
         if joins_cluster(cfg):
             # joining a running cluster (soft_spatial.launch): its resources are already set
             for key in ray_session.NODE_KEYS:
@@ -436,12 +448,19 @@ def runtime_env(cfg, env: dict) -> ray_session.LocalRay | None:
     loopback_only()
     token_auth(os.environ, ray_dir / "auth_token", create=True)
     reload_auth_settings()
-    local = ray_session.start_local(ray_dir, OmegaConf.to_container(ray_init, resolve=True))
+    local = ray_session.start_local(ray_dir, OmegaConf.to_container(ray_init, resolve=True), wait=False)
     with open_dict(cfg):
         for key in ray_session.NODE_KEYS:  # the head took them; a client joining may not
             ray_init.pop(key, None)
-        ray_init.address = local.address
     return local
+
+
+def join_local(cfg, local: ray_session.LocalRay) -> None:
+    """Wait until the run's local Ray (`runtime_env`) is up and point the driver's ``ray.init`` at
+    it (a head that exited first raises, with the end of its log)."""
+    local.wait_up()
+    with open_dict(cfg):
+        cfg.ray_kwargs.ray_init.address = local.address
 
 
 def run_verl(cfg) -> None:

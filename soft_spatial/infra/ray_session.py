@@ -9,8 +9,9 @@ run's token lives there too (``infra/ray_auth.py``).
 
 `start_local` starts Ray's head in a child process of its own (``python -m
 soft_spatial.infra.ray_session --head DIR``: ``ray.init`` with the run's node settings, then it
-waits), tethered to the driver, and returns its address once Ray is up; the driver joins it as a
-client (``ray.init(address=...)``) and `LocalRay.stop` ends it. Every Ray process of the run (GCS,
+waits), tethered to the driver, and returns its address once Ray is up (or at once, the driver
+going on with its own imports meanwhile: `LocalRay.wait_up`); the driver joins it as a client
+(``ray.init(address=...)``) and `LocalRay.stop` ends it. Every Ray process of the run (GCS,
 raylet, dashboard and runtime-env agents, log monitor, workers) is then in that child's session
 and carries its marker, so the tether's one reaper ends exactly them: after the run, when the
 driver is ended by a signal, and (the watchdog) when it is SIGKILLed. A process is never ended for
@@ -119,13 +120,28 @@ class LocalRay:
             finally:
                 shutil.rmtree(self.path, ignore_errors=True)
 
+    def wait_up(self) -> str:
+        """Wait until the head is up and return its address (set in ``address``). A head that exits
+        first raises ``RuntimeError`` with the end of its log (the caller `stop`s it)."""
+        deadline = time.monotonic() + START_LIMIT_S
+        while not (self.path / ADDRESS).is_file():
+            if self.head.poll() is not None or time.monotonic() > deadline:
+                tail = (self.path / HEAD_LOG).read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"the run's local Ray did not start (exit {self.head.poll()}); the "
+                                   f"end of its log {self.path / HEAD_LOG}:\n{tail}")
+            time.sleep(0.1)
+        self.address = (self.path / ADDRESS).read_text().strip()
+        return self.address
 
-def start_local(path: Path, init: dict, env: dict | None = None) -> LocalRay:
+
+def start_local(path: Path, init: dict, env: dict | None = None, wait: bool = True) -> LocalRay:
     """Start the run's Ray head in ``path`` (`run_ray_dir`), with the ``ray.init`` node settings of
     ``init`` (its :data:`CLIENT_KEYS` are left to the driver), tethered to this process, and return
-    it once it is up (its ``address`` set). The environment (``env``, default this process's) is
-    every Ray process's: ``RAY_TMPDIR`` is set to ``path``. A head that exits first raises
-    ``RuntimeError`` with the end of its log; nothing of it is left then."""
+    it once it is up (its ``address`` set); with ``wait=False`` at once, the caller then calls
+    `LocalRay.wait_up` (the head's seconds of start-up overlap the caller's own work). The
+    environment (``env``, default this process's) is every Ray process's: ``RAY_TMPDIR`` is set to
+    ``path``. A head that exits first raises ``RuntimeError`` with the end of its log; nothing of
+    it is left then."""
     env = dict(os.environ if env is None else env, **{RAY_TMPDIR: str(path)})
     settings = {k: v for k, v in init.items() if k not in CLIENT_KEYS}
     with open(path / HEAD_LOG, "ab") as log:
@@ -135,14 +151,8 @@ def start_local(path: Path, init: dict, env: dict | None = None) -> LocalRay:
     local = LocalRay(path, head)
     try:
         write_text(path / RECORD, json.dumps({"marker": head.marker, "pid": head.pid}))
-        deadline = time.monotonic() + START_LIMIT_S
-        while not (path / ADDRESS).is_file():
-            if head.poll() is not None or time.monotonic() > deadline:
-                tail = (path / HEAD_LOG).read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"the run's local Ray did not start (exit {head.poll()}); the "
-                                   f"end of its log {path / HEAD_LOG}:\n{tail}")
-            time.sleep(0.1)
-        local.address = (path / ADDRESS).read_text().strip()
+        if wait:
+            local.wait_up()
     except BaseException:
         local.stop()
         raise
@@ -188,7 +198,12 @@ def _head(path: Path, settings: dict) -> None:
     import ray
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # ended by the tether, never by a Ctrl-C
-    ray.init(**settings)
+    # this process's ray.init is the node's first driver, for which Ray prestarts default workers;
+    # no task of the run can use them (the run's job has a runtime env of its own): two Python
+    # processes (1.6 s of CPU) started beside the run's first actor for nothing
+    system = dict(settings.get("_system_config") or {})
+    system.setdefault("prestart_worker_first_driver", False)
+    ray.init(**{**settings, "_system_config": system})
     write_text(path / ADDRESS, ray.get_runtime_context().gcs_address + "\n")
     while True:
         signal.pause()

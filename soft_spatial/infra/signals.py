@@ -39,6 +39,8 @@ import sys
 import threading
 from collections.abc import Iterator
 
+from soft_spatial.infra.gc_imports import for_command
+
 __all__ = ["Terminated", "SIGNALS", "sigterm_raises", "reinstall", "exit_status", "command"]
 
 #: the signals that raise :class:`Terminated` within a block
@@ -160,6 +162,9 @@ def command(prog: str, note: str = "") -> Iterator[None]:
     """A command's body: SIGTERM and SIGHUP raise like SIGINT (:func:`sigterm_raises`), and any of
     them ends the command with ``PROG: interrupted by SIGTERM[: NOTE]`` on stderr and exit status
     128 + the signal (143, 129; 130 for SIGINT) once the cleanup on the way out has run."""
+    # torch's and verl's imports without the collector's passes, the heap frozen at exit: seconds
+    # of CPU per command (infra/gc_imports.py)
+    for_command()
     status = 0
     try:
         with sigterm_raises():

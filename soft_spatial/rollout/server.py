@@ -66,6 +66,11 @@ class LocalSoftServer:
     def __init__(self, model_path: str, response_length: int, prompt_length: int,
                  settings: SoftSettings | None = None, dtype: str = "float32",
                  device: str = "cpu"):
+        # verl's reply type, imported while the actor starts (beside the other actors): its import
+        # is verl's (5-7 s of CPU), which in the first batch every agent loop of step 1 waited for
+        from verl.workers.rollout.replica import TokenOutput
+
+        self._token_output = TokenOutput
         self.settings = settings if settings is not None else SoftSettings()  # parsed by the driver
         self.response_length, self.prompt_length = response_length, prompt_length
         self.engine = LocalEngine.from_pretrained(
@@ -146,7 +151,6 @@ class LocalSoftServer:
         return sampling_config(params, self.response_length)
 
     def _run(self, reqs: list[PendingRequest]):
-        from verl.workers.rollout.replica import TokenOutput
         sampling = self._sampling(reqs[0].sampling_params)  # the same for every request here
         prompts = [{"prompt_ids": r.prompt_ids, "images": r.images} for r in reqs]
         seeds = [request_seed(self.settings.seed, r.seed_key) for r in reqs]
@@ -156,7 +160,7 @@ class LocalSoftServer:
         results = []
         for o in outs:
             stop = "completed" if o.finish_reason == "stop" else "length"
-            results.append(TokenOutput(
+            results.append(self._token_output(
                 token_ids=o.token_ids, log_probs=o.logprobs, stop_reason=stop,
                 extra_fields={TRACE_FIELD: o.trace.to_lists(),
                               "soft_think_closed": o.think_closed,

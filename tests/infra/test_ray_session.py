@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from soft_spatial.infra import ray_session, tether
 from soft_spatial.infra.procs import alive
 
@@ -57,3 +59,20 @@ def test_the_reaper_ends_a_dead_drivers_ray_and_never_a_process_that_only_holds_
             u.kill()
             u.wait()
         live.rmdir()
+
+
+def test_a_head_started_without_waiting_reports_its_failure_when_waited_for(tmp_path):
+    """``start_local(wait=False)`` returns while the head starts (training imports verl
+    meanwhile); `LocalRay.wait_up` then raises for a head that exited first, with its log's end,
+    and `LocalRay.stop` leaves nothing of it."""
+    from soft_spatial.infra.ray_session import private_dir, start_local
+
+    path = private_dir(tmp_path / "ray")
+    local = start_local(path, {"num_cpus": "not a number"}, wait=False)
+    assert local.address == ""
+    try:
+        with pytest.raises(RuntimeError, match="did not start"):
+            local.wait_up()
+    finally:
+        local.stop()
+    assert not path.exists()
