@@ -12,8 +12,8 @@ A package already imported, or imported with the collector already off, is left 
 `for_command` adds the heap frozen at exit: the interpreter's collections at exit then pass over
 none of it (1-3 s after a command that imported torch, transformers and verl had ended).
 
-`for_command` is installed by every command (`soft_spatial.infra.signals.command`) and verl's model
-merger (`soft_spatial.compat.verl.merger`); `defer_collection`, through
+`for_command` is installed by every command (`soft_spatial.infra.signals.command`; not verl's model
+merger, `compat/verl/merger.py`, which the layers keep from infra); `defer_collection`, through
 ``runtime_env.worker_process_setup_hook`` (`WORKER_SETUP_HOOK`, set by ``soft_spatial.train``), in
 every Ray worker of a training run before it imports anything of the run.
 """

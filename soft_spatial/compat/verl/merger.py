@@ -27,8 +27,6 @@ import re
 import sys
 from collections.abc import Iterator
 
-from soft_spatial.infra import gc_imports
-
 __all__ = ["UnsafeCheckpointError", "REFUSED", "weights_only_load", "weights_only_loads",
            "merge", "check_merger", "main"]
 
@@ -116,7 +114,6 @@ def check_merger() -> list:
 
 def main(argv: list | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    gc_imports.for_command()  # verl's import without the collector's passes, a quick exit
     if len(args) != 2:
         raise SystemExit("usage: python -m soft_spatial.compat.verl.merger LOCAL_DIR TARGET_DIR")
     try:
