@@ -39,7 +39,7 @@ done
 balance=() main_only=()
 if (( ${#main_paths[@]} + ${#sglang_paths[@]} == 0 )); then
   main_paths=(tests) sglang_paths=(tests/sglang_real)
-  balance=(tests/e2e/test_softness_phase0.py tests/lab/learning/test_experiment.py tests/bench/gpu/test_actor_update.py
+  balance=(tests/e2e/test_softness_phase0.py tests/lab/learning/test_experiment.py
            tests/e2e/test_multinode_train.py tests/launch/test_cluster.py)
   for b in "${balance[@]}"; do main_only+=("--ignore=$b"); done
 fi

@@ -9,7 +9,8 @@ __all__ = ["PACKS", "STAGE_PACKS", "packs_for", "SGLANG_PINS", "NUMA", "ALWAYS_C
            "VERL_ROOTS", "VERL_UNDECLARED", "PLATFORMS", "TRIM", "norm"]
 
 PACKS = ("sglang", "verl")  # install order = PYTHONPATH order
-# the stages by the letters ``--stages`` names them: a, b, c (the plan's jobs A, B, C), d (D and
+# the stages by the letters ``--stages`` names them: a, b, c (the first checks, retired after
+# 58b8ea7: their packs are still staged and installed by these names), d (D and
 # G), e (E), f (F and X)
 STAGE_PACKS = {"a": ("sglang",), "b": (), "c": ("sglang", "verl"), "d": ("sglang",),
                "e": ("sglang", "verl"), "f": ("sglang",)}

@@ -3,7 +3,8 @@
 
 The plan's jobs are keyed ``<letter>/<name>`` (``jobs.py``); each job's kind is one (measure,
 render) pair in ``runner.KINDS``, its measure returning a dataclass of the module that runs it.
-The former stages a, b, c are the jobs A, B, C, and e is ``X/grpo-resume`` (``jobs.STAGES``).
+The former stage e is ``X/grpo-resume`` (``jobs.STAGES``); a, b and c (the first checks) retired
+having served (``jobs.RETIRED``).
 
 | module (its helpers) | its jobs | what it is |
 |---|---|---|
@@ -18,9 +19,6 @@ The former stages a, b, c are the jobs A, B, C, and e is ``X/grpo-resume`` (``jo
 | ``grpo`` (``replay_inputs``) | ``E/...``, ``X/grpo-*`` | GRPO through verl with SGLang rollouts; resumed |
 | ``sampler_bench`` | ``X/sampler`` | the sampler's step alone, eager against graphed, records equal |
 | ``overlap`` | ``X/overlap-parity`` | overlap scheduling on against off, beside the run-to-run control |
-| ``embedded`` | ``A/embedded`` | the embedded engine at the 8B shape: τ→0 equals greedy; throughput |
-| ``softthink_sizes`` | ``B/softthink`` | softthink at real sizes: alignment's time and memory, replay |
-| ``actor_update`` | ``C/actor-update`` | one actor update through verl's FSDP2 engine, per mode |
 | ``selftest`` | the runner's tests | jobs that crash, hang or leave an orphan of another session |
 | ``measure`` | | timing on a device: synchronised repeats, peak memory, random models |
 | ``sglang_args`` | | every CUDA engine's server arguments and environment; which is unset |

@@ -20,9 +20,8 @@ The jobs (:mod:`.jobs`; docs/gpu.md has the table and the lease plan):
   same pipeline in hard mode: the price of a step, part by part; verl's own stock GRPO is
   ``X/hard-stock``, blocked until the trainer runs a rollout without records);
 * **X** — the sampler's sync check, overlap parity, hard parity, graphs off, E's resume;
-* **A**, **B**, **C** — the first checks, no SGLang (the former stages a, b, c; ``--stages`` now
-  names their jobs: :data:`.jobs.STAGES`): the embedded engine at the 8B shape, softthink at real
-  sizes, one actor update through verl's FSDP2 engine.
+* the first checks (A, B, C: the former stages a, b, c) retired having served
+  (:data:`.jobs.RETIRED`); ``--stages`` names the jobs of the others (:data:`.jobs.STAGES`).
 
 What comes back in ``OUT`` (at most 5 files): ``report.md``, ``results.jsonl``, ``log.txt``,
 ``stage-e.tar.gz`` (every E job's logs, metrics and controller logs) and ``nvidia-smi.txt``.
@@ -244,9 +243,16 @@ def _with_overrides(ap, jobs: list, sets: list[str]) -> list:
 def stages_moved(stages: str) -> str:
     """Why ``--stages`` is refused: the command that runs those stages' jobs now."""
     names = [s.strip() for s in stages.split(",") if s.strip()]
-    unknown = [s for s in names if s not in plan_jobs.STAGES]
+    unknown = [s for s in names if s not in plan_jobs.STAGES and s not in plan_jobs.RETIRED]
     if unknown:
-        return f"--stages: unknown stages {unknown}; the stages were {sorted(plan_jobs.STAGES)}"
+        return (f"--stages: unknown stages {unknown}; the stages were "
+                f"{sorted({*plan_jobs.STAGES, *plan_jobs.RETIRED})}")
+    retired = [s for s in names if s in plan_jobs.RETIRED]
+    if retired:
+        return (f"--stages: stages {','.join(retired)} (jobs "
+                f"{','.join(plan_jobs.RETIRED[s] for s in retired)}) retired having served (H100, "
+                f"2026-11-23/24); commit {plan_jobs.RETIRED_AT} is the last that holds them "
+                f"(docs/gpu.md)")
     keys = list(dict.fromkeys(k for s in names for k in plan_jobs.STAGES[s]))
     return (f"--stages is gone: stages {','.join(names)} are the plan's jobs "
             f"{','.join(keys)}: python3 scripts/gpu/check.py --plan headline --only "

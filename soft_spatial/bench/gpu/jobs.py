@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Job", "plan", "LEASES", "LEASES_BEFORE_SPEED", "DRY_RUN", "STAGES", "FIRST_ENGINE_S",
+__all__ = ["Job", "plan", "LEASES", "LEASES_BEFORE_SPEED", "DRY_RUN", "STAGES", "RETIRED", "RETIRED_AT",
+           "FIRST_ENGINE_S",
            "lease_only", "lease_seconds", "PLAN_S_PER_CALL", "PLAN_S_PER_LEASE",
            "PROFILE_PASS_S", "SAMPLER_BENCH_S"]
 
@@ -155,21 +156,21 @@ def _jobs() -> list[Job]:
         # (grpo.STOCK_BLOCKED: until then it is skipped, saying why)
         _e("hard-stock", 230.0, part="X", dtype="bfloat16", weights="parity", steps=2,
            experiment="hard", stock=True),
-        # the first checks (the former stages a, b, c: H100, 2026-11-23/24: 157 s, 5 s, 314 s),
-        # in no loan; each builds its own model
-        Job("A", "embedded", 300, 160.0, extra=True, min_left=60.0, args={"kind": "embedded"}),
-        Job("B", "softthink", 120, 20.0, extra=True, args={"kind": "softthink"}),
-        Job("C", "actor-update", 480, 320.0, extra=True, min_left=120.0, args={"kind": "actor"}),
     ]
     return jobs
 
 
 #: the former per-stage command's stages (``check.py --stages``), as the plan's jobs
-STAGES = {"a": ["A/embedded"], "b": ["B/softthink"], "c": ["C/actor-update"],
-          "d": ["model/build", "D/references", "D/fixed", "D/adaptsoft", "G/fixed", "G/adaptsoft"],
+STAGES = {"d": ["model/build", "D/references", "D/fixed", "D/adaptsoft", "G/fixed", "G/adaptsoft"],
           "e": ["X/grpo-resume"],
           "f": ["model/build", "X/sync", "F/stock-hard", "F/plugin-fixed", "F/plugin-adaptsoft",
                 "X/overlap-parity"]}
+#: the first checks (the former stages a, b, c, then jobs A/embedded, B/softthink, C/actor-update:
+#: the embedded engine at the 8B shape, softthink at real sizes, one actor update through verl's
+#: FSDP2 engine), measured on H100s in 2026-11-23/24 (157 s, 5 s, 314 s) and retired having
+#: served; the last commit that holds them
+RETIRED = {"a": "A/embedded", "b": "B/softthink", "c": "C/actor-update"}
+RETIRED_AT = "58b8ea7"
 
 
 # The next 15-minute loans, two calls each (docs/gpu.md, "The lease plan"), in order of value. A
@@ -222,8 +223,7 @@ PLAN_S_PER_LEASE = 720.0  # 900 - 120 (the machine's start) - 2 x 30 (per call)
 # tests/engines/sglang/test_runtime.py's). E/hard is E/fp32's job with experiment=hard: that
 # spec's settings and verdict are unit-tested in tests/bench/gpu/test_grpo.py, the hard preset
 # trains end to end in tests/e2e/test_multinode_train.py and SGLang's verl server decodes hard
-# mode in tests/sglang_real/test_verl_server.py. A, B and C (no SGLang) run their dry runs in
-# their own tests: tests/bench/gpu/test_embedded.py, test_softthink_sizes.py, test_actor_update.py
+# mode in tests/sglang_real/test_verl_server.py.
 DRY_RUN = ["model/build", "F/stock-hard", "F/fused-plugin-adaptsoft", "X/sync", "D/references",
            "G/adaptsoft", "E/fp32", "model/build-8b", "F/8b-plugin-fixed"]
 

@@ -1,68 +1,13 @@
-"""How the GPU kit measures on a device: its modes, device-synchronised timing, peak memory,
-random models built on the device, the versions a report names."""
+"""What the GPU kit's measurements share: the decoding modes, the versions a report names (the
+timing, peak-memory and random-model helpers of the retired first checks left with them after
+58b8ea7)."""
 from __future__ import annotations
 
 import platform
-import statistics
-import time
 
-__all__ = ["MODES", "sync", "timed", "PeakMemory", "random_model", "versions"]
+__all__ = ["MODES", "versions"]
 
 MODES = ("hard", "fixed", "adaptsoft")
-
-
-def sync(device: str) -> None:
-    import torch
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def timed(fn, device: str, repeats: int, warmup: int = 1):
-    """(median seconds, min seconds, last result) of ``fn()`` after ``warmup`` calls."""
-    for _ in range(warmup):
-        fn()
-    times, out = [], None
-    for _ in range(repeats):
-        sync(device)
-        t0 = time.perf_counter()
-        out = fn()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), min(times), out
-
-
-class PeakMemory:
-    """Peak device memory (MiB) allocated inside the block above what was allocated before it."""
-
-    def __init__(self, device: str):
-        self.device, self.mib = device, float("nan")
-
-    def __enter__(self):
-        import torch
-        if self.device.startswith("cuda"):
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            self.base = torch.cuda.memory_allocated()
-        return self
-
-    def __exit__(self, *exc):
-        import torch
-        if self.device.startswith("cuda"):
-            torch.cuda.synchronize()
-            self.mib = (torch.cuda.max_memory_allocated() - self.base) / 2 ** 20
-
-
-def random_model(config, device: str, dtype, seed: int = 0):
-    """A model of ``config`` with random weights, built directly on ``device`` (no download)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
-
-    from soft_spatial.models.loading import is_vision_language
-    auto = AutoModelForImageTextToText if is_vision_language(config) else AutoModelForCausalLM
-    torch.manual_seed(seed)
-    with torch.device(device):
-        model = auto.from_config(config, dtype=dtype, attn_implementation="sdpa")
-    return model.eval()
 
 
 def versions() -> str:

@@ -53,8 +53,8 @@ class OutNotEmpty(FileExistsError):
 
 
 def _kinds() -> dict[str, tuple[Callable, Callable]]:
-    from soft_spatial.bench.gpu import (actor_update, context, embedded, graphs, grpo, overlap,
-                                        sampler_bench, selftest, soft_parity, softthink_sizes)
+    from soft_spatial.bench.gpu import (context, graphs, grpo, overlap, sampler_bench, selftest,
+                                        soft_parity)
     return {"model": (context.measure_model, context.render_model),
             "engine": (graphs.measure, graphs.render),
             "sampler": (sampler_bench.measure, sampler_bench.render),
@@ -63,9 +63,6 @@ def _kinds() -> dict[str, tuple[Callable, Callable]]:
             "overlap": (overlap.measure, overlap.render),
             "sync": (graphs.measure_sync, graphs.render_sync),
             "grpo": (grpo.measure, grpo.render),
-            "embedded": (embedded.measure, embedded.render),
-            "softthink": (softthink_sizes.measure, softthink_sizes.render),
-            "actor": (actor_update.measure, actor_update.render),
             "selftest": (selftest.measure, selftest.render)}
 
 

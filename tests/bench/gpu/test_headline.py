@@ -7,12 +7,13 @@ tests/sglang_real/test_gpu_headline_dry_run.py."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from soft_spatial.bench.gpu import graphs, headline, soft_parity
-from soft_spatial.bench.gpu.jobs import Job, plan
+from soft_spatial.bench.gpu.jobs import RETIRED, RETIRED_AT, STAGES, Job, plan
 from soft_spatial.bench.gpu.sglang_args import unset_backends
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -105,7 +106,6 @@ def test_the_former_stages_fail_naming_the_jobs_that_replaced_them(capsys):
     """``--stages`` retired with the per-stage command: it fails in one line naming the command
     that runs the same checks now; stage e is E with a checkpoint and a resume."""
     from soft_spatial.bench.gpu import grpo
-    from soft_spatial.bench.gpu.jobs import STAGES
     by = {j.key: j for j in plan()}
     assert {k for keys in STAGES.values() for k in keys} <= set(by)
     for stage, keys in STAGES.items():  # each stage's jobs run alone: what they need comes along
@@ -113,28 +113,39 @@ def test_the_former_stages_fail_naming_the_jobs_that_replaced_them(capsys):
     e = grpo.ESpec.from_args(by[STAGES["e"][0]].args)
     assert e == grpo.ESpec(dtype="bfloat16", weights="tiny", steps=2, resume=True)
     with pytest.raises(SystemExit) as exit_:
-        headline.main(["--stages", "a,b,e", "--out", "r.md"])
+        headline.main(["--stages", "d,e", "--out", "r.md"])
     err = capsys.readouterr().err.strip().splitlines()[-1]
+    keys = ",".join([*STAGES["d"], "X/grpo-resume"])
     assert exit_.value.code == 2 and err.endswith(
-        "--stages is gone: stages a,b,e are the plan's jobs A/embedded,B/softthink,X/grpo-resume: "
-        "python3 scripts/gpu/check.py --plan headline --only A/embedded,B/softthink,X/grpo-resume "
-        "--out DIR (docs/gpu.md)")
+        f"--stages is gone: stages d,e are the plan's jobs {keys}: python3 scripts/gpu/check.py "
+        f"--plan headline --only {keys} --out DIR (docs/gpu.md)")
     assert "unknown stages ['z']" in headline.stages_moved("a,z")
+    # the first checks retired having served: the commit that last holds their modules is named
+    said = headline.stages_moved("b,a")
+    assert said.startswith("--stages: stages b,a (jobs B/softthink,A/embedded) retired") and (
+        RETIRED_AT in said) and not set(RETIRED) & set(STAGES) and not set(RETIRED.values()) & set(by)
+    tree = subprocess.run(["git", "ls-tree", "--name-only", RETIRED_AT, "soft_spatial/bench/gpu/"],
+                          capture_output=True, text=True, cwd=ROOT)
+    if tree.returncode == 0:  # a clone with the history (a shallow one has not that commit)
+        assert {f"soft_spatial/bench/gpu/{m}.py" for m in ("embedded", "softthink_sizes",
+                                                           "actor_update")} <= set(tree.stdout.split())
 
 
 def test_check_runs_a_job_of_the_plan_in_its_watched_child(tmp_path):
-    """The command's one way in, end to end on the CPU: B/softthink (the cheapest kind) measured
-    in the plan's child process, its result a JSON line and its section of the report."""
-    import subprocess
+    """The command's one way in, end to end on the CPU: model/build-8b (the cheapest kind: a
+    config, a tokenizer and a processor) made in the plan's child process, its result a JSON line
+    and its section of the report."""
     import sys
     out = tmp_path / "out"
     res = subprocess.run([sys.executable, str(ROOT / "scripts/gpu/check.py"), "--dry-run",
-                          "--only", "B/softthink", "--out", str(out), "--deadline", "600"],
+                          "--only", "model/build-8b", "--out", str(out), "--deadline", "600"],
                          capture_output=True, text=True, cwd=tmp_path)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     recs = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     done = headline.latest(recs)
-    assert done["B/softthink"]["status"] == "ok" and done["plan/end"]["values"]["ok"] == ["B/softthink"]
-    v = done["B/softthink"]["values"]
-    assert (v["vocab"], v["hidden"]) == (1000, 64) and v["alignment"][0][0] == 256
-    assert "## B softthink: ok" in (out / "report.md").read_text()
+    key = "model/build-8b"
+    assert done[key]["status"] == "ok" and done["plan/end"]["values"]["ok"] == [key]
+    v = done[key]["values"]
+    assert (v["model"], v["hidden"], v["layers"], v["tied"]) == ("8b", 64, 2, False), v  # tiny sizes
+    assert v["weights"].startswith("SGLang's dummy load"), v
+    assert "## model build-8b: ok" in (out / "report.md").read_text()

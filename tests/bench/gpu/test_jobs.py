@@ -77,10 +77,8 @@ def test_the_dry_run_covers_every_kind_and_path():
     # fake engines in test_overlap.py, the plugin's records under overlap in
     # tests/sglang_real/test_real_engine_overlap.py; a loan that takes it back takes it into the dry run
     assert not any(by[k].args["kind"] == "overlap" for loan in jobs.LEASES for call in loan for k in call)
-    # A, B and C (no SGLang, in no loan) and X/sampler (no engine) run their dry runs in their
-    # own tests, in-process
-    own = {"embedded": "test_embedded.py", "softthink": "test_softthink_sizes.py",
-           "actor": "test_actor_update.py", "sampler": "test_sampler_bench.py"}
+    # X/sampler (no engine) runs its dry run in its own test, in-process
+    own = {"sampler": "test_sampler_bench.py"}
     assert all((ROOT / "tests/bench/gpu" / f).is_file() for f in own.values())
     assert {j.args["kind"] for j in dry} == ({j.args["kind"] for j in jobs.plan()}
                                              - {"selftest", "overlap", *own})
