@@ -6,11 +6,11 @@
     python scripts/bench_alignment.py --quick --threads 1   # a shared machine: one torch thread
 
 Time: per size one subprocess holds the inputs and measures both methods in turns whose order
-rotates every repeat (`soft_spatial.bench.workloads.interleaved`), one measurement being the mean of as many
+rotates every repeat (`soft_spatial_bench.workloads.interleaved`), one measurement being the mean of as many
 consecutive calls as fill ``--min-seconds``, after those calls were counted (a warm-up). Printed
 per size: min, median and spread ((max - min) / median) of the seconds per method and the time
 ratios naive/ours of the minima, of the medians and paired per turn. Peak memory: the exact peak
-bytes of the tensors each method creates (`soft_spatial.bench.workloads.TensorMemory`; deterministic, where
+bytes of the tensors each method creates (`soft_spatial_bench.workloads.TensorMemory`; deterministic, where
 a peak resident set depends on what the allocator kept), one fresh subprocess per method and size;
 the two methods' results are compared there (a mismatch is printed). The naive method builds
 G_ref = Σ_s d_s v_sᵀ as a dense V×D matrix and one dense V×D outer product per optimisation step
@@ -44,7 +44,7 @@ GRID = [  # (V, D, N optimisation steps)
 # much of the L3 other jobs on the machine hold (V=8000, D=128 moved ±13% between runs).
 QUICK = [(1_000, 64, 256), (32_000, 256, 1_024), (64_000, 256, 2_048)]
 
-from soft_spatial.bench.workloads import alignment_inputs, naive_gref, naive_steps  # noqa: E402
+from soft_spatial_bench.workloads import alignment_inputs, naive_gref, naive_steps  # noqa: E402
 
 
 def _naive(d_opt, v_opt, d_ref, v_ref, v, steps, device="cpu"):
@@ -53,7 +53,7 @@ def _naive(d_opt, v_opt, d_ref, v_ref, v, steps, device="cpu"):
 
 def _memory(method: str, v: int, d: int, n: int, naive_steps: int) -> dict:
     """Peak bytes (MiB) of the tensors one call of ``method`` creates, and a checksum."""
-    from soft_spatial.bench.workloads import TensorMemory
+    from soft_spatial_bench.workloads import TensorMemory
     from soft_spatial.softthink import alignment_scores
     args = alignment_inputs(v, d, n)
     steps = n if method == "ours" else min(n, naive_steps)
@@ -65,7 +65,7 @@ def _memory(method: str, v: int, d: int, n: int, naive_steps: int) -> dict:
 def _time(v: int, d: int, n: int, naive_steps: int, repeats: int, min_seconds: float) -> dict:
     """Seconds per method, the methods interleaved across repeats; the naive method's G_ref once
     plus its steps scaled to N."""
-    from soft_spatial.bench.workloads import calls_for, interleaved, mean_seconds
+    from soft_spatial_bench.workloads import calls_for, interleaved, mean_seconds
     from soft_spatial.softthink import alignment_scores
     d_opt, v_opt, d_ref, v_ref = args = alignment_inputs(v, d, n)
     steps = min(n, naive_steps)
@@ -114,7 +114,7 @@ def main() -> None:
                else _memory(kind, v, d, n, ns))
         print(json.dumps(out))
         return
-    from soft_spatial.bench.workloads import Timing, ratio_lines
+    from soft_spatial_bench.workloads import Timing, ratio_lines
 
     grid = QUICK if a.quick else GRID
     print(f"{a.repeats} interleaved turns per size, each measurement ≥ {a.min_seconds:g} s of "

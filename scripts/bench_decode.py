@@ -7,9 +7,9 @@
 All three modes decode the same prompts for the same number of steps (end-of-sequence is ignored
 so every row runs `--steps` tokens) with a tiny random Qwen3-VL, in one engine. One measurement is
 one whole batched ``generate`` (seconds, so the same token count per mode); the modes are measured
-in turns whose order rotates every repeat (`soft_spatial.bench.workloads.interleaved`), after a warm-up
+in turns whose order rotates every repeat (`soft_spatial_bench.workloads.interleaved`), after a warm-up
 generate per mode. Prints min, median and spread of the seconds per mode with the time ratios to
-hard of the minima, of the medians and paired per turn (`soft_spatial.bench.workloads.paired_ratio`),
+hard of the minima, of the medians and paired per turn (`soft_spatial_bench.workloads.paired_ratio`),
 tokens/s (from the minima and the medians), and where the
 time goes per decode step, averaged over the repeats (prefill, sampling incl. top-K / Gumbel /
 controller, mixture embedding, transformer forward). Goal on a CPU: soft/hard throughput >= 0.9
@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from soft_spatial.bench.workloads import interleaved, ratio_lines
+from soft_spatial_bench.workloads import interleaved, ratio_lines
 from soft_spatial.engines import LocalEngine
 from soft_spatial.models import build_tiny_model
 from soft_spatial.softthink import AdaptSoft, SamplingConfig, SoftThinkingConfig

@@ -19,7 +19,7 @@ import argparse
 
 import torch
 
-from soft_spatial.bench.workloads import calls_for, interleaved, mean_seconds, ratio_lines
+from soft_spatial_bench.workloads import calls_for, interleaved, mean_seconds, ratio_lines
 from soft_spatial.softthink.logits import head_logits
 
 

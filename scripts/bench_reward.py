@@ -8,7 +8,7 @@ Each family is a response shape that made a parser superlinear or recursive at s
 phrases, long whitespace or asterisk runs after a cue, nested or unclosed ``<answer>`` tags,
 hedges, many ``</think>``) or that works the negation rule (negated and refused letters, a negated
 list). Per family, every callable at every size is one mode; the modes are measured in turns whose
-order rotates every repeat (`soft_spatial.bench.workloads.interleaved`), one measurement being the mean of as
+order rotates every repeat (`soft_spatial_bench.workloads.interleaved`), one measurement being the mean of as
 many consecutive calls as fill ``--min-seconds``. The table shows the minimum seconds of the reward
 (``compute_score``) and of each extractor at the largest size, and how the slowest one grows with
 the size (the time ratio of the largest to the smallest size divided by the size ratio: about 1 for
@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
-from soft_spatial.bench.workloads import calls_for, interleaved, mean_seconds
+from soft_spatial_bench.workloads import calls_for, interleaved, mean_seconds
 from soft_spatial.data.extract import extract_answer
 from soft_spatial.data.reward import compute_score
 

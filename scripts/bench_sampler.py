@@ -1,5 +1,5 @@
 """The soft plugin's host work per decode step against stock SGLang's, on this CPU, in one run
-(docs/sglang.md, "The sampler's host work"; what is measured: soft_spatial/bench/sampler.py).
+(docs/sglang.md, "The sampler's host work"; what is measured: soft_spatial_bench/sampler.py).
 
     bash scripts/setup_sglang_overlay.sh                          # once
     .venv/bin/python scripts/bench_sampler.py                     # every row, about 5 min on 2 cores
@@ -23,7 +23,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from soft_spatial.bench.overlay import reexec_with_sglang_overlay
+from soft_spatial_bench.overlay import reexec_with_sglang_overlay
 
 
 def main() -> None:
@@ -40,9 +40,9 @@ def main() -> None:
     torch.set_num_threads(1)
     from transformers import AutoConfig, AutoTokenizer
 
-    from soft_spatial.bench.sampler import (IMPLS, ROWS, count_step, measure_engines,
+    from soft_spatial_bench.sampler import (IMPLS, ROWS, count_step, measure_engines,
                                             rows_json, sglang_setup, time_steps)
-    from soft_spatial.bench.workloads import random_controller
+    from soft_spatial_bench.workloads import random_controller
     from soft_spatial.models import build_tiny_model, think_end_id
 
     work = Path(tempfile.mkdtemp(prefix="bench_sampler_"))

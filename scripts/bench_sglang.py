@@ -17,7 +17,7 @@ settings are server-wide) live side by side, each SGLang engine in its own worke
 shutdown kills every child of the process that started it), its scheduler started with
 ``sleep_on_idle`` (an idle scheduler otherwise spins on a core and would slow the others). The
 four modes are measured in turns whose order rotates every repeat
-(`soft_spatial.bench.workloads.interleaved`), one measurement being one whole batched ``generate``, after a
+(`soft_spatial_bench.workloads.interleaved`), one measurement being one whole batched ``generate``, after a
 warm-up per mode. Printed: min, median and spread ((max - min) / median) of the seconds per mode,
 the time ratios to SGLang hard (of minima, medians and paired per turn), tokens/s, and the
 throughput ratios SGLang soft / SGLang hard,
@@ -50,7 +50,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from soft_spatial.bench.overlay import reexec_with_sglang_overlay
+from soft_spatial_bench.overlay import reexec_with_sglang_overlay
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH_LOG = "SOFT_SPATIAL_SGLANG_BATCH_LOG"  # tests/sglang_stubs/sglang_cpu
@@ -171,7 +171,7 @@ def main() -> None:
                                   "--out", "bench-sglang-gpu", "--deadline", "3600"]))
     reexec_with_sglang_overlay("bench_sglang")
 
-    from soft_spatial.bench.workloads import interleaved
+    from soft_spatial_bench.workloads import interleaved
     from soft_spatial.engines import LocalEngine
     from soft_spatial.models import build_tiny_model
     from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
@@ -218,7 +218,7 @@ def main() -> None:
 
 def _print(a, timings, tokens, prefill) -> None:
     """The run's table: seconds per generate, tokens/s, throughput ratios, prefill counts."""
-    from soft_spatial.bench.workloads import ratio_lines
+    from soft_spatial_bench.workloads import ratio_lines
     print(f"\ndecode, {a.prompts} image prompts × G={a.n}, {a.steps} steps, vocab {a.vocab}, "
           f"{os.cpu_count()} CPUs, {a.repeats} interleaved turns (seconds per generate):")
     print("CUDA graphs: unavailable on the CPU (every SGLang engine here runs without them; "

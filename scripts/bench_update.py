@@ -4,7 +4,7 @@
                                    [--updates 3] [--no-memory]
 
 verl's real FSDP2 engines on one gloo process, a tiny Qwen3 text model, rollouts from the
-embedded engine (workloads from `soft_spatial.bench.workloads`). `hard` is verl's stock engine (model type
+embedded engine (workloads from `soft_spatial_bench.workloads`). `hard` is verl's stock engine (model type
 language_model) on the spines of the same rollouts; `soft_fixed` replays the soft inputs and
 scores Gumbel densities; `adaptsoft` adds the controller's gradient-alignment pass.
 
@@ -36,7 +36,7 @@ MODES = ("hard", "soft_fixed", "adaptsoft")
 def _setup(model: str, rows: int, steps: int, modes):
     """Rollouts once, then per mode (train_engine, batch); the hard batch has discrete traces."""
     os.environ.setdefault("VERL_PLATFORM", "cpu")
-    import soft_spatial.bench.workloads as B
+    import soft_spatial_bench.workloads as B
     from soft_spatial.actor.adaptsoft_trainer import AdaptSoftTrainer
     from soft_spatial.softthink import SoftTrace
     from soft_spatial.integration.platform import init_process_group, use_cpu_platform
@@ -76,7 +76,7 @@ def _update(work, loss, mode: str, updates: int) -> float:
 
 
 def time_modes(model: str, rows: int, steps: int, repeats: int, updates: int) -> dict:
-    from soft_spatial.bench.workloads import interleaved
+    from soft_spatial_bench.workloads import interleaved
 
     work, loss, tokens = _setup(model, rows, steps, MODES)
     for mode in MODES:  # warm-up
@@ -126,7 +126,7 @@ def main() -> None:
     if a.child:
         _child(a.child)
         return
-    from soft_spatial.bench.workloads import Timing, ratio_lines
+    from soft_spatial_bench.workloads import Timing, ratio_lines
     from soft_spatial.models import build_tiny_model
 
     model = Path(tempfile.mkdtemp()) / "tiny_text"

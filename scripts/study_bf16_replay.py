@@ -37,7 +37,7 @@ import torch
 from soft_spatial.engines import LocalEngine
 from soft_spatial.engines import replay as replay_mod
 from soft_spatial.engines.replay import replay_gaps
-from soft_spatial.bench.gpu.prompts import image_prompts
+from soft_spatial_bench.gpu.prompts import image_prompts
 from soft_spatial.models import build_tiny_model
 from soft_spatial.models.shapes import QWEN3_VL_2B, parity_init
 from soft_spatial.softthink import DensityConfig, SamplingConfig, SoftThinkingConfig

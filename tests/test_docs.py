@@ -25,7 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DESIGN = "docs/design.md"
 SKIP_DIRS = {".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache", "node_modules"}
-CODE_DIRS = ("soft_spatial", "tests", "scripts", "configs", "slurm")
+CODE_DIRS = ("soft_spatial", "soft_spatial_bench", "tests", "scripts", "configs", "slurm")
 TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".sh", ".sbatch", ".toml", ".txt", ".cfg", ".ini"}
 # spelled in pieces so that this file does not mention them itself
 OUTSIDE = ("../" + "shared", "/work/" + "shared")

@@ -1,6 +1,7 @@
 """Every module of the package has a guard: a test module named for it, where the tests mirror the
 package (``soft_spatial/<layer>/<module>.py`` → ``tests/<layer>/test_<module>.py``;
-``soft_spatial/<module>.py`` → ``tests/test_<module>.py``; ``__main__.py`` → ``test_main.py``), or
+``soft_spatial/<module>.py`` → ``tests/test_<module>.py``; ``__main__.py`` → ``test_main.py``; the
+benchmarks' ``soft_spatial_bench/<module>.py`` → ``tests/bench/test_<module>.py``), or
 an entry in :data:`UNGUARDED` saying why it has none and which test files exercise it instead.
 
     .venv/bin/python tests/test_guards.py     # lists the modules with no guard file
@@ -13,6 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "soft_spatial"
+BENCH = ROOT / "soft_spatial_bench"  # its modules are named bench/... here, their tests' folder
 TESTS = ROOT / "tests"
 
 _SGLANG = "SGLang's real modules: tests that need the overlay live in tests/sglang_real/"
@@ -58,8 +60,10 @@ UNGUARDED: dict[str, tuple[str, tuple[str, ...]]] = {
 
 
 def modules() -> list[str]:
-    """Every module of the package (relative to soft_spatial/), package ``__init__`` files aside."""
-    return sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py")
+    """Every module of the package (relative to soft_spatial/) and of the benchmarks (``bench/``
+    and its path in soft_spatial_bench/), package ``__init__`` files aside."""
+    return sorted([str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"]
+                  + [f"bench/{p.relative_to(BENCH)}" for p in BENCH.rglob("*.py") if p.name != "__init__.py"])
 
 
 def guard_file(module: str) -> Path:
@@ -94,8 +98,10 @@ def test_tests_mirror_the_layers():
     """A test file lives in the folder of the layer it guards (the package's folders), in
     ``tests/e2e/`` (guarantees across layers), at the top (the package's own modules and the
     house's checks) or in ``tests/sglang_real/``; helpers (no tests) in ``tests/support/``."""
-    folders = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*") if p.is_dir()
-               and p.name != "__pycache__"}
+    folders = ({str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*") if p.is_dir()
+                and p.name != "__pycache__"}
+               | {"bench"} | {f"bench/{p.relative_to(BENCH)}" for p in BENCH.rglob("*") if p.is_dir()
+                              and p.name != "__pycache__"})
     allowed = folders | {".", "e2e", "sglang_real"}
     misplaced = [str(p.relative_to(TESTS)) for p in TESTS.rglob("test_*.py")
                  if "sglang_stubs" not in p.parts and "support" not in p.parts

@@ -12,7 +12,9 @@ tiers < n, never a sibling of its own tier (so ``engines`` and ``actor`` stay in
 component of its own, ``lab.<room>`` (one experiment or study per room, built on the rooms below
 it); ``lab``'s own modules (``lab/__init__.py``, the ``lab/learn.py`` alias) are the component
 ``lab``. ``TIERS`` is the one map; docs/design.md §4 shows it in a ``layers`` block, and a test keeps
-the two equal.
+the two equal. The benchmarks (``soft_spatial_bench/``: the CPU benchmarks' workloads, the GPU kit)
+are a package of their own above the library, as the scripts are: they import it, nothing in it
+imports them, and their modules import each other in no cycle.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "soft_spatial"
+BENCH = PACKAGE.parent / "soft_spatial_bench"
 DESIGN = PACKAGE.parent / "docs" / "design.md"
 
 TIERS = [
@@ -33,8 +36,7 @@ TIERS = [
     {"integration", "eval"},  # verl wiring (platform, worker, trainer, task runner); evaluation
     {"plugin", "export"},  # registration in every verl process; the Hugging Face export
     {"train", "launch"},  # commands: training, the cluster launcher
-    {"lab.paper", "bench"},  # the paper's tables and figures; engineering checks (is it right and fast?
-    # benchmark workloads, the GPU kit): siblings, so neither imports the other
+    {"lab.paper"},  # the paper's tables and figures
     {"lab.learning"},  # the learning experiment (does the method learn?): its runner and warm starts
     {"lab.softness"},  # the softness experiment, built on the learning experiment's runner
     {"lab", "ablation", "stats", "analysis"},  # the lab's commands (and its map, lab/__init__.py)
@@ -42,11 +44,11 @@ TIERS = [
 TIER = {component: n for n, tier in enumerate(TIERS) for component in tier}
 
 
-def modules() -> dict:
-    """``{dotted name: path}`` of every module of the package (packages by their name)."""
+def modules(package: Path = PACKAGE) -> dict:
+    """``{dotted name: path}`` of every module of ``package`` (packages by their name)."""
     out = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    for path in package.rglob("*.py"):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         out[".".join(parts)] = path
@@ -54,7 +56,7 @@ def modules() -> dict:
 
 
 def imports(mods: dict) -> dict:
-    """``{module: {imported soft_spatial module: line}}`` (``from pkg import sub`` → ``pkg.sub``)."""
+    """``{module: {imported module of mods: line}}`` (``from pkg import sub`` → ``pkg.sub``)."""
     graph = collections.defaultdict(dict)
     for name, path in mods.items():
         package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
@@ -71,7 +73,7 @@ def imports(mods: dict) -> dict:
             for target in targets:
                 while target and target not in mods:  # a name inside a module
                     target = target.rpartition(".")[0]
-                if target.startswith("soft_spatial.") and target != name:
+                if target and target != name:
                     graph[name].setdefault(target, node.lineno)
     return graph
 
@@ -144,12 +146,12 @@ def documented_tiers(text: str) -> list:
 _MODULE = re.compile(r"(?<![\w./*-])([A-Za-z_]\w*\.py)\b")
 
 
-def documented_modules(text: str) -> dict:
+def documented_modules(text: str, root: str = "soft_spatial/") -> dict:
     """The tree in a document's fenced ``tree`` block (docs/design.md §4, "Who lives where"):
-    ``{folder relative to soft_spatial/ ("" for the top): {module file names}}``. Under the
-    ``soft_spatial/`` line, a line at indentation 2 opens a folder (its first word, ending in ``/``)
-    or holds modules of the top; every bare ``name.py`` in the text up to the next such line is a
-    module of that folder. A line at indentation 0 other than ``soft_spatial/`` ends the package."""
+    ``{folder relative to root ("" for the top): {module file names}}``. Under the ``root`` line, a
+    line at indentation 2 opens a folder (its first word, ending in ``/``) or holds modules of the
+    top; every bare ``name.py`` in the text up to the next such line is a module of that folder. A
+    line at indentation 0 other than ``root`` ends the package."""
     blocks = re.findall(r"^```tree\n(.*?)^```", text, re.M | re.S)
     assert len(blocks) == 1, f"want one ```tree block, found {len(blocks)}"
     tree, folder, inside = {}, None, False
@@ -159,7 +161,7 @@ def documented_modules(text: str) -> dict:
         indent = len(line) - len(line.lstrip(" "))
         words = line.split()
         if indent == 0:
-            inside, folder = words[0] == "soft_spatial/", None
+            inside, folder = words[0] == root, None
             continue
         if not inside:
             continue
@@ -172,19 +174,22 @@ def documented_modules(text: str) -> dict:
     return tree
 
 
-def tree_problems(tree: dict) -> list:
-    """Every module of the package missing from ``tree``, every module or folder it names that
+def tree_problems(tree: dict, package: Path = PACKAGE) -> list:
+    """Every module of ``package`` missing from ``tree``, every module or folder it names that
     does not exist (``__init__.py`` files aside: a folder stands for its own)."""
-    actual = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"}
+    actual = {str(p.relative_to(package)) for p in package.rglob("*.py") if p.name != "__init__.py"}
     named = {folder + m for folder, ms in tree.items() for m in ms}
-    return ([f"missing from the tree: soft_spatial/{m}" for m in sorted(actual - named)]
-            + [f"named in the tree, not in the package: soft_spatial/{m}" for m in sorted(named - actual)]
-            + [f"a folder the package does not have: soft_spatial/{f}" for f in sorted(tree)
-               if f and not (PACKAGE / f).is_dir()])
+    top = package.name
+    return ([f"missing from the tree: {top}/{m}" for m in sorted(actual - named)]
+            + [f"named in the tree, not in the package: {top}/{m}" for m in sorted(named - actual)]
+            + [f"a folder the package does not have: {top}/{f}" for f in sorted(tree)
+               if f and not (package / f).is_dir()])
 
 
 def test_the_design_tree_lists_every_module():
-    assert tree_problems(documented_modules(DESIGN.read_text(encoding="utf-8"))) == []
+    text = DESIGN.read_text(encoding="utf-8")
+    assert tree_problems(documented_modules(text)) == []
+    assert tree_problems(documented_modules(text, "soft_spatial_bench/"), BENCH) == []
 
 
 def test_the_tree_reader_sees_a_missing_and_an_invented_module():
@@ -192,11 +197,13 @@ def test_the_tree_reader_sees_a_missing_and_an_invented_module():
     assert "tether.py (a child command" in text and "  compat/verl/  " in text
     broken = (text.replace("tether.py (a child command", "tether (a child command")
               .replace("  compat/verl/  verl by area:", "  compat/verl/  verl by area: magic.py,")
-              .replace("  bench/gpu/  ", "  bench/cpu/  "))
+              .replace("  launch/  ", "  launcher/  ").replace("  gpu/  ", "  cpu/  "))
     problems = tree_problems(documented_modules(broken))
     assert "missing from the tree: soft_spatial/infra/tether.py" in problems
     assert "named in the tree, not in the package: soft_spatial/compat/verl/magic.py" in problems
-    assert "a folder the package does not have: soft_spatial/bench/cpu/" in problems
+    assert "a folder the package does not have: soft_spatial/launcher/" in problems
+    assert "a folder the package does not have: soft_spatial_bench/cpu/" in tree_problems(
+        documented_modules(broken, "soft_spatial_bench/"), BENCH)
     # a module of another folder named with its folder, and a pattern, are not this folder's
     tree = documented_modules("```tree\nsoft_spatial/\n  eval/   runner.py, see integration/collate.py "
                               "and tests/eval/test_*.py\n  train.py  the command\nconfigs/  x.py\n```\n")
@@ -211,7 +218,7 @@ def test_the_map_reader_sees_a_difference():
     block = "```layers\n" + "".join(f"{n} | {', '.join(sorted(t))} | x\n" for n, t in enumerate(TIERS)) + "```\n"
     assert documented_tiers(block) == TIERS
     assert documented_tiers(block.replace("rollout |", "rollout, extra |")) != TIERS
-    assert documented_tiers(block.replace("bench, lab.paper |", "bench |")) != TIERS
+    assert documented_tiers(block.replace("lab.paper |", "lab.paper, bench |")) != TIERS
 
 
 def test_every_component_has_a_tier():
@@ -224,6 +231,30 @@ def test_no_module_imports_upward():
 
 def test_no_import_cycles():
     assert cycles(imports(modules())) == []
+
+
+def _imported_packages(path: Path) -> set:
+    """The top-level packages ``path`` imports (absolute imports)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_the_library_never_imports_its_benchmarks():
+    """soft_spatial_bench/ sits above the library (module docstring): nothing in soft_spatial/
+    imports it, and the benchmarks import each other in no cycle."""
+    assert [str(p.relative_to(PACKAGE.parent)) for p in sorted(PACKAGE.rglob("*.py"))
+            if "soft_spatial_bench" in _imported_packages(p)] == []
+    bench = modules(BENCH)
+    assert len(bench) > 20 and cycles(imports(bench)) == []
+    graph = imports(bench)
+    assert graph["soft_spatial_bench.gpu.runner"]  # the reader sees the benchmarks' own imports
+    assert "soft_spatial" in _imported_packages(BENCH / "gpu" / "runner.py") | _imported_packages(
+        BENCH / "gpu" / "context.py")
 
 
 def test_the_checks_catch_an_upward_import_and_a_cycle():

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CHECKED = ("soft_spatial", "tests", "scripts")
+CHECKED = ("soft_spatial", "soft_spatial_bench", "tests", "scripts")
 
 
 def _ruff(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -52,17 +52,16 @@ def _torch_loads(tree) -> list[tuple[int, bool]]:
 
 
 def test_no_torch_load_in_the_package_can_run_code():
-    """Every ``torch.load`` in soft_spatial/ passes ``weights_only=True`` (a checkpoint, a batch or
-    a state file may come from elsewhere: an unpickled object runs code), and nothing calls
-    ``pickle.load``."""
+    """Every ``torch.load`` in soft_spatial/ and soft_spatial_bench/ passes ``weights_only=True`` (a
+    checkpoint, a batch or a state file may come from elsewhere: an unpickled object runs code), and
+    nothing calls ``pickle.load``."""
     import ast
-    root = Path(__file__).resolve().parents[1] / "soft_spatial"
     bad = []
-    for path in sorted(root.rglob("*.py")):
+    for path in sorted((ROOT / "soft_spatial").rglob("*.py")) + sorted((ROOT / "soft_spatial_bench").rglob("*.py")):
         text = path.read_text(encoding="utf-8")
-        bad += [f"{path.relative_to(root.parent)}:{line}: torch.load without weights_only=True"
+        bad += [f"{path.relative_to(ROOT)}:{line}: torch.load without weights_only=True"
                 for line, safe in _torch_loads(ast.parse(text)) if not safe]
-        bad += [f"{path.relative_to(root.parent)}: pickle.load" for _ in [1] if "pickle.load" in text]
+        bad += [f"{path.relative_to(ROOT)}: pickle.load" for _ in [1] if "pickle.load" in text]
     assert bad == []
 
 
@@ -82,7 +81,7 @@ def _long_functions(path: Path, limit: int, root: Path = ROOT) -> list[str]:
 
 
 def test_no_function_of_the_package_or_its_scripts_is_longer_than_80_lines(tmp_path):
-    files = sorted((ROOT / "soft_spatial").rglob("*.py")) + sorted((ROOT / "scripts").rglob("*.py"))
+    files = [p for d in ("soft_spatial", "soft_spatial_bench", "scripts") for p in sorted((ROOT / d).rglob("*.py"))]
     assert len(files) > 200
     assert [f for p in files for f in _long_functions(p, 80)] == []
     long = tmp_path / "long.py"  # the scan sees one of 81 lines, and not one of 80

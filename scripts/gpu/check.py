@@ -4,12 +4,12 @@
     python3 scripts/gpu/check.py --plan headline --only A/embedded,B/softthink --out DIR
     python scripts/gpu/check.py --plan headline --dry-run --out DIR --deadline 2400      # on the CPU
 
-The checks live in ``soft_spatial/bench/gpu/`` (the command: ``headline.py``); docs/gpu.md says
+The checks live in ``soft_spatial_bench/gpu/`` (the command: ``headline.py``); docs/gpu.md says
 how a lent GPU machine runs them.
 """
 import sys
 
-from soft_spatial.bench.gpu.headline import main
+from soft_spatial_bench.gpu.headline import main
 
 if __name__ == "__main__":
     sys.exit(main())

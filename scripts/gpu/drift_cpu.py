@@ -12,10 +12,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from soft_spatial.bench.workloads import random_controller
-from soft_spatial.bench.gpu import parity
-from soft_spatial.bench.gpu.measure import MODES
-from soft_spatial.bench.gpu.prompts import image_prompts
+from soft_spatial_bench.workloads import random_controller
+from soft_spatial_bench.gpu import parity
+from soft_spatial_bench.gpu.measure import MODES
+from soft_spatial_bench.gpu.prompts import image_prompts
 from soft_spatial.models.shapes import QWEN3_VL_2B, parity_init
 
 # text overrides (+ a 1-block vision tower whose output width is the text width)

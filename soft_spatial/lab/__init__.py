@@ -1,6 +1,6 @@
 """The lab: experiments built on the commands, one room per question; a room imports only the rooms
 listed before it (paper ← learning ← softness: tests/test_layers.py). Engineering checks of speed
-and correctness are ``soft_spatial/bench/``.
+and correctness are ``soft_spatial_bench/``.
 
 ==============  ================================================================================
 ``paper/``      the paper's Table 4 and Figures 4–7, and μ_H/σ_H for a new backbone

@@ -267,7 +267,7 @@ def log_fingerprint(side: str, controller: nn.Module | Mapping[str, Tensor] | No
     variable is set and there is a controller (a module or its state dict); else do nothing.
 
     The trainer logs what it sends at each weight sync, the SGLang plugin what it installed: the GPU
-    kit's stage e (soft_spatial/bench/gpu/grpo.py) checks that the two sequences are equal."""
+    kit's stage e (soft_spatial_bench/gpu/grpo.py) checks that the two sequences are equal."""
     root = os.environ.get(FINGERPRINT_LOG_ENV)
     if not root or controller is None:
         return None

@@ -1,4 +1,4 @@
-"""The CPU benches' re-execution into SGLang's CPU environment (soft_spatial/bench/overlay.py):
+"""The CPU benches' re-execution into SGLang's CPU environment (soft_spatial_bench/overlay.py):
 already there, nothing happens; without the overlay, one line naming the setup script; else the
 process is re-executed with the overlay and the stand-ins first on its path."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from soft_spatial.bench import overlay
+from soft_spatial_bench import overlay
 
 
 def test_already_in_the_environment_nothing_happens(monkeypatch, tmp_path):

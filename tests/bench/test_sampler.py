@@ -1,4 +1,4 @@
-"""What scripts/bench_sampler.py counts (soft_spatial/bench/sampler.py), checked on known work:
+"""What scripts/bench_sampler.py counts (soft_spatial_bench/sampler.py), checked on known work:
 the ops dispatched, the copies a device would make (host data turned into tensors; non-blocking
 copies to the host), a captured graph counted as one op with nothing inside it, the lines of
 soft_spatial a step runs (so a loop over rows shows), and the host time outside the forward.
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from soft_spatial.bench.sampler import IMPLS, ROWS, SamplerRow, StepCounter, host_outside_forward
+from soft_spatial_bench.sampler import IMPLS, ROWS, SamplerRow, StepCounter, host_outside_forward
 from soft_spatial.softthink.noise import seed_tensor
 
 

@@ -1,4 +1,4 @@
-"""The timing statistics of the benchmarks (`soft_spatial.bench.workloads`), on a fake clock: no wall time
+"""The timing statistics of the benchmarks (`soft_spatial_bench.workloads`), on a fake clock: no wall time
 is asserted anywhere."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import soft_spatial.bench.workloads as bench
-from soft_spatial.bench.workloads import Timing, calls_for, interleaved, mean_seconds, paired_ratio, ratio_lines
+import soft_spatial_bench.workloads as bench
+from soft_spatial_bench.workloads import Timing, calls_for, interleaved, mean_seconds, paired_ratio, ratio_lines
 
 
 class FakeClock:
@@ -105,7 +105,7 @@ def test_paired_ratio_cancels_drift_between_turns():
 
 
 def test_tensor_memory_counts_new_storages_until_they_are_freed():
-    from soft_spatial.bench.workloads import TensorMemory
+    from soft_spatial_bench.workloads import TensorMemory
 
     before = torch.zeros(10_000)  # made before the block: never counted
     with TensorMemory() as mem:

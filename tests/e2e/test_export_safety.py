@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILD = textwrap.dedent("""
     import os, sys, tempfile
     from soft_spatial.integration.platform import init_process_group, use_cpu_platform
-    from soft_spatial.bench.workloads import make_train_engine
+    from soft_spatial_bench.workloads import make_train_engine
 
     model, out = sys.argv[1], sys.argv[2]
     use_cpu_platform()

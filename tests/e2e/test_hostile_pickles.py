@@ -19,7 +19,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from soft_spatial.bench.workloads import random_controller
+from soft_spatial_bench.workloads import random_controller
 
 
 class _Payload:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from soft_spatial.engines.step import discrete_sample, sample_step
-from soft_spatial.bench.workloads import random_controller
+from soft_spatial_bench.workloads import random_controller
 from soft_spatial.softthink import (DensityConfig, SamplingConfig, SoftThinkingConfig,
                                     gumbel_log_density, noise_uniforms, seed_tensor)
 

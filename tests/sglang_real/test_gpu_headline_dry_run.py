@@ -34,7 +34,7 @@ import uuid
 import pytest
 from real_engine import BATCH_LOG_ENV, assert_marked_gone, assert_prefill_shared
 
-from soft_spatial.bench.gpu.jobs import DRY_RUN
+from soft_spatial_bench.gpu.jobs import DRY_RUN
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]

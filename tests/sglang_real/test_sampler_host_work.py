@@ -1,5 +1,5 @@
 """A decode step's host work, through SGLang 0.5.12's real ``Sampler`` classes and the plugin's
-real hook (soft_spatial/bench/sampler.py, what scripts/bench_sampler.py measures): no pass over
+real hook (soft_spatial_bench/sampler.py, what scripts/bench_sampler.py measures): no pass over
 the batch's rows in the plugin's step (the lines of soft_spatial it runs are the same at 8 and 64
 rows), one copy of the records to the host and one ``customized_info`` key per step, no host value
 turned into a tensor, and at most 10 ops outside the captured sampler on its graphed path. Counts
@@ -25,7 +25,7 @@ def _own_runtime():
 def shape(tiny_qwen3_vl_small):
     from transformers import AutoConfig, AutoTokenizer
 
-    from soft_spatial.bench.sampler import sglang_setup
+    from soft_spatial_bench.sampler import sglang_setup
     from soft_spatial.models import think_end_id
     sglang_setup(str(tiny_qwen3_vl_small))
     cfg = AutoConfig.from_pretrained(tiny_qwen3_vl_small).text_config
@@ -35,7 +35,7 @@ def shape(tiny_qwen3_vl_small):
 
 @pytest.mark.parametrize("impl", ["hard", "fixed", "adaptsoft"])
 def test_a_decode_step_does_no_host_work_per_row(shape, impl):
-    from soft_spatial.bench.sampler import count_step
+    from soft_spatial_bench.sampler import count_step
     vocab, hidden, think_end = shape
     small, big = (count_step(impl, n, vocab, hidden, think_end) for n in (8, 64))
     assert small.lines == big.lines > 0, (small, big)  # nothing of ours loops over the rows
@@ -49,7 +49,7 @@ def test_a_decode_step_does_no_host_work_per_row(shape, impl):
 def test_the_counter_sees_a_loop_over_the_rows(shape, monkeypatch):
     """The line count is what catches a pass over the rows: one put back into the sampler's
     step makes the counts at 8 and 64 rows differ."""
-    from soft_spatial.bench.sampler import count_step
+    from soft_spatial_bench.sampler import count_step
     from soft_spatial.engines.sglang import runtime as rt_mod
     original = rt_mod.SoftRuntime.sample
 

@@ -1,5 +1,5 @@
 """Helpers shared by the tests/actor/test_*.py modules (no tests here): they live in
-`soft_spatial.bench.workloads`, shared with the benchmarks."""
+`soft_spatial_bench.workloads`, shared with the benchmarks."""
 from __future__ import annotations
 
 import os
@@ -12,7 +12,7 @@ from soft_spatial.plugin import register  # noqa: E402
 
 register()
 
-from soft_spatial.bench.workloads import (  # noqa: E402,F401  (re-exported)
+from soft_spatial_bench.workloads import (  # noqa: E402,F401  (re-exported)
     PROMPTS,
     actor_config,
     make_train_engine,
@@ -21,4 +21,4 @@ from soft_spatial.bench.workloads import (  # noqa: E402,F401  (re-exported)
     train_batch_td,
     verl_batch,
 )
-from soft_spatial.bench.workloads import random_controller as trained_controller  # noqa: E402,F401
+from soft_spatial_bench.workloads import random_controller as trained_controller  # noqa: E402,F401

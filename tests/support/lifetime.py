@@ -123,7 +123,7 @@ def _main(which: str, pids: str, argv: list[str]) -> int | None:
         ablation.main(argv)
         return 0
     if which == "kit":  # the plan's one job: the runner's own orphan (its child leaves the session)
-        from soft_spatial.bench.gpu import headline, jobs
+        from soft_spatial_bench.gpu import headline, jobs
         jobs.plan = lambda: [jobs.Job("T", "orphan", None, 1.0, min_left=1.0, args={
             "kind": "selftest", "action": "orphan", "number": 0, "pid_file": pids})]
         return headline.main(argv)

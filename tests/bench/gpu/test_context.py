@@ -1,4 +1,4 @@
-"""What a piece of the GPU kit's work runs with (soft_spatial/bench/gpu/context.py), on the CPU:
+"""What a piece of the GPU kit's work runs with (soft_spatial_bench/gpu/context.py), on the CPU:
 environment changes scoped to a block (restored, unset ones removed, also on an error), the
 deadline, and the 8B-shaped model of a dry run: its config, tokenizer and processor without
 weights, written once per machine (a second call finds it), with a controller beside it. (The
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from soft_spatial.bench.gpu import context
+from soft_spatial_bench.gpu import context
 
 
 def test_env_vars_hold_for_the_block_only(monkeypatch):

@@ -1,10 +1,10 @@
-"""F's engines (soft_spatial/bench/gpu/graphs.py) without starting one: which jobs start a warm-up
+"""F's engines (soft_spatial_bench/gpu/graphs.py) without starting one: which jobs start a warm-up
 engine first. (Every F job on SGLang's real CPU engine: tests/sglang_real/test_gpu_headline_dry_run.py.)"""
 from contextlib import contextmanager
 from types import SimpleNamespace
 
-from soft_spatial.bench.gpu import graphs
-from soft_spatial.bench.gpu.graphs import EngineSpec
+from soft_spatial_bench.gpu import graphs
+from soft_spatial_bench.gpu.graphs import EngineSpec
 
 
 def test_a_warm_up_engine_runs_once_per_kind_on_a_device_and_never_in_a_dry_run(tmp_path,

@@ -17,7 +17,7 @@ from soft_spatial.softthink import AdaptSoft
 from soft_spatial.softthink.controller import (FINGERPRINT_LOG_ENV, log_fingerprint,
                                                state_fingerprint)
 
-from soft_spatial.bench.gpu import grpo as stage_e
+from soft_spatial_bench.gpu import grpo as stage_e
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -210,7 +210,7 @@ def test_hard_e_is_the_plugins_pipeline_in_hard_mode_judged_without_a_controller
     SGLang rollout, engine, loss and agent loop in hard mode, two steps; its metrics are judged
     without soft steps or a controller (a soft check would fail every hard run), and its verdict
     reads the splits a hard run records."""
-    from soft_spatial.bench.gpu.jobs import plan
+    from soft_spatial_bench.gpu.jobs import plan
     (job,) = [j for j in plan() if j.key == "E/hard"]
     spec = stage_e.ESpec.from_args(job.args)
     assert (spec.experiment, spec.steps, spec.stock, spec.adaptsoft) == ("hard", 2, False, False)

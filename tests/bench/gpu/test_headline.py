@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from soft_spatial.bench.gpu import graphs, headline, soft_parity
-from soft_spatial.bench.gpu.jobs import RETIRED, RETIRED_AT, STAGES, Job, plan
-from soft_spatial.bench.gpu.sglang_args import unset_backends
+from soft_spatial_bench.gpu import graphs, headline, soft_parity
+from soft_spatial_bench.gpu.jobs import RETIRED, RETIRED_AT, STAGES, Job, plan
+from soft_spatial_bench.gpu.sglang_args import unset_backends
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIGS = ROOT / "configs"
@@ -74,7 +74,7 @@ def test_jobs_travel_as_json():
 
 
 def test_only_lease_and_set_select_jobs(capsys):
-    from soft_spatial.bench.gpu.jobs import LEASES
+    from soft_spatial_bench.gpu.jobs import LEASES
     ap = headline._parser()
     pick = lambda *argv: headline.select(ap, ap.parse_args(["--out", "x", *argv]))  # noqa: E731
     assert [j.key for j in pick("--lease", "2.1")] == LEASES[1][0]
@@ -105,7 +105,7 @@ def test_the_e_summary_puts_each_split_under_its_name():
 def test_the_former_stages_fail_naming_the_jobs_that_replaced_them(capsys):
     """``--stages`` retired with the per-stage command: it fails in one line naming the command
     that runs the same checks now; stage e is E with a checkpoint and a resume."""
-    from soft_spatial.bench.gpu import grpo
+    from soft_spatial_bench.gpu import grpo
     by = {j.key: j for j in plan()}
     assert {k for keys in STAGES.values() for k in keys} <= set(by)
     for stage, keys in STAGES.items():  # each stage's jobs run alone: what they need comes along

@@ -1,4 +1,4 @@
-"""The GPU kit's jobs and lease plan (soft_spatial/bench/gpu/jobs.py): every job is runnable by a
+"""The GPU kit's jobs and lease plan (soft_spatial_bench/gpu/jobs.py): every job is runnable by a
 kind of the runner's table, the lease plan's calls fit a loan by the recorded timings, docs/gpu.md
 shows the exact --only sets, the dry run covers every kind and code path, and no function of the
 kit is longer than 80 lines (issue 45)."""
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from soft_spatial.bench.gpu import jobs, runner
+from soft_spatial_bench.gpu import jobs, runner
 
 ROOT = Path(__file__).resolve().parents[3]
 

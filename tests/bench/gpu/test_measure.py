@@ -1,4 +1,4 @@
-"""What the GPU kit's measurements share (soft_spatial/bench/gpu/measure.py): the versions line names
+"""What the GPU kit's measurements share (soft_spatial_bench/gpu/measure.py): the versions line names
 every package, read from the installed distributions without importing them."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from soft_spatial.bench.gpu import measure
+from soft_spatial_bench.gpu import measure
 
 
 def test_versions_name_every_package():
@@ -19,7 +19,7 @@ def test_versions_name_every_package():
 
 
 def test_versions_import_none_of_the_packages():
-    code = ("import sys; from importlib import metadata; from soft_spatial.bench.gpu.measure import versions; "
+    code = ("import sys; from importlib import metadata; from soft_spatial_bench.gpu.measure import versions; "
             "line = versions(); "
             "print([m for m in ('torch', 'transformers', 'verl', 'ray') if m in sys.modules]); "
             "print(f'torch {metadata.version(\"torch\")}' in line.split(', '))")

@@ -1,4 +1,4 @@
-"""X/overlap-parity's comparison (soft_spatial/bench/gpu/overlap.py): the first difference between
+"""X/overlap-parity's comparison (soft_spatial_bench/gpu/overlap.py): the first difference between
 two runs' records by row, step and field, and its size, and the job's verdict over engines that
 decode alike or not (the plugin's own records under overlap, on SGLang's real engine on the CPU:
 tests/sglang_real/test_real_engine_overlap.py)."""
@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from soft_spatial.bench.gpu import overlap
-from soft_spatial.bench.gpu.report import JobFailed
+from soft_spatial_bench.gpu import overlap
+from soft_spatial_bench.gpu.report import JobFailed
 
 
 def _completion(tokens, ids, scores, tau, soft, logprobs):

@@ -1,4 +1,4 @@
-"""soft_spatial/bench/gpu/parity.py on synthetic completions: the first row, step and field where two runs
+"""soft_spatial_bench/gpu/parity.py on synthetic completions: the first row, step and field where two runs
 differ (with both values), per-step max |Δ| from the first step (smooth growth vs a jump), and
 the per-row verdict against docs/sglang.md's bound."""
 import copy
@@ -13,7 +13,7 @@ from soft_spatial.engines.base import Completion
 from soft_spatial.softthink import SoftTrace
 from soft_spatial.softthink.trace import TRACE_KEYS
 
-from soft_spatial.bench.gpu import parity
+from soft_spatial_bench.gpu import parity
 
 L, K = 10, 3
 

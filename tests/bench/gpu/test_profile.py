@@ -1,4 +1,4 @@
-"""The profile pass's summary (soft_spatial/bench/gpu/profile.py) and F's decoding window
+"""The profile pass's summary (soft_spatial_bench/gpu/profile.py) and F's decoding window
 (graphs.decode_window) on traces and logs whose answers are known by construction."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from soft_spatial.bench.gpu.graphs import decode_window
-from soft_spatial.bench.gpu.profile import read_trace, summarize
+from soft_spatial_bench.gpu.graphs import decode_window
+from soft_spatial_bench.gpu.profile import read_trace, summarize
 
 
 def _x(name, ts, dur, cat="user_annotation", **args):

@@ -1,9 +1,9 @@
-"""The GPU kit's prompts (soft_spatial/bench/gpu/prompts.py): image chats, one synthetic image each,
+"""The GPU kit's prompts (soft_spatial_bench/gpu/prompts.py): image chats, one synthetic image each,
 all different and the same on every call (so every engine of a comparison sees the same inputs);
 text prompts of the asked length as the model's tokenizer encodes them."""
 from __future__ import annotations
 
-from soft_spatial.bench.gpu.prompts import image_prompts, text_prompts
+from soft_spatial_bench.gpu.prompts import image_prompts, text_prompts
 
 
 def test_image_prompts_differ_from_each_other_and_repeat_exactly():

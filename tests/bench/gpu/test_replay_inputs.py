@@ -1,11 +1,11 @@
-"""E's diagnosis (soft_spatial/bench/gpu/replay_inputs.py): the first divergent step and the split
+"""E's diagnosis (soft_spatial_bench/gpu/replay_inputs.py): the first divergent step and the split
 maxima from per-row, per-step likelihoods, against a hand count. The diagnosis end to end (SGLang's
 rollout, the replay, the tensors) runs in the plan's dry run with E/fp32."""
 from __future__ import annotations
 
 import math
 
-from soft_spatial.bench.gpu import replay_inputs
+from soft_spatial_bench.gpu import replay_inputs
 
 
 def test_compare_rows_finds_the_first_step_beyond_the_bound_and_the_split_maxima():

@@ -1,12 +1,12 @@
-"""The GPU kit's live report (soft_spatial/bench/gpu/report.py), with the headline plan's renderer:
+"""The GPU kit's live report (soft_spatial_bench/gpu/report.py), with the headline plan's renderer:
 each record a JSON line (a torn last line dropped), the Markdown rewritten after each, every
 plugin job divided by the stock job of its own kernels and overlap, overlap on ÷ off per engine."""
 from __future__ import annotations
 
 import json
 
-from soft_spatial.bench.gpu import headline
-from soft_spatial.bench.gpu.report import LiveReport
+from soft_spatial_bench.gpu import headline
+from soft_spatial_bench.gpu.report import LiveReport
 
 
 def _f(engine, kernels, overlap, big, small, model="2b"):

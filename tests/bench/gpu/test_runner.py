@@ -1,4 +1,4 @@
-"""The GPU kit's plan runner (soft_spatial/bench/gpu/runner.py) on real processes, with the
+"""The GPU kit's plan runner (soft_spatial_bench/gpu/runner.py) on real processes, with the
 ``selftest`` jobs: a child killed the way SGLang's SIGQUIT handler kills its engine's process tree
 is recorded as failed and the next job runs; a deadline reached mid-plan keeps every finished
 number; a job past its cap is ended; an ``--out`` holding another run's files is refused with
@@ -21,8 +21,8 @@ from barrier import wait_for
 from soft_spatial.infra import tether
 from soft_spatial.infra.jsonl import read_jsonl
 from soft_spatial.infra.procs import alive
-from soft_spatial.bench.gpu import headline, runner
-from soft_spatial.bench.gpu.jobs import Job
+from soft_spatial_bench.gpu import headline, runner
+from soft_spatial_bench.gpu.jobs import Job
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -122,7 +122,7 @@ def test_an_out_holding_another_runs_files_is_refused_and_left_as_it_was(tmp_pat
         _run(out, tmp_path / "work", 600, _jobs(("first", "ok", None)))
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert not (tmp_path / "work").exists()
-    res = subprocess.run([sys.executable, "-m", "soft_spatial.bench.gpu.headline", "--dry-run",
+    res = subprocess.run([sys.executable, "-m", "soft_spatial_bench.gpu.headline", "--dry-run",
                           "--out", str(out), "--only", "X/sync"], capture_output=True, text=True,
                          cwd=ROOT)
     assert res.returncode == 2 and f"--out {out}: holds log.txt" in res.stderr
@@ -152,8 +152,8 @@ def test_an_out_or_work_that_cannot_be_a_directory_is_refused_before_anything_is
 PLAN = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from soft_spatial.bench.gpu import headline, runner
-    from soft_spatial.bench.gpu.jobs import Job
+    from soft_spatial_bench.gpu import headline, runner
+    from soft_spatial_bench.gpu.jobs import Job
     from soft_spatial.infra.signals import command
     job = Job("T", "orphan", None, 1.0, min_left=1.0,
               args={"kind": "selftest", "action": "orphan", "number": 0, "pid_file": sys.argv[3]})

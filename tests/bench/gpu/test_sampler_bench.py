@@ -1,4 +1,4 @@
-"""X/sampler (soft_spatial/bench/gpu/sampler_bench.py) on the CPU's static path: every mode and
+"""X/sampler (soft_spatial_bench/gpu/sampler_bench.py) on the CPU's static path: every mode and
 size measured, the graphed records equal to the eager ones, the noise kernel's check, the report;
 and the job fails, naming the step and row, when a graphed record differs."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from soft_spatial.bench.gpu import sampler_bench
-from soft_spatial.bench.gpu.report import JobFailed
+from soft_spatial_bench.gpu import sampler_bench
+from soft_spatial_bench.gpu.report import JobFailed
 
 
 def test_the_dry_run_measures_every_mode_and_size_and_compares_the_records():

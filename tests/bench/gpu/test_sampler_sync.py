@@ -1,4 +1,4 @@
-"""The GPU kit's no-wait check of the soft sampler (soft_spatial/bench/gpu/sampler_sync.py) on the
+"""The GPU kit's no-wait check of the soft sampler (soft_spatial_bench/gpu/sampler_sync.py) on the
 meta device: the SGLang runtime's sampler never reads the device from the host nor copies
 blockingly (overlap scheduling), and the check catches each way a wait creeps in. The GPU kit
 runs the same on CUDA under its sync debug mode (``X/sync``)."""
@@ -13,8 +13,8 @@ def test_sampler_never_waits_for_the_device(mode):
     """Prefill with a chunked row, two sampling settings, decodes of both (the host path) and of
     one (the decode path, slots on the device), requests joining and leaving:
     on the meta device every host read of the device and every blocking copy raises
-    (soft_spatial/bench/gpu/sampler_sync.py; the GPU kit runs the same under CUDA's sync debug mode)."""
-    from soft_spatial.bench.gpu.sampler_sync import drive_sampler
+    (soft_spatial_bench/gpu/sampler_sync.py; the GPU kit runs the same under CUDA's sync debug mode)."""
+    from soft_spatial_bench.gpu.sampler_sync import drive_sampler
     assert drive_sampler("meta", mode) == 15
 
 
@@ -23,7 +23,7 @@ def test_sampler_never_waits_for_the_device(mode):
 def test_the_no_wait_check_catches_a_wait(monkeypatch, wait):
     """The check fails when the sampler waits (each way a wait creeps in, but list indexing,
     which only the CUDA check sees)."""
-    from soft_spatial.bench.gpu.sampler_sync import drive_sampler
+    from soft_spatial_bench.gpu.sampler_sync import drive_sampler
     from soft_spatial.engines.sglang import runtime as rt_mod
     original = rt_mod.sample_step
 

@@ -1,4 +1,4 @@
-"""The GPU kit's SGLang server arguments (soft_spatial/bench/gpu/sglang_args.py): a backend left to
+"""The GPU kit's SGLang server arguments (soft_spatial_bench/gpu/sglang_args.py): a backend left to
 SGLang's default, or one the kit does not carry, is named; torch_native attention with graphs, and
 parity outside fp32, are refused; configs/cluster/gpu1.yaml names every backend as verl starts
 SGLang. (Every engine of the headline plan: tests/bench/gpu/test_headline.py.)"""
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from soft_spatial.bench.gpu.sglang_args import BACKENDS, cuda_args, unset_backends
+from soft_spatial_bench.gpu.sglang_args import BACKENDS, cuda_args, unset_backends
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIGS = ROOT / "configs"

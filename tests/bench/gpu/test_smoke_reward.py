@@ -1,4 +1,4 @@
-"""The smoke reward (soft_spatial/bench/gpu/smoke_reward.py), which verl loads by path for the GPU
+"""The smoke reward (soft_spatial_bench/gpu/smoke_reward.py), which verl loads by path for the GPU
 kit's E jobs and the suite's training tests (through tests/support/smoke_reward.py)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import importlib.util
 import zlib
 from pathlib import Path
 
-from soft_spatial.bench.gpu import grpo, smoke_reward
+from soft_spatial_bench.gpu import grpo, smoke_reward
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -40,12 +40,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from soft_spatial.compat.sglang import GRAPH_LOG_ENV, PHASE_LOG_ENV, read_graph_log, read_phase_log
-from soft_spatial.bench.gpu.context import (KitContext, env_vars, free_memory, model_8b,
+from soft_spatial_bench.gpu.context import (KitContext, env_vars, free_memory, model_8b,
                                           shared_model, wait_device_free)
-from soft_spatial.bench.gpu.measure import MODES
-from soft_spatial.bench.gpu.prompts import text_prompts
-from soft_spatial.bench.gpu.report import JobFailed, table
-from soft_spatial.bench.gpu.sglang_args import (FUSED_ATTENTION, cpu_args, cuda_args, engine_env,
+from soft_spatial_bench.gpu.measure import MODES
+from soft_spatial_bench.gpu.prompts import text_prompts
+from soft_spatial_bench.gpu.report import JobFailed, table
+from soft_spatial_bench.gpu.sglang_args import (FUSED_ATTENTION, cpu_args, cuda_args, engine_env,
                                               unset_backends)
 from soft_spatial.models.shapes import QWEN3_VL_2B_TEXT
 
@@ -272,7 +272,7 @@ def profile_pass(ctx: KitContext, eng, prompts, g: int, name: str) -> dict:
     """One generate of ``len(prompts) * g`` rows under ``torch.profiler`` in the scheduler
     (SGLang's ``start_profile``/``stop_profile``: CPU and GPU activity, no stacks or shapes),
     summarised (:func:`.profile.summarize`)."""
-    from soft_spatial.bench.gpu.profile import read_trace, summarize
+    from soft_spatial_bench.gpu.profile import read_trace, summarize
     out_dir = ctx.work / "profiles" / f"{name}-{time.time_ns()}"
     steps = 8 if ctx.dry_run else 24
     eng.backend.flush_cache()
@@ -364,7 +364,7 @@ def measure_sync(ctx: KitContext, job) -> SyncResult:
     """The soft sampler (``SoftRuntime.sample``) driven as SGLang drives it, under
     ``torch.cuda.set_sync_debug_mode("error")`` on a GPU (meta tensors in a dry run): the modes
     whose sampler waits (none expected)."""
-    from soft_spatial.bench.gpu.sampler_sync import drive_sampler
+    from soft_spatial_bench.gpu.sampler_sync import drive_sampler
     if ctx.dry_run:
         dev, vocab, hidden = "meta", 97, 16
     else:  # the Qwen vocabulary and the 2B shape's width

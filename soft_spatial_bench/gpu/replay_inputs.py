@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from soft_spatial.bench.gpu.report import table
+from soft_spatial_bench.gpu.report import table
 
 __all__ = ["diagnose", "render", "NEEDS_S", "compare_rows"]
 
@@ -46,9 +46,9 @@ NEEDS_S = 150.0  # seconds to leave for it on a GPU: one engine's start, generat
 
 
 def _rollout(model: Path, dtype: str, dry: bool, ctrl: Path, prompts, g: int, steps: int):
-    from soft_spatial.bench.gpu.context import env_vars
-    from soft_spatial.bench.gpu.graphs import plugin_engine
-    from soft_spatial.bench.gpu.sglang_args import cpu_args, cuda_args, engine_env
+    from soft_spatial_bench.gpu.context import env_vars
+    from soft_spatial_bench.gpu.graphs import plugin_engine
+    from soft_spatial_bench.gpu.sglang_args import cpu_args, cuda_args, engine_env
     from soft_spatial.softthink import SamplingConfig, SoftThinkingConfig
     fp32 = dtype == "float32"
     args = cpu_args() if dry else cuda_args(dtype, graphs=True, plugin=True, parity=fp32,
@@ -187,8 +187,8 @@ def diagnose(model: Path, dtype: str, dry: bool, out_dir: Path, bound: float) ->
     import torch
 
     from soft_spatial.engines import LocalEngine
-    from soft_spatial.bench.workloads import random_controller
-    from soft_spatial.bench.gpu.prompts import image_prompts
+    from soft_spatial_bench.workloads import random_controller
+    from soft_spatial_bench.gpu.prompts import image_prompts
     out_dir.mkdir(parents=True, exist_ok=True)
     torch_dtype = torch.float32 if dry or dtype == "float32" else torch.bfloat16
     n, g, steps, side = (1, 2, 8, 64) if dry else (2, 2, 32, 224)
@@ -218,7 +218,7 @@ def render(d: dict) -> list[str]:
     lk, pos, vis = d["likelihood"], d["positions"], d["vision"]
     first = lk["first_beyond"]
     return [f"**Diagnosis** — SGLang's rollout against the trainer's replay of it, {d['rows']} "
-            f"rows × {d['steps']} steps, {d['dtype']} (soft_spatial/bench/gpu/replay_inputs.py):",
+            f"rows × {d['steps']} steps, {d['dtype']} (soft_spatial_bench/gpu/replay_inputs.py):",
             "", f"- first step beyond {d['bound']} nats: "
             + (f"row {first['row']} step {first['step']} ({'soft' if first['soft'] else 'hard'}), "
                f"|Δ| {first['delta']:.3g}" if first else "none"),

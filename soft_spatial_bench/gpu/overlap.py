@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from soft_spatial.bench.gpu.context import KitContext, env_vars, shared_model
-from soft_spatial.bench.gpu.graphs import plugin_engine
-from soft_spatial.bench.gpu.prompts import text_prompts
-from soft_spatial.bench.gpu.report import JobFailed, table
-from soft_spatial.bench.gpu.sglang_args import cpu_args, cuda_args, engine_env
-from soft_spatial.bench.gpu.soft_parity import STATIC_KV_SPLITS
+from soft_spatial_bench.gpu.context import KitContext, env_vars, shared_model
+from soft_spatial_bench.gpu.graphs import plugin_engine
+from soft_spatial_bench.gpu.prompts import text_prompts
+from soft_spatial_bench.gpu.report import JobFailed, table
+from soft_spatial_bench.gpu.sglang_args import cpu_args, cuda_args, engine_env
+from soft_spatial_bench.gpu.soft_parity import STATIC_KV_SPLITS
 
 __all__ = ["OverlapResult", "measure", "render", "first_difference", "FIELDS"]
 

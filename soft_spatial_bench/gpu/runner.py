@@ -37,13 +37,13 @@ from pathlib import Path
 from soft_spatial.infra import tether
 from soft_spatial.infra.dirlock import check_dir_path
 from soft_spatial.infra.signals import exit_status, sigterm_raises
-from soft_spatial.bench.gpu.jobs import Job
-from soft_spatial.bench.gpu.report import JobFailed, LiveReport, Skip, stamp
+from soft_spatial_bench.gpu.jobs import Job
+from soft_spatial_bench.gpu.report import JobFailed, LiveReport, Skip, stamp
 
 __all__ = ["KINDS", "run_plan", "child_main", "OutNotEmpty", "latest", "counted", "LOG",
            "STAGE_E_TAR", "SMI", "PLAN_FILE"]
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 LOG, STAGE_E_TAR, SMI = "log.txt", "stage-e.tar.gz", "nvidia-smi.txt"
 PLAN_FILE = "plan.json"  # in the scratch directory: the jobs, for the child
 
@@ -53,7 +53,7 @@ class OutNotEmpty(FileExistsError):
 
 
 def _kinds() -> dict[str, tuple[Callable, Callable]]:
-    from soft_spatial.bench.gpu import (context, graphs, grpo, overlap, sampler_bench, selftest,
+    from soft_spatial_bench.gpu import (context, graphs, grpo, overlap, sampler_bench, selftest,
                                         soft_parity)
     return {"model": (context.measure_model, context.render_model),
             "engine": (graphs.measure, graphs.render),
@@ -113,7 +113,7 @@ def child_main(out: Path, work: Path, deadline_at: float, keys: list[str], dry: 
                render) -> int:
     """Run the jobs ``keys`` of the plan in ``work/plan.json`` in order, recording each (started,
     then its result)."""
-    from soft_spatial.bench.gpu.context import KitContext
+    from soft_spatial_bench.gpu.context import KitContext
     report = LiveReport(out, render)
     jobs = {j.key: j for j in map(Job.from_dict, json.loads((work / PLAN_FILE).read_text()))}
     ctx = KitContext(dry, "cpu" if dry else "cuda", work, out, deadline_at, report)
@@ -236,7 +236,7 @@ def _loop(out, work, deadline_at, dry, jobs, report, t0, poll_s, caps) -> None:
         todo = [j.key for j in jobs if done.get(j.key, {}).get("status") in (None, "started")]
         if not todo or time.time() > deadline_at - 5:
             return
-        cmd = [sys.executable, "-m", "soft_spatial.bench.gpu.headline", "--child", ",".join(todo),
+        cmd = [sys.executable, "-m", "soft_spatial_bench.gpu.headline", "--child", ",".join(todo),
                "--out", str(out), "--work", str(work), "--deadline-at", str(deadline_at)]
         cmd += ["--dry-run"] * dry
         start = log.stat().st_size if log.exists() else 0

@@ -22,8 +22,8 @@ from types import SimpleNamespace
 
 import torch
 
-from soft_spatial.bench.gpu.measure import MODES
-from soft_spatial.bench.gpu.report import JobFailed, table
+from soft_spatial_bench.gpu.measure import MODES
+from soft_spatial_bench.gpu.report import JobFailed, table
 
 __all__ = ["SamplerResult", "measure", "render", "SIZES"]
 
@@ -57,7 +57,7 @@ def _reqs(n: int, tag: str):
 
 
 def _runtime(mode: str, vocab: int, hidden: int, graphs: bool, capture: bool):
-    from soft_spatial.bench.workloads import random_controller
+    from soft_spatial_bench.workloads import random_controller
     from soft_spatial.engines.sglang.runtime import SoftRuntime
     from soft_spatial.engines.sglang.server_args import SchedulerSetup
     from soft_spatial.softthink import SoftThinkingConfig

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from soft_spatial.bench.gpu.report import LiveReport
+from soft_spatial_bench.gpu.report import LiveReport
 
 __all__ = ["KitContext", "ModelFacts", "env_vars", "free_memory", "wait_device_free",
            "shared_model", "MODEL_DIR", "CONTROLLER", "model_8b", "MODEL_8B_DIR", "measure_model",
@@ -126,7 +126,7 @@ def shared_model(ctx: KitContext) -> tuple[Path, Path, ModelFacts]:
     import torch
     from transformers import AutoConfig
 
-    from soft_spatial.bench.workloads import random_controller
+    from soft_spatial_bench.workloads import random_controller
     from soft_spatial.models import build_tiny_model
     from soft_spatial.models.shapes import QWEN3_VL_2B, check_config, parity_init
     from soft_spatial.models.tiny import DEFAULT_HEAD_INIT_STD, DEFAULT_INIT_STD
@@ -160,7 +160,7 @@ def model_8b(ctx: KitContext) -> tuple[Path, Path, ModelFacts]:
     the tiny shape with the small vocabulary (:data:`DRY_VOCAB`), the same way."""
     from transformers import AutoConfig, GenerationConfig
 
-    from soft_spatial.bench.workloads import random_controller
+    from soft_spatial_bench.workloads import random_controller
     from soft_spatial.models.shapes import QWEN3_VL_8B, check_config
     from soft_spatial.models.tiny import build_processor, build_tokenizer, tiny_config
 

@@ -49,8 +49,9 @@ __all__ = ["IMPLS", "ROWS", "SamplerRow", "StepCounter", "sglang_setup", "count_
 
 IMPLS = ("stock", "hard", "fixed", "adaptsoft")
 ROWS = (8, 64)
-_PACKAGE = str(Path(__file__).resolve().parents[1])  # soft_spatial/
-_HARNESS = str(Path(__file__).resolve().parent)  # soft_spatial/bench/: SGLang's part, emulated
+# the plugin's own lines are those of soft_spatial/ (this harness, soft_spatial_bench/, emulates
+# SGLang's part and is not counted)
+_PACKAGE = str(Path(__file__).resolve().parents[1] / "soft_spatial") + "/"
 
 
 @dataclass
@@ -114,7 +115,7 @@ class StepCounter(TorchDispatchMode):
         if event == "call":
             self.calls += 1
             file = frame.f_code.co_filename
-            ours = file.startswith(_PACKAGE) and not file.startswith(_HARNESS)
+            ours = file.startswith(_PACKAGE)
             return self._trace if ours else None
         if event == "line":
             self.lines += 1
@@ -207,7 +208,7 @@ class _StepHarness:
         from sglang.srt.layers.sampler import Sampler, create_sampler
         if impl == "stock":
             return Sampler()
-        from soft_spatial.bench.workloads import random_controller
+        from soft_spatial_bench.workloads import random_controller
         from soft_spatial.engines.sglang import SchedulerSetup, hooks
         from soft_spatial.engines.sglang.runtime import SoftRuntime
         from soft_spatial.softthink import SoftThinkingConfig
@@ -342,9 +343,9 @@ def _serve_engine(conn, impl: str, model: str, phase_dir: str, steps: int, ctrl:
     scheduler logs its decode steps into ``phase_dir``."""
     import os
     from soft_spatial.compat.sglang import PHASE_LOG_ENV
-    from soft_spatial.bench.gpu.graphs import _Plugin, _Stock
-    from soft_spatial.bench.gpu.prompts import text_prompts
-    from soft_spatial.bench.gpu.sglang_args import cpu_args
+    from soft_spatial_bench.gpu.graphs import _Plugin, _Stock
+    from soft_spatial_bench.gpu.prompts import text_prompts
+    from soft_spatial_bench.gpu.sglang_args import cpu_args
     from transformers import AutoTokenizer
 
     os.environ[PHASE_LOG_ENV] = phase_dir

@@ -38,16 +38,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from soft_spatial.bench.gpu import jobs as plan_jobs
-from soft_spatial.bench.gpu.measure import versions
-from soft_spatial.bench.gpu.report import table
-from soft_spatial.bench.gpu.runner import OutNotEmpty, check_out, child_main, latest, run_plan
+from soft_spatial_bench.gpu import jobs as plan_jobs
+from soft_spatial_bench.gpu.measure import versions
+from soft_spatial_bench.gpu.report import table
+from soft_spatial_bench.gpu.runner import OutNotEmpty, check_out, child_main, latest, run_plan
 from soft_spatial.infra.dirlock import NotADirectoryOutput
 from soft_spatial.infra.signals import command
 
 __all__ = ["render", "main", "COMMIT_FILE", "commit", "header", "GOAL", "stages_moved"]
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 COMMIT_FILE = "COMMIT"  # in each .gpukit/send/NN, written by ``kit.py stage``
 GOAL = 0.95  # plugin fixed and adaptsoft ÷ stock hard, same kernels, attention and overlap
 
@@ -101,7 +101,7 @@ def f_summary(val: dict[str, dict]) -> list[str]:
                          else ("met" if r >= GOAL else "missed")])
     if not rows:
         return ["**F**: no plugin number yet.", ""]
-    from soft_spatial.bench.gpu.sglang_args import FUSED_ATTENTION, FUSED_ATTENTION_WHY
+    from soft_spatial_bench.gpu.sglang_args import FUSED_ATTENTION, FUSED_ATTENTION_WHY
     return ["**F** — the plugin against stock SGLang hard with the same kernels, attention and "
             f"overlap (goal: fixed and adaptsoft ≥ {GOAL} ×). Attention {FUSED_ATTENTION} in "
             f"every job, not what SGLang and verl pick on Hopper: {FUSED_ATTENTION_WHY}.", "",
@@ -141,7 +141,7 @@ def parity_summary(val: dict[str, dict]) -> list[str]:
 
 
 def e_summary(latest_recs: dict[str, dict]) -> list[str]:
-    from soft_spatial.bench.gpu.grpo import REPLAY, e_summary_rows, step_price_rows
+    from soft_spatial_bench.gpu.grpo import REPLAY, e_summary_rows, step_price_rows
     rows = e_summary_rows(latest_recs)
     out = ["**E** — GRPO through verl with SGLang rollouts:", ""]
     if not rows:

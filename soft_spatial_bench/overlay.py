@@ -10,7 +10,7 @@ from pathlib import Path
 
 __all__ = ["ROOT", "overlay_dir", "reexec_with_sglang_overlay"]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def overlay_dir() -> Path:

@@ -1,6 +1,6 @@
 """The smoke reward: a reward with variance for random tiny policies (the GPU kit's E jobs and the
 suite's training tests; verl loads it by path: ``reward.custom_reward_function.path=`` this file,
-:func:`soft_spatial.bench.gpu.grpo.smoke_reward_path`) (the real reward is always 0 for
+:func:`soft_spatial_bench.gpu.grpo.smoke_reward_path`) (the real reward is always 0 for
 them, so GRPO advantages would vanish and no gradient would flow): a deterministic hash of the
 response text in [0, 1], plus the real reward, plus a random tie-break below 0.001.
 

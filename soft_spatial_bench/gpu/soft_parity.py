@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from soft_spatial.compat.sglang import GRAPH_LOG_ENV, read_graph_log
-from soft_spatial.bench.gpu import parity
-from soft_spatial.bench.gpu.context import (KitContext, ModelFacts, env_vars, free_memory,
+from soft_spatial_bench.gpu import parity
+from soft_spatial_bench.gpu.context import (KitContext, ModelFacts, env_vars, free_memory,
                                           shared_model, wait_device_free)
-from soft_spatial.bench.gpu.prompts import image_prompts
-from soft_spatial.bench.gpu.report import JobFailed, table
-from soft_spatial.bench.gpu.sglang_args import cpu_args, cuda_args, engine_env, unset_backends
+from soft_spatial_bench.gpu.prompts import image_prompts
+from soft_spatial_bench.gpu.report import JobFailed, table
+from soft_spatial_bench.gpu.sglang_args import cpu_args, cuda_args, engine_env, unset_backends
 
 __all__ = ["RefsResult", "ParityResult", "measure_references", "render_references",
            "measure_parity", "render_parity", "server_args", "shape", "tf32_off",

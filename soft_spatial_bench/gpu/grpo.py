@@ -43,13 +43,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from soft_spatial.bench.gpu.report import JobFailed, Skip, table
-from soft_spatial.bench.gpu.sglang_args import engine_env
+from soft_spatial_bench.gpu.report import JobFailed, Skip, table
+from soft_spatial_bench.gpu.sglang_args import engine_env
 
 __all__ = ["ESpec", "EResult", "measure", "render", "run", "train_command", "verdict", "FP32_BOUND",
            "REPLAY", "STOCK_OVERRIDES", "e_summary_rows", "step_price_rows", "smoke_reward_path"]
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 # verl's timing keys, in step order (verl 0.9.1 RayPPOTrainer.fit), with what each covers
 TIMING = {"timing_s/gen": "rollout: SGLang generation (agent loop)",
           "timing_s/reward": "reward",
@@ -99,7 +99,7 @@ STOCK_BLOCKED = ("soft_spatial.train's trainer requires the rollout's soft recor
 
 def smoke_reward_path() -> Path:
     """The smoke reward's file (verl loads ``reward.custom_reward_function.path`` by path)."""
-    from soft_spatial.bench.gpu import smoke_reward
+    from soft_spatial_bench.gpu import smoke_reward
     return Path(smoke_reward.__file__)
 
 
@@ -540,7 +540,7 @@ def _assess(spec, r: EResult, metrics, syncs, checkpoints, out, model, dry,
 
 def _diagnose(spec, model, out, dry, deadline_at) -> dict:
     """The soft inputs compared tensor by tensor (:mod:`.replay_inputs`), if time is left."""
-    from soft_spatial.bench.gpu import replay_inputs
+    from soft_spatial_bench.gpu import replay_inputs
     if deadline_at - time.time() < replay_inputs.NEEDS_S:
         return {"skipped": f"{deadline_at - time.time():.0f} s left, it needs "
                            f"{replay_inputs.NEEDS_S:.0f} s"}
@@ -592,7 +592,7 @@ def render(v: EResult) -> list[str]:
                   *table(["run", "sync after step", "trainer", "rollout server", "equal",
                           "= checkpoint"], v.sync_rows), ""]
     if v.diagnosis:
-        from soft_spatial.bench.gpu.replay_inputs import render as render_diagnosis
+        from soft_spatial_bench.gpu.replay_inputs import render as render_diagnosis
         lines += render_diagnosis(v.diagnosis)
     if v.problems:
         lines += ["Problems:", *(f"- {p}" for p in v.problems)]

@@ -2,7 +2,7 @@
 lease plan (which ``--only`` sets, in which order, for the next three 15-minute loans).
 
 A job is data (:class:`Job`: its kind and arguments travel as JSON to the child process that runs
-it); :data:`soft_spatial.bench.gpu.runner.KINDS` maps its kind to the functions that measure and
+it); :data:`soft_spatial_bench.gpu.runner.KINDS` maps its kind to the functions that measure and
 render it. The estimates (:attr:`Job.est_s`) come from the recorded runs
 (docs/results/gpu-runs.md, 2026-11-26: model build 21–28 s, an F job 36–76 s with its engine's
 start 28–52 s, the first engine of a call 52 s, D's references 17 s, a D engine 39–51 s, E's two
