@@ -46,7 +46,10 @@ LONG = (lambda rng: [rng.randrange(30, 500) for _ in range(80)][40:])(random.Ran
 
 CPU_SERVER_ARGS = dict(device="cpu", attention_backend="torch_native", grammar_backend="none",
                        dtype="float32", skip_server_warmup=True, mem_fraction_static=0.5,
-                       max_total_tokens=4096, log_level="error")
+                       max_total_tokens=4096, log_level="error",
+                       # an idle scheduler waits on its sockets instead of spinning a core (SGLang's
+                       # default), a core the test's own work and the suite's other process need
+                       sleep_on_idle=True)
 BATCH_LOG_ENV = "SOFT_SPATIAL_SGLANG_BATCH_LOG"  # tests/sglang_stubs/sglang_cpu
 STUB_CALLS_ENV = "SOFT_SPATIAL_STUB_CALLS"  # tests/sglang_stubs/_stub_support.py
 STREAM_INTERVAL = 4  # SGLANG_FORCE_STREAM_INTERVAL: records of unstreamed requests in slices
