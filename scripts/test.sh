@@ -36,12 +36,13 @@ done
 # A whole run moves a few long files of the main set behind the SGLang tests, in the same .venv
 # without the overlay, so that both processes take about as long (2026-12-07, a clean clone of
 # 3215b13 on the idle 2-core machine: main 836 s, SGLang 399 s + four of these files 298 s, 955 s
-# wall with setup; test_train_signals.py, about 70 s, moved here after): the wall time is the
-# longer process's.
+# wall with setup; the ablation row's file, about 80 s, moved here after; a file whose session
+# fixture the main set builds too, test_train_signals.py's trained run, would be built twice): the
+# wall time is the longer process's.
 balance=() main_only=()
 if (( ${#main_paths[@]} + ${#sglang_paths[@]} == 0 )); then
   main_paths=(tests) sglang_paths=(tests/sglang_real)
-  balance=(tests/e2e/test_softness_phase0.py tests/lab/learning/test_experiment.py tests/e2e/test_train_signals.py
+  balance=(tests/e2e/test_softness_phase0.py tests/lab/learning/test_experiment.py tests/lab/paper/test_ablation.py
            tests/e2e/test_multinode_train.py tests/launch/test_cluster.py)
   for b in "${balance[@]}"; do main_only+=("--ignore=$b"); done
 fi
