@@ -9,6 +9,9 @@
 # Test paths among the arguments select the process(es) they belong to.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# the tests' imports write their bytecode (into .venv and the ignored __pycache__ folders), so the
+# setup compiles nothing ahead (scripts/setup.sh) and only what the tests import is compiled, once
+unset PYTHONDONTWRITEBYTECODE
 bash "$ROOT/scripts/setup.sh"
 cd "$ROOT"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
