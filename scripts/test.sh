@@ -37,11 +37,11 @@ for arg in "$@"; do
   fi
 done
 # A whole run moves a few long files of the main set behind the SGLang tests, in the same .venv
-# without the overlay, so that both processes take about as long (2026-12-07, a clean clone of
-# 3215b13 on the idle 2-core machine: main 836 s, SGLang 399 s + four of these files 298 s, 955 s
-# wall with setup; the ablation row's file, about 80 s, moved here after; a file whose session
-# fixture the main set builds too, test_train_signals.py's trained run, would be built twice): the
-# wall time is the longer process's.
+# without the overlay, so that both processes take about as long (clean clones of 3e80f70 on the
+# idle 2-core machine, 2026-12-08: main 737 and 728 s, SGLang 412 + 333 and 376 + 351 s for these
+# files, 856 and 848 s wall with setup; a file whose session fixture the main set builds too, such
+# as test_train_signals.py's trained run, would be built twice): the wall time is the longer
+# process's.
 balance=() main_only=()
 if (( ${#main_paths[@]} + ${#sglang_paths[@]} == 0 )); then
   main_paths=(tests) sglang_paths=(tests/sglang_real)
