@@ -20,20 +20,22 @@ from __future__ import annotations
 
 import os
 import runpy
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from soft_spatial.infra.signals import command
+from soft_spatial.infra.signals import SIGNALS, command
+from soft_spatial.infra.tether import log_tail
 
 __all__ = ["Run", "parse", "command_line", "main"]
 
 PROG = "python -m soft_spatial.infra.one_process"
 NEXT = "--next"
-#: a command's exit status after SIGINT, SIGTERM or SIGHUP (`infra.signals.command`)
-INTERRUPTED = (130, 143, 129)
+#: a command's exit status after SIGINT, SIGTERM or SIGHUP (`infra.signals.command`: 128 + the signal)
+INTERRUPTED = tuple(128 + s for s in (signal.SIGINT, *SIGNALS))
 
 
 @dataclass(frozen=True)
@@ -147,8 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"{len(runs)}, the rest not run)", file=sys.stderr, flush=True)
                 return status
             if status:
-                tail = ("".join(r.log.read_text(errors="replace").splitlines(True)[-30:])
-                        if r.log is not None and r.log.is_file() else "")
+                tail = log_tail(r.log) if r.log is not None else ""
                 print(f"{tail}{PROG}: python -m {r.module} failed (exit {status}; run {i + 1} of "
                       f"{len(runs)}, the rest not run)" + (f"; log {r.log}" if r.log else ""),
                       file=sys.stderr, flush=True)

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 from soft_spatial.infra.procs import alive, find_pids
 
-__all__ = ["MARKER_VAR", "Tethered", "start", "stop", "run", "members", "marked_pids", "reap"]
+__all__ = ["MARKER_VAR", "Tethered", "start", "stop", "run", "log_tail", "members", "marked_pids", "reap"]
 
 MARKER_VAR = "SOFT_SPATIAL_TETHER"
 GRACE_S = 10.0
@@ -199,6 +199,14 @@ def run(argv: Sequence[str], grace_s: float = GRACE_S, **popen) -> subprocess.Co
     finally:
         stop(child)
     return subprocess.CompletedProcess(child.proc.args, child.returncode, out, err)
+
+
+def log_tail(log, lines: int = 30) -> str:
+    """The last ``lines`` lines of a child's log (a failure's message quotes them; "" without the
+    file)."""
+    if not log.is_file():
+        return ""
+    return "".join(log.read_text(encoding="utf-8", errors="replace").splitlines(True)[-lines:])
 
 
 def _watch(marker: str, grace_s: float) -> None:

@@ -20,7 +20,7 @@ having served (``jobs.RETIRED``).
 | ``sampler_bench`` | ``X/sampler`` | the sampler's step alone, eager against graphed, records equal |
 | ``overlap`` | ``X/overlap-parity`` | overlap scheduling on against off, beside the run-to-run control |
 | ``selftest`` | the runner's tests | jobs that crash, hang or leave an orphan of another session |
-| ``measure`` | | timing on a device: synchronised repeats, peak memory, random models |
+| ``measure`` | | the decoding modes and the versions line a report names |
 | ``sglang_args`` | | every CUDA engine's server arguments and environment; which is unset |
 | ``prompts`` | | image chat prompts and token-id text prompts |
 """

@@ -160,3 +160,11 @@ def test_a_child_tethered_inside_a_tethered_child_carries_both_markers():
     finally:
         tether.stop(outer)
     assert not alive(pid) and not alive(outer.pid)
+
+
+def test_a_logs_tail_is_its_last_whole_lines_and_nothing_without_it(tmp_path):
+    log = tmp_path / "child.log"
+    assert tether.log_tail(log) == ""
+    log.write_bytes(b"".join(b"line %d\n" % i for i in range(40)) + b"last, no newline \xff")
+    assert tether.log_tail(log) == "".join(f"line {i}\n" for i in range(11, 40)) + "last, no newline \ufffd"
+    assert tether.log_tail(log, 2) == "line 39\nlast, no newline \ufffd"

@@ -35,8 +35,7 @@ def run_logged(logs: Path, name: str, cmd: Sequence, env: dict, cwd: Path,
         finally:  # what is left of it (Ray's workers, a killed command's children) ends here
             tether.stop(child)
     if child.returncode != 0:
-        tail = "".join(log.read_text(errors="replace").splitlines(True)[-30:])
-        raise StageFailed(f"{name} failed (exit {child.returncode}); log {log}:\n{tail}")
+        raise StageFailed(f"{name} failed (exit {child.returncode}); log {log}:\n{tether.log_tail(log)}")
 
 
 def follow_log(say: Callable[[str], None], child, logs: Sequence[Path], prefix: str) -> None:

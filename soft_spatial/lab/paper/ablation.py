@@ -199,8 +199,7 @@ def _run(cmd: list[str], log: Path, what: str, env: dict | None = None) -> None:
         f.flush()
         res = tether.run(cmd, stdout=f, stderr=f, env=env)  # ends with the sweep
     if res.returncode != 0:
-        tail = "".join(log.read_text(encoding="utf-8", errors="replace").splitlines(True)[-30:])
-        raise RuntimeError(f"{what} failed (exit {res.returncode}); log {log}:\n{tail}")
+        raise RuntimeError(f"{what} failed (exit {res.returncode}); log {log}:\n{tether.log_tail(log)}")
 
 
 def run_row(r: RowRun, progress=print, key: dict | None = None) -> None:
